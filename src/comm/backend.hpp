@@ -1,0 +1,126 @@
+// The communication layer: one Backend interface for every collective the
+// engine and the layers above it need, with implementations per transport
+// (MPI now; NCCL behind the same interface later).
+//
+// Semantics shared by every backend:
+// - Collective over the backend's group: every member calls with the same
+//   counts, dtype and op, in the same order.
+// - Counts are in elements. Reductions support FLOAT32, FLOAT64, FLOAT16 and
+//   BFLOAT16 (16-bit values are summed in fp32 and rounded once to nearest even)
+//   with SUM, MAX and MIN; gathers, all-to-all and bcast move any dtype.
+// - Deterministic: the result has the same bits on every member and in every
+//   run, whatever the timing. Each output element is reduced in one fixed
+//   order (the group's ranks in ascending order inside a node, then the node
+//   leaders' MPI reduction); it equals MPI's result within floating-point
+//   summation order.
+// - In place: `recv == send` for allreduce; for reduce_scatter(v)/allgather(v)
+//   the in-place forms are documented per call.
+// - Errors throw dsm::Error (DSM_ERR_MPI with the MPI error string,
+//   DSM_ERR_INVALID_ARGUMENT for a bad count/dtype, DSM_ERR_OUT_OF_MEMORY).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "dsm.h"
+
+namespace dsm {
+namespace comm {
+
+enum class Op { SUM, MAX, MIN };
+
+// What one member moved, for the benchmarks and the engine's report: logical
+// bytes this rank sent (the algorithm's volume, e.g. (n-1)/n of the buffer for
+// a reduce-scatter), and the number of calls per collective.
+struct Stats {
+    uint64_t bytes_sent = 0;
+    uint64_t calls = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+    Backend() = default;
+    Backend(const Backend &) = delete;
+    Backend &operator=(const Backend &) = delete;
+
+    // "mpi" (plain MPI collectives) or "shm" (shared memory inside a node,
+    // MPI between node leaders).
+    virtual const char *name() const noexcept = 0;
+    virtual int size() const noexcept = 0;
+    virtual int rank() const noexcept = 0;
+    // The group's communicator (MPI_ERRORS_RETURN; owned by the backend).
+    virtual MPI_Comm comm() const noexcept = 0;
+
+    // recv[i] = op over members of send[i], i < count. send == recv: in place.
+    virtual void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) = 0;
+
+    // send holds sum(counts) elements: the block for member r starts at
+    // counts[0] + ... + counts[r-1]. recv (counts[rank()] elements) = op over
+    // members of their block for this member. counts.size() == size().
+    // In place: recv == (char*)send + offset of this member's block.
+    virtual void reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
+                                 dsm_dtype_t dtype, Op op) = 0;
+
+    // Equal blocks of `count` elements (send holds size()*count).
+    virtual void reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op);
+
+    // recv holds sum(counts) elements: member r's send_count == counts[r]
+    // elements land at counts[0] + ... + counts[r-1]. In place: send == recv
+    // + offset of this member's block.
+    virtual void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts,
+                            dsm_dtype_t dtype) = 0;
+
+    // Equal blocks of `count` elements.
+    virtual void allgather(const void *send, void *recv, size_t count, dsm_dtype_t dtype);
+
+    // MPI_Alltoallv semantics with element counts and displacements.
+    virtual void alltoallv(const void *send, const std::vector<size_t> &send_counts,
+                           const std::vector<size_t> &send_displs, void *recv,
+                           const std::vector<size_t> &recv_counts,
+                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) = 0;
+
+    virtual void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) = 0;
+
+    virtual void barrier() = 0;
+
+    // Memory for buffers that collectives read and write (the engine's flat
+    // parameter and gradient buffers). Collective: every member allocates the
+    // same number of bytes in the same order. The "shm" backend places it in
+    // a node-shared window so that collectives on it read the peers' data in
+    // place; "mpi" returns aligned private memory. Aligned to 64 bytes, zeroed.
+    // Freed by free_shared() (collective, same order) or by the destructor.
+    virtual void *alloc_shared(size_t bytes) = 0;
+    virtual void free_shared(void *ptr) = 0;
+
+    const Stats &stats() const noexcept { return stats_; }
+    void reset_stats() noexcept { stats_ = Stats{}; }
+
+protected:
+    Stats stats_;
+};
+
+enum class Kind {
+    AUTO, // "shm" when the group has two or more ranks on some node, else "mpi"
+    MPI,
+    SHM,  // shared memory inside each node + MPI between node leaders
+};
+
+// Kind from its name ("auto", "mpi", "shm"); DSM_ERR_INVALID_ARGUMENT otherwise.
+Kind kind_from_name(const std::string &name);
+
+// Collective over `comm` (not freed, not kept: the backend dups it).
+// `node_color` names this rank's node (ranks with equal colors are on one
+// node: the mesh placement's node index, so simulated nodes split a host);
+// negative: discover with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Ranks
+// that share a color are further split by MPI_COMM_TYPE_SHARED so a window is
+// only ever shared where memory is.
+std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color = -1);
+
+} // namespace comm
+} // namespace dsm
