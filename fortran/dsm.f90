@@ -62,6 +62,8 @@ module dsm
   integer, parameter, public :: DSM_ERR_NCCL = 12
   integer, parameter, public :: DSM_ERR_HWLOC = 13
   integer, parameter, public :: DSM_ERR_INTERNAL = 14
+  integer, parameter, public :: DSM_ERR_NUMERIC = 15
+  integer, parameter, public :: DSM_ERR_STATE = 16
 
   ! ------------------------------------------------------------ dsm_dtype_t
   integer, parameter, public :: DSM_FLOAT32 = 0

@@ -58,7 +58,9 @@ typedef enum dsm_status {
     DSM_ERR_CUDA = 11,             /**< A CUDA call failed. */
     DSM_ERR_NCCL = 12,             /**< An NCCL call failed. */
     DSM_ERR_HWLOC = 13,            /**< An hwloc call failed. */
-    DSM_ERR_INTERNAL = 14          /**< A bug in libdsm: please report it. */
+    DSM_ERR_INTERNAL = 14,         /**< A bug in libdsm: please report it. */
+    DSM_ERR_NUMERIC = 15,          /**< Training diverged: the fp16 loss scale is at its minimum and gradients still overflow. */
+    DSM_ERR_STATE = 16             /**< The call is not valid in the object's current state (a buffer still acquired, released twice). */
 } dsm_status_t;
 
 /**
@@ -561,6 +563,279 @@ DSM_API dsm_status_t dsm_config_describe(dsm_config_t cfg, dsm_format_t format, 
  */
 DSM_API dsm_status_t dsm_config_describe_lr(dsm_config_t cfg, int64_t steps, dsm_format_t format,
                                             char **text);
+
+/** @} */
+
+/**
+ * @defgroup dsm_engine Training engine
+ *
+ * The engine owns a model's parameters, gradients and optimizer state in
+ * flat, aligned buffers partitioned over the mesh's "data_parallel"
+ * dimension as the configuration's ZeRO stage says (0: nothing partitioned;
+ * 1: optimizer state; 2: and gradients; 3: and parameters), runs the
+ * configured optimizer, LR schedule and mixed precision, and reduces
+ * gradients over data_parallel x sequence_parallel (summed over SP, averaged
+ * over DP: gradient_allreduce_op "mean").
+ *
+ * A training micro-step, the same for every stage:
+ * - forward: dsm_engine_param_acquire() gives a parameter's values (under
+ *   ZeRO-3 it gathers them), dsm_engine_param_release() when done;
+ * - backward: multiply the loss gradient by dsm_engine_get_loss_scale(); for
+ *   each parameter, dsm_engine_grad_acquire() gives the buffer to add its
+ *   gradient into, dsm_engine_grad_release() hands it back (under ZeRO-2/3
+ *   the engine reduces it then, in buckets of reduce_bucket_size);
+ * - dsm_step(): at the gradient-accumulation boundary, the optimizer step.
+ *
+ * Collective calls: every rank of the engine makes the same collective calls
+ * in the same order. The engine checks that at each of its collective points
+ * and fails every rank with DSM_ERR_MISMATCH (or the status of the rank that
+ * found the error) instead of hanging. After a collective call fails the
+ * engine only accepts dsm_engine_free() (other calls give DSM_ERR_STATE).
+ *
+ * Values live in the engine's compute dtype (dsm_engine_get_dtype():
+ * FLOAT32, FLOAT16 with fp16.enabled, BFLOAT16 with bf16.enabled);
+ * dsm_convert() moves data between dtypes.
+ * @{
+ */
+
+/** Opaque handle to a training engine. */
+typedef struct dsm_engine_s *dsm_engine_t;
+
+/** Largest number of dimensions of a parameter. */
+#define DSM_PARAM_MAX_DIMS 8
+
+/**
+ * @brief Fills elements [@p offset, @p offset + @p count) of parameter
+ * @p index (row-major) into @p values as fp32; returns 0, or nonzero to fail
+ * dsm_engine_init() with DSM_ERR_INVALID_ARGUMENT.
+ *
+ * The engine calls it only for the ranges this rank stores, so under ZeRO-3 no
+ * rank ever holds a whole model (DeepSpeed's zero.Init). It must give the same
+ * values for the same range on every rank (seed a generator by the element
+ * index, not by the rank).
+ */
+typedef int (*dsm_param_init_fn)(void *user_data, int index, const char *name, int64_t offset,
+                                 int64_t count, float *values);
+
+/** Describes one parameter of the model (dsm_engine_init()). */
+typedef struct dsm_param_desc {
+    /** Unique name, 1..255 characters without spaces ("layer1.weight"); checkpoints use it. */
+    const char *name;
+    int ndims;              /**< 0 (a scalar) .. DSM_PARAM_MAX_DIMS */
+    const int64_t *shape;   /**< ndims sizes, each >= 1 */
+    /** dtype of @c init_values: FLOAT32, FLOAT64, FLOAT16 or BFLOAT16. */
+    dsm_dtype_t dtype;
+    int trainable;          /**< 0: frozen (no gradient, no optimizer state, held whole on every rank) */
+    int no_weight_decay;    /**< 1: excluded from weight decay (biases, norms) */
+    /** The whole parameter, read on the first rank of each data_parallel x
+     *  sequence_parallel group and copied to the others (which may pass NULL).
+     *  NULL there and no @c init_fn: zeros. */
+    const void *init_values;
+    dsm_param_init_fn init_fn; /**< used when @c init_values is NULL on the first rank */
+    void *init_user_data;      /**< passed to @c init_fn */
+} dsm_param_desc_t;
+
+/** What dsm_step() did, and the engine's counters (dsm_engine_get_step_info()). */
+typedef struct dsm_step_info {
+    size_t size;            /**< sizeof(dsm_step_info_t): set by DSM_STEP_INFO_INITIALIZER */
+    int boundary;           /**< 1: this micro-step ended an accumulation window */
+    int skipped;            /**< 1: gradients overflowed; the update was skipped */
+    int64_t global_steps;   /**< accumulation boundaries so far, skipped ones included */
+    int64_t micro_steps;    /**< dsm_step() calls so far */
+    int64_t skipped_steps;  /**< boundaries skipped for overflow */
+    int64_t global_samples; /**< train_batch_size per boundary */
+    double lr;              /**< learning rate of the next optimizer step */
+    double loss_scale;      /**< loss scale for the next micro-step (1 without fp16) */
+    double grad_norm;       /**< global gradient norm of the last boundary, before clipping (-1 before the first) */
+} dsm_step_info_t;
+
+/** Initializer of dsm_step_info_t. */
+#define DSM_STEP_INFO_INITIALIZER { sizeof(dsm_step_info_t), 0, 0, 0, 0, 0, 0, 0.0, 1.0, -1.0 }
+
+/**
+ * @brief Create an engine for a model on the ranks of @p mesh.
+ *
+ * Collective over the mesh. The configuration is read on every rank as
+ * dsm_config_load_for_mesh() does; its "optimizer" section is required. ZeRO
+ * partitions over the mesh's "data_parallel" dimension (a mesh without one is
+ * all data parallel). Every rank passes the same parameter list (names,
+ * shapes, trainable and weight-decay flags): a rank whose list differs fails
+ * every rank with DSM_ERR_MISMATCH naming the first difference.
+ *
+ * @param mesh    the mesh, or NULL: build one over MPI_COMM_WORLD as
+ *                dsm_engine_init_comm() does. The engine keeps its own
+ *                reference: the caller may free @p mesh at once.
+ * @param config  path of a DeepSpeed JSON file, or inline JSON starting with '{'
+ * @param params  @p nparams parameter descriptions (1..1000000)
+ * @param[out] engine the engine; NULL on error. Free with dsm_engine_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
+ * descriptor, naming the parameter and the field; an init_fn that failed);
+ * DSM_ERR_IO; DSM_ERR_CONFIG; DSM_ERR_NOT_SUPPORTED; DSM_ERR_MISMATCH;
+ * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config,
+                                     const dsm_param_desc_t *params, int nparams,
+                                     dsm_engine_t *engine);
+
+/**
+ * @brief dsm_engine_init() with a mesh built over @p comm from the
+ * configuration: (data_parallel, sequence_parallel) when it sets
+ * sequence_parallel_size (with data_parallel_size, when given, checked
+ * against it), else one "data_parallel" dimension over all of @p comm.
+ *
+ * Collective over @p comm. @return as dsm_engine_init().
+ */
+DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
+                                          const dsm_param_desc_t *params, int nparams,
+                                          dsm_engine_t *engine);
+
+/**
+ * @brief Free an engine and set @p *engine to NULL; NULL is a no-op.
+ *
+ * Collective over the engine's ranks. Parameter pointers from
+ * dsm_engine_param_acquire() become invalid.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_engine_free(dsm_engine_t *engine);
+
+/**
+ * @brief Number of parameters, and the index of a parameter by name.
+ *
+ * Not collective. Thread safe with other readers.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown name.
+ */
+DSM_API dsm_status_t dsm_engine_num_params(dsm_engine_t engine, int *nparams);
+/** @copydoc dsm_engine_num_params */
+DSM_API dsm_status_t dsm_engine_param_index(dsm_engine_t engine, const char *name, int *index);
+
+/**
+ * @brief The number of elements of parameter @p index.
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for an index out of range.
+ */
+DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int64_t *numel);
+
+/**
+ * @brief The engine's compute dtype: FLOAT32, FLOAT16 (fp16.enabled) or
+ * BFLOAT16 (bf16.enabled). Parameters and gradient buffers use it.
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtype);
+
+/**
+ * @brief Get the values of parameter @p index (numel elements of the compute
+ * dtype, row-major) until dsm_engine_param_release().
+ *
+ * Under ZeRO-3 a parameter with more than stage3_param_persistence_threshold
+ * elements is gathered from its partitions: then the call is collective over
+ * the data-parallel group (every rank acquires the same parameters in the
+ * same order), and the engine also gathers the parameters that followed this
+ * one in the previous step's order, up to stage3_prefetch_bucket_size
+ * elements, in the same collective. Otherwise it is local. Acquiring a
+ * parameter twice without release is DSM_ERR_STATE.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
+ * DSM_ERR_STATE; DSM_ERR_MISMATCH; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_engine_param_acquire(dsm_engine_t engine, int index, const void **values);
+
+/**
+ * @brief Give back a parameter from dsm_engine_param_acquire(); under ZeRO-3
+ * its gathered copy is freed. Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
+ * DSM_ERR_STATE when it is not acquired.
+ */
+DSM_API dsm_status_t dsm_engine_param_release(dsm_engine_t engine, int index);
+
+/**
+ * @brief Get the buffer to add parameter @p index's gradient into (numel
+ * elements of the compute dtype).
+ *
+ * Add (+=) the gradient of the loss multiplied by the loss scale. Under ZeRO-0
+ * and 1 the buffer holds the sum of this accumulation window so far; under
+ * ZeRO-2 and 3 it starts at zero and its contents are reduced at release.
+ * Either way the engine reduces the sum of everything added. Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (index,
+ * or a frozen parameter); DSM_ERR_STATE when already acquired; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, void **grad);
+
+/**
+ * @brief Hand a gradient buffer back to the engine.
+ *
+ * Under ZeRO-2 and 3 the gradient joins the current bucket, which is reduced
+ * (a reduce-scatter to its owners over the data-parallel group) when it holds
+ * reduce_bucket_size elements: the call is then collective, and every rank
+ * releases the same gradients in the same order. Otherwise it is local.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
+ * DSM_ERR_STATE when not acquired; DSM_ERR_MISMATCH; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
+
+/**
+ * @brief One micro-step.
+ *
+ * Collective over the engine's ranks. Every gradient and parameter must be
+ * released. At the gradient-accumulation boundary (every
+ * gradient_accumulation_steps calls): finish the reductions, unscale, check
+ * for Inf/NaN on every rank (one rank's overflow makes every rank skip),
+ * compute the global gradient norm (fp64), clip to gradient_clipping, run the
+ * optimizer on this rank's partition of the fp32 master weights, gather the
+ * updated parameters where the stage needs them, step the LR schedule (not
+ * after a skipped step) and the loss scaler. Gradients are summed over the
+ * window and divided by its length.
+ *
+ * @param[out] info what happened (may be NULL); initialize with DSM_STEP_INFO_INITIALIZER.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_STATE (a buffer still
+ * acquired: every rank fails); DSM_ERR_MISMATCH; DSM_ERR_NUMERIC (fp16 loss
+ * scale at its minimum and still overflowing); DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info);
+
+/**
+ * @brief The loss scale to multiply the loss gradient by before backward
+ * (fp16; 1.0 otherwise). Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_engine_get_loss_scale(dsm_engine_t engine, double *scale);
+
+/**
+ * @brief The engine's counters, learning rate, loss scale and last gradient
+ * norm (the fields of dsm_step_info_t; boundary and skipped describe the last
+ * dsm_step()). Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT when
+ * info->size is too small.
+ */
+DSM_API dsm_status_t dsm_engine_get_step_info(dsm_engine_t engine, dsm_step_info_t *info);
+
+/**
+ * @brief The engine's mesh (a reference the engine owns: do not free it). Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh);
+
+/**
+ * @brief Describe the engine: ZeRO stage, dtypes, optimizer, the flat layout
+ * and this rank's memory by buffer next to the ZeRO paper's bytes per
+ * parameter, and the communication counters.
+ *
+ * Not collective. The JSON form is specified in doc/engine.md. Free the
+ * text with dsm_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an
+ * unknown format; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t format, char **text);
+
+/**
+ * @brief Convert @p n elements between FLOAT32, FLOAT64, FLOAT16 and
+ * BFLOAT16 (round to nearest even; Inf and NaN kept).
+ *
+ * Not collective. Thread safe. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for another dtype.
+ */
+DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst,
+                                 dsm_dtype_t dst_dtype, size_t n);
 
 /** @} */
 

@@ -30,6 +30,8 @@ const char *status_text(dsm_status_t status) noexcept {
     case DSM_ERR_NCCL: return "NCCL error";
     case DSM_ERR_HWLOC: return "hwloc error";
     case DSM_ERR_INTERNAL: return "internal error";
+    case DSM_ERR_NUMERIC: return "numerical failure";
+    case DSM_ERR_STATE: return "invalid state";
     }
     return "unknown status";
 }

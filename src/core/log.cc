@@ -41,6 +41,8 @@ const char *subsys_name(Subsys s) {
     case Subsys::MESH: return "MESH";
     case Subsys::TOPO: return "TOPO";
     case Subsys::ERROR: return "ERROR";
+    case Subsys::ENGINE: return "ENGINE";
+    case Subsys::COMM: return "COMM";
     }
     return "?";
 }
@@ -80,7 +82,7 @@ LogState &state() {
             size_t end = sub.find(',', pos);
             if (end == std::string::npos) end = sub.size();
             std::string tok = sub.substr(pos, end - pos);
-            const Subsys all[] = {Subsys::INIT, Subsys::MESH, Subsys::TOPO, Subsys::ERROR};
+            const Subsys all[] = {Subsys::INIT, Subsys::MESH, Subsys::TOPO, Subsys::ERROR, Subsys::ENGINE, Subsys::COMM};
             bool known = strcasecmp(tok.c_str(), "ALL") == 0;
             if (known) mask = ~0u;
             for (Subsys s : all)

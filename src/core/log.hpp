@@ -7,7 +7,7 @@ namespace dsm {
 
 enum class LogLevel { NONE = 0, WARN = 1, INFO = 2, TRACE = 3 };
 
-enum class Subsys : unsigned { INIT = 1u, MESH = 2u, TOPO = 4u, ERROR = 8u };
+enum class Subsys : unsigned { INIT = 1u, MESH = 2u, TOPO = 4u, ERROR = 8u, ENGINE = 16u, COMM = 32u };
 
 bool log_enabled(LogLevel level, Subsys subsys) noexcept;
 

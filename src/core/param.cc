@@ -14,7 +14,7 @@ const std::vector<Param> &params() {
     static const std::vector<Param> table = {
         {"DSM_DEBUG", "WARN", "Log level: NONE, WARN, INFO or TRACE."},
         {"DSM_DEBUG_SUBSYS", "ALL",
-         "Subsystems to log, comma separated: INIT, MESH, TOPO, ERROR or ALL; a leading ^ logs all "
+         "Subsystems to log, comma separated: INIT, MESH, TOPO, ERROR, ENGINE, COMM or ALL; a leading ^ logs all "
          "but the listed ones."},
         {"DSM_DEBUG_FILE", "",
          "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the "

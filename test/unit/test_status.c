@@ -41,11 +41,13 @@ static void test_status_values_pinned(void **state) {
     assert_int_equal(DSM_ERR_NCCL, 12);
     assert_int_equal(DSM_ERR_HWLOC, 13);
     assert_int_equal(DSM_ERR_INTERNAL, 14);
+    assert_int_equal(DSM_ERR_NUMERIC, 15);
+    assert_int_equal(DSM_ERR_STATE, 16);
 }
 
 static void test_status_strings(void **state) {
     (void)state;
-    for (int s = 0; s <= DSM_ERR_INTERNAL; ++s) {
+    for (int s = 0; s <= DSM_ERR_STATE; ++s) {
         const char *text = dsm_status_string((dsm_status_t)s);
         assert_non_null(text);
         assert_true(strlen(text) > 0);
