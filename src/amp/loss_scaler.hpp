@@ -20,7 +20,7 @@ struct LossScalerConfig {
     int64_t hysteresis = 2;           // delayed_shift
     bool consecutive_hysteresis = false;
     double min_scale = 1.0;
-    bool raise_error_at_min_scale = true;
+    bool raise_error_at_min_scale = true; // DeepSpeed's default; no fp16 key sets it
 };
 
 // fp16 section -> scaler settings (dynamic when loss_scale == 0). With fp16

@@ -522,24 +522,36 @@ Engine::~Engine() {
 
 // ---------------------------------------------------------------- describe
 
+uint64_t Engine::bytes_sent() const noexcept {
+    return (dp_ ? dp_->stats().bytes_sent : 0) + (sp_ ? sp_->stats().bytes_sent : 0);
+}
+
+double Engine::zero_formula_bytes_per_param() const {
+    // The ZeRO paper's bytes per parameter: K = 12 for fp16 with fp32 Adam
+    // (master 4 + two moments 8); with fp32 the master is the parameter.
+    const double dp = dp_size_;
+    const int nstate = optim::state_count(cfg_.optimizer.type);
+    const double pw = static_cast<double>(esize_);
+    const double K = (dtype_ == DSM_FLOAT32 ? 0.0 : 4.0) + 4.0 * nstate;
+    switch (stage_) {
+    case 0: return pw + pw + K;
+    case 1: return pw + pw + K / dp;
+    case 2: return pw + (pw + K) / dp;
+    default: return (pw + pw + K) / dp;
+    }
+}
+
+size_t Engine::model_state_bytes() const {
+    return param_flat_.bytes() + param_part_.bytes() + grad_flat_.bytes() + grad_part_.bytes() + master_own_.bytes() +
+           optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states());
+}
+
 std::string Engine::describe(dsm_format_t format) const {
     DSM_REQUIRE(format == DSM_FORMAT_TEXT || format == DSM_FORMAT_JSON, DSM_ERR_INVALID_ARGUMENT, "format ",
                 static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
     using nlohmann::json;
     const double N = static_cast<double>(layout_.used());
-    const double dp = dp_size_;
-    // The ZeRO paper's bytes per parameter: K = 12 for fp16 with fp32 Adam
-    // (master 4 + two moments 8); for fp32 the master is the parameter.
-    const int nstate = optim::state_count(cfg_.optimizer.type);
-    const double pw = static_cast<double>(esize_);
-    const double K = (dtype_ == DSM_FLOAT32 ? 0.0 : 4.0) + 4.0 * nstate;
-    double formula = 0;
-    switch (stage_) {
-    case 0: formula = pw + pw + K; break;
-    case 1: formula = pw + pw + K / dp; break;
-    case 2: formula = pw + (pw + K) / dp; break;
-    default: formula = (pw + pw + K) / dp; break;
-    }
+    const double formula = zero_formula_bytes_per_param();
     json buffers = json::object();
     auto add = [&](const char *name, size_t bytes) {
         if (bytes) buffers[name] = bytes;
@@ -553,8 +565,7 @@ std::string Engine::describe(dsm_format_t format) const {
     size_t frozen = 0;
     for (const Param &p : params_) frozen += p.frozen.bytes();
     add("frozen_parameters", frozen);
-    size_t model_state = param_flat_.bytes() + param_part_.bytes() + grad_flat_.bytes() + grad_part_.bytes() +
-                         master_own_.bytes() + optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states());
+    const size_t model_state = model_state_bytes();
     size_t total = 0;
     for (auto &kv : buffers.items()) total += kv.value().get<size_t>();
     json j = {

@@ -130,6 +130,13 @@ public:
     void step_info(dsm_step_info_t *info) const;
     std::string describe(dsm_format_t format) const;
 
+    // For benchmarks: time spent so far, and the bytes this rank sent.
+    const Timers &timers() const noexcept { return timers_; }
+    uint64_t bytes_sent() const noexcept;
+    // Bytes of the model state on this rank, and the ZeRO paper's bytes per parameter.
+    size_t model_state_bytes() const;
+    double zero_formula_bytes_per_param() const;
+
 private:
     Engine() = default;
     void setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output);

@@ -9,23 +9,33 @@
 // chunks, so results never depend on the thread count (reductions, for Lamb,
 // combine fixed blocks in a fixed order).
 //
-// Formulas follow PyTorch/DeepSpeed:
-//   Adam (bias_correction): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+// Formulas follow DeepSpeed's kernels (PyTorch's where DeepSpeed has none);
+// g is the gradient times StepArgs::grad_scale, wd is 0 in segments without
+// decay, bc1 = 1 - b1^step and bc2 = 1 - b2^step (both 1 without
+// bias_correction):
+//   Adam (DeepSpeed cpu_adam): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //     adam_w_mode: p -= lr * (m/bc1 / (sqrt(v/bc2) + eps) + wd p)  (decoupled)
 //     else: g += wd p first (L2), then the same without the wd term.
-//   SGD: g += wd p; buf = momentum buf + (1-dampening) g (buf = g on the first
-//     step); nesterov: g += momentum buf, else g = buf; p -= lr g.
-//   Lamb: Adam's update u (with wd p added), ratio = ||p|| / ||u|| over the
-//     whole parameter, clamped to [min_coeff, max_coeff] (1 when either norm
-//     is 0); p -= lr * ratio * u.
-//   Lion: c = b1 m + (1-b1) g; p -= lr (sign(c) + wd p); m = b2 m + (1-b2) g.
-//   Adagrad: g += wd p; clr = lr / (1 + (step-1) lr_decay); sum += g^2;
-//     p -= clr g / (sqrt(sum) + eps).
+//   SGD (torch.optim.SGD): g += wd p; buf = momentum buf + (1-dampening) g
+//     (buf = g on the first step); nesterov: g += momentum buf, else g = buf;
+//     p -= lr g. No momentum: no buffer update, p -= lr g.
+//   Lamb (DeepSpeed FusedLamb, eps outside the sqrt): m and v as Adam's;
+//     u = m / (sqrt(v) + eps) + wd p (no bias correction inside u);
+//     ratio = ||p|| / ||u|| over the whole parameter (all ranks), clamped to
+//     [min_coeff, max_coeff], and 1 when either norm is 0;
+//     p -= lr * sqrt(bc2) / bc1 * ratio * u.
+//   Lion (DeepSpeed cpu_lion): c = b1 m + (1-b1) g; p -= lr (sign(c) + wd p);
+//     m = b2 m + (1-b2) g. sign(0) = 0 as torch.sign (DeepSpeed's kernels
+//     move by lr even there: copysign on CPU, c > 0 ? -lr : lr on GPU).
+//   Adagrad (torch.optim.Adagrad: DeepSpeed's CPU Adagrad has neither
+//     lr_decay nor initial_accumulator_value): g += wd p;
+//     clr = lr / (1 + (step-1) lr_decay); sum += g^2; p -= clr g / (sqrt(sum) + eps).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,12 +82,20 @@ struct StepArgs {
     int64_t step = 1;        // 1-based count of this parameter's updates (bias correction, SGD's first step)
     double lr = 1e-3;        // from the LR schedule
     double beta1 = 0.9;      // from the schedule when OneCycle cycles momentum, else Hyper::beta1
+                             // (Adam, Lamb, Lion; SGD and Adagrad have no betas, so OneCycle never
+                             // cycles them and SGD's momentum is Hyper::momentum)
     float grad_scale = 1.0f; // g is multiplied by this first (unscale * clip * 1/accumulation)
 };
 
 // Lamb's per-parameter norms are sums over the ranks that share the
 // parameter: the engine passes a function that sums a vector of doubles over
-// its data-parallel group (identity on one rank).
+// its data-parallel group (identity on one rank). The vector is indexed by
+// parameter: [2 param] = sum of p^2 and [2 param + 1] = sum of u^2 over this
+// rank's segments of `param`, zero for parameters it does not hold; its size
+// is 2 (largest param here + 1), which differs between ranks, so the function
+// may grow it (zeros) to a size common to the group, e.g. 2 * number of
+// parameters, before summing. Sizes below 2 (largest param + 1) afterwards
+// are an error.
 using SumFn = std::function<void(std::vector<double> &)>;
 
 // Which kernel runs: "avx512", "avx2" or "generic".
@@ -86,6 +104,12 @@ const char *active_isa() noexcept;
 // "auto"; DSM_ERR_NOT_SUPPORTED when the CPU lacks it, INVALID_ARGUMENT for
 // another name.
 void set_isa(const std::string &name);
+
+// Threads of the kernels: n > 0 threads, 0 (the initial value) OpenMP's
+// default (omp_get_max_threads()); negative: INVALID_ARGUMENT. Results do not
+// depend on it.
+void set_num_threads(int n);
+int num_threads() noexcept; // the count a step uses now (>= 1)
 
 class Optimizer {
 public:
@@ -98,18 +122,22 @@ public:
     const Hyper &hyper() const noexcept { return hyper_; }
     size_t size() const noexcept { return n_; }
     int num_states() const noexcept { return static_cast<int>(states_.size()); }
-    float *state(int i) noexcept { return states_[static_cast<size_t>(i)]; }
-    const float *state(int i) const noexcept { return states_[static_cast<size_t>(i)]; }
+    float *state(int i) noexcept { return states_[static_cast<size_t>(i)].get(); }
+    const float *state(int i) const noexcept { return states_[static_cast<size_t>(i)].get(); }
 
     // One update of p[0..n) from g[0..n) * args.grad_scale over `segments`.
-    // `sum` is used by Lamb only (may be empty: one rank).
+    // `sum` is used by Lamb only (may be empty: one rank). Segments must lie
+    // inside [0, n) and not overlap; step >= 1.
     void step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
               const SumFn &sum = {});
 
 private:
     Hyper hyper_;
     size_t n_ = 0;
-    std::vector<float *> states_;
+    struct Free {
+        void operator()(float *p) const noexcept;
+    };
+    std::vector<std::unique_ptr<float[], Free>> states_;
 };
 
 // The fused kernels, for benchmarks and tests: one update of n elements, all

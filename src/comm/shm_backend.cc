@@ -1,0 +1,518 @@
+// The "shm" backend: node-shared MPI-3 windows inside a node, MPI lanes
+// between nodes (see ShmBackend in backends.hpp for the scheme).
+#include "dsm_config.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "comm/backends.hpp"
+#include "comm/reduce.hpp"
+#include "core/error.hpp"
+
+namespace dsm {
+namespace comm {
+
+namespace {
+
+constexpr int64_t kScratch = -1; // the rank's scratch window
+constexpr int64_t kNone = -2;    // not in node-shared memory
+constexpr int64_t kDirect = -3;  // this process's own address (a node of one rank)
+constexpr uintptr_t kAlign = 64;
+// The scratch window grows in steps of this, so that slowly growing calls do
+// not reallocate (collectively) every time.
+constexpr size_t kScratchStep = size_t(2) << 20;
+
+bool finalized() noexcept {
+    int fini = 0;
+    MPI_Finalized(&fini);
+    return fini != 0;
+}
+
+char *align_up(void *p) {
+    return reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(p) + kAlign - 1) & ~(kAlign - 1));
+}
+
+bool overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const uintptr_t x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return an && bn && x < y + bn && y < x + an;
+}
+
+// MPI_Comm_split where ranks may stay out (color MPI_UNDEFINED: MPI_COMM_NULL).
+Comm split_or_null(MPI_Comm parent, int color, int key) {
+    MPI_Comm c = MPI_COMM_NULL;
+    DSM_CHECK_MPI(MPI_Comm_split(parent, color, key, &c));
+    Comm owned(c);
+    if (c != MPI_COMM_NULL) DSM_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    return owned;
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- node communicator and windows
+
+Comm node_comm(MPI_Comm group, int node_color) {
+    int rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(group, &rank));
+    Comm by_color;
+    MPI_Comm base = group;
+    if (node_color >= 0) {
+        by_color = Comm::split(group, node_color, rank);
+        base = by_color.get();
+    }
+    MPI_Comm c = MPI_COMM_NULL;
+    DSM_CHECK_MPI(MPI_Comm_split_type(base, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &c));
+    Comm node(c);
+    DSM_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+    return node;
+}
+
+SharedWindow::SharedWindow(MPI_Comm node, size_t bytes) {
+    int local = 1;
+    DSM_CHECK_MPI(MPI_Comm_size(node, &local));
+    // Each segment on its own pages, first touched by its owner (NUMA-local),
+    // with room to align its start to 64 bytes.
+    MPI_Info info = MPI_INFO_NULL;
+    DSM_CHECK_MPI(MPI_Info_create(&info));
+    MPI_Info_set(info, "alloc_shared_noncontig", "true");
+    void *mine = nullptr;
+    const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(bytes + kAlign), 1, info, node, &mine, &win_);
+    MPI_Info_free(&info);
+    DSM_CHECK_MPI(rc);
+    try {
+        DSM_CHECK_MPI(MPI_Win_set_errhandler(win_, MPI_ERRORS_RETURN));
+        DSM_CHECK_MPI(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
+        bases_.resize(static_cast<size_t>(local));
+        for (int p = 0; p < local; ++p) {
+            MPI_Aint size = 0;
+            int unit = 0;
+            void *b = nullptr;
+            DSM_CHECK_MPI(MPI_Win_shared_query(win_, p, &size, &unit, &b));
+            // Mappings are page-aligned, so every process aligns to the same byte.
+            bases_[static_cast<size_t>(p)] = align_up(b);
+        }
+    } catch (...) {
+        reset();
+        throw;
+    }
+    bytes_ = bytes;
+}
+
+SharedWindow::SharedWindow(SharedWindow &&o) noexcept
+    : win_(std::exchange(o.win_, MPI_WIN_NULL)), bases_(std::move(o.bases_)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+SharedWindow &SharedWindow::operator=(SharedWindow &&o) noexcept {
+    if (this != &o) {
+        reset();
+        win_ = std::exchange(o.win_, MPI_WIN_NULL);
+        bases_ = std::move(o.bases_);
+        bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+}
+
+void SharedWindow::sync() const noexcept {
+    if (win_ != MPI_WIN_NULL) MPI_Win_sync(win_);
+}
+
+void SharedWindow::reset() noexcept {
+    if (win_ != MPI_WIN_NULL && !finalized()) {
+        MPI_Win_unlock_all(win_);
+        MPI_Win_free(&win_);
+    }
+    win_ = MPI_WIN_NULL;
+    bases_.clear();
+    bytes_ = 0;
+}
+
+// ---------------------------------------------------------------- construction
+
+ShmBackend::ShmBackend(MPI_Comm comm, int node_color) : comm_(Comm::dup(comm)) {
+    const MPI_Comm g = comm_.get();
+    DSM_CHECK_MPI(MPI_Comm_rank(g, &rank_));
+    DSM_CHECK_MPI(MPI_Comm_size(g, &size_));
+    node_ = node_comm(g, node_color);
+    DSM_CHECK_MPI(MPI_Comm_rank(node_.get(), &local_rank_));
+    DSM_CHECK_MPI(MPI_Comm_size(node_.get(), &local_size_));
+
+    // Nodes are numbered in the order of their lowest group rank (local rank 0).
+    const Comm leaders = split_or_null(g, local_rank_ == 0 ? 0 : MPI_UNDEFINED, rank_);
+    int where[2] = {0, 1};
+    if (local_rank_ == 0) {
+        DSM_CHECK_MPI(MPI_Comm_rank(leaders.get(), &where[0]));
+        DSM_CHECK_MPI(MPI_Comm_size(leaders.get(), &where[1]));
+    }
+    DSM_CHECK_MPI(MPI_Bcast(where, 2, MPI_INT, 0, node_.get()));
+    node_index_ = where[0];
+    nodes_ = where[1];
+
+    const int mine[3] = {node_index_, local_rank_, local_size_};
+    std::vector<int> all(3 * static_cast<size_t>(size_));
+    DSM_CHECK_MPI(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, g));
+    node_of_.resize(static_cast<size_t>(size_));
+    local_of_.resize(static_cast<size_t>(size_));
+    node_size_.assign(static_cast<size_t>(nodes_), 0);
+    members_.assign(static_cast<size_t>(nodes_), {});
+    for (size_t r = 0; r < static_cast<size_t>(size_); ++r) {
+        node_of_[r] = all[3 * r];
+        local_of_[r] = all[3 * r + 1];
+        node_size_[static_cast<size_t>(node_of_[r])] = all[3 * r + 2];
+    }
+    for (int k = 0; k < nodes_; ++k) members_[static_cast<size_t>(k)].assign(static_cast<size_t>(node_size_[static_cast<size_t>(k)]), -1);
+    for (size_t r = 0; r < static_cast<size_t>(size_); ++r)
+        members_[static_cast<size_t>(node_of_[r])][static_cast<size_t>(local_of_[r])] = static_cast<int>(r);
+
+    if (nodes_ > 1) {
+        const int lanes = *std::max_element(node_size_.begin(), node_size_.end());
+        for (int v = 0; v < lanes; ++v) {
+            const bool serve = v % local_size_ == local_rank_;
+            Comm c = split_or_null(g, serve ? 0 : MPI_UNDEFINED, node_index_);
+            if (serve) lanes_.push_back(Lane{v, std::move(c)});
+        }
+    }
+
+    // Every rank learns whether windows work anywhere, so that AUTO falls back
+    // to "mpi" everywhere or nowhere.
+    std::string failure;
+    try {
+        control_ = SharedWindow(node_.get(), sizeof(Slot));
+    } catch (const Error &e) {
+        failure = e.message();
+    }
+    int ok = failure.empty() ? 1 : 0, all_ok = 0;
+    DSM_CHECK_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, g));
+    DSM_REQUIRE(all_ok == 1, DSM_ERR_NOT_SUPPORTED, "MPI_Win_allocate_shared failed",
+                failure.empty() ? std::string(" on another rank") : ": " + failure);
+    peers_.resize(static_cast<size_t>(local_size_));
+}
+
+ShmBackend::~ShmBackend() = default;
+
+// ---------------------------------------------------------------- locations and synchronization
+
+ShmBackend::Where ShmBackend::locate(const void *p, size_t bytes) const {
+    const uintptr_t u = reinterpret_cast<uintptr_t>(p);
+    if (local_size_ == 1) return Where{kDirect, u};
+    for (const auto &a : allocs_) {
+        const uintptr_t b = reinterpret_cast<uintptr_t>(a.second.base(local_rank_));
+        if (u >= b && u - b <= a.second.bytes() && bytes <= a.second.bytes() - (u - b))
+            return Where{a.first, u - b};
+    }
+    return Where{kNone, 0};
+}
+
+char *ShmBackend::peer_ptr(int p, Where w) const {
+    switch (w.seg) {
+    case kDirect: return reinterpret_cast<char *>(static_cast<uintptr_t>(w.off));
+    case kScratch: return scratch_.base(p) + w.off;
+    default: break;
+    }
+    const auto it = allocs_.find(w.seg);
+    DSM_REQUIRE(it != allocs_.end(), DSM_ERR_INTERNAL, "local rank ", p, " published unknown allocation ", w.seg);
+    return it->second.base(p) + w.off;
+}
+
+void ShmBackend::node_sync() {
+    if (local_size_ == 1) return;
+    // Make this rank's stores visible before the barrier and see the peers'
+    // after it (the MPI-3 shared-memory model: sync, barrier, sync).
+    control_.sync();
+    scratch_.sync();
+    for (const auto &a : allocs_) a.second.sync();
+    DSM_CHECK_MPI(MPI_Barrier(node_.get()));
+    control_.sync();
+    scratch_.sync();
+    for (const auto &a : allocs_) a.second.sync();
+}
+
+void ShmBackend::ensure_scratch(size_t bytes) {
+    if (bytes == 0 || bytes <= scratch_.bytes()) return;
+    scratch_.reset(); // collective, like the allocation: every rank saw the same need
+    scratch_ = SharedWindow(node_.get(), (bytes + kScratchStep - 1) / kScratchStep * kScratchStep);
+}
+
+void ShmBackend::begin(Where src, Where dst, size_t scratch, const void *copy_from, size_t copy_bytes) {
+    if (local_size_ == 1) {
+        peers_[0] = Slot{src, dst, 0, 0};
+        return;
+    }
+    *reinterpret_cast<Slot *>(control_.base(local_rank_)) = Slot{src, dst, scratch, copy_from != nullptr};
+    node_sync();
+    size_t most = 0;
+    bool copies = false;
+    for (int p = 0; p < local_size_; ++p) {
+        const Slot s = *reinterpret_cast<const Slot *>(control_.base(p));
+        peers_[static_cast<size_t>(p)] = s;
+        most = std::max<size_t>(most, s.scratch);
+        copies = copies || s.copied;
+    }
+    ensure_scratch(most);
+    if (copy_from != nullptr) std::memcpy(scratch_.base(local_rank_), copy_from, copy_bytes);
+    if (copies) node_sync();
+}
+
+namespace {
+
+// The blocks of lane v (one per node, the member with local rank v; none on
+// nodes with fewer ranks), as counts and displacements in node order.
+void lane_blocks(int v, const std::vector<int> &node_size, const std::vector<std::vector<int>> &members,
+                 const std::vector<size_t> &offs, const std::vector<size_t> &counts, std::vector<size_t> *lc,
+                 std::vector<size_t> *ld) {
+    const size_t k = node_size.size();
+    lc->assign(k, 0);
+    ld->assign(k, 0);
+    for (size_t j = 0; j < k; ++j) {
+        if (v >= node_size[j]) continue;
+        const size_t r = static_cast<size_t>(members[j][static_cast<size_t>(v)]);
+        (*lc)[j] = counts[r];
+        (*ld)[j] = offs[r];
+    }
+}
+
+size_t sum(const std::vector<size_t> &v) {
+    size_t s = 0;
+    for (size_t x : v) s += x;
+    return s;
+}
+
+} // namespace
+
+const char *ShmBackend::lane_partial(int v, const std::vector<size_t> &offs, const std::vector<size_t> &counts,
+                                     std::vector<size_t> *lc, std::vector<size_t> *ld, dsm_dtype_t dtype, Op op,
+                                     size_t esize, bool direct_ok) {
+    lane_blocks(v, node_size_, members_, offs, counts, lc, ld);
+    const size_t total = sum(*lc);
+    if (total == 0) return nullptr;
+    if (local_size_ == 1 && direct_ok) {
+        // One rank on this node: the partial is its own input, used in place
+        // when the lane's blocks follow each other in node order.
+        bool contiguous = true;
+        size_t next = SIZE_MAX;
+        for (size_t j = 0; j < lc->size(); ++j) {
+            if ((*lc)[j] == 0) continue;
+            contiguous = contiguous && (next == SIZE_MAX || (*ld)[j] == next);
+            next = (*ld)[j] + (*lc)[j];
+        }
+        if (contiguous) {
+            size_t first = 0;
+            while ((*lc)[first] == 0) ++first;
+            return peer_ptr(0, peers_[0].src) + (*ld)[first] * esize;
+        }
+    }
+    char *buf = static_cast<char *>(partial_.get(total * esize));
+    std::vector<const void *> srcs(static_cast<size_t>(local_size_));
+    size_t pos = 0;
+    for (size_t j = 0; j < lc->size(); ++j) {
+        if ((*lc)[j] == 0) continue;
+        for (int p = 0; p < local_size_; ++p)
+            srcs[static_cast<size_t>(p)] = peer_ptr(p, peers_[static_cast<size_t>(p)].src) + (*ld)[j] * esize;
+        reduce_sources(buf + pos * esize, srcs.data(), srcs.size(), (*lc)[j], dtype, op);
+        pos += (*lc)[j];
+    }
+    return buf;
+}
+
+// ---------------------------------------------------------------- collectives
+
+void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) {
+    check_reduce(dtype, op);
+    const size_t esize = dtype_size(dtype);
+    const size_t bytes = checked_bytes(count, esize, "allreduce count");
+    require_buffer(send, bytes, "send");
+    require_buffer(recv, bytes, "recv");
+    ++stats_.calls;
+    if (count == 0) return;
+    if (size_ == 1) {
+        if (send != recv) std::memcpy(recv, send, bytes);
+        return;
+    }
+    // One slice per member; the slices of each lane are reduced by its server.
+    const size_t n = static_cast<size_t>(size_), me = static_cast<size_t>(rank_);
+    std::vector<size_t> counts(n), offs(n);
+    for (size_t r = 0, at = 0; r < n; ++r) {
+        counts[r] = count / n + (r < count % n ? 1 : 0);
+        offs[r] = at;
+        at += counts[r];
+    }
+    // Inputs outside the node-shared windows are copied into scratch; results
+    // go where the peers can read them: recv when shared, else scratch (in
+    // place over the copy of the input, which is safe because each slice is
+    // read and written by one rank only).
+    Where src = locate(send, bytes), dst = locate(recv, bytes);
+    const void *copy_from = nullptr;
+    if (src.seg == kNone) {
+        src = Where{kScratch, 0};
+        copy_from = send;
+    }
+    if (dst.seg == kNone) dst = Where{kScratch, 0};
+    begin(src, dst, copy_from != nullptr || dst.seg == kScratch ? bytes : 0, copy_from, bytes);
+    char *w = peer_ptr(local_rank_, dst);
+    if (nodes_ == 1) {
+        std::vector<const void *> srcs(static_cast<size_t>(local_size_));
+        for (int p = 0; p < local_size_; ++p)
+            srcs[static_cast<size_t>(p)] = peer_ptr(p, peers_[static_cast<size_t>(p)].src) + offs[me] * esize;
+        reduce_sources(w + offs[me] * esize, srcs.data(), srcs.size(), counts[me], dtype, op);
+    } else {
+        const MPI_Datatype type = types_.type(dtype);
+        const MPI_Op mop = types_.op(dtype, op);
+        const bool direct_ok = !overlap(peer_ptr(local_rank_, src), bytes, w, bytes);
+        std::vector<size_t> lc, ld;
+        for (const Lane &lane : lanes_) {
+            const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
+            if (part == nullptr) continue; // every lane member has an empty slice
+            mpi_reduce_scatterv(lane.comm.get(), part, w + offs[me] * esize, lc, type, mop, esize);
+            mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
+            stats_.bytes_sent += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+        }
+    }
+    node_sync();
+    // Every slice from the rank on this node that serves its lane.
+    char *out = static_cast<char *>(recv);
+    for (size_t r = 0; r < n; ++r) {
+        if (counts[r] == 0) continue;
+        const int p = local_of_[r] % local_size_;
+        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
+        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
+    }
+    node_sync();
+}
+
+void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
+                                 dsm_dtype_t dtype, Op op) {
+    check_reduce(dtype, op);
+    const size_t esize = dtype_size(dtype);
+    size_t total = 0;
+    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
+    const size_t me = static_cast<size_t>(rank_), mine = counts[me];
+    require_buffer(send, total * esize, "send");
+    require_buffer(recv, mine * esize, "recv");
+    ++stats_.calls;
+    if (total == 0) return;
+    if (size_ == 1) {
+        if (mine && recv != send) std::memmove(recv, send, mine * esize);
+        return;
+    }
+    Where src = locate(send, total * esize);
+    const void *copy_from = nullptr;
+    if (src.seg == kNone) {
+        src = Where{kScratch, 0};
+        copy_from = send;
+    }
+    begin(src, Where{kNone, 0}, copy_from != nullptr ? total * esize : 0, copy_from, total * esize);
+    if (nodes_ == 1) {
+        if (mine) {
+            // recv may be this rank's own block of send (in place): the
+            // reduction reads a block of every source before storing it.
+            std::vector<const void *> srcs(static_cast<size_t>(local_size_));
+            for (int p = 0; p < local_size_; ++p)
+                srcs[static_cast<size_t>(p)] = peer_ptr(p, peers_[static_cast<size_t>(p)].src) + offs[me] * esize;
+            reduce_sources(recv, srcs.data(), srcs.size(), mine, dtype, op);
+        }
+    } else {
+        const MPI_Datatype type = types_.type(dtype);
+        const MPI_Op mop = types_.op(dtype, op);
+        const bool direct_ok = !overlap(peer_ptr(local_rank_, src), total * esize, recv, mine * esize);
+        std::vector<size_t> lc, ld;
+        for (const Lane &lane : lanes_) {
+            const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
+            if (part == nullptr) continue;
+            mpi_reduce_scatterv(lane.comm.get(), part, recv, lc, type, mop, esize);
+            stats_.bytes_sent += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+        }
+    }
+    node_sync(); // the peers are done reading this rank's input
+}
+
+void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype) {
+    const size_t esize = dtype_size(dtype);
+    size_t total = 0;
+    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
+    const size_t n = static_cast<size_t>(size_), me = static_cast<size_t>(rank_), mine = counts[me];
+    require_buffer(send, mine * esize, "send");
+    require_buffer(recv, total * esize, "recv");
+    ++stats_.calls;
+    if (total == 0) return;
+    char *out = static_cast<char *>(recv);
+    if (size_ == 1) {
+        if (mine && out != send) std::memmove(out, send, mine * esize);
+        return;
+    }
+    // The gathered buffer the peers read: recv when node-shared, else a
+    // scratch copy with the same layout.
+    Where dst = locate(recv, total * esize);
+    size_t need = 0;
+    if (dst.seg == kNone) {
+        dst = Where{kScratch, 0};
+        need = total * esize;
+    }
+    begin(Where{kNone, 0}, dst, need, nullptr, 0);
+    char *w = peer_ptr(local_rank_, dst);
+    if (mine && w + offs[me] * esize != send) std::memcpy(w + offs[me] * esize, send, mine * esize);
+    if (nodes_ > 1) {
+        const MPI_Datatype type = types_.type(dtype);
+        std::vector<size_t> lc, ld;
+        for (const Lane &lane : lanes_) {
+            lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
+            mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
+            stats_.bytes_sent += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+        }
+    }
+    node_sync();
+    for (size_t r = 0; r < n; ++r) {
+        if (counts[r] == 0) continue;
+        const int p = local_of_[r] % local_size_;
+        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
+        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
+    }
+    node_sync();
+}
+
+// All-to-all and broadcast move each byte once whatever the transport: MPI.
+void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_counts,
+                           const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
+                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) {
+    const size_t esize = dtype_size(dtype);
+    check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
+    ++stats_.calls;
+    for (int r = 0; r < size_; ++r)
+        if (node_of_[static_cast<size_t>(r)] != node_index_) stats_.bytes_sent += send_counts[static_cast<size_t>(r)] * esize;
+    mpi_alltoallv(comm_.get(), send, send_counts, send_displs, recv, recv_counts, recv_displs, types_.type(dtype),
+                  esize);
+}
+
+void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
+    const size_t esize = dtype_size(dtype);
+    check_bcast(size_, buf, count, esize, root);
+    ++stats_.calls;
+    if (rank_ == root && nodes_ > 1) stats_.bytes_sent += count * esize;
+    mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
+}
+
+void ShmBackend::barrier() {
+    ++stats_.calls;
+    DSM_CHECK_MPI(MPI_Barrier(comm_.get()));
+}
+
+// ---------------------------------------------------------------- allocations
+
+void *ShmBackend::alloc_shared(size_t bytes) {
+    SharedWindow w(node_.get(), bytes);
+    char *mine = w.base(local_rank_);
+    std::memset(mine, 0, bytes); // zeroed, and first touched by its owner
+    allocs_.emplace(next_id_++, std::move(w));
+    return mine;
+}
+
+void ShmBackend::free_shared(void *ptr) {
+    if (ptr == nullptr) return;
+    for (auto it = allocs_.begin(); it != allocs_.end(); ++it)
+        if (it->second.base(local_rank_) == ptr) {
+            allocs_.erase(it); // collective over the node, like the allocation
+            return;
+        }
+    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "pointer ", ptr, " was not returned by alloc_shared of this backend");
+}
+
+} // namespace comm
+} // namespace dsm

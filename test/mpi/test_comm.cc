@@ -1,0 +1,698 @@
+// The communication backends ("mpi" and "shm" on real and simulated nodes)
+// against references computed here: every rank generates every rank's data
+// from a seed, so each expected value is known locally. Checks: values
+// (exact for integer-valued data, within fp summation tolerance for random
+// data), bit-identical results on all ranks and across repeated calls, the
+// shm results next to the mpi ones, in-place forms, buffers from malloc and
+// from alloc_shared, awkward counts, the chunked paths beyond the MPI count
+// limit, and argument errors.
+//
+// A failed check is recorded, not asserted at once, so that every rank goes
+// on through the same collectives; each test ends by agreeing on failures.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/backend.hpp"
+#include "comm/backends.hpp"
+#include "comm/reduce.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+
+// CMocka (through mpi_test.h) last: its fail() macro would break the C++ headers.
+#include "mpi_test.h"
+
+using dsm::comm::Backend;
+using dsm::comm::Kind;
+using dsm::comm::Op;
+
+namespace {
+
+// ---------------------------------------------------------------- failures
+
+std::string g_failure; // the first failed check on this rank
+int g_failures = 0;
+
+void record(const std::string &what) {
+    if (g_failures++ == 0) g_failure = what;
+}
+
+#define CHECK(cond, ...)                                                                                 \
+    do {                                                                                                 \
+        if (!(cond)) record(dsm::cat("line ", __LINE__, ": ", __VA_ARGS__));                             \
+    } while (0)
+
+// End of a test: every rank learns whether some rank failed.
+void agree_on_failures() {
+    int mine = g_failures, worst = 0, lowest = test_size;
+    int failing_rank = g_failures ? test_rank : test_size;
+    MPI_Allreduce(&mine, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(&failing_rank, &lowest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    const std::string msg = g_failure;
+    const int count = g_failures;
+    g_failures = 0;
+    g_failure.clear();
+    if (count) fail_msg("%d failed checks, the first: %s", count, msg.c_str());
+    if (worst) fail_msg("rank %d failed", lowest);
+}
+
+// Run a test body; an unexpected exception is a failure, not a crash.
+void guarded(const std::function<void()> &body) {
+    try {
+        body();
+    } catch (const std::exception &e) {
+        record(std::string("unexpected exception: ") + e.what());
+    }
+    agree_on_failures();
+}
+
+// f() throws dsm::Error with `status` and a message containing `text`.
+void expect_error(const std::function<void()> &f, dsm_status_t status, const std::string &text, int line) {
+    try {
+        f();
+    } catch (const dsm::Error &e) {
+        if (e.status() != status)
+            record(dsm::cat("line ", line, ": status ", e.status(), ", expected ", status, " (", e.what(), ")"));
+        else if (e.message().find(text) == std::string::npos)
+            record(dsm::cat("line ", line, ": \"", e.what(), "\" lacks \"", text, "\""));
+        return;
+    }
+    record(dsm::cat("line ", line, ": no error, expected status ", status));
+}
+#define EXPECT_ERROR(call, status, text) expect_error([&] { call; }, (status), (text), __LINE__)
+
+// ---------------------------------------------------------------- data
+
+enum class Mode { EXACT, RANDOM }; // small integers (exact sums in every dtype) or uniform [-1, 1)
+
+uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+uint64_t hash(uint64_t seed, int r, size_t i) { return mix(mix(seed * 1000003u + static_cast<uint64_t>(r)) ^ i); }
+
+double value(Mode m, uint64_t seed, int r, size_t i) {
+    const uint64_t u = hash(seed, r, i);
+    if (m == Mode::EXACT) return static_cast<double>(static_cast<int>(u % 31) - 15);
+    return static_cast<double>(u >> 11) * 0x1p-52 - 1.0;
+}
+
+size_t esize(dsm_dtype_t t) { return dsm::comm::dtype_size(t); }
+
+void put(dsm_dtype_t t, void *buf, size_t i, double v) {
+    char *p = static_cast<char *>(buf) + i * esize(t);
+    if (t == DSM_FLOAT64) {
+        std::memcpy(p, &v, 8);
+    } else if (t == DSM_FLOAT32) {
+        const float f = static_cast<float>(v);
+        std::memcpy(p, &f, 4);
+    } else {
+        const uint16_t h = t == DSM_FLOAT16 ? dsm::fp32_to_fp16(static_cast<float>(v)) : dsm::fp32_to_bf16(static_cast<float>(v));
+        std::memcpy(p, &h, 2);
+    }
+}
+
+double get(dsm_dtype_t t, const void *buf, size_t i) {
+    const char *p = static_cast<const char *>(buf) + i * esize(t);
+    if (t == DSM_FLOAT64) {
+        double v;
+        std::memcpy(&v, p, 8);
+        return v;
+    }
+    if (t == DSM_FLOAT32) {
+        float f;
+        std::memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, p, 2);
+    return t == DSM_FLOAT16 ? dsm::fp16_to_fp32(h) : dsm::bf16_to_fp32(h);
+}
+
+// The value as stored in dtype t.
+double rounded(dsm_dtype_t t, double v) {
+    unsigned char b[8];
+    put(t, b, 0, v);
+    return get(t, b, 0);
+}
+
+double eps(dsm_dtype_t t) {
+    switch (t) {
+    case DSM_FLOAT64: return 0x1p-52;
+    case DSM_FLOAT32: return 0x1p-23;
+    case DSM_FLOAT16: return 0x1p-10;
+    default: return 0x1p-7;
+    }
+}
+
+// The reduction of rank-ordered inputs in double, and the tolerance of a
+// result computed in another order (16-bit types: rounded at each combine).
+struct Expect {
+    double value, tol;
+};
+
+Expect expect_of(dsm_dtype_t t, Op op, Mode m, uint64_t seed, size_t index_of_rank_data) {
+    double acc = 0, mag = 0;
+    for (int r = 0; r < test_size; ++r) {
+        const double x = rounded(t, value(m, seed, r, index_of_rank_data));
+        mag += std::fabs(x);
+        if (r == 0)
+            acc = x;
+        else if (op == Op::SUM)
+            acc += x;
+        else if (op == Op::MAX)
+            acc = std::max(acc, x);
+        else
+            acc = std::min(acc, x);
+    }
+    if (op != Op::SUM || m == Mode::EXACT) return Expect{rounded(t, acc), 0};
+    double tol = (test_size + 1) * eps(t) * mag;
+    if (t == DSM_FLOAT16) tol += test_size * 0x1p-24; // rounding in the subnormal range
+    return Expect{acc, tol};
+}
+
+uint64_t bytes_hash(const void *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    const unsigned char *c = static_cast<const unsigned char *>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+// Whether `n` bytes have the same bits on every rank.
+bool same_on_all_ranks(const void *p, size_t n) {
+    unsigned long long h = bytes_hash(p, n), lo = 0, hi = 0;
+    MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+// ---------------------------------------------------------------- buffers
+
+// Where a collective's buffers live.
+enum class Place {
+    HEAP,               // malloc, send != recv
+    HEAP_INPLACE,       // malloc, in place
+    SHARED,             // alloc_shared, send != recv
+    SHARED_INPLACE,     // alloc_shared, in place
+    SEND_SHARED,        // send from alloc_shared, recv malloc
+    RECV_SHARED,        // send malloc, recv from alloc_shared
+    SHARED_OFFSET,      // alloc_shared at a small offset, the same on all ranks
+    SHARED_RANK_OFFSET, // alloc_shared at an offset that differs between ranks
+};
+const Place kAllPlaces[] = {Place::HEAP,        Place::HEAP_INPLACE, Place::SHARED,        Place::SHARED_INPLACE,
+                            Place::SEND_SHARED, Place::RECV_SHARED,  Place::SHARED_OFFSET, Place::SHARED_RANK_OFFSET};
+
+const char *place_name(Place p) {
+    switch (p) {
+    case Place::HEAP: return "heap";
+    case Place::HEAP_INPLACE: return "heap in place";
+    case Place::SHARED: return "shared";
+    case Place::SHARED_INPLACE: return "shared in place";
+    case Place::SEND_SHARED: return "send shared";
+    case Place::RECV_SHARED: return "recv shared";
+    case Place::SHARED_OFFSET: return "shared at offset";
+    default: return "shared at rank offsets";
+    }
+}
+
+bool in_place(Place p) { return p == Place::HEAP_INPLACE || p == Place::SHARED_INPLACE; }
+bool send_shared(Place p) { return p != Place::HEAP && p != Place::HEAP_INPLACE && p != Place::RECV_SHARED; }
+bool recv_shared(Place p) { return p != Place::HEAP && p != Place::HEAP_INPLACE && p != Place::SEND_SHARED; }
+size_t place_offset(Place p) {
+    if (p == Place::SHARED_OFFSET) return 24;
+    if (p == Place::SHARED_RANK_OFFSET) return 8 * static_cast<size_t>(test_rank % 3);
+    return 0;
+}
+
+// A buffer of `bytes` from malloc or from be.alloc_shared (every rank asks
+// for `alloc_bytes`, the same everywhere, as alloc_shared requires).
+class Buf {
+public:
+    Buf(Backend &be, bool shared, size_t bytes, size_t alloc_bytes, size_t offset) : be_(be) {
+        if (shared) {
+            shared_ = be.alloc_shared(alloc_bytes + 64);
+            p_ = static_cast<unsigned char *>(shared_) + offset;
+        } else {
+            heap_.assign(bytes + 8, 0xcd);
+            p_ = heap_.data();
+        }
+    }
+    ~Buf() {
+        try {
+            if (shared_) be_.free_shared(shared_);
+        } catch (const std::exception &e) {
+            record(std::string("free_shared: ") + e.what());
+        }
+    }
+    Buf(const Buf &) = delete;
+    Buf &operator=(const Buf &) = delete;
+    unsigned char *data() { return p_; }
+
+private:
+    Backend &be_;
+    void *shared_ = nullptr;
+    std::vector<unsigned char> heap_;
+    unsigned char *p_ = nullptr;
+};
+
+// ---------------------------------------------------------------- backends under test
+
+struct Config {
+    const char *label;
+    Kind kind;
+    int (*color)(int rank); // node_color of a rank; NULL: discover (-1)
+};
+
+int pairs(int r) { return r / 2; }
+int interleaved(int r) { return r % 2; }
+int threes(int r) { return r / 3; }
+int alone(int r) { return r; }
+
+const Config kConfigs[] = {
+    {"mpi", Kind::MPI, nullptr},
+    {"shm", Kind::SHM, nullptr},
+    {"shm nodes rank/2", Kind::SHM, pairs},
+    {"shm nodes rank%2", Kind::SHM, interleaved},
+    {"shm nodes rank/3", Kind::SHM, threes},
+    {"shm node per rank", Kind::SHM, alone},
+    {"auto", Kind::AUTO, nullptr},
+};
+
+std::unique_ptr<Backend> make(const Config &c) {
+    return dsm::comm::create_backend(MPI_COMM_WORLD, c.kind, c.color ? c.color(test_rank) : -1);
+}
+
+// ---------------------------------------------------------------- allreduce
+
+// One allreduce checked against the reference; returns the result.
+std::vector<unsigned char> run_allreduce(Backend &be, const char *label, Place pl, dsm_dtype_t t, Op op,
+                                         size_t count, Mode m, uint64_t seed) {
+    const size_t bytes = count * esize(t);
+    const std::string what = dsm::cat(label, " allreduce ", dsm::comm::dtype_label(t), " ",
+                                      dsm::comm::op_label(op), " count ", count, " ", place_name(pl),
+                                      m == Mode::EXACT ? " exact" : " random");
+    const size_t off = place_offset(pl);
+    Buf a(be, send_shared(pl), bytes, bytes + 64, off);
+    std::unique_ptr<Buf> b;
+    if (!in_place(pl)) b = std::make_unique<Buf>(be, recv_shared(pl), bytes, bytes + 64, off);
+    unsigned char *send = a.data(), *recv = b ? b->data() : send;
+    for (size_t i = 0; i < count; ++i) put(t, send, i, value(m, seed, test_rank, i));
+    std::vector<unsigned char> copy_of_send(send, send + bytes);
+    be.allreduce(send, recv, count, t, op);
+    std::vector<unsigned char> result(recv, recv + bytes);
+    int bad = 0;
+    for (size_t i = 0; i < count; ++i) {
+        const Expect e = expect_of(t, op, m, seed, i);
+        const double got = get(t, recv, i);
+        if (!(std::fabs(got - e.value) <= e.tol)) {
+            if (bad++ == 0) CHECK(false, what, ": element ", i, " is ", got, ", expected ", e.value, " +- ", e.tol);
+        }
+    }
+    CHECK(same_on_all_ranks(result.data(), bytes), what, ": results differ between ranks");
+    if (!in_place(pl)) {
+        CHECK(bytes == 0 || std::memcmp(copy_of_send.data(), send, bytes) == 0, what, ": send was modified");
+        // Again on the same input: the same bits.
+        be.allreduce(send, recv, count, t, op);
+        CHECK(bytes == 0 || std::memcmp(result.data(), recv, bytes) == 0, what, ": a repeated call gave other bits");
+    }
+    return result;
+}
+
+// Element-wise agreement of two backends' results within the tolerance of
+// the summation order (exact for MAX/MIN and integer-valued data).
+void compare_results(const std::string &what, dsm_dtype_t t, Op op, Mode m, uint64_t seed, size_t first_index,
+                     const std::vector<unsigned char> &a, const std::vector<unsigned char> &b) {
+    CHECK(a.size() == b.size(), what, ": sizes ", a.size(), " and ", b.size());
+    if (a.size() != b.size()) return;
+    const size_t n = a.size() / esize(t);
+    for (size_t i = 0; i < n; ++i) {
+        const double tol = 2 * expect_of(t, op, m, seed, first_index + i).tol;
+        const double x = get(t, a.data(), i), y = get(t, b.data(), i);
+        if (!(std::fabs(x - y) <= tol)) {
+            CHECK(false, what, ": element ", i, " is ", x, " and ", y, " with the mpi backend");
+            return;
+        }
+    }
+}
+
+const dsm_dtype_t kFloatTypes[] = {DSM_FLOAT32, DSM_FLOAT64, DSM_FLOAT16, DSM_BFLOAT16};
+const Op kOps[] = {Op::SUM, Op::MAX, Op::MIN};
+
+void allreduce_suite(Backend &be, Backend &ref, const char *label) {
+    uint64_t seed = 1;
+    // Routing: integer-valued data, exact results, every buffer placement.
+    for (dsm_dtype_t t : kFloatTypes)
+        for (size_t count : {size_t(0), size_t(1), size_t(7), size_t(1021)})
+            for (Place pl : kAllPlaces) run_allreduce(be, label, pl, t, Op::SUM, count, Mode::EXACT, ++seed);
+    // Rounding: random data, every op, next to the mpi backend.
+    for (dsm_dtype_t t : kFloatTypes)
+        for (Op op : kOps)
+            for (size_t count : {size_t(1), size_t(13), size_t(4099)})
+                for (Place pl : {Place::HEAP, Place::SHARED_INPLACE}) {
+                    ++seed;
+                    const auto got = run_allreduce(be, label, pl, t, op, count, Mode::RANDOM, seed);
+                    const auto want = run_allreduce(ref, "mpi", Place::HEAP, t, op, count, Mode::RANDOM, seed);
+                    compare_results(dsm::cat(label, " allreduce ", dsm::comm::dtype_label(t), " ",
+                                             dsm::comm::op_label(op), " count ", count),
+                                    t, op, Mode::RANDOM, seed, 0, got, want);
+                }
+    run_allreduce(be, label, Place::SHARED, DSM_FLOAT32, Op::SUM, 100003, Mode::RANDOM, ++seed);
+}
+
+// ---------------------------------------------------------------- reduce_scatterv
+
+// Count patterns over the group: zeros, primes, uneven, empty members.
+std::vector<std::vector<size_t>> count_patterns() {
+    const size_t n = static_cast<size_t>(test_size);
+    std::vector<std::vector<size_t>> ps;
+    ps.push_back(std::vector<size_t>(n, 0));
+    ps.push_back(std::vector<size_t>(n, 13));
+    std::vector<size_t> v(n);
+    for (size_t r = 0; r < n; ++r) v[r] = 3 * r + 1;
+    ps.push_back(v);
+    for (size_t r = 0; r < n; ++r) v[r] = r % 2 ? 5 : 0;
+    ps.push_back(v);
+    for (size_t r = 0; r < n; ++r) v[r] = r == 0 ? 1021 : 0;
+    ps.push_back(v);
+    for (size_t r = 0; r < n; ++r) v[r] = r == n - 1 ? 7 : (r * 7919) % 11;
+    ps.push_back(v);
+    return ps;
+}
+
+std::string join(const std::vector<size_t> &v) {
+    std::string s;
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+    return s;
+}
+
+std::vector<unsigned char> run_reduce_scatterv(Backend &be, const char *label, Place pl, dsm_dtype_t t, Op op,
+                                               const std::vector<size_t> &counts, Mode m, uint64_t seed,
+                                               bool equal_form) {
+    const size_t es = esize(t), me = static_cast<size_t>(test_rank);
+    size_t total = 0, offset = 0, most = 0;
+    for (size_t r = 0; r < counts.size(); ++r) {
+        if (r == me) offset = total;
+        total += counts[r];
+        most = std::max(most, counts[r]);
+    }
+    const std::string what = dsm::cat(label, " reduce_scatter", equal_form ? "" : "v", " ", dsm::comm::dtype_label(t),
+                                      " ", dsm::comm::op_label(op), " counts [", join(counts), "] ",
+                                      place_name(pl), m == Mode::EXACT ? " exact" : " random");
+    const size_t off = place_offset(pl);
+    Buf a(be, send_shared(pl), total * es, total * es, off);
+    std::unique_ptr<Buf> b;
+    if (!in_place(pl)) b = std::make_unique<Buf>(be, recv_shared(pl), counts[me] * es, most * es, off);
+    unsigned char *send = a.data();
+    unsigned char *recv = b ? b->data() : send + offset * es;
+    for (size_t i = 0; i < total; ++i) put(t, send, i, value(m, seed, test_rank, i));
+    if (equal_form)
+        be.reduce_scatter(send, recv, counts[0], t, op);
+    else
+        be.reduce_scatterv(send, recv, counts, t, op);
+    for (size_t i = 0; i < counts[me]; ++i) {
+        const Expect e = expect_of(t, op, m, seed, offset + i);
+        const double got = get(t, recv, i);
+        if (!(std::fabs(got - e.value) <= e.tol)) {
+            CHECK(false, what, ": element ", i, " is ", got, ", expected ", e.value, " +- ", e.tol);
+            break;
+        }
+    }
+    return std::vector<unsigned char>(recv, recv + counts[me] * es);
+}
+
+void reduce_scatter_suite(Backend &be, Backend &ref, const char *label) {
+    uint64_t seed = 1000;
+    const Place places[] = {Place::HEAP, Place::HEAP_INPLACE, Place::SHARED, Place::SHARED_INPLACE,
+                            Place::SEND_SHARED, Place::SHARED_RANK_OFFSET};
+    for (const auto &counts : count_patterns()) {
+        const size_t me = static_cast<size_t>(test_rank);
+        size_t first = 0;
+        for (size_t r = 0; r < me; ++r) first += counts[r];
+        for (dsm_dtype_t t : kFloatTypes) {
+            for (Place pl : places)
+                run_reduce_scatterv(be, label, pl, t, Op::SUM, counts, Mode::EXACT, ++seed, false);
+            for (Op op : kOps) {
+                ++seed;
+                const auto got = run_reduce_scatterv(be, label, Place::HEAP, t, op, counts, Mode::RANDOM, seed, false);
+                const auto want = run_reduce_scatterv(ref, "mpi", Place::HEAP, t, op, counts, Mode::RANDOM, seed, false);
+                compare_results(dsm::cat(label, " reduce_scatterv ", dsm::comm::dtype_label(t), " counts [",
+                                         join(counts), "]"),
+                                t, op, Mode::RANDOM, seed, first, got, want);
+            }
+        }
+        if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
+            run_reduce_scatterv(be, label, Place::SHARED_INPLACE, DSM_FLOAT32, Op::SUM, counts, Mode::EXACT, ++seed,
+                                true);
+    }
+}
+
+// ---------------------------------------------------------------- allgatherv
+
+void run_allgatherv(Backend &be, const char *label, Place pl, dsm_dtype_t t, const std::vector<size_t> &counts,
+                    uint64_t seed, bool equal_form) {
+    const size_t es = esize(t), me = static_cast<size_t>(test_rank);
+    size_t total = 0, offset = 0, most = 0;
+    std::vector<size_t> offs(counts.size());
+    for (size_t r = 0; r < counts.size(); ++r) {
+        offs[r] = total;
+        if (r == me) offset = total;
+        total += counts[r];
+        most = std::max(most, counts[r]);
+    }
+    const std::string what = dsm::cat(label, " allgather", equal_form ? "" : "v", " ", dsm::comm::dtype_label(t),
+                                      " counts [", join(counts), "] ", place_name(pl));
+    const size_t off = place_offset(pl);
+    // recv is "b" (allocated first on every rank, so alloc_shared calls line up).
+    Buf b(be, recv_shared(pl), total * es, total * es, off);
+    std::unique_ptr<Buf> a;
+    if (!in_place(pl)) a = std::make_unique<Buf>(be, send_shared(pl), counts[me] * es, most * es, off);
+    unsigned char *recv = b.data();
+    unsigned char *send = a ? a->data() : recv + offset * es;
+    auto byte_of = [&](int r, size_t k) { return static_cast<unsigned char>(hash(seed, r, k)); };
+    for (size_t k = 0; k < counts[me] * es; ++k) send[k] = byte_of(test_rank, k);
+    if (equal_form)
+        be.allgather(send, recv, counts[0], t);
+    else
+        be.allgatherv(send, recv, counts, t);
+    for (size_t r = 0; r < counts.size(); ++r)
+        for (size_t k = 0; k < counts[r] * es; ++k)
+            if (recv[offs[r] * es + k] != byte_of(static_cast<int>(r), k)) {
+                CHECK(false, what, ": byte ", k, " of rank ", r, "'s block is wrong");
+                r = counts.size() - 1;
+                break;
+            }
+    CHECK(same_on_all_ranks(recv, total * es), what, ": results differ between ranks");
+}
+
+void allgather_suite(Backend &be, const char *label) {
+    uint64_t seed = 5000;
+    const Place places[] = {Place::HEAP,        Place::HEAP_INPLACE, Place::SHARED,
+                            Place::SHARED_INPLACE, Place::SEND_SHARED, Place::RECV_SHARED,
+                            Place::SHARED_RANK_OFFSET};
+    for (const auto &counts : count_patterns()) {
+        for (dsm_dtype_t t : {DSM_FLOAT32, DSM_FLOAT16, DSM_FLOAT64, DSM_INT8})
+            for (Place pl : places) run_allgatherv(be, label, pl, t, counts, ++seed, false);
+        if (std::all_of(counts.begin(), counts.end(), [&](size_t c) { return c == counts[0]; }))
+            run_allgatherv(be, label, Place::SHARED_INPLACE, DSM_BFLOAT16, counts, ++seed, true);
+    }
+}
+
+// ---------------------------------------------------------------- alltoallv and bcast
+
+void alltoallv_and_bcast(Backend &be, const char *label) {
+    const size_t n = static_cast<size_t>(test_size), me = static_cast<size_t>(test_rank);
+    // Rank r sends (r + 2q) % 5 int32 values to q, each value naming (r, q, k).
+    auto cnt = [](size_t r, size_t q) { return (r + 2 * q) % 5; };
+    std::vector<size_t> sc(n), sd(n), rc(n), rd(n);
+    size_t stot = 0, rtot = 0;
+    for (size_t q = 0; q < n; ++q) {
+        sc[q] = cnt(me, q);
+        sd[q] = stot + 1; // a gap of one element between blocks
+        stot += sc[q] + 1;
+        rc[q] = cnt(q, me);
+        rd[q] = rtot;
+        rtot += rc[q];
+    }
+    std::vector<int32_t> send(stot, -1), recv(rtot + 1, -7);
+    for (size_t q = 0; q < n; ++q)
+        for (size_t k = 0; k < sc[q]; ++k) send[sd[q] + k] = static_cast<int32_t>(me * 10000 + q * 100 + k);
+    be.alltoallv(send.data(), sc, sd, recv.data(), rc, rd, DSM_INT32);
+    for (size_t q = 0; q < n; ++q)
+        for (size_t k = 0; k < rc[q]; ++k)
+            CHECK(recv[rd[q] + k] == static_cast<int32_t>(q * 10000 + me * 100 + k), label, " alltoallv: from rank ",
+                  q, " element ", k, " is ", recv[rd[q] + k]);
+    CHECK(recv[rtot] == -7, label, " alltoallv wrote past its blocks");
+
+    for (size_t count : {size_t(0), size_t(1), size_t(1021)}) {
+        const int root = test_size - 1;
+        std::vector<double> buf(count, -1.0);
+        if (test_rank == root)
+            for (size_t i = 0; i < count; ++i) buf[i] = value(Mode::RANDOM, 77, root, i);
+        be.bcast(buf.data(), count, DSM_FLOAT64, root);
+        for (size_t i = 0; i < count; ++i)
+            if (buf[i] != value(Mode::RANDOM, 77, root, i)) {
+                CHECK(false, label, " bcast count ", count, ": element ", i, " is ", buf[i]);
+                break;
+            }
+    }
+    be.barrier();
+}
+
+// ---------------------------------------------------------------- tests
+
+void test_collectives(void **state) {
+    (void)state;
+    guarded([] {
+        const auto ref = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
+        for (const Config &c : kConfigs) {
+            const auto be = make(c);
+            allreduce_suite(*be, *ref, c.label);
+            reduce_scatter_suite(*be, *ref, c.label);
+            allgather_suite(*be, c.label);
+            alltoallv_and_bcast(*be, c.label);
+        }
+    });
+}
+
+// Beyond the MPI count limit every collective is chunked: lower the limit to
+// a few elements and run the MPI paths (the mpi backend, and the shm
+// backend's inter-node lanes).
+void test_chunked_beyond_count_limit(void **state) {
+    (void)state;
+    guarded([] {
+        const auto ref = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
+        dsm::comm::detail::set_mpi_count_limit(5);
+        for (const Config &c : {kConfigs[0], kConfigs[2], kConfigs[4], kConfigs[5]}) {
+            const auto be = make(c);
+            uint64_t seed = 9000;
+            for (dsm_dtype_t t : {DSM_FLOAT32, DSM_FLOAT16})
+                for (Place pl : {Place::HEAP, Place::HEAP_INPLACE, Place::SHARED_INPLACE}) {
+                    run_allreduce(*be, c.label, pl, t, Op::SUM, 23, Mode::EXACT, ++seed);
+                    for (const auto &counts : count_patterns()) {
+                        run_reduce_scatterv(*be, c.label, pl, t, Op::SUM, counts, Mode::EXACT, ++seed, false);
+                        run_allgatherv(*be, c.label, pl, t, counts, ++seed, false);
+                    }
+                }
+            alltoallv_and_bcast(*be, c.label);
+        }
+        dsm::comm::detail::set_mpi_count_limit(0);
+    });
+}
+
+void test_choice_and_stats(void **state) {
+    (void)state;
+    guarded([] {
+        CHECK(dsm::comm::kind_from_name("auto") == Kind::AUTO, "auto");
+        CHECK(dsm::comm::kind_from_name("mpi") == Kind::MPI, "mpi");
+        CHECK(dsm::comm::kind_from_name("shm") == Kind::SHM, "shm");
+        // AUTO: shared memory when some node has two ranks, else plain MPI.
+        const auto one_host = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::AUTO);
+        CHECK(std::string(one_host->name()) == (test_size > 1 ? "shm" : "mpi"), "auto on one host is ",
+              one_host->name());
+        const auto spread = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::AUTO, test_rank);
+        CHECK(std::string(spread->name()) == "mpi", "auto with a node per rank is ", spread->name());
+        CHECK(one_host->size() == test_size && one_host->rank() == test_rank, "size/rank");
+        int cmp = MPI_UNEQUAL;
+        MPI_Comm_compare(one_host->comm(), MPI_COMM_WORLD, &cmp);
+        CHECK(cmp == MPI_CONGRUENT, "comm() is a duplicate of the group's communicator");
+
+        const auto shm = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::SHM, -1);
+        const auto *s = dynamic_cast<const dsm::comm::ShmBackend *>(shm.get());
+        CHECK(s != nullptr && s->nodes() == 1 && s->local_size() == test_size, "one node");
+        const auto nodes = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::SHM, test_rank / 2);
+        s = dynamic_cast<const dsm::comm::ShmBackend *>(nodes.get());
+        CHECK(s != nullptr && s->nodes() == (test_size + 1) / 2, "nodes of two ranks: ", s ? s->nodes() : -1);
+
+        // alloc_shared: zeroed, 64-byte aligned, freed collectively.
+        for (Backend *be : {one_host.get(), shm.get(), spread.get()}) {
+            void *p = be->alloc_shared(1000);
+            void *q = be->alloc_shared(0);
+            CHECK(p != nullptr && q != nullptr && p != q, be->name(), " alloc_shared");
+            CHECK(reinterpret_cast<uintptr_t>(p) % 64 == 0, be->name(), " alignment");
+            const unsigned char *c = static_cast<const unsigned char *>(p);
+            CHECK(std::all_of(c, c + 1000, [](unsigned char x) { return x == 0; }), be->name(), " not zeroed");
+            be->free_shared(q);
+            be->free_shared(p);
+            be->free_shared(nullptr);
+            int local = 0;
+            EXPECT_ERROR(be->free_shared(&local), DSM_ERR_INVALID_ARGUMENT, "not returned by alloc_shared");
+        }
+
+        // Stats: the ring volume for mpi, nothing between nodes for shm on one node.
+        const auto mpi = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
+        std::vector<float> x(1000, 1.0f);
+        mpi->allreduce(x.data(), x.data(), x.size(), DSM_FLOAT32, Op::SUM);
+        shm->reset_stats();
+        shm->allreduce(x.data(), x.data(), x.size(), DSM_FLOAT32, Op::SUM);
+        const uint64_t ring = static_cast<uint64_t>(2.0L * 4000 * (test_size - 1) / test_size);
+        CHECK(mpi->stats().calls == 1 && mpi->stats().bytes_sent == ring, "mpi stats ", mpi->stats().bytes_sent,
+              ", expected ", ring);
+        CHECK(shm->stats().calls == 1 && shm->stats().bytes_sent == 0, "shm stats ", shm->stats().bytes_sent);
+        CHECK(x[0] == static_cast<float>(test_size) * test_size, "two allreduces of ones give ", x[0]);
+    });
+}
+
+// Bad arguments fail locally (on every rank alike) with a message naming the value.
+void test_errors(void **state) {
+    (void)state;
+    guarded([] {
+        EXPECT_ERROR(dsm::comm::kind_from_name("bogus"), DSM_ERR_INVALID_ARGUMENT, "\"bogus\"");
+        EXPECT_ERROR(dsm::comm::kind_from_name(""), DSM_ERR_INVALID_ARGUMENT, "\"\"");
+        EXPECT_ERROR(dsm::comm::create_backend(MPI_COMM_NULL, Kind::MPI), DSM_ERR_INVALID_ARGUMENT,
+                     "MPI_COMM_NULL");
+        EXPECT_ERROR(dsm::comm::create_backend(MPI_COMM_WORLD, static_cast<Kind>(7)), DSM_ERR_INVALID_ARGUMENT,
+                     "kind 7");
+        const auto bad_dtype = static_cast<dsm_dtype_t>(99);
+        const size_t n = static_cast<size_t>(test_size);
+        for (Kind k : {Kind::MPI, Kind::SHM}) {
+            const auto be = dsm::comm::create_backend(MPI_COMM_WORLD, k, k == Kind::SHM ? test_rank / 2 : -1);
+            std::vector<double> buf(4 * n + 8, 1.0);
+            double *p = buf.data();
+            std::vector<size_t> counts(n, 2);
+            EXPECT_ERROR(be->allreduce(p, p, 4, bad_dtype, Op::SUM), DSM_ERR_INVALID_ARGUMENT, "99");
+            EXPECT_ERROR(be->allreduce(p, p, 4, DSM_INT8, Op::SUM), DSM_ERR_INVALID_ARGUMENT, "int8");
+            EXPECT_ERROR(be->allreduce(p, p, 4, DSM_INT32, Op::MAX), DSM_ERR_INVALID_ARGUMENT, "int32");
+            EXPECT_ERROR(be->allreduce(p, p, 4, DSM_FLOAT32, static_cast<Op>(7)), DSM_ERR_INVALID_ARGUMENT, "op 7");
+            EXPECT_ERROR(be->allreduce(nullptr, p, 4, DSM_FLOAT32, Op::SUM), DSM_ERR_NULL_POINTER, "send");
+            EXPECT_ERROR(be->reduce_scatterv(p, p, counts, bad_dtype, Op::SUM), DSM_ERR_INVALID_ARGUMENT, "99");
+            EXPECT_ERROR(be->reduce_scatterv(p, p, counts, DSM_UINT8, Op::MIN), DSM_ERR_INVALID_ARGUMENT, "uint8");
+            EXPECT_ERROR(be->reduce_scatterv(p, p, std::vector<size_t>(n + 1, 1), DSM_FLOAT32, Op::SUM),
+                         DSM_ERR_INVALID_ARGUMENT, dsm::cat("has ", n + 1, " entries"));
+            EXPECT_ERROR(be->reduce_scatter(p, p, 1, DSM_INT64, Op::SUM), DSM_ERR_INVALID_ARGUMENT, "int64");
+            EXPECT_ERROR(be->allgatherv(p, p + 2, counts, bad_dtype), DSM_ERR_INVALID_ARGUMENT, "99");
+            EXPECT_ERROR(be->allgatherv(p, p, std::vector<size_t>(), DSM_FLOAT32), DSM_ERR_INVALID_ARGUMENT,
+                         "has 0 entries");
+            EXPECT_ERROR(be->allgather(p, nullptr, 1, DSM_FLOAT32), DSM_ERR_NULL_POINTER, "recv");
+            EXPECT_ERROR(be->alltoallv(p, counts, counts, p, counts, std::vector<size_t>(n + 1, 0), DSM_FLOAT64),
+                         DSM_ERR_INVALID_ARGUMENT, "recv_displs");
+            EXPECT_ERROR(be->bcast(p, 1, DSM_FLOAT64, test_size), DSM_ERR_INVALID_ARGUMENT,
+                         dsm::cat("root ", test_size));
+            EXPECT_ERROR(be->bcast(p, 1, bad_dtype, 0), DSM_ERR_INVALID_ARGUMENT, "99");
+            EXPECT_ERROR(be->allreduce(p, p, SIZE_MAX / 2, DSM_FLOAT32, Op::SUM), DSM_ERR_INVALID_ARGUMENT,
+                         "overflows");
+            // The backend is still usable after the errors.
+            be->allreduce(p, p, 4, DSM_FLOAT64, Op::SUM);
+            CHECK(p[0] == test_size, be->name(), " allreduce after errors gives ", p[0]);
+        }
+    });
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_choice_and_stats),
+        cmocka_unit_test(test_collectives),
+        cmocka_unit_test(test_chunked_beyond_count_limit),
+    };
+    return RUN_MPI_TESTS("comm", tests);
+}
