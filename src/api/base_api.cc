@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "api/api.hpp"
+#include "core/dtype.hpp"
 #include "core/info.hpp"
 
 namespace dsm::api {
@@ -45,33 +46,13 @@ DSM_API dsm_status_t dsm_get_feature(const char *feature, int *enabled) {
 DSM_API dsm_status_t dsm_dtype_size(dsm_dtype_t dtype, size_t *size) {
     DSM_API_BEGIN
     DSM_ARG_NOT_NULL(size);
-    switch (dtype) {
-    case DSM_FLOAT32: *size = 4; break;
-    case DSM_FLOAT16: *size = 2; break;
-    case DSM_BFLOAT16: *size = 2; break;
-    case DSM_FLOAT64: *size = 8; break;
-    case DSM_INT8: *size = 1; break;
-    case DSM_UINT8: *size = 1; break;
-    case DSM_INT32: *size = 4; break;
-    case DSM_INT64: *size = 8; break;
-    default: DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "dtype ", static_cast<int>(dtype), " is not a dsm_dtype_t");
-    }
+    const size_t bytes = dsm::dtype_size(dtype);
+    if (bytes == 0) DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "dtype ", static_cast<int>(dtype), " is not a dsm_dtype_t");
+    *size = bytes;
     DSM_API_END
 }
 
-DSM_API const char *dsm_dtype_name(dsm_dtype_t dtype) {
-    switch (dtype) {
-    case DSM_FLOAT32: return "float32";
-    case DSM_FLOAT16: return "float16";
-    case DSM_BFLOAT16: return "bfloat16";
-    case DSM_FLOAT64: return "float64";
-    case DSM_INT8: return "int8";
-    case DSM_UINT8: return "uint8";
-    case DSM_INT32: return "int32";
-    case DSM_INT64: return "int64";
-    }
-    return "invalid";
-}
+DSM_API const char *dsm_dtype_name(dsm_dtype_t dtype) { return dsm::dtype_name(dtype); }
 
 DSM_API void dsm_free(void *ptr) { std::free(ptr); }
 

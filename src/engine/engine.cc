@@ -17,6 +17,7 @@
 #include "amp/convert.hpp"
 #include "config/config_load.hpp"
 #include "core/agree.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "optim/lr_from_config.hpp"
@@ -87,11 +88,7 @@ bool init_dtype_ok(dsm_dtype_t t) {
            t == DSM_BFLOAT16;
 }
 
-size_t dtype_bytes(dsm_dtype_t t) {
-    size_t s = 0;
-    dsm_dtype_size(t, &s);
-    return s;
-}
+size_t dtype_bytes(dsm_dtype_t t) { return dtype_size(t); }
 
 // Mesh communicator and the groups: data parallel = every dimension except
 // "sequence_parallel"; sequence parallel = that dimension.
@@ -221,7 +218,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     schedule_ = optim::schedule_from_config(cfg_);
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
              "reductions, %d data-parallel x %d sequence-parallel ranks, %s backend",
-             num_params(), layout_.used(), stage_, dsm_dtype_name(dtype_), dsm_dtype_name(comm_dtype_),
+             num_params(), layout_.used(), stage_, dtype_name(dtype_), dtype_name(comm_dtype_),
              dp_size_, sp_size_, dp_->name());
 }
 
@@ -572,8 +569,8 @@ std::string Engine::describe(dsm_format_t format) const {
         {"format", "dsm-engine"},
         {"format_version", 1},
         {"zero_stage", stage_},
-        {"compute_dtype", dsm_dtype_name(dtype_)},
-        {"communication_dtype", dsm_dtype_name(comm_dtype_)},
+        {"compute_dtype", dtype_name(dtype_)},
+        {"communication_dtype", dtype_name(comm_dtype_)},
         {"optimizer", config::optimizer_name(cfg_.optimizer.type)},
         {"optimizer_isa", optim::active_isa()},
         {"backend", dp_->name()},
@@ -598,8 +595,8 @@ std::string Engine::describe(dsm_format_t format) const {
     };
     if (format == DSM_FORMAT_JSON) return j.dump() + "\n";
     std::ostringstream os;
-    os << "engine: ZeRO stage " << stage_ << ", " << dsm_dtype_name(dtype_) << " compute, "
-       << dsm_dtype_name(comm_dtype_) << " reductions, optimizer " << config::optimizer_name(cfg_.optimizer.type)
+    os << "engine: ZeRO stage " << stage_ << ", " << dtype_name(dtype_) << " compute, "
+       << dtype_name(comm_dtype_) << " reductions, optimizer " << config::optimizer_name(cfg_.optimizer.type)
        << " (" << optim::active_isa() << "), backend " << dp_->name() << "\n";
     os << "ranks: " << dp_size_ << " data-parallel x " << sp_size_ << " sequence-parallel; partition " << part_
        << " of " << layout_.parts() << "\n";

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "amp/convert.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/engine.hpp"
@@ -22,11 +23,7 @@ namespace {
 
 double now() { return MPI_Wtime(); }
 
-size_t dtype_bytes(dsm_dtype_t t) {
-    size_t s = 0;
-    dsm_dtype_size(t, &s);
-    return s;
-}
+size_t dtype_bytes(dsm_dtype_t t) { return dtype_size(t); }
 
 const char *point_name(int64_t p) {
     switch (p) {
@@ -412,6 +409,9 @@ void Engine::step(dsm_step_info_t *info) {
                 optim::SumFn sum;
                 if (stage_ >= 1 && dp_size_ > 1)
                     sum = [this](std::vector<double> &x) {
+                        // Lamb's per-parameter sums: one slot pair per parameter
+                        // on every rank, whatever this rank's partition holds.
+                        x.resize(2 * static_cast<size_t>(num_params()), 0.0);
                         DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE,
                                                     MPI_SUM, dp_comm_.get()));
                     };

@@ -176,7 +176,7 @@ typedef struct {
 static void make_config(char *buf, size_t len, const run_t *r, int mb) {
     snprintf(buf, len,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
-             " \"steps_per_print\": 0%s,"
+             " \"steps_per_print\": 1000000%s,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 100,"
              " \"stage3_param_persistence_threshold\": 10, \"stage3_prefetch_bucket_size\": 500},"
              " \"optimizer\": %s %s}",
@@ -317,15 +317,20 @@ static void test_allreduce_semantics(void **state) {
     }
 }
 
-/* Overflow on one rank: every rank skips, parameters and lr stay, the scale halves. */
+/*
+ * Overflow on one rank: every rank skips, parameters and lr stay, the scale
+ * halves. WarmupLR holds warmup_min_lr for the first two applied steps (as
+ * DeepSpeed's does: iteration 0 gives gamma 0), so that lr must be non-zero
+ * for the steps to move the parameters.
+ */
 static void test_overflow_skip(void **state) {
     (void)state;
     const char *cfg = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 1,"
-                      " \"steps_per_print\": 0, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 10,"
+                      " \"steps_per_print\": 1000000, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 10,"
                       " \"hysteresis\": 1}, \"zero_optimization\": {\"stage\": 2},"
                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
                       " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 10,"
-                      " \"warmup_type\": \"linear\", \"warmup_max_lr\": 0.01}}}";
+                      " \"warmup_type\": \"linear\", \"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.01}}}";
     dsm_param_desc_t d[NPARAMS];
     describe_params(d, NULL);
     dsm_engine_t e;
