@@ -511,9 +511,12 @@ DSM_API dsm_status_t dsm_config_load_for_mesh(dsm_mesh_t mesh, const char *confi
  * running it (what `dsm-info config` does).
  *
  * Not collective; needs no MPI initialization.
+ * @param config             path of a JSON file, or inline JSON starting with '{'
  * @param world_size         number of ranks, >= 1
  * @param data_parallel_size the mesh's data_parallel size, or 0 when there is
  *                           no mesh (W then follows sequence_parallel_size)
+ * @param flags              as dsm_config_load()
+ * @param[out] cfg           the resolved configuration
  * @return as dsm_config_load(), without DSM_ERR_MISMATCH and DSM_ERR_MPI;
  * DSM_ERR_INVALID_ARGUMENT for a bad size.
  */
@@ -666,7 +669,8 @@ typedef struct dsm_step_info {
  *                dsm_engine_init_comm() does. The engine keeps its own
  *                reference: the caller may free @p mesh at once.
  * @param config  path of a DeepSpeed JSON file, or inline JSON starting with '{'
- * @param params  @p nparams parameter descriptions (1..1000000)
+ * @param params  @p nparams parameter descriptions
+ * @param nparams number of parameters, 1..1000000
  * @param[out] engine the engine; NULL on error. Free with dsm_engine_free().
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
  * descriptor, naming the parameter and the field; an init_fn that failed);
@@ -786,6 +790,7 @@ DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
  * after a skipped step) and the loss scaler. Gradients are summed over the
  * window and divided by its length.
  *
+ * @param engine   the engine
  * @param[out] info what happened (may be NULL); initialize with DSM_STEP_INFO_INITIALIZER.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_STATE (a buffer still
  * acquired: every rank fails); DSM_ERR_MISMATCH; DSM_ERR_NUMERIC (fp16 loss
