@@ -34,13 +34,25 @@ namespace comm {
 
 enum class Op { SUM, MAX, MIN };
 
-// What one member moved, for the benchmarks and the engine's report: logical
-// bytes this rank sent (the algorithm's volume, e.g. (n-1)/n of the buffer for
-// a reduce-scatter), and the number of calls per collective.
+// What one member moved, for the benchmarks and the engine's report.
+// bytes_sent: the logical volume this rank sends, the same in every backend
+// (the volume of a bandwidth-optimal algorithm: (n-1)/n of the buffer for a
+// reduce-scatter or an allgather over n members, twice that for an allreduce;
+// the bytes addressed to other members for an all-to-all; the buffer at the
+// root of a broadcast). bytes_off_node: of those, the bytes that left this
+// rank's node; the shm backend counts what its leaders exchange over MPI
+// (zero on one node), the mpi backend, which does not know the nodes, counts
+// every byte. calls: collective calls.
 struct Stats {
     uint64_t bytes_sent = 0;
+    uint64_t bytes_off_node = 0;
     uint64_t calls = 0;
 };
+
+// (n-1)/n of `bytes`: what one member sends in a ring over n members.
+inline uint64_t ring_share(uint64_t bytes, int n) noexcept {
+    return n <= 1 ? 0 : static_cast<uint64_t>(static_cast<long double>(bytes) * (n - 1) / n);
+}
 
 class Backend {
 public:
@@ -102,6 +114,13 @@ public:
     void reset_stats() noexcept { stats_ = Stats{}; }
 
 protected:
+    // Count `bytes` sent, all of them off the node (a backend that does not
+    // know the nodes).
+    void count_sent(uint64_t bytes) noexcept {
+        stats_.bytes_sent += bytes;
+        stats_.bytes_off_node += bytes;
+    }
+
     Stats stats_;
 };
 

@@ -319,12 +319,6 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(Comm::dup(comm)) {
     DSM_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
 }
 
-namespace {
-// (n-1)/n of `bytes`: what one member sends in a ring over n members.
-uint64_t share_of_others(uint64_t bytes, int n) {
-    return static_cast<uint64_t>(static_cast<long double>(bytes) * (n - 1) / n);
-}
-} // namespace
 
 void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) {
     check_reduce(dtype, op);
@@ -333,7 +327,7 @@ void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
     require_buffer(send, bytes, "send");
     require_buffer(recv, bytes, "recv");
     ++stats_.calls;
-    stats_.bytes_sent += 2 * share_of_others(bytes, size_);
+    count_sent(2 * ring_share(bytes, size_));
     mpi_allreduce(comm_.get(), send, recv, count, types_.type(dtype), types_.op(dtype, op), esize);
 }
 
@@ -347,7 +341,7 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
     require_buffer(send, total * esize, "send");
     require_buffer(recv, mine * esize, "recv");
     ++stats_.calls;
-    stats_.bytes_sent += (total - mine) * esize;
+    count_sent((total - mine) * esize);
     const MPI_Datatype type = types_.type(dtype);
     const MPI_Op mop = types_.op(dtype, op);
     const char *own = static_cast<const char *>(send) + offs[static_cast<size_t>(rank_)] * esize;
@@ -374,7 +368,7 @@ void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size
     require_buffer(send, mine * esize, "send");
     require_buffer(recv, total * esize, "recv");
     ++stats_.calls;
-    stats_.bytes_sent += (total - mine) * esize;
+    count_sent((total - mine) * esize);
     char *own = static_cast<char *>(recv) + offs[static_cast<size_t>(rank_)] * esize;
     if (mine && own != send) std::memcpy(own, send, mine * esize);
     if (size_ == 1) return;
@@ -388,7 +382,7 @@ void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     ++stats_.calls;
     for (int r = 0; r < size_; ++r)
-        if (r != rank_) stats_.bytes_sent += send_counts[static_cast<size_t>(r)] * esize;
+        if (r != rank_) count_sent(send_counts[static_cast<size_t>(r)] * esize);
     mpi_alltoallv(comm_.get(), send, send_counts, send_displs, recv, recv_counts, recv_displs, types_.type(dtype),
                   esize);
 }
@@ -397,7 +391,7 @@ void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
     const size_t esize = dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     ++stats_.calls;
-    if (rank_ == root && size_ > 1) stats_.bytes_sent += count * esize;
+    if (rank_ == root && size_ > 1) count_sent(count * esize);
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 

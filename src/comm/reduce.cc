@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 
@@ -25,32 +26,12 @@ namespace dsm {
 namespace comm {
 
 size_t dtype_size(dsm_dtype_t dtype) {
-    switch (dtype) {
-    case DSM_FLOAT32: return 4;
-    case DSM_FLOAT16: return 2;
-    case DSM_BFLOAT16: return 2;
-    case DSM_FLOAT64: return 8;
-    case DSM_INT8: return 1;
-    case DSM_UINT8: return 1;
-    case DSM_INT32: return 4;
-    case DSM_INT64: return 8;
-    }
-    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "dtype ", static_cast<int>(dtype), " is not a dsm_dtype_t");
+    const size_t bytes = dsm::dtype_size(dtype);
+    if (bytes == 0) DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "dtype ", static_cast<int>(dtype), " is not a dsm_dtype_t");
+    return bytes;
 }
 
-const char *dtype_label(dsm_dtype_t dtype) noexcept {
-    switch (dtype) {
-    case DSM_FLOAT32: return "float32";
-    case DSM_FLOAT16: return "float16";
-    case DSM_BFLOAT16: return "bfloat16";
-    case DSM_FLOAT64: return "float64";
-    case DSM_INT8: return "int8";
-    case DSM_UINT8: return "uint8";
-    case DSM_INT32: return "int32";
-    case DSM_INT64: return "int64";
-    }
-    return "invalid";
-}
+const char *dtype_label(dsm_dtype_t dtype) noexcept { return dsm::dtype_name(dtype); }
 
 const char *op_label(Op op) noexcept {
     switch (op) {

@@ -322,6 +322,7 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
     require_buffer(send, bytes, "send");
     require_buffer(recv, bytes, "recv");
     ++stats_.calls;
+    stats_.bytes_sent += 2 * ring_share(bytes, size_);
     if (count == 0) return;
     if (size_ == 1) {
         if (send != recv) std::memcpy(recv, send, bytes);
@@ -363,7 +364,7 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
             if (part == nullptr) continue; // every lane member has an empty slice
             mpi_reduce_scatterv(lane.comm.get(), part, w + offs[me] * esize, lc, type, mop, esize);
             mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
-            stats_.bytes_sent += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+            stats_.bytes_off_node += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
     node_sync();
@@ -388,6 +389,7 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
     require_buffer(send, total * esize, "send");
     require_buffer(recv, mine * esize, "recv");
     ++stats_.calls;
+    stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
     if (size_ == 1) {
         if (mine && recv != send) std::memmove(recv, send, mine * esize);
@@ -418,7 +420,7 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
             const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
             if (part == nullptr) continue;
             mpi_reduce_scatterv(lane.comm.get(), part, recv, lc, type, mop, esize);
-            stats_.bytes_sent += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+            stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
     node_sync(); // the peers are done reading this rank's input
@@ -432,6 +434,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
     require_buffer(send, mine * esize, "send");
     require_buffer(recv, total * esize, "recv");
     ++stats_.calls;
+    stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
     char *out = static_cast<char *>(recv);
     if (size_ == 1) {
@@ -455,7 +458,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
         for (const Lane &lane : lanes_) {
             lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
             mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
-            stats_.bytes_sent += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+            stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
     node_sync();
@@ -475,8 +478,11 @@ void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
     const size_t esize = dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     ++stats_.calls;
-    for (int r = 0; r < size_; ++r)
-        if (node_of_[static_cast<size_t>(r)] != node_index_) stats_.bytes_sent += send_counts[static_cast<size_t>(r)] * esize;
+    for (int r = 0; r < size_; ++r) {
+        const uint64_t b = send_counts[static_cast<size_t>(r)] * esize;
+        if (r != rank_) stats_.bytes_sent += b;
+        if (node_of_[static_cast<size_t>(r)] != node_index_) stats_.bytes_off_node += b;
+    }
     mpi_alltoallv(comm_.get(), send, send_counts, send_displs, recv, recv_counts, recv_displs, types_.type(dtype),
                   esize);
 }
@@ -485,7 +491,8 @@ void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
     const size_t esize = dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     ++stats_.calls;
-    if (rank_ == root && nodes_ > 1) stats_.bytes_sent += count * esize;
+    if (rank_ == root && size_ > 1) stats_.bytes_sent += count * esize;
+    if (rank_ == root && nodes_ > 1) stats_.bytes_off_node += count * esize;
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 

@@ -626,16 +626,18 @@ void test_choice_and_stats(void **state) {
             EXPECT_ERROR(be->free_shared(&local), DSM_ERR_INVALID_ARGUMENT, "not returned by alloc_shared");
         }
 
-        // Stats: the ring volume for mpi, nothing between nodes for shm on one node.
+        // Stats: the ring volume for both; off the node, all of it for mpi
+        // (which does not know the nodes), nothing for shm on one node.
         const auto mpi = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
         std::vector<float> x(1000, 1.0f);
         mpi->allreduce(x.data(), x.data(), x.size(), DSM_FLOAT32, Op::SUM);
         shm->reset_stats();
         shm->allreduce(x.data(), x.data(), x.size(), DSM_FLOAT32, Op::SUM);
         const uint64_t ring = static_cast<uint64_t>(2.0L * 4000 * (test_size - 1) / test_size);
-        CHECK(mpi->stats().calls == 1 && mpi->stats().bytes_sent == ring, "mpi stats ", mpi->stats().bytes_sent,
-              ", expected ", ring);
-        CHECK(shm->stats().calls == 1 && shm->stats().bytes_sent == 0, "shm stats ", shm->stats().bytes_sent);
+        CHECK(mpi->stats().calls == 1 && mpi->stats().bytes_sent == ring && mpi->stats().bytes_off_node == ring,
+              "mpi stats ", mpi->stats().bytes_sent, " ", mpi->stats().bytes_off_node, ", expected ", ring);
+        CHECK(shm->stats().calls == 1 && shm->stats().bytes_sent == ring && shm->stats().bytes_off_node == 0,
+              "shm stats ", shm->stats().bytes_sent, " ", shm->stats().bytes_off_node, ", expected ", ring, " and 0");
         CHECK(x[0] == static_cast<float>(test_size) * test_size, "two allreduces of ones give ", x[0]);
     });
 }
