@@ -110,6 +110,14 @@ public:
     virtual void *alloc_shared(size_t bytes) = 0;
     virtual void free_shared(void *ptr) = 0;
 
+    // After a failed collective call, when the members may no longer make the
+    // same calls: let go of every resource whose release is collective
+    // (shared windows, communicators) without releasing it, so that
+    // free_shared() and the destructor make no collective call and cannot
+    // hang. The memory stays mapped until MPI_Finalize. Local; the backend
+    // must not be used for communication afterwards.
+    virtual void abandon() noexcept = 0;
+
     const Stats &stats() const noexcept { return stats_; }
     void reset_stats() noexcept { stats_ = Stats{}; }
 

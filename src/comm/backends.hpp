@@ -137,6 +137,7 @@ public:
     void barrier() override;
     void *alloc_shared(size_t bytes) override;
     void free_shared(void *ptr) override;
+    void abandon() noexcept override;
 
 private:
     Comm comm_;
@@ -165,6 +166,12 @@ public:
     size_t bytes() const noexcept { return bytes_; }
     void sync() const noexcept;
     void reset() noexcept;
+    // Forget the window without freeing it (Backend::abandon()).
+    void abandon() noexcept {
+        win_ = MPI_WIN_NULL;
+        bases_.clear();
+        bytes_ = 0;
+    }
 
 private:
     MPI_Win win_ = MPI_WIN_NULL;
@@ -209,8 +216,8 @@ Comm node_comm(MPI_Comm group, int node_color);
 // barrier would spin, which starves oversubscribed ranks; MPI's barrier
 // yields when asked to, and costs microseconds next to the data.
 //
-// Stats count only the bytes sent over MPI between nodes (0 on one node).
-// alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
+// Stats: bytes_off_node counts the bytes sent over MPI between nodes (0 on
+// one node). alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
 // and the destructor are collective over the node (window allocation).
 class ShmBackend final : public Backend {
 public:
@@ -235,6 +242,7 @@ public:
     void barrier() override;
     void *alloc_shared(size_t bytes) override;
     void free_shared(void *ptr) override;
+    void abandon() noexcept override;
 
     // Where a buffer is for the node's ranks: an allocation (its id), the
     // scratch window, or (local_size 1 only) this process's own address.

@@ -415,5 +415,9 @@ void MpiBackend::free_shared(void *ptr) {
     allocs_.erase(it);
 }
 
+// Private memory and a duplicated communicator: only the communicator is
+// released collectively.
+void MpiBackend::abandon() noexcept { (void)comm_.release(); }
+
 } // namespace comm
 } // namespace dsm

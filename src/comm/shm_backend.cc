@@ -521,5 +521,14 @@ void ShmBackend::free_shared(void *ptr) {
     DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "pointer ", ptr, " was not returned by alloc_shared of this backend");
 }
 
+void ShmBackend::abandon() noexcept {
+    control_.abandon();
+    scratch_.abandon();
+    for (auto &a : allocs_) a.second.abandon();
+    for (Lane &lane : lanes_) (void)lane.comm.release();
+    (void)node_.release();
+    (void)comm_.release();
+}
+
 } // namespace comm
 } // namespace dsm

@@ -486,9 +486,33 @@ void Engine::grad_release(int index) {
 
 // ---------------------------------------------------------------- free
 
+// Collective when the engine is usable: the ranks first agree that all of
+// them are freeing it (a rank still in another engine call gets
+// DSM_ERR_MISMATCH instead of a hang in the window frees). After a failed
+// collective call (broken_) the ranks may be anywhere, so the shared windows
+// and the backends' communicators are abandoned, not freed: nothing
+// collective runs, and MPI_Finalize reclaims them.
 void Engine::close() {
     if (closed_) return;
+    if (!broken_) {
+        try {
+            sync(SyncPoint::FREE, 0);
+        } catch (...) {
+            broken_ = true;
+            closed_ = true;
+            release(true);
+            throw;
+        }
+    }
     closed_ = true;
+    release(broken_);
+}
+
+void Engine::release(bool abandon) {
+    if (abandon) {
+        if (sp_) sp_->abandon();
+        if (dp_) dp_->abandon();
+    }
     bucket_.clear();
     for (Param &p : params_) {
         p.gathered = HostBuffer();
@@ -501,6 +525,11 @@ void Engine::close() {
     param_flat_.reset();
     sp_.reset();
     dp_.reset();
+    if (abandon) { // MPI_Comm_free is collective too
+        (void)sp_comm_.release();
+        (void)dp_comm_.release();
+        (void)world_comm_.release();
+    }
     int rc1 = sp_comm_.reset(), rc2 = dp_comm_.reset();
     rc1 = rc1 != MPI_SUCCESS ? rc1 : world_comm_.reset();
     mesh_handle_.reset();

@@ -151,6 +151,7 @@ private:
 
     // Reductions (engine_step.cc).
     enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE };
+    void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
     void reduce_flat_region(size_t begin, size_t end);

@@ -215,6 +215,33 @@ static void test_gather_mismatch(void **state) {
     ASSERT_OK(dsm_engine_free(&e));
 }
 
+/*
+ * One rank frees the engine while the others step: every rank fails with
+ * DSM_ERR_MISMATCH naming both calls, none hangs in the collective frees, and
+ * the others can still free their engine.
+ */
+static void test_free_mismatch(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    if (test_rank == 0) {
+        ASSERT_FAILS(dsm_engine_free(&e), DSM_ERR_MISMATCH, "dsm_engine_free");
+        assert_null(e);
+    } else {
+        ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_MISMATCH, "dsm_engine_free");
+        ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_STATE, "can only be freed");
+        ASSERT_OK(dsm_engine_free(&e));
+        assert_null(e);
+    }
+    /* The ranks are in step again: a new engine works. */
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_step(e, NULL));
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
 /* fp16 at its minimum loss scale and still overflowing: DSM_ERR_NUMERIC everywhere. */
 static void test_min_scale(void **state) {
     (void)state;
@@ -241,7 +268,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_bad_descriptors), cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_init_fn_failure), cmocka_unit_test(test_local_misuse),
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
-        cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_min_scale),
+        cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
+        cmocka_unit_test(test_min_scale),
     };
     return RUN_MPI_TESTS("test_engine_errors", tests);
 }
