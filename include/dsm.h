@@ -696,9 +696,15 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
 /**
  * @brief Free an engine and set @p *engine to NULL; NULL is a no-op.
  *
- * Collective over the engine's ranks. Parameter pointers from
- * dsm_engine_param_acquire() become invalid.
- * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_MPI.
+ * Collective over the engine's ranks: they first agree that all of them are
+ * freeing it; a rank that is in another engine call meanwhile makes every
+ * rank fail with DSM_ERR_MISMATCH (the engine is freed anyway on the ranks
+ * that called this). After a collective engine call has failed, freeing is
+ * local: the engine's shared-memory windows and communicators are then left
+ * to MPI_Finalize instead of being freed collectively, so that no rank
+ * hangs. Parameter pointers from dsm_engine_param_acquire() become invalid.
+ * @return DSM_SUCCESS; DSM_ERR_MISMATCH; DSM_ERR_MPI. @p *engine is NULL
+ * afterwards in every case.
  */
 DSM_API dsm_status_t dsm_engine_free(dsm_engine_t *engine);
 

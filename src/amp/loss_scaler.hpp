@@ -1,7 +1,9 @@
 // DeepSpeed's loss scaling for fp16 training (deepspeed/runtime/fp16/
 // loss_scaler.py): a static scale, or a dynamic one that halves on overflow
-// (after `hysteresis` overflows), grows after `window` clean steps and never
-// drops below `min_scale`.
+// (after `hysteresis` overflows), doubles at each clean step whose distance
+// from the last overflow, less one, is a positive multiple of `window`
+// (DeepSpeed's stable_interval rule: without an overflow, at the steps
+// window+1, 2 window+1, ...), and never drops below `min_scale`.
 #pragma once
 
 #include <cstdint>

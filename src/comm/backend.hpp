@@ -6,13 +6,17 @@
 // - Collective over the backend's group: every member calls with the same
 //   counts, dtype and op, in the same order.
 // - Counts are in elements. Reductions support FLOAT32, FLOAT64, FLOAT16 and
-//   BFLOAT16 (16-bit values are summed in fp32 and rounded once to nearest even)
-//   with SUM, MAX and MIN; gathers, all-to-all and bcast move any dtype.
+//   BFLOAT16 with SUM, MAX and MIN; gathers, all-to-all and bcast move any
+//   dtype. Inside a node 16-bit values are combined in fp32 and rounded once
+//   to nearest even; between nodes each MPI reduction step rounds again.
 // - Deterministic: the result has the same bits on every member and in every
 //   run, whatever the timing. Each output element is reduced in one fixed
-//   order (the group's ranks in ascending order inside a node, then the node
-//   leaders' MPI reduction); it equals MPI's result within floating-point
-//   summation order.
+//   order (the node's ranks in ascending local rank, then MPI's reduction
+//   across the nodes on the element's lane, served by one rank per node; see
+//   ShmBackend); it equals MPI's result within floating-point summation order.
+// - Lifetime: alloc_shared(), free_shared() and the destructor are
+//   collective (window allocation and release); abandon() is the local way
+//   out after a failure.
 // - In place: `recv == send` for allreduce; for reduce_scatter(v)/allgather(v)
 //   the in-place forms are documented per call.
 // - Errors throw dsm::Error (DSM_ERR_MPI with the MPI error string,
@@ -62,7 +66,7 @@ public:
     Backend &operator=(const Backend &) = delete;
 
     // "mpi" (plain MPI collectives) or "shm" (shared memory inside a node,
-    // MPI between node leaders).
+    // MPI between nodes).
     virtual const char *name() const noexcept = 0;
     virtual int size() const noexcept = 0;
     virtual int rank() const noexcept = 0;

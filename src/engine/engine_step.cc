@@ -403,7 +403,10 @@ void Engine::step(dsm_step_info_t *info) {
                 args.beta1 = optimizer_->hyper().beta1;
                 if (schedule_) {
                     const std::vector<double> mom = schedule_->momentum();
-                    if (!mom.empty()) args.beta1 = mom.front();
+                    if (!mom.empty()) {
+                        args.beta1 = mom.front();
+                        args.beta2 = optim::LrSchedule::kOneCycleBeta2;
+                    }
                 }
                 args.grad_scale = static_cast<float>(inv * coef);
                 optim::SumFn sum;

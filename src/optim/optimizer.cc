@@ -141,6 +141,9 @@ template <class F> void for_items(size_t count, const F &f) {
 
 // ---------------------------------------------------------------- constants
 
+// The beta2 of this step: StepArgs::beta2 when set, else the configured one.
+inline double beta2_of(const Hyper &h, const StepArgs &a) { return a.beta2 >= 0 ? a.beta2 : h.beta2; }
+
 double bias(double beta, int64_t step, bool on) {
     return on ? 1.0 - std::pow(beta, static_cast<double>(step)) : 1.0;
 }
@@ -150,12 +153,12 @@ float f32(double x) { return static_cast<float>(x); }
 AdamK adam_k(const Hyper &h, const StepArgs &a, bool decay) {
     const double wd = decay ? h.weight_decay : 0.0;
     const double bc1 = bias(a.beta1, a.step, h.bias_correction);
-    const double bc2 = bias(h.beta2, a.step, h.bias_correction);
+    const double bc2 = bias(beta2_of(h, a), a.step, h.bias_correction);
     AdamK k{};
     k.b1 = f32(a.beta1);
     k.omb1 = f32(1.0 - a.beta1);
-    k.b2 = f32(h.beta2);
-    k.omb2 = f32(1.0 - h.beta2);
+    k.b2 = f32(beta2_of(h, a));
+    k.omb2 = f32(1.0 - beta2_of(h, a));
     k.eps = f32(h.eps);
     k.step = f32(-a.lr / bc1);
     k.ibc2 = f32(1.0 / std::sqrt(bc2));
@@ -182,8 +185,8 @@ LionK lion_k(const Hyper &h, const StepArgs &a, bool decay) {
     LionK k{};
     k.b1 = f32(a.beta1);
     k.omb1 = f32(1.0 - a.beta1);
-    k.b2 = f32(h.beta2);
-    k.omb2 = f32(1.0 - h.beta2);
+    k.b2 = f32(beta2_of(h, a));
+    k.omb2 = f32(1.0 - beta2_of(h, a));
     k.neg_lr = f32(-a.lr);
     k.keep = f32(1.0 - a.lr * (decay ? h.weight_decay : 0.0));
     k.scale = a.grad_scale;
@@ -203,8 +206,8 @@ LambK lamb_k(const Hyper &h, const StepArgs &a, bool decay) {
     LambK k{};
     k.b1 = f32(a.beta1);
     k.omb1 = f32(1.0 - a.beta1);
-    k.b2 = f32(h.beta2);
-    k.omb2 = f32(1.0 - h.beta2);
+    k.b2 = f32(beta2_of(h, a));
+    k.omb2 = f32(1.0 - beta2_of(h, a));
     k.eps = f32(h.eps);
     k.wd = decay ? f32(h.weight_decay) : 0.0f;
     k.scale = a.grad_scale;
@@ -245,7 +248,7 @@ void lamb_step(const Kernels &kern, const Hyper &h, const StepArgs &a, float *p,
     DSM_REQUIRE(sums.size() >= need, DSM_ERR_INTERNAL, "Lamb's sum function left ", sums.size(),
                 " values; parameters up to ", top, " need ", need);
 
-    const double step_size = h.bias_correction ? a.lr * std::sqrt(bias(h.beta2, a.step, true)) /
+    const double step_size = h.bias_correction ? a.lr * std::sqrt(bias(beta2_of(h, a), a.step, true)) /
                                                      bias(a.beta1, a.step, true)
                                                : a.lr;
     std::vector<float> neg_coef(static_cast<size_t>(top + 1), 0.0f);

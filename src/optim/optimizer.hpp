@@ -84,6 +84,8 @@ struct StepArgs {
     double beta1 = 0.9;      // from the schedule when OneCycle cycles momentum, else Hyper::beta1
                              // (Adam, Lamb, Lion; SGD and Adagrad have no betas, so OneCycle never
                              // cycles them and SGD's momentum is Hyper::momentum)
+    double beta2 = -1.0;     // < 0: Hyper::beta2; LrSchedule::kOneCycleBeta2 while OneCycle
+                             // cycles momentum (DeepSpeed then sets betas = (momentum, 0.99))
     float grad_scale = 1.0f; // g is multiplied by this first (unscale * clip * 1/accumulation)
 };
 

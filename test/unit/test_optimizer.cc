@@ -72,7 +72,8 @@ std::vector<Segment> segments_for(size_t n) {
 
 const size_t kSizes[] = {1, 7, 17, 1000003};
 
-// Three steps with changing lr, beta1 (OneCycle) and grad_scale.
+// Three steps with changing lr, betas (OneCycle: the second step sets beta2
+// as DeepSpeed's OneCycle does) and grad_scale.
 std::vector<StepArgs> three_steps(double lr = 1e-2) {
     std::vector<StepArgs> v(3);
     const double lrs[] = {lr, 0.8 * lr, 0.6 * lr}, b1[] = {0.9, 0.85, 0.9};
@@ -83,10 +84,14 @@ std::vector<StepArgs> three_steps(double lr = 1e-2) {
         v[i].beta1 = b1[i];
         v[i].grad_scale = scale[i];
     }
+    v[1].beta2 = 0.99;
     return v;
 }
 
 // ---------------------------------------------------------------- references
+
+// StepArgs::beta2 overrides Hyper::beta2 when set (OneCycle).
+double b2(const Hyper &h, const StepArgs &a) { return a.beta2 >= 0 ? a.beta2 : h.beta2; }
 
 struct RefState {
     std::vector<double> p, s0, s1;
@@ -104,7 +109,7 @@ double grad(const std::vector<float> &g, size_t i, const StepArgs &a) { return (
 
 void ref_adam(const Hyper &h, const StepArgs &a, const std::vector<Segment> &segs, const std::vector<float> &g,
               RefState &r) {
-    const double bc1 = bias(a.beta1, a.step, h.bias_correction), bc2 = bias(h.beta2, a.step, h.bias_correction);
+    const double bc1 = bias(a.beta1, a.step, h.bias_correction), bc2 = bias(b2(h, a), a.step, h.bias_correction);
     for (const Segment &s : segs)
         for (size_t i = s.offset; i < s.offset + s.count; ++i) {
             const double wd = s.decay ? h.weight_decay : 0.0;
@@ -112,7 +117,7 @@ void ref_adam(const Hyper &h, const StepArgs &a, const std::vector<Segment> &seg
             double gi = grad(g, i, a);
             if (!h.adam_w_mode) gi += wd * p;
             m = a.beta1 * m + (1 - a.beta1) * gi;
-            v = h.beta2 * v + (1 - h.beta2) * gi * gi;
+            v = b2(h, a) * v + (1 - b2(h, a)) * gi * gi;
             const double u = (m / bc1) / (std::sqrt(v / bc2) + h.eps);
             p -= a.lr * (u + (h.adam_w_mode ? wd * p : 0.0));
         }
@@ -142,13 +147,13 @@ void ref_lamb(const Hyper &h, const StepArgs &a, const std::vector<Segment> &seg
         for (size_t i = s.offset; i < s.offset + s.count; ++i) {
             const double gi = grad(g, i, a);
             r.s0[i] = a.beta1 * r.s0[i] + (1 - a.beta1) * gi;
-            r.s1[i] = h.beta2 * r.s1[i] + (1 - h.beta2) * gi * gi;
+            r.s1[i] = b2(h, a) * r.s1[i] + (1 - b2(h, a)) * gi * gi;
             const double u = u_at(s, i);
             norms[s.param].first += r.p[i] * r.p[i];
             norms[s.param].second += u * u;
         }
     const double step_size = h.bias_correction
-                                 ? a.lr * std::sqrt(bias(h.beta2, a.step, true)) / bias(a.beta1, a.step, true)
+                                 ? a.lr * std::sqrt(bias(b2(h, a), a.step, true)) / bias(a.beta1, a.step, true)
                                  : a.lr;
     r.ratio.assign(norms.empty() ? 0 : (size_t)norms.rbegin()->first + 1, 0.0);
     r.sums.assign(2 * r.ratio.size(), 0.0);
@@ -175,7 +180,7 @@ void ref_lion(const Hyper &h, const StepArgs &a, const std::vector<Segment> &seg
             if (c != 0.0 && std::fabs(c) < 1e-5) r.skip[i] = 1;
             const double sign = (c > 0) - (c < 0);
             p -= a.lr * (sign + (s.decay ? h.weight_decay : 0.0) * p);
-            m = h.beta2 * m + (1 - h.beta2) * gi;
+            m = b2(h, a) * m + (1 - b2(h, a)) * gi;
         }
 }
 
