@@ -36,6 +36,40 @@ HostBuffer::HostBuffer(size_t bytes) : bytes_(bytes) {
     if (p == nullptr) throw std::bad_alloc();
     std::memset(p, 0, rounded);
     ptr_.reset(p);
+    capacity_ = rounded;
+}
+
+HostBuffer BufferPool::take(size_t bytes, bool zero) {
+    size_t best = idle_.size();
+    for (size_t i = 0; i < idle_.size(); ++i) {
+        const size_t c = idle_[i].capacity();
+        if (c >= bytes && c / 2 <= bytes && (best == idle_.size() || c < idle_[best].capacity())) best = i;
+    }
+    if (best == idle_.size()) return HostBuffer(bytes); // zeroed
+    HostBuffer b = std::move(idle_[best]);
+    idle_[best] = std::move(idle_.back());
+    idle_.pop_back();
+    idle_bytes_ -= b.capacity();
+    b.resize(bytes);
+    if (zero && bytes > 0) std::memset(b.data(), 0, bytes);
+    return b;
+}
+
+void BufferPool::give(HostBuffer &&b) noexcept {
+    if (!b) return;
+    HostBuffer mine = std::move(b);
+    if (idle_bytes_ + mine.capacity() > limit_) return; // freed here
+    try {
+        idle_.push_back(std::move(mine));
+        idle_bytes_ += idle_.back().capacity();
+    } catch (...) {
+        // No room to remember it: it is freed.
+    }
+}
+
+void BufferPool::clear() noexcept {
+    idle_.clear();
+    idle_bytes_ = 0;
 }
 
 SharedBuffer::SharedBuffer(comm::Backend *backend, size_t bytes)
@@ -332,6 +366,15 @@ void Engine::allocate() {
     optimizer_ = std::make_unique<optim::Optimizer>(optim::hyper_from_config(cfg_.optimizer), P);
     for (Param &p : params_)
         if (!p.trainable) p.frozen = HostBuffer(p.numel * esize_);
+    // Idle buffers kept for reuse: twice the largest staging or gather need
+    // (one parameter, or a ZeRO-3 prefetch group).
+    if (stage_ >= 2) {
+        size_t largest = 0;
+        for (const Param &p : params_)
+            if (p.trainable) largest = std::max(largest, p.numel);
+        const size_t prefetch = static_cast<size_t>(std::max<int64_t>(cfg_.zero.prefetch_bucket_size, 0));
+        pool_.set_limit(2 * (largest + (stage_ == 3 ? prefetch : 0)) * esize_);
+    }
 }
 
 void Engine::initialize_values(const dsm_param_desc_t *params) {
@@ -448,7 +491,7 @@ void Engine::param_release(int index) {
     Param &p = param(index, "param_release");
     DSM_REQUIRE(p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is not acquired");
     p.param_acquired = false;
-    if (!p.persistent) p.gathered = HostBuffer();
+    if (!p.persistent) pool_.give(std::move(p.gathered));
 }
 
 void *Engine::grad_acquire(int index) {
@@ -460,7 +503,7 @@ void *Engine::grad_acquire(int index) {
     if (stage_ < 2) {
         g = static_cast<char *>(grad_flat_.data()) + layout_.slot_of(index)->offset * esize_;
     } else {
-        p.staging = HostBuffer(p.numel * esize_);
+        p.staging = pool_.take(p.numel * esize_, true);
         g = p.staging.data();
     }
     p.grad_acquired = true;
@@ -514,6 +557,7 @@ void Engine::release(bool abandon) {
         if (dp_) dp_->abandon();
     }
     bucket_.clear();
+    pool_.clear();
     for (Param &p : params_) {
         p.gathered = HostBuffer();
         p.staging = HostBuffer();
@@ -591,6 +635,11 @@ std::string Engine::describe(dsm_format_t format) const {
     size_t frozen = 0;
     for (const Param &p : params_) frozen += p.frozen.bytes();
     add("frozen_parameters", frozen);
+    size_t live = 0; // gathered parameters and gradient staging held now
+    for (const Param &p : params_) live += p.gathered.capacity() + p.staging.capacity();
+    for (const Pending &pe : bucket_) live += pe.grad.capacity();
+    add("gathered_and_staging", live);
+    add("idle_reuse_pool", pool_.idle_bytes());
     const size_t model_state = model_state_bytes();
     size_t total = 0;
     for (auto &kv : buffers.items()) total += kv.value().get<size_t>();

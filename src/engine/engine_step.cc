@@ -212,6 +212,7 @@ void Engine::flush_bucket() {
         }
         c = c_end;
     }
+    for (Pending &pe : bucket_) pool_.give(std::move(pe.grad));
     bucket_.clear();
     bucket_elems_ = 0;
     timers_.reduce += now() - t0;
@@ -247,7 +248,7 @@ void Engine::gather(const std::vector<int> &list) {
     const double t0 = now();
     const char *part = static_cast<const char *>(param_part_.data());
     const size_t my_begin = layout_.part_begin(part_);
-    for (int j : list) params_[static_cast<size_t>(j)].gathered = HostBuffer(params_[static_cast<size_t>(j)].numel * esize_);
+    for (int j : list) params_[static_cast<size_t>(j)].gathered = pool_.take(params_[static_cast<size_t>(j)].numel * esize_, false);
     if (list.size() == 1) {
         const int j = list.front();
         const zero::Slot *s = layout_.slot_of(j);
@@ -354,7 +355,7 @@ void Engine::step(dsm_step_info_t *info) {
         last_skipped_ = false;
         // Prefetched parameters nobody acquired are dropped; the trace rolls over.
         for (Param &p : params_)
-            if (!p.persistent && p.trainable) p.gathered = HostBuffer();
+            if (!p.persistent && p.trainable) pool_.give(std::move(p.gathered));
         last_trace_.swap(trace_);
         trace_.clear();
         trace_pos_ = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
 #include <string>
 
 namespace dsm {
@@ -15,6 +16,13 @@ namespace bench {
 int run_optimizer(int argc, char **argv);   // dsm-bench optimizer
 int run_collectives(int argc, char **argv); // dsm-bench collectives
 int run_zero(int argc, char **argv);        // dsm-bench zero
+
+// The Python that runs the PyTorch baselines: $DSM_BENCH_PYTHON, else
+// "python3" from PATH.
+inline std::string python_command() {
+    const char *p = std::getenv("DSM_BENCH_PYTHON");
+    return p != nullptr && *p != '\0' ? std::string(p) : std::string("python3");
+}
 
 inline double now_seconds() {
     using clock = std::chrono::steady_clock;

@@ -54,7 +54,7 @@ void usage(FILE *out) {
                  "  --iters steps (default 10, best of) on every instruction set this CPU has,\n"
                  "  next to a memory-bandwidth bound that moves the same 28 bytes per parameter\n"
                  "  with the same threads, and next to torch.optim.Adam (default and foreach)\n"
-                 "  run by python3 with the same thread count. --isa: avx512, avx2, generic or\n"
+                 "  run by python3 ($DSM_BENCH_PYTHON) with the same thread count. --isa: avx512, avx2, generic or\n"
                  "  auto (default: the widest) picks the headline. Runs on rank 0 only.\n");
 }
 
@@ -219,7 +219,7 @@ nlohmann::json run_torch(long long n, long long iters, int threads, std::string 
     std::string out;
     int status = -1;
     if (written) {
-        const std::string cmd = "python3 " + std::string(path) + " " + std::to_string(n) + " " +
+        const std::string cmd = python_command() + " " + std::string(path) + " " + std::to_string(n) + " " +
                                 std::to_string(iters) + " " + std::to_string(threads) + " 2>/dev/null";
         if (FILE *f = popen(cmd.c_str(), "r")) {
             char buf[512];

@@ -36,10 +36,11 @@ void usage(FILE *out) {
     std::fprintf(out,
                  "usage: mpiexec -n N dsm-bench zero [--params N] [--steps N] [--stage S|all]\n"
                  "                                   [--dtype fp32|fp16|bf16] [--no-torch] [--json]\n"
-                 "  One parameter of N elements (default 16777216) trained with AdamW; per stage the\n"
-                 "  median step time split into reduce, optimizer and gather, the bytes each rank\n"
+                 "  One parameter of N elements (default 16777216) trained with AdamW; a step reads\n"
+                 "  the parameter twice (forward, backward), adds its gradient and calls dsm_step.\n"
+                 "  Per stage the median step time split into reduce, optimizer and gather, the bytes each rank\n"
                  "  sent per step over the parameter bytes, and the model-state bytes per parameter\n"
-                 "  next to the ZeRO formula. With torch in python3, rank 0 also times PyTorch's\n"
+                 "  next to the ZeRO formula. With torch in python3 ($DSM_BENCH_PYTHON), rank 0 also times PyTorch's\n"
                  "  allreduce + ZeroRedundancyOptimizer(Adam) on gloo with the same ranks.\n");
 }
 
@@ -101,7 +102,7 @@ double torch_reference(int world, long long n, int steps, std::string &version, 
         if (fd >= 0) {
             if (write(fd, kTorchScript, std::strlen(kTorchScript)) < 0) t = -1;
             close(fd);
-            const std::string cmd = cat("python3 ", path, " ", world, " ", n, " ", steps, " 2>/dev/null");
+            const std::string cmd = cat(python_command(), " ", path, " ", world, " ", n, " ", steps, " 2>/dev/null");
             if (FILE *p = popen(cmd.c_str(), "r")) {
                 char line[256], ver[64];
                 double v;
@@ -141,7 +142,7 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     d.trainable = 1;
     const std::string prec = o.dtype == "fp16" ? ", \"fp16\": {\"enabled\": true}"
                              : o.dtype == "bf16" ? ", \"bf16\": {\"enabled\": true}" : "";
-    const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 0,"
+    const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
                                 " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", stage,
                                 ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}",
                                 prec, "}");
@@ -155,18 +156,27 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     std::vector<double> total, red, opt, gat;
     uint64_t bytes0 = 0;
     for (int s = 0; s <= o.steps; ++s) {
-        void *g = eng->grad_acquire(0);
-        std::memset(g, 0x11, static_cast<size_t>(o.params) * esize); // a small positive value in every dtype
         engine::Timers before = eng->timers();
         bytes0 = eng->bytes_sent();
         MPI_Barrier(world);
+        // Forward and backward each read the parameter (ZeRO-3 gathers it
+        // twice, as DeepSpeed does), then backward writes the gradient
+        // (untimed: the model's own work).
         const double t0 = now_seconds();
+        for (int pass = 0; pass < 2; ++pass) {
+            (void)eng->param_acquire(0);
+            eng->param_release(0);
+        }
+        const double ta = now_seconds();
+        void *g = eng->grad_acquire(0);
+        std::memset(g, 0x11, static_cast<size_t>(o.params) * esize); // a small positive value in every dtype
+        const double tb = now_seconds();
         eng->grad_release(0);
         eng->step(nullptr);
         const double t1 = now_seconds();
         engine::Timers after = eng->timers();
         if (s == 0) continue; // warm-up
-        total.push_back(t1 - t0);
+        total.push_back((ta - t0) + (t1 - tb));
         red.push_back(after.reduce - before.reduce);
         opt.push_back(after.optimizer - before.optimizer);
         gat.push_back(after.gather - before.gather);
