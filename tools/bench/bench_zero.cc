@@ -44,17 +44,24 @@ void usage(FILE *out) {
                  "  allreduce + ZeroRedundancyOptimizer(Adam) on gloo with the same ranks.\n");
 }
 
-// Peak resident memory of this process in bytes (VmHWM), 0 if unknown.
-size_t peak_rss() {
-    FILE *f = std::fopen("/proc/self/status", "r");
+// A line of a /proc/self file ("VmHWM:" of status, "Pss:" of smaps_rollup)
+// in bytes, 0 if unknown.
+size_t status_bytes(const char *file, const char *key) {
+    FILE *f = std::fopen(file, "r");
     if (!f) return 0;
     char line[256];
     size_t kb = 0;
+    const size_t len = std::strlen(key);
     while (std::fgets(line, sizeof line, f))
-        if (std::strncmp(line, "VmHWM:", 6) == 0) kb = std::strtoull(line + 6, nullptr, 10);
+        if (std::strncmp(line, key, len) == 0) kb = std::strtoull(line + len, nullptr, 10);
     std::fclose(f);
     return kb * 1024;
 }
+// Peak resident memory of this process (VmHWM), and its current
+// proportional share (Pss: a page shared by k processes, such as the node's
+// shared-memory windows, counts 1/k to each), which adds up over the ranks.
+size_t peak_rss() { return status_bytes("/proc/self/status", "VmHWM:"); }
+size_t current_rss() { return status_bytes("/proc/self/smaps_rollup", "Pss:"); }
 
 const char *kTorchScript = R"PY(
 import os, sys, time, tempfile
@@ -130,6 +137,7 @@ struct Result {
     double bytes_ratio; // bytes sent per step / parameter bytes
     double state_per_param, formula;
     size_t peak;
+    double rss_per_param; // resident growth of the stage's engine / parameters
 };
 
 Result run_stage(MPI_Comm world, int stage, const Options &o) {
@@ -150,6 +158,7 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     MPI_Comm_size(world, &size);
     const int shp[1] = {size};
     const char *names[1] = {"data_parallel"};
+    const size_t rss0 = current_rss();
     auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
     auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true);
     const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
@@ -196,6 +205,8 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     r.state_per_param = static_cast<double>(eng->model_state_bytes()) / static_cast<double>(o.params);
     r.formula = eng->zero_formula_bytes_per_param();
     r.peak = peak_rss();
+    const size_t rss1 = current_rss();
+    r.rss_per_param = rss1 > rss0 ? static_cast<double>(rss1 - rss0) / static_cast<double>(o.params) : 0.0;
     eng->close();
     return r;
 }
@@ -268,6 +279,9 @@ int run_zero(int argc, char **argv) {
         r.step = v[0], r.reduce = v[1], r.optimizer = v[2], r.gather = v[3];
     }
     if (rank != 0) return 0;
+    // Bytes sent in units of the ZeRO paper, which counts a reduce-scatter or
+    // an allgather of the parameters as 1x (the ring's (n-1)/n taken as 1).
+    auto volume = [size](double ratio) { return size > 1 ? ratio * size / (size - 1) : 0.0; };
     if (o.json) {
         std::printf("{\"format\":\"dsm-bench-zero\",\"format_version\":1,\"ranks\":%d,\"params\":%lld,"
                     "\"dtype\":\"%s\",\"optimizer\":\"adamw\",\"results\":[",
@@ -277,9 +291,10 @@ int run_zero(int argc, char **argv) {
             std::printf("%s{\"stage\":%d,\"step_seconds\":%.6g,\"reduce_seconds\":%.6g,\"optimizer_seconds\":%.6g,"
                         "\"gather_seconds\":%.6g,\"bytes_sent_per_param_byte\":%.4g,"
                         "\"model_state_bytes_per_param\":%.4g,\"zero_formula_bytes_per_param\":%.4g,"
+                        "\"volume_per_param_byte\":%.4g,\"resident_bytes_per_param\":%.4g,"
                         "\"peak_rss_bytes\":%zu,\"speedup_vs_torch\":",
                         i ? "," : "", r.stage, r.step, r.reduce, r.optimizer, r.gather, r.bytes_ratio,
-                        r.state_per_param, r.formula, r.peak);
+                        r.state_per_param, r.formula, volume(r.bytes_ratio), r.rss_per_param, r.peak);
             if (torch_t > 0) std::printf("%.4g}", torch_t / r.step);
             else std::printf("null}");
         }
@@ -293,14 +308,18 @@ int run_zero(int argc, char **argv) {
     }
     std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW (median of %d steps, slowest rank)\n", size,
                 o.params, o.dtype.c_str(), o.steps);
-    std::printf("%5s %10s %10s %10s %10s %12s %14s %8s %10s\n", "stage", "step s", "reduce s", "optim s",
-                "gather s", "sent/param", "state B/param", "formula", "vs torch");
+    std::printf("%5s %9s %9s %9s %9s %11s %7s %14s %8s %11s %9s\n", "stage", "step s", "reduce s", "optim s",
+                "gather s", "sent/param", "volume", "state B/param", "formula", "PSS B/param", "vs torch");
     for (const Result &r : results) {
         char vs[32] = "-";
         if (torch_t > 0) std::snprintf(vs, sizeof vs, "%.1fx", torch_t / r.step);
-        std::printf("%5d %10.4f %10.4f %10.4f %10.4f %12.3f %14.2f %8.2f %10s\n", r.stage, r.step, r.reduce,
-                    r.optimizer, r.gather, r.bytes_ratio, r.state_per_param, r.formula, vs);
+        std::printf("%5d %9.4f %9.4f %9.4f %9.4f %11.3f %6.2fx %14.2f %8.2f %11.2f %9s\n", r.stage, r.step,
+                    r.reduce, r.optimizer, r.gather, r.bytes_ratio, volume(r.bytes_ratio), r.state_per_param,
+                    r.formula, r.rss_per_param, vs);
     }
+    std::printf("sent/param: bytes each rank sent per step / parameter bytes; volume: the same in the ZeRO\n"
+                "paper's units (a reduce-scatter or allgather of the parameters = 1x); PSS: growth of this\n"
+                "rank's proportional resident memory while the stage's engine lived, per parameter.\n");
     if (torch_t > 0)
         std::printf("torch %s allreduce + ZeroRedundancyOptimizer(Adam) on gloo: %.4f s per step\n",
                     torch_version.c_str(), torch_t);
