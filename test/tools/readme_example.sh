@@ -11,7 +11,7 @@ sed -n '/^```c$/,/^```$/p' "$top_srcdir/README.md" | sed '1d;$d' > "$dir/app.c"
 grep -q "dsm_engine_init" "$dir/app.c" || fail "the README example does not use dsm_engine_init"
 $top_builddir/libtool --mode=link --quiet $CC -std=c11 -Wall -Wextra -Werror $CFLAGS \
     -I"$top_srcdir/include" -I"$top_builddir/include" "$dir/app.c" \
-    "$top_builddir/libdsm.la" -o "$dir/app" || fail "the README example does not compile"
+    $LDFLAGS "$top_builddir/libdsm.la" -o "$dir/app" || fail "the README example does not compile"
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
