@@ -23,6 +23,7 @@
 #define DSM_AMP_F16C 1
 #endif
 
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 
 namespace dsm {
@@ -322,23 +323,9 @@ double sumsq_block(const float *x, size_t n, double scale) {
 
 // ---------------------------------------------------------------- dispatch
 
-const char *dtype_label(dsm_dtype_t t) {
-    switch (t) {
-    case DSM_FLOAT32: return "float32";
-    case DSM_FLOAT16: return "float16";
-    case DSM_BFLOAT16: return "bfloat16";
-    case DSM_FLOAT64: return "float64";
-    case DSM_INT8: return "int8";
-    case DSM_UINT8: return "uint8";
-    case DSM_INT32: return "int32";
-    case DSM_INT64: return "int64";
-    }
-    return "invalid";
-}
-
 void require_float(dsm_dtype_t t, const char *what) {
     DSM_REQUIRE(t == DSM_FLOAT32 || t == DSM_FLOAT16 || t == DSM_BFLOAT16 || t == DSM_FLOAT64,
-                DSM_ERR_INVALID_ARGUMENT, what, ": dtype ", static_cast<int>(t), " (", dtype_label(t),
+                DSM_ERR_INVALID_ARGUMENT, what, ": dtype ", static_cast<int>(t), " (", dtype_name(t),
                 ") is not float32, float16, bfloat16 or float64");
 }
 
