@@ -838,6 +838,75 @@ DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh);
  */
 DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t format, char **text);
 
+/** dsm_engine_load_checkpoint() flag: load the parameters only (the module's
+ *  weights); optimizer state, counters, loss scaler and LR schedule stay. */
+#define DSM_CKPT_LOAD_MODULE_ONLY 0x1u
+/** dsm_engine_load_checkpoint() flag: keep the engine's optimizer state. */
+#define DSM_CKPT_LOAD_NO_OPTIMIZER 0x2u
+/** dsm_engine_load_checkpoint() flag: keep the engine's LR schedule position. */
+#define DSM_CKPT_LOAD_NO_LR_SCHEDULE 0x4u
+
+/**
+ * @brief Save a checkpoint: DIR/TAG.h5, one parallel HDF5 file holding every
+ * parameter's fp32 values and the optimizer state as full-shape tensors, and
+ * the training state (doc/checkpoint.md), then DIR/latest naming TAG.
+ *
+ * Collective over the engine's ranks, at an accumulation boundary (after
+ * the dsm_step() that ends a window, or before the first) with every buffer
+ * released. Each rank writes the part it owns. The commit is atomic: the
+ * file is written under a temporary name, flushed, and renamed by rank 0
+ * only when every rank succeeded; `latest` is rewritten last (write, flush,
+ * rename). A job killed at any point leaves the previous checkpoint and
+ * `latest` loadable; a failed save returns the same error on every rank and
+ * leaves no file under the final name.
+ *
+ * @param engine       the engine
+ * @param dir          the checkpoint directory, created if missing
+ * @param tag          the tag (1..200 characters of A-Z a-z 0-9 . _ -, not
+ *                     starting with '.'), or NULL: "global_step<N>" with N
+ *                     the global step count. Ranks passing different tags:
+ *                     see checkpoint.tag_validation; rank 0's tag is used.
+ * @param client_state bytes stored with the checkpoint and given back by
+ *                     the load (rank 0's are stored); NULL when @p size is 0
+ * @param size         bytes of @p client_state
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a
+ * bad tag or directory); DSM_ERR_STATE (between boundaries, or a buffer
+ * acquired); DSM_ERR_MISMATCH (tags differ and tag_validation is Fail);
+ * DSM_ERR_IO; DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED (built without HDF5);
+ * DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
+                                                const void *client_state, size_t size);
+
+/**
+ * @brief Load a checkpoint saved by dsm_engine_save_checkpoint() at any
+ * data-parallel size, sequence-parallel size and ZeRO stage: each rank reads
+ * the part it owns now.
+ *
+ * Collective over the engine's ranks, at an accumulation boundary with every
+ * buffer released. The file's parameters must be exactly the engine's (names
+ * and shapes); every tensor's checksum is verified. On any error every rank
+ * returns it and the engine is unchanged. Loading at the sizes it was saved
+ * at continues fp32 training bit for bit.
+ *
+ * @param engine  the engine
+ * @param dir     the checkpoint directory
+ * @param tag     the tag, or NULL: the one DIR/latest names
+ * @param flags   0 or DSM_CKPT_LOAD_MODULE_ONLY, DSM_CKPT_LOAD_NO_OPTIMIZER,
+ *                DSM_CKPT_LOAD_NO_LR_SCHEDULE or'ed
+ * @param[out] client_state the stored client bytes, to free with dsm_free()
+ *                (NULL when none were stored); may be NULL to ignore them
+ * @param[out] size their count; may be NULL
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (bad
+ * tag or flags); DSM_ERR_STATE; DSM_ERR_IO (missing file or `latest`, not
+ * HDF5, truncated, wrong format or version, checksum mismatch);
+ * DSM_ERR_MISMATCH (tensors that differ from the engine's parameters, all
+ * listed); DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY;
+ * DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
+                                                unsigned flags, void **client_state, size_t *size);
+
 /**
  * @brief Convert @p n elements between FLOAT32, FLOAT64, FLOAT16 and
  * BFLOAT16 (round to nearest even; Inf and NaN kept).

@@ -2,7 +2,10 @@
 // handle <-> object; the work is in src/engine/.
 #include "dsm_config.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <memory>
+#include <vector>
 
 #include "amp/convert.hpp"
 #include "api/api.hpp"
@@ -188,6 +191,31 @@ DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t forma
     *text = nullptr;
     const auto &e = impl(engine);
     *text = dsm::to_c_string(e.describe(format));
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
+                                                const void *client_state, size_t size) {
+    DSM_API_BEGIN
+    impl(engine).save_checkpoint(dir, tag, client_state, size);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
+                                                unsigned flags, void **client_state, size_t *size) {
+    DSM_API_BEGIN
+    if (client_state != nullptr) *client_state = nullptr;
+    if (size != nullptr) *size = 0;
+    std::vector<unsigned char> blob;
+    impl(engine).load_checkpoint(dir, tag, flags, client_state != nullptr || size != nullptr ? &blob : nullptr);
+    if (size != nullptr) *size = blob.size();
+    if (client_state != nullptr && !blob.empty()) {
+        void *p = std::malloc(blob.size());
+        DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "cannot allocate ", blob.size(),
+                    " bytes for the client state");
+        std::memcpy(p, blob.data(), blob.size());
+        *client_state = p;
+    }
     DSM_API_END
 }
 

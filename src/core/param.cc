@@ -34,6 +34,10 @@ const std::vector<Param> &params() {
          "Testing: pretend each rank is bound to this NUMA domain; a domain number per rank, comma "
          "separated."},
         {"DSM_SIM_GPUS", "", "Testing: pretend every node has this many GPUs."},
+        {"DSM_CKPT_FAULT", "",
+         "Testing: make a checkpoint save fail at a point on one rank: POINT:RANK, or kill:POINT:RANK to "
+         "kill that rank with SIGKILL there. POINT is data (every rank, after writing), rename (rank 0, "
+         "before the rename) or latest (rank 0, before rewriting latest)."},
     };
     return table;
 }

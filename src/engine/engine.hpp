@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "amp/loss_scaler.hpp"
+#include "ckpt/checkpoint.hpp"
 #include "comm/backend.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
@@ -154,6 +155,12 @@ public:
     void step(dsm_step_info_t *info);
     void step_info(dsm_step_info_t *info) const;
     std::string describe(dsm_format_t format) const;
+    // Checkpoints (engine_ckpt.cc, doc/checkpoint.md). Collective. The load
+    // returns the tag it read.
+    // NULL arguments are errors agreed by every rank.
+    void save_checkpoint(const char *dir, const char *tag, const void *client, size_t client_size);
+    std::string load_checkpoint(const char *dir, const char *tag, unsigned flags,
+                                std::vector<unsigned char> *client);
 
     // For benchmarks: time spent so far, and the bytes this rank sent.
     const Timers &timers() const noexcept { return timers_; }
@@ -175,7 +182,7 @@ private:
     void check_usable() const;
 
     // Reductions (engine_step.cc).
-    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE };
+    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, CKPT };
     void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
@@ -187,6 +194,9 @@ private:
     float *fp32_grads();
     void zero_grads();
     void log_step(double norm) const;
+    std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::vector<float>> &buffers,
+                                                 bool own_buffers);
+    void check_checkpoint_point(const char *what, const std::string &tag);
 
     std::unique_ptr<Mesh> mesh_;
     std::unique_ptr<dsm_mesh_s> mesh_handle_; // what dsm_engine_get_mesh() returns

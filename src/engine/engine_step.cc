@@ -32,6 +32,7 @@ const char *point_name(int64_t p) {
     case 3: return "dsm_engine_grad_release (bucket reduction)";
     case 4: return "dsm_step";
     case 5: return "dsm_engine_free";
+    case 6: return "dsm_engine_save_checkpoint / dsm_engine_load_checkpoint";
     }
     return "?";
 }
