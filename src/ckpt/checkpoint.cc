@@ -503,7 +503,9 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
         failure = e.what();
     }
     // Agree on the data, then rank 0 commits: flush, rename, directory,
-    // `latest`. A failure before the rename removes the temporary.
+    // `latest`. After a failure before the rename, rank 0 removes the
+    // temporary and every rank waits for that, so that no rank returns while
+    // the temporary still exists.
     bool renamed = false;
     try {
         agree(comm, [&] {
@@ -523,6 +525,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
         });
     } catch (...) {
         if (rank == 0 && !renamed) ::unlink(tmp.c_str());
+        MPI_Barrier(comm);
         throw;
     }
 }

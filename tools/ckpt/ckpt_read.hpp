@@ -36,6 +36,15 @@ public:
     using Error::Error;
 };
 
+// HDF5 1.10 can crash on a corrupt file instead of failing (a global-heap
+// object whose stored length runs past its buffer: a segfault in H5HG_read
+// while reading a string attribute). install_crash_guard() turns such a crash
+// into the tool's one-line message, "PREFIX: FILE: HDF5 crashed reading this
+// file (signal N): the file is corrupt", and exit status 1; crash_context()
+// names the file that is being read from then on.
+void install_crash_guard(const std::string &prefix);
+void crash_context(const std::string &file);
+
 // The innermost message of HDF5's current error stack ("truncated file: eof =
 // ..."), or "" when the stack is empty: what the library found, without the
 // chain of API frames above it.
@@ -62,6 +71,12 @@ public:
     ~Handle() { reset(); }
     hid_t get() const { return id_; }
     bool valid() const { return id_ >= 0; }
+    // Gives up ownership, for a close whose failure must be reported.
+    hid_t release() {
+        const hid_t id = id_;
+        id_ = H5I_INVALID_HID;
+        return id;
+    }
     void reset() {
         if (id_ >= 0 && close_ != nullptr) close_(id_);
         id_ = H5I_INVALID_HID;

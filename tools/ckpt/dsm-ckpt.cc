@@ -207,6 +207,12 @@ std::string attr_text(const Checkpoint &ck, const char *name) {
     return a != nullptr ? a->text() : "-";
 }
 
+// The same without the quotes around a string, for running text.
+std::string attr_plain(const Checkpoint &ck, const char *name) {
+    const Attribute *a = ck.attribute(name);
+    return a != nullptr && a->kind == Attribute::Kind::String ? a->s : attr_text(ck, name);
+}
+
 std::string plural(uint64_t n, const char *one, const char *many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
 }
@@ -275,6 +281,7 @@ Json info_json(const Opened &o) {
                 {"format_version", 1},
                 {"path", o.loc.directory ? o.loc.dir : o.loc.file},
                 {"file", ck.file()},
+                {"tag", o.loc.directory ? Json(o.loc.tag) : Json(nullptr)},
                 {"directory", directory_json(o.loc)},
                 {"attributes", attrs},
                 {"tensors", tensors},
@@ -297,9 +304,9 @@ void info_text(const Opened &o) {
         for (const std::string &t : loc.temporary)
             std::printf("           leftover temporary file %s (an interrupted save; safe to delete)\n", t.c_str());
     }
-    std::printf("format     %s %s, written by libdsm %s, tag %s\n", attr_text(ck, "format").c_str(),
-                attr_text(ck, "format_version").c_str(), attr_text(ck, "libdsm_version").c_str(),
-                attr_text(ck, "tag").c_str());
+    std::printf("format     %s %s, written by libdsm %s, tag %s\n", attr_plain(ck, "format").c_str(),
+                attr_plain(ck, "format_version").c_str(), attr_plain(ck, "libdsm_version").c_str(),
+                attr_plain(ck, "tag").c_str());
 
     std::printf("\ntraining state\n");
     for (const std::string &name : training_state_attributes())
@@ -482,9 +489,10 @@ private:
 // `name`; the root holds the tag and step for provenance.
 class H5Output {
 public:
-    explicit H5Output(const std::string &path) : path_(path) {
+    // Created at `path` (a temporary name); messages name `shown`.
+    H5Output(const std::string &path, const std::string &shown) : path_(shown) {
         hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-        if (f < 0) throw Error(path + ": cannot create: " + hdf5_message());
+        if (f < 0) throw Error(shown + ": cannot create: " + hdf5_message());
         file_ = Handle(f, H5Fclose);
     }
 
@@ -543,9 +551,7 @@ public:
     void close() {
         ds_.reset();
         if (H5Fflush(file_.get(), H5F_SCOPE_GLOBAL) < 0) fail("flush");
-        hid_t f = file_.get();
-        file_ = Handle();
-        if (H5Fclose(f) < 0) throw Error(path_ + ": cannot close: " + hdf5_message());
+        if (H5Fclose(file_.release()) < 0) throw Error(path_ + ": cannot close: " + hdf5_message());
     }
 
 private:
@@ -630,19 +636,22 @@ int cmd_export(int argc, char **argv) {
     };
     if (kind == OutKind::Safetensors) {
         std::vector<SafetensorsEntry> entries;
-        for (const Tensor *t : params) entries.push_back({*t->name, t->shape, t->elements});
-        std::unique_ptr<SafetensorsWriter> w;
+        uint64_t data_bytes = 0;
+        for (const Tensor *t : params) {
+            entries.push_back({*t->name, t->shape, t->elements});
+            data_bytes += t->bytes();
+        }
+        std::string header;
         try {
-            w = std::make_unique<SafetensorsWriter>(tmp.path(), entries, metadata);
-        } catch (const Error &e) {
-            // The header's own errors name no file: they come from the checkpoint.
-            if (std::strncmp(e.what(), tmp.path().c_str(), tmp.path().size()) == 0) throw;
+            header = safetensors_header(entries, metadata);
+        } catch (const Error &e) { // a name safetensors cannot hold
             throw Error(ck.file() + ": " + e.what() + "; nothing exported");
         }
-        for (const Tensor *t : params) verified(*t, [&](const Block &b) { w->write(b.data, b.n); });
-        w->finish();
+        SafetensorsWriter w(tmp.path(), *out, header, data_bytes);
+        for (const Tensor *t : params) verified(*t, [&](const Block &b) { w.write(b.data, b.n); });
+        w.finish();
     } else {
-        H5Output h5(tmp.path());
+        H5Output h5(tmp.path(), *out);
         for (const auto &m : metadata)
             if (m.first == "global_steps") {
                 if (const Attribute *attr = ck.attribute("global_steps"); attr && attr->kind == Attribute::Kind::Int)
@@ -753,6 +762,14 @@ TensorDiff compare(const Checkpoint &ca, const Tensor &ta, const Checkpoint &cb,
         warnings.push_back({tb.path, "checksum mismatch in B (" + cb.file() + "): the file is damaged"});
     d.equal = d.differing == 0;
     return d;
+}
+
+// Four digits: enough to judge a difference; --json gives all of them.
+std::string short_number(double v) {
+    if (!std::isfinite(v)) return number_text(v);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.4g", v);
+    return buf;
 }
 
 struct AttrDiff {
@@ -871,7 +888,7 @@ int cmd_diff(int argc, char **argv) {
             std::printf("%s: %llu of %llu elements differ%s; max abs diff %s, max rel diff %s\n", d.path.c_str(),
                         static_cast<unsigned long long>(d.differing), static_cast<unsigned long long>(d.elements),
                         d.nan_mismatches ? (" (" + std::to_string(d.nan_mismatches) + " NaN)").c_str() : "",
-                        number_text(d.max_abs).c_str(), number_text(d.max_rel).c_str());
+                        short_number(d.max_abs).c_str(), short_number(d.max_rel).c_str());
     }
     if (!client_equal)
         std::printf("client_state: %s (A) vs %s (B), contents differ\n",
@@ -921,6 +938,7 @@ int main(int argc, char **argv) {
     }
     // Failures become one line of ours; HDF5's own stack dump would bury it.
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    install_crash_guard("dsm-ckpt " + sub);
     try {
         return cmd(argc - 2, argv + 2);
     } catch (const UsageError &e) {

@@ -53,17 +53,15 @@ std::string safetensors_header(const std::vector<SafetensorsEntry> &entries,
     return text;
 }
 
-SafetensorsWriter::SafetensorsWriter(const std::string &path, const std::vector<SafetensorsEntry> &entries,
-                                     const std::vector<std::pair<std::string, std::string>> &metadata)
-    : path_(path) {
-    const std::string header = safetensors_header(entries, metadata);
-    for (const SafetensorsEntry &e : entries) expected_ += e.elements * 4;
+SafetensorsWriter::SafetensorsWriter(const std::string &path, const std::string &shown, const std::string &header,
+                                     uint64_t data_bytes)
+    : shown_(shown), expected_(data_bytes) {
     f_ = std::fopen(path.c_str(), "wb");
-    if (f_ == nullptr) throw Error(path + ": cannot create: " + std::strerror(errno));
+    if (f_ == nullptr) throw Error(shown_ + ": cannot create: " + std::strerror(errno));
     unsigned char len[8];
     for (int k = 0; k < 8; ++k) len[k] = static_cast<unsigned char>(uint64_t(header.size()) >> (8 * k));
     if (std::fwrite(len, 1, 8, f_) != 8 || std::fwrite(header.data(), 1, header.size(), f_) != header.size())
-        throw Error(path + ": cannot write: " + std::strerror(errno));
+        throw Error(shown_ + ": cannot write: " + std::strerror(errno));
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -71,7 +69,7 @@ SafetensorsWriter::~SafetensorsWriter() {
 }
 
 void SafetensorsWriter::write(const float *x, size_t n) {
-    if (written_ + uint64_t(n) * 4 > expected_) throw Error(path_ + ": more data than the header declares");
+    if (written_ + uint64_t(n) * 4 > expected_) throw Error(shown_ + ": more data than the header declares");
     const unsigned char *bytes = reinterpret_cast<const unsigned char *>(x);
     if (!host_little_endian()) {
         // The format is little-endian whatever the machine.
@@ -80,18 +78,18 @@ void SafetensorsWriter::write(const float *x, size_t n) {
             for (int b = 0; b < 4; ++b) buf_[4 * k + b] = bytes[4 * k + 3 - b];
         bytes = buf_.data();
     }
-    if (std::fwrite(bytes, 4, n, f_) != n) throw Error(path_ + ": cannot write: " + std::strerror(errno));
+    if (std::fwrite(bytes, 4, n, f_) != n) throw Error(shown_ + ": cannot write: " + std::strerror(errno));
     written_ += uint64_t(n) * 4;
 }
 
 void SafetensorsWriter::finish() {
     if (written_ != expected_)
-        throw Error(path_ + ": " + std::to_string(written_) + " data bytes written, the header declares " +
+        throw Error(shown_ + ": " + std::to_string(written_) + " data bytes written, the header declares " +
                     std::to_string(expected_));
     FILE *f = f_;
     f_ = nullptr;
     const bool flushed = std::fflush(f) == 0;
-    if (std::fclose(f) != 0 || !flushed) throw Error(path_ + ": cannot write: " + std::strerror(errno));
+    if (std::fclose(f) != 0 || !flushed) throw Error(shown_ + ": cannot write: " + std::strerror(errno));
 }
 
 } // namespace ckpt_tool

@@ -32,13 +32,15 @@ struct SafetensorsEntry {
 std::string safetensors_header(const std::vector<SafetensorsEntry> &entries,
                                const std::vector<std::pair<std::string, std::string>> &metadata);
 
-// Streams one F32 safetensors file: the header is written at construction,
-// since every name and shape is known before any data, then the data of each
-// entry in order, in pieces of any size. Throws Error on I/O failure.
+// Streams one F32 safetensors file: the header (from safetensors_header) is
+// written at construction, since every name and shape is known before any
+// data, then the data of each entry in header order, in pieces of any size.
+// Throws Error on I/O failure, naming the file `shown` (the file is created
+// at `path`, a temporary name).
 class SafetensorsWriter {
 public:
-    SafetensorsWriter(const std::string &path, const std::vector<SafetensorsEntry> &entries,
-                      const std::vector<std::pair<std::string, std::string>> &metadata);
+    SafetensorsWriter(const std::string &path, const std::string &shown, const std::string &header,
+                      uint64_t data_bytes);
     SafetensorsWriter(const SafetensorsWriter &) = delete;
     SafetensorsWriter &operator=(const SafetensorsWriter &) = delete;
     ~SafetensorsWriter();
@@ -46,10 +48,9 @@ public:
     void write(const float *x, size_t n);
     // Checks that every declared byte was written, flushes and closes.
     void finish();
-    uint64_t data_bytes() const { return expected_; }
 
 private:
-    std::string path_;
+    std::string shown_;
     FILE *f_ = nullptr;
     uint64_t expected_ = 0, written_ = 0;
     std::vector<unsigned char> buf_;
