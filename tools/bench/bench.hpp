@@ -16,6 +16,7 @@ namespace bench {
 int run_optimizer(int argc, char **argv);   // dsm-bench optimizer
 int run_collectives(int argc, char **argv); // dsm-bench collectives
 int run_zero(int argc, char **argv);        // dsm-bench zero
+int run_checkpoint(int argc, char **argv);  // dsm-bench checkpoint
 
 // The Python that runs the PyTorch baselines: $DSM_BENCH_PYTHON, else
 // "python3" from PATH.

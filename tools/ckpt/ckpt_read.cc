@@ -794,17 +794,30 @@ void Checkpoint::read_tensor_group(hid_t group, const std::string &prefix, const
         if (H5Tget_class(type.get()) == H5T_FLOAT && H5Tget_size(type.get()) == 4) {
             t.dtype = "float32";
             t.float32 = shape_ok;
+            if (!shape_ok) t.unreadable = "has no valid shape";
             if (H5Tget_order(type.get()) != H5T_ORDER_LE)
                 warning(t.path, "is big-endian float32; the format says H5T_IEEE_F32LE");
         } else {
             problem(t.path, "is " + t.dtype + ", expected float32");
+            t.unreadable = "is " + t.dtype + ", not float32";
         }
-        {
-            Handle dcpl(H5Dget_create_plist(ds.get()), H5Pclose);
-            if (dcpl.valid() && H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS)
-                warning(t.path, "is not stored contiguously (the format says contiguous)");
-            else if (!dcpl.valid())
+        Handle dcpl(H5Dget_create_plist(ds.get()), H5Pclose);
+        const H5D_layout_t layout = dcpl.valid() ? H5Pget_layout(dcpl.get()) : H5D_LAYOUT_ERROR;
+        if (!dcpl.valid()) hdf5_message();
+        if (layout != H5D_CONTIGUOUS)
+            warning(t.path, "is not stored contiguously (the format says contiguous)");
+        // Unlike a chunked one, a contiguous or compact dataset stores exactly
+        // its logical bytes. Less means unwritten data, which HDF5 would return
+        // as fill values, or a damaged shape claiming more than the file holds.
+        if (t.float32 && (layout == H5D_CONTIGUOUS || layout == H5D_COMPACT)) {
+            const hsize_t stored = H5Dget_storage_size(ds.get());
+            if (stored != t.bytes()) {
                 hdf5_message();
+                t.unreadable = "stores " + std::to_string(stored) + " bytes of data, its shape " +
+                               shape_text(t.shape) + " needs " + std::to_string(t.bytes());
+                problem(t.path, t.unreadable);
+                t.float32 = false;
+            }
         }
         try {
             const std::optional<Attribute> name = find_attribute(ds.get(), "name");
@@ -925,7 +938,7 @@ void Checkpoint::check_optimizer_states() {
 }
 
 void Checkpoint::read_rows(const Tensor &t, uint64_t row0, uint64_t rows, float *out) const {
-    if (!t.float32) throw error(t.path, "is " + t.dtype + (t.dtype == "float32" ? " with a bad shape" : ", not float32"));
+    if (!t.float32) throw error(t.path, t.unreadable);
     if (t.elements == 0 || rows == 0) return;
     crash_context(file_);
     Handle ds(H5Dopen2(h_.get(), t.path.c_str(), H5P_DEFAULT), H5Dclose);
@@ -953,7 +966,7 @@ void Checkpoint::read_rows(const Tensor &t, uint64_t row0, uint64_t rows, float 
 
 void Checkpoint::read_blocks(const Tensor &t, const std::function<void(const Block &)> &fn,
                              uint64_t block_elements) const {
-    if (!t.float32) throw error(t.path, "is " + t.dtype + (t.dtype == "float32" ? " with a bad shape" : ", not float32"));
+    if (!t.float32) throw error(t.path, t.unreadable);
     if (t.elements == 0) return;
     if (t.shape.empty()) {
         float x = 0;

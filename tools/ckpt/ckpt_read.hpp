@@ -179,7 +179,8 @@ struct Tensor {
     std::optional<uint64_t> checksum;  // attribute `checksum`
     std::vector<uint64_t> shape;       // empty: a scalar
     uint64_t elements = 0;
-    bool float32 = false;              // a 4-byte IEEE float dataset (readable)
+    bool float32 = false;              // a readable 4-byte IEEE float dataset
+    std::string unreadable;            // why it is not, when it is not
     std::string dtype;                 // "float32", else what it is
     bool param() const { return state.empty(); }
     uint64_t bytes() const { return elements * 4; }

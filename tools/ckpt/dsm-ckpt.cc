@@ -355,7 +355,7 @@ void info_text(const Opened &o) {
     for (const Tensor &t : ck.tensors()) {
         std::string note;
         if (t.name && *t.name != t.link) note = "  name \"" + *t.name + "\"";
-        if (!t.float32) note += "  (" + t.dtype + ")";
+        if (!t.float32) note += "  (" + t.unreadable + ")";
         std::printf("  %-*s  %-16s %12llu %14llu  %s%s\n", static_cast<int>(width), t.path.c_str(),
                     shape_text(t.shape).c_str(), static_cast<unsigned long long>(t.elements),
                     static_cast<unsigned long long>(t.float32 ? t.bytes() : 0),
@@ -575,11 +575,11 @@ std::vector<const Tensor *> exportable_params(const Checkpoint &ck) {
     std::vector<const Tensor *> out;
     for (const Tensor &t : ck.tensors()) {
         if (!t.param()) continue;
-        const char *why = !t.float32 ? "is not a float32 tensor"
-                          : !t.name  ? "has no string attribute 'name'"
-                          : !t.checksum ? "has no uint64 attribute 'checksum'"
-                                        : nullptr;
-        if (why != nullptr) throw Error(ck.file() + ": " + t.path + ": " + why + "; nothing exported");
+        const std::string why = !t.float32    ? t.unreadable
+                                : !t.name     ? "has no string attribute 'name'"
+                                : !t.checksum ? "has no uint64 attribute 'checksum'"
+                                              : "";
+        if (!why.empty()) throw Error(ck.file() + ": " + t.path + ": " + why + "; nothing exported");
         out.push_back(&t);
     }
     if (out.empty()) throw Error(ck.file() + ": no parameters under /params; nothing exported");
@@ -723,8 +723,8 @@ TensorDiff compare(const Checkpoint &ca, const Tensor &ta, const Checkpoint &cb,
     d.elements = ta.elements;
     if (ta.shape != tb.shape) return d;
     if (!ta.float32 || !tb.float32) {
-        warnings.push_back({ta.path, "cannot be compared: not a float32 tensor in " +
-                                         std::string(!ta.float32 ? "A" : "B")});
+        warnings.push_back({ta.path, "cannot be compared: in " + std::string(!ta.float32 ? "A" : "B") + " it " +
+                                         (!ta.float32 ? ta.unreadable : tb.unreadable)});
         return d;
     }
     d.compared = true;
@@ -883,7 +883,7 @@ int cmd_diff(int argc, char **argv) {
             std::printf("%s: shape %s (A) vs %s (B)\n", d.path.c_str(), shape_text(d.shape_a).c_str(),
                         shape_text(d.shape_b).c_str());
         else if (!d.compared)
-            std::printf("%s: not compared (not float32)\n", d.path.c_str());
+            std::printf("%s: not compared (unreadable, see the warning)\n", d.path.c_str());
         else
             std::printf("%s: %llu of %llu elements differ%s; max abs diff %s, max rel diff %s\n", d.path.c_str(),
                         static_cast<unsigned long long>(d.differing), static_cast<unsigned long long>(d.elements),
