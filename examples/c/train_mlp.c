@@ -2,6 +2,7 @@
  * train_mlp: train a multi-layer perceptron with the libdsm engine.
  *
  *   mpiexec -n 4 ./train_mlp [CONFIG.json] [--steps N] [--describe]
+ *                            [--checkpoint DIR [--save-every K]]
  *
  * The model is 16 -> 64 (tanh) -> 64 (tanh) -> 4, with its forward and
  * backward pass written out in plain C. It learns a regression task made from
@@ -18,6 +19,12 @@
  * (before any update) and X the mean over the last 10 steps (one batch is
  * noisy). With --describe it then prints the engine's description: ZeRO
  * stage, dtypes and the memory of each buffer on rank 0.
+ *
+ * With --checkpoint DIR it saves a checkpoint every K steps (default 50) and
+ * at the end into DIR (DIR/global_step<N>.h5, DIR/latest), and, when DIR
+ * already holds one, first resumes from the checkpoint DIR/latest names, on
+ * any number of ranks: training goes on from that step up to step N with the
+ * same samples it would have seen without the interruption.
  *
  * Exit status: 0 when the loss fell by at least a factor of 5, 2 when it did
  * not, 1 on an error (every rank reports it: libdsm fails collective calls
@@ -294,7 +301,8 @@ static dsm_status_t backward(dsm_engine_t engine, struct work *wk, double loss_s
     } while (0)
 
 static void usage(const char *prog) {
-    fprintf(stderr, "usage: %s [CONFIG.json] [--steps N] [--describe]\n", prog);
+    fprintf(stderr, "usage: %s [CONFIG.json] [--steps N] [--describe] [--checkpoint DIR [--save-every K]]\n",
+            prog);
 }
 
 int main(int argc, char **argv) {
@@ -307,6 +315,8 @@ int main(int argc, char **argv) {
     const char *config = DEFAULT_CONFIG;
     long steps = DEFAULT_STEPS;
     int describe = 0, bad_usage = 0;
+    const char *ckpt_dir = NULL;
+    long save_every = 50;
     for (int a = 1; a < argc; ++a) {
         if (strcmp(argv[a], "--steps") == 0 && a + 1 < argc) {
             char *end;
@@ -314,6 +324,12 @@ int main(int argc, char **argv) {
             if (*end != '\0' || steps < 1) bad_usage = 1;
         } else if (strcmp(argv[a], "--describe") == 0) {
             describe = 1;
+        } else if (strcmp(argv[a], "--checkpoint") == 0 && a + 1 < argc) {
+            ckpt_dir = argv[++a];
+        } else if (strcmp(argv[a], "--save-every") == 0 && a + 1 < argc) {
+            char *end;
+            save_every = strtol(argv[++a], &end, 10);
+            if (*end != '\0' || save_every < 1) bad_usage = 1;
         } else if (argv[a][0] != '-') {
             config = argv[a];
         } else {
@@ -413,9 +429,32 @@ int main(int argc, char **argv) {
                config, world, dp_size, dsm_dtype_name(wk.dtype), (long long)train_batch,
                (long long)micro_batch, (long long)accumulation, (long long)data_parallel, steps);
 
-    const long print_every = steps >= 20 ? steps / 10 : 1;
+    /* Resume from DIR/latest when there is one. The checkpoint's client
+     * state carries the loss of the very first batch, for the final check. */
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
-    for (long step = 0; step < steps; ++step) {
+    long first = 0;
+    double initial_loss = -1.0;
+    if (ckpt_dir != NULL) {
+        char latest[4096];
+        snprintf(latest, sizeof latest, "%s/latest", ckpt_dir);
+        FILE *f = rank == 0 ? fopen(latest, "r") : NULL;
+        int resume = f != NULL;
+        if (f) fclose(f);
+        MPI_Bcast(&resume, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        if (resume) {
+            void *blob = NULL;
+            size_t size = 0;
+            CHECK(dsm_engine_load_checkpoint(engine, ckpt_dir, NULL, 0, &blob, &size));
+            if (size == sizeof initial_loss) memcpy(&initial_loss, blob, sizeof initial_loss);
+            dsm_free(blob);
+            CHECK(dsm_engine_get_step_info(engine, &info));
+            first = (long)info.global_steps;
+            if (rank == 0) printf("resumed from %s at step %ld\n", latest, first);
+        }
+    }
+
+    const long print_every = steps >= 20 ? steps / 10 : 1;
+    for (long step = first; step < steps; ++step) {
         double window = 0.0; /* this rank's loss over the accumulation window */
         for (int64_t m = 0; m < accumulation; ++m) {
             /* Global batch `step` holds samples [step * TB, (step + 1) * TB);
@@ -439,17 +478,25 @@ int main(int argc, char **argv) {
         double sum;
         MPI_Allreduce(&window, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         history[step] = sum / world;
+        if (initial_loss < 0) initial_loss = history[step];
         if (rank == 0 && (step % print_every == 0 || step == steps - 1))
             printf("step %5lld  loss %.6f  lr %.3e  loss_scale %g  grad_norm %.4f  skipped %lld\n",
                    (long long)info.global_steps, history[step], info.lr, info.loss_scale,
                    info.grad_norm, (long long)info.skipped_steps);
+        if (ckpt_dir != NULL && ((step + 1) % save_every == 0 || step == steps - 1))
+            CHECK(dsm_engine_save_checkpoint(engine, ckpt_dir, NULL, &initial_loss, sizeof initial_loss));
+    }
+    if (first >= steps) { /* resumed at or past the last step: nothing to train */
+        if (rank == 0) printf("train_mlp: the checkpoint is at step %ld already; nothing to do\n", first);
+        exit_code = 0;
+        goto done;
     }
 
-    const long last = steps < FINAL_WINDOW ? steps : FINAL_WINDOW;
+    /* The mean over the last steps this run trained (up to FINAL_WINDOW). */
+    const long last = steps - first < FINAL_WINDOW ? steps - first : FINAL_WINDOW;
     double final_loss = 0.0;
     for (long s = steps - last; s < steps; ++s) final_loss += history[s];
     final_loss /= (double)last;
-    const double initial_loss = history[0];
     if (rank == 0) printf("final loss %.6f (initial %.6f)\n", final_loss, initial_loss);
 
     if (describe) {

@@ -252,7 +252,8 @@ private:
     bool last_boundary_ = false, last_skipped_ = false;
     bool broken_ = false, closed_ = false;
     Timers timers_;
-    double window_start_ = 0.0;
+    double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
+    int64_t window_samples_ = 0;
 };
 
 } // namespace engine

@@ -277,6 +277,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         if (restore_scaler) scaler_->set_state(lss);
         if (schedule_ && !(flags & DSM_CKPT_LOAD_NO_LR_SCHEDULE)) schedule_->set_last_step(last_step);
     }
+    window_start_ = 0.0;
     zero_grads();
     last_trace_.clear();
     trace_.clear();

@@ -349,7 +349,10 @@ void Engine::step(dsm_step_info_t *info) {
     }
     try {
         sync(SyncPoint::STEP, micro_steps_, why, status);
-        if (window_start_ == 0.0) window_start_ = now();
+        if (window_start_ == 0.0) {
+            window_start_ = now();
+            window_samples_ = global_samples_;
+        }
         ++micro_steps_;
         const bool boundary = micro_steps_ % cfg_.gradient_accumulation_steps == 0;
         last_boundary_ = boundary;
@@ -443,7 +446,7 @@ void Engine::step(dsm_step_info_t *info) {
 void Engine::log_step(double norm) const {
     const double t = now();
     const double secs = t - window_start_;
-    const double rate = secs > 0 ? static_cast<double>(global_samples_) / secs : 0.0;
+    const double rate = secs > 0 ? static_cast<double>(global_samples_ - window_samples_) / secs : 0.0;
     std::printf("[dsm] step=%lld skipped=%lld lr=%.6g loss_scale=%g grad_norm=%.6g samples/s=%.1f\n",
                 static_cast<long long>(global_steps_), static_cast<long long>(skipped_steps_), current_lr(),
                 scaler_->scale(), norm, rate);

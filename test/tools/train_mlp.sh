@@ -18,6 +18,26 @@ for cfg in train_mlp.json train_mlp_fp16_zero3.json train_mlp_bf16_zero1.json; d
         echo "$cfg at $n ranks: $(echo "$out" | grep 'final loss')"
     done
 done
+# Checkpoints: 40 steps on 4 ranks saving every 20, then resumed on 2 ranks
+# up to step 60 (skipped when libdsm was built without parallel HDF5).
+ckdir=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$ckdir"' EXIT
+cfg=$top_srcdir/examples/c/train_mlp.json
+out=$(timeout 300 $launcher -n 4 "$bin" "$cfg" --steps 40 --checkpoint "$ckdir" --save-every 20 2>&1)
+rc=$?
+if echo "$out" | grep -q "built without"; then
+    echo "checkpoints: skipped (no parallel HDF5)"
+else
+    [ "$rc" = 0 ] || fail "training with checkpoints: $out"
+    for f in global_step20.h5 global_step40.h5; do [ -f "$ckdir/$f" ] || fail "no $f after 40 steps"; done
+    [ "$(cat "$ckdir/latest")" = global_step40 ] || fail "latest is $(cat "$ckdir/latest")"
+    out=$(timeout 300 $launcher -n 2 "$bin" "$cfg" --steps 60 --checkpoint "$ckdir" --save-every 20 2>&1) ||
+        fail "resuming on 2 ranks: $out"
+    echo "$out" | grep -q "resumed from .* at step 40" || fail "no resume: $out"
+    echo "$out" | grep -q "final loss" || fail "no final loss after the resume: $out"
+    [ "$(cat "$ckdir/latest")" = global_step60 ] || fail "latest after the resume is $(cat "$ckdir/latest")"
+    echo "checkpoints: 40 steps on 4 ranks, resumed on 2 to step 60: $(echo "$out" | grep 'final loss')"
+fi
 out=$(timeout 300 $launcher -n 2 "$bin" "$top_srcdir/examples/c/missing.json" 2>&1) &&
     fail "a missing configuration must fail"
 echo "$out" | grep -q "missing.json" || fail "the error does not name the file: $out"
