@@ -242,8 +242,8 @@ bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir,
         (void)eng->param_acquire(0);
         eng->param_release(0);
     }
-    void *g = eng->grad_acquire(0);
-    std::memset(g, 0x11, static_cast<size_t>(o.params) * 4);
+    float *g = static_cast<float *>(eng->grad_acquire(0));
+    for (long long i = 0; i < o.params; ++i) g[i] = 1e-3f * static_cast<float>(1 + (i & 7));
     eng->grad_release(0);
     eng->step(nullptr);
 
