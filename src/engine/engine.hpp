@@ -194,7 +194,7 @@ private:
     float *fp32_grads();
     void zero_grads();
     void log_step(double norm) const;
-    std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::vector<float>> &buffers,
+    std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
                                                  bool own_buffers);
     void check_checkpoint_point(const char *what, const std::string &tag);
 

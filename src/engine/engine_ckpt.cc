@@ -37,7 +37,7 @@ int64_t hash_of(const std::string &s) {
 // frozen parameters (owned by rank 0). `buffers` keeps the fp32 copies of the
 // frozen parameters alive, or, with `own_buffers` (load), holds a buffer for
 // every piece in place of the engine's memory.
-std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::vector<std::vector<float>> &buffers,
+std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
                                                      bool own_buffers) {
     std::vector<ckpt::Tensor> out;
     const int sp_rank = sp_ ? sp_->rank() : 0;
@@ -53,8 +53,9 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
     };
     auto add = [&](ckpt::Tensor t) {
         if (own_buffers && t.count) {
-            buffers.emplace_back(t.count);
-            t.data = buffers.back().data();
+            // load: the file's values land here first (not zeroed: all read)
+            buffers.emplace_back(new float[t.count]);
+            t.data = buffers.back().get();
         }
         out.push_back(std::move(t));
     };
@@ -74,9 +75,9 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
             t.offset = 0;
             t.count = p.numel;
             if (!own_buffers) { // save: the fp32 values of the frozen parameter
-                buffers.emplace_back(p.numel);
-                amp::convert(p.frozen.data(), dtype_, buffers.back().data(), DSM_FLOAT32, p.numel);
-                t.data = buffers.back().data();
+                buffers.emplace_back(new float[p.numel]);
+                amp::convert(p.frozen.data(), dtype_, buffers.back().get(), DSM_FLOAT32, p.numel);
+                t.data = buffers.back().get();
             }
         }
         add(std::move(t));
@@ -158,7 +159,7 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         unsigned long long csize = client_size;
         DSM_CHECK_MPI(MPI_Bcast(&csize, 1, MPI_UNSIGNED_LONG_LONG, 0, world_));
 
-        std::vector<std::vector<float>> frozen32;
+        std::vector<std::unique_ptr<float[]>> frozen32;
         ckpt::Content content;
         content.tensors = checkpoint_tensors(true, frozen32, false);
         const auto &lss = scaler_->state();
@@ -220,7 +221,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
 
     const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
     const bool with_optimizer = !module_only && !(flags & DSM_CKPT_LOAD_NO_OPTIMIZER);
-    std::vector<std::vector<float>> staged;
+    std::vector<std::unique_ptr<float[]>> staged;
     ckpt::Content content;
     content.tensors = checkpoint_tensors(with_optimizer, staged, true);
     std::vector<unsigned char> blob;
@@ -255,7 +256,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         }
     }
     // Engine state from here: no more errors from the file.
-    std::vector<std::vector<float>> unused;
+    std::vector<std::unique_ptr<float[]>> unused;
     std::vector<ckpt::Tensor> live = checkpoint_tensors(with_optimizer, unused, false);
     for (size_t i = 0; i < live.size(); ++i) {
         const ckpt::Tensor &from = content.tensors[i];
