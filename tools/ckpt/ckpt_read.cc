@@ -15,8 +15,17 @@
 
 #include <dirent.h>
 #include <csignal>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DSM_CKPT_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define DSM_CKPT_SANITIZED 1
+#endif
+#endif
 
 namespace dsm {
 namespace ckpt_tool {
@@ -165,6 +174,9 @@ Attribute read_attribute(hid_t attr, const std::string &name) {
     const std::string base = type_name(type.get());
     a.type = a.scalar ? base : base + "[" + std::to_string(npoints) + "]";
     const H5T_class_t cls = H5Tget_class(type.get());
+    // The format's attributes are scalars or a few mesh sizes; a corrupt
+    // dataspace could claim billions of values.
+    if (npoints > (hssize_t(1) << 20)) throw Error("holds " + std::to_string(npoints) + " values, too many");
     const size_t n = static_cast<size_t>(npoints);
     if (cls == H5T_INTEGER) {
         a.kind = a.scalar ? Attribute::Kind::Int : Attribute::Kind::IntArray;
@@ -227,17 +239,27 @@ std::string g_crash_prefix;
 char g_crash_message[4096];
 size_t g_crash_length = 0;
 
+// A hang is this long without progress while reading metadata.
+constexpr unsigned kWatchdogSeconds = 60;
+
+void append(char *buf, size_t &n, size_t cap, const char *s) {
+    while (*s != '\0' && n < cap) buf[n++] = *s++;
+}
+
 void on_fatal_signal(int sig) {
-    // Async-signal-safe: the text was formatted beforehand, the signal number
-    // is the one digit-pair appended here.
-    char tail[64];
+    // Async-signal-safe: the message was formatted beforehand; only the
+    // signal number is added here.
+    char tail[160];
     size_t n = 0;
-    const char *a = " (signal ";
-    while (*a) tail[n++] = *a++;
-    if (sig >= 10) tail[n++] = static_cast<char>('0' + sig / 10 % 10);
-    tail[n++] = static_cast<char>('0' + sig % 10);
-    const char *b = "): the file is corrupt\n";
-    while (*b) tail[n++] = *b++;
+    if (sig == SIGALRM) {
+        append(tail, n, sizeof tail, "made no progress reading this file's metadata for 60 s");
+    } else {
+        const char number[4] = {static_cast<char>(sig >= 10 ? '0' + sig / 10 % 10 : '0' + sig % 10),
+                                static_cast<char>(sig >= 10 ? '0' + sig % 10 : ')'), sig >= 10 ? ')' : '\0', '\0'};
+        append(tail, n, sizeof tail, "crashed reading this file (signal ");
+        append(tail, n, sizeof tail, number);
+    }
+    append(tail, n, sizeof tail, ": the file is corrupt\n");
     ssize_t ignored = write(STDERR_FILENO, g_crash_message, g_crash_length);
     ignored = write(STDERR_FILENO, tail, n);
     (void)ignored;
@@ -245,6 +267,8 @@ void on_fatal_signal(int sig) {
 }
 
 } // namespace
+
+static_assert(kWatchdogSeconds == 60, "the message above says 60 s");
 
 void install_crash_guard(const std::string &prefix) {
     g_crash_prefix = prefix;
@@ -259,14 +283,62 @@ void install_crash_guard(const std::string &prefix) {
     sa.sa_handler = on_fatal_signal;
     sa.sa_flags = SA_ONSTACK | SA_RESETHAND;
     sigemptyset(&sa.sa_mask);
-    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT}) sigaction(sig, &sa, nullptr);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM}) sigaction(sig, &sa, nullptr);
 }
 
 void crash_context(const std::string &file) {
-    const std::string msg = g_crash_prefix + ": " + (file.empty() ? std::string("HDF5") : file + ": HDF5") +
-                            " crashed reading this file";
+    const std::string msg = g_crash_prefix + ": " + (file.empty() ? std::string("") : file + ": ") + "HDF5 ";
     g_crash_length = std::min(msg.size(), sizeof g_crash_message);
     std::memcpy(g_crash_message, msg.data(), g_crash_length);
+}
+
+namespace {
+
+// HDF5 1.10 can also loop forever on a corrupt global heap. While the
+// metadata is read, each object read re-arms an alarm; a full minute without
+// one ends the process with the message above. Data reads are not watched:
+// a block may legitimately take long on a slow file system.
+class MetadataWatchdog {
+public:
+    MetadataWatchdog() { progress(); }
+    ~MetadataWatchdog() { alarm(0); }
+    static void progress() { alarm(kWatchdogSeconds); }
+};
+
+} // namespace
+
+// ---------------------------------------------------------------- memory bound
+
+namespace {
+
+// Far above what the tool needs (two 16 MiB blocks, HDF5's caches, the
+// metadata of a large model), far below what a corrupt length asks for.
+constexpr uint64_t kMemoryBase = uint64_t(4) << 30;
+
+} // namespace
+
+void limit_memory() {
+#ifndef DSM_CKPT_SANITIZED
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_DATA, &rl) != 0) return;
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > kMemoryBase) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? kMemoryBase : std::min<rlim_t>(rl.rlim_max, kMemoryBase);
+        setrlimit(RLIMIT_DATA, &rl);
+    }
+#endif
+}
+
+void allow_memory(uint64_t bytes) {
+#ifndef DSM_CKPT_SANITIZED
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_DATA, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) return;
+    const uint64_t want = kMemoryBase + bytes;
+    if (rl.rlim_cur >= want) return;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min<rlim_t>(rl.rlim_max, want);
+    setrlimit(RLIMIT_DATA, &rl);
+#else
+    (void)bytes;
+#endif
 }
 
 // ---------------------------------------------------------------- public helpers
@@ -514,6 +586,7 @@ Error Checkpoint::error(const std::string &object, const std::string &what) cons
 
 Checkpoint::Checkpoint(const std::string &file) : file_(file) {
     crash_context(file);
+    const MetadataWatchdog watchdog;
     struct stat st;
     if (stat(file.c_str(), &st) != 0) throw Error(file + ": " + std::strerror(errno));
     if (S_ISDIR(st.st_mode)) throw Error(file + ": is a directory, not a checkpoint file");
@@ -551,6 +624,7 @@ void Checkpoint::read_root_attributes() {
     if (H5Aiterate2(h_.get(), H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attribute_name, &names) < 0)
         throw error("/", "cannot list attributes: " + hdf5_message());
     for (const std::string &name : names) {
+        MetadataWatchdog::progress();
         Handle a(H5Aopen(h_.get(), name.c_str(), H5P_DEFAULT), H5Aclose);
         if (!a.valid()) throw error("/", "cannot open attribute " + name + ": " + hdf5_message());
         try {
@@ -748,6 +822,7 @@ void Checkpoint::read_tensor_group(hid_t group, const std::string &prefix, const
         throw error(prefix, e.what());
     }
     for (const std::string &link : links) {
+        MetadataWatchdog::progress();
         Tensor t;
         t.path = prefix + "/" + link;
         t.link = link;
@@ -978,6 +1053,9 @@ void Checkpoint::read_blocks(const Tensor &t, const std::function<void(const Blo
     // consecutive range of elements in row-major order, which the checksum needs.
     const uint64_t row = t.elements / t.shape[0];
     const uint64_t rows_per_block = std::max<uint64_t>(1, block_elements / std::max<uint64_t>(row, 1));
+    // A row above the block size is read whole: this buffer, and diff's for
+    // the other side, and the HDF5 conversion buffer of the same size.
+    allow_memory(4 * 4 * std::min(rows_per_block, t.shape[0]) * row);
     std::vector<float> buf(static_cast<size_t>(std::min(rows_per_block, t.shape[0]) * row));
     for (uint64_t r0 = 0; r0 < t.shape[0]; r0 += rows_per_block) {
         const uint64_t nr = std::min(rows_per_block, t.shape[0] - r0);

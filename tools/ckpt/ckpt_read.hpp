@@ -38,12 +38,25 @@ public:
 
 // HDF5 1.10 can crash on a corrupt file instead of failing (a global-heap
 // object whose stored length runs past its buffer: a segfault in H5HG_read
-// while reading a string attribute). install_crash_guard() turns such a crash
-// into the tool's one-line message, "PREFIX: FILE: HDF5 crashed reading this
-// file (signal N): the file is corrupt", and exit status 1; crash_context()
+// while reading a string attribute), or loop forever in the global heap.
+// install_crash_guard() turns such a crash into the tool's one-line message,
+// "PREFIX: FILE: HDF5 crashed reading this file (signal N): the file is
+// corrupt", and exit status 1, and so does a minute without progress while
+// a file's metadata is read (the Checkpoint constructor); crash_context()
 // names the file that is being read from then on.
 void install_crash_guard(const std::string &prefix);
 void crash_context(const std::string &file);
+
+// A corrupt length in a file can also make HDF5 allocate and clear tens of
+// GiB (a variable-length string's stored size) before it fails, or the OOM
+// killer ends the process. limit_memory() bounds the data segment (anonymous
+// mappings included: RLIMIT_DATA) so that such a file fails with HDF5's
+// "memory allocation failed" instead; the tool itself needs two blocks of
+// rows. allow_memory() raises the bound for a tensor whose rows are larger.
+// Neither does anything in a sanitizer build (whose shadow memory the bound
+// would count).
+void limit_memory();
+void allow_memory(uint64_t bytes);
 
 // The innermost message of HDF5's current error stack ("truncated file: eof =
 // ..."), or "" when the stack is empty: what the library found, without the

@@ -164,7 +164,11 @@ bool parse_tolerance(const std::string &cmd, const std::string &opt, const std::
     return true;
 }
 
-void print_json(const Json &doc) { std::printf("%s\n", doc.dump(2).c_str()); }
+// A damaged file can hold names that are not UTF-8, which JSON cannot carry:
+// they are printed with U+FFFD in place of the bad bytes rather than failing.
+void print_json(const Json &doc) {
+    std::printf("%s\n", doc.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+}
 
 // ---------------------------------------------------------------- shared pieces
 
@@ -217,8 +221,8 @@ std::string plural(uint64_t n, const char *one, const char *many) {
     return std::to_string(n) + " " + (n == 1 ? one : many);
 }
 
-// The root attributes describing where training stands (doc/checkpoint.md);
-// diff counts their differences. The others describe the writer's setup.
+// The root attributes describing where training stands (doc/checkpoint.md),
+// listed first by info.
 const std::vector<std::string> &training_state_attributes() {
     static const std::vector<std::string> names = {
         "global_steps",        "micro_steps",           "skipped_steps",
@@ -400,7 +404,11 @@ int cmd_verify(int argc, char **argv) {
         try {
             v.computed = compute();
         } catch (const Error &e) {
-            problems.push_back({path, e.what()});
+            // The message names the file and the dataset; the report names them already.
+            std::string msg = e.what();
+            const std::string prefix = ck.file() + ": " + path + ": ";
+            if (msg.compare(0, prefix.size(), prefix) == 0) msg.erase(0, prefix.size());
+            problems.push_back({path, msg});
         }
         v.ok = v.stored && v.computed && *v.stored == *v.computed;
         if (v.stored && v.computed && !v.ok)
@@ -412,8 +420,7 @@ int cmd_verify(int argc, char **argv) {
         if (t.float32) check(t.path, t.checksum, [&] { return ck.compute_checksum(t); });
     const ClientState &cs = ck.client_state();
     if (cs.present && cs.readable) check("/client_state", cs.checksum, [&] { return ck.compute_client_checksum(); });
-    // Problems by path order within their kind would scatter a tensor's
-    // problems; keep the order found: structure first, then data.
+    // In the order found: the structure's problems, then the data's.
     const bool ok = problems.empty();
     size_t verified = 0;
     for (const Verified &v : results) verified += v.ok;
@@ -684,6 +691,7 @@ int cmd_export(int argc, char **argv) {
                         {"format_version", 1},
                         {"path", o.loc.directory ? o.loc.dir : o.loc.file},
                         {"file", ck.file()},
+                        {"tag", o.loc.directory ? Json(o.loc.tag) : Json(nullptr)},
                         {"output", *out},
                         {"output_format", kind_name},
                         {"tensors", tensors},
@@ -939,6 +947,7 @@ int main(int argc, char **argv) {
     // Failures become one line of ours; HDF5's own stack dump would bury it.
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     install_crash_guard("dsm-ckpt " + sub);
+    limit_memory();
     try {
         return cmd(argc - 2, argv + 2);
     } catch (const UsageError &e) {
