@@ -250,16 +250,17 @@ bool provenance_attribute(const std::string &name) {
 
 // ---------------------------------------------------------------- info
 
+// An attribute's value for JSON output. The configuration is JSON text: it is
+// given as the object it holds (as its text when that is not valid JSON).
+Json attribute_json(const Attribute &a) {
+    if (a.name == "config" && a.kind == Attribute::Kind::String && Json::accept(a.s)) return Json::parse(a.s);
+    return a.json();
+}
+
 Json info_json(const Opened &o) {
     const Checkpoint &ck = o.ck;
     Json attrs = Json::object();
-    for (const Attribute &a : ck.attributes()) {
-        // The configuration is JSON text: give it as the object it holds.
-        if (a.name == "config" && a.kind == Attribute::Kind::String && Json::accept(a.s))
-            attrs[a.name] = Json::parse(a.s);
-        else
-            attrs[a.name] = a.json();
-    }
+    for (const Attribute &a : ck.attributes()) attrs[a.name] = attribute_json(a);
     Json tensors = Json::array();
     struct Total {
         uint64_t count = 0, elements = 0, bytes = 0;
@@ -780,11 +781,47 @@ std::string short_number(double v) {
     return buf;
 }
 
+// Where two JSON values differ, by dotted key ("zero_optimization.stage"):
+// objects are compared member by member, anything else whole. A member
+// absent on one side is null there.
+struct KeyDiff {
+    std::string key;
+    Json a, b;
+    bool in_a = true, in_b = true;
+};
+
+void json_differences(const Json &a, const Json &b, const std::string &prefix, std::vector<KeyDiff> &out) {
+    if (!a.is_object() || !b.is_object()) {
+        if (a != b) out.push_back({prefix, a, b, true, true});
+        return;
+    }
+    auto key = [&](const std::string &k) { return prefix.empty() ? k : prefix + "." + k; };
+    for (const auto &m : a.items()) {
+        if (b.contains(m.key())) json_differences(m.value(), b.at(m.key()), key(m.key()), out);
+        else out.push_back({key(m.key()), m.value(), nullptr, true, false});
+    }
+    for (const auto &m : b.items())
+        if (!a.contains(m.key())) out.push_back({key(m.key()), nullptr, m.value(), false, true});
+}
+
 struct AttrDiff {
     std::string name;
     const Attribute *a = nullptr, *b = nullptr;
     bool counted = false;
+    std::vector<KeyDiff> keys; // config: the keys that differ, when both sides are JSON
 };
+
+// An attribute value for one line of text: a long string (a configuration)
+// is cut, since the differing keys are listed below it.
+std::string short_text(const Attribute *a) {
+    if (a == nullptr) return "absent";
+    std::string t = a->text();
+    if (t.size() > 80 || t.find('\n') != std::string::npos) {
+        const size_t bytes = a->kind == Attribute::Kind::String ? a->s.size() : t.size();
+        t = "(" + std::to_string(bytes) + " bytes)";
+    }
+    return t;
+}
 
 int cmd_diff(int argc, char **argv) {
     Args a;
@@ -804,9 +841,16 @@ int cmd_diff(int argc, char **argv) {
     for (const Attribute &x : cb.attributes())
         if (ca.attribute(x.name) == nullptr) names.push_back(x.name);
     for (const std::string &n : names) {
-        AttrDiff d{n, ca.attribute(n), cb.attribute(n)};
+        AttrDiff d;
+        d.name = n;
+        d.a = ca.attribute(n);
+        d.b = cb.attribute(n);
         if (d.a != nullptr && d.b != nullptr && *d.a == *d.b) continue;
         d.counted = !provenance_attribute(n);
+        if (d.a != nullptr && d.b != nullptr) {
+            const Json ja = attribute_json(*d.a), jb = attribute_json(*d.b);
+            if (ja.is_object() && jb.is_object()) json_differences(ja, jb, "", d.keys);
+        }
         attrs.push_back(d);
     }
 
@@ -844,11 +888,23 @@ int cmd_diff(int argc, char **argv) {
                         {"tag", o.loc.directory ? Json(o.loc.tag) : Json(nullptr)}};
         };
         Json jattrs = Json::array();
-        for (const AttrDiff &d : attrs)
-            jattrs.push_back({{"name", d.name},
-                              {"a", d.a ? d.a->json() : Json(nullptr)},
-                              {"b", d.b ? d.b->json() : Json(nullptr)},
-                              {"counted", d.counted}});
+        for (const AttrDiff &d : attrs) {
+            Json e = {{"name", d.name},
+                      {"a", d.a ? attribute_json(*d.a) : Json(nullptr)},
+                      {"b", d.b ? attribute_json(*d.b) : Json(nullptr)},
+                      {"counted", d.counted}};
+            if (!d.keys.empty()) {
+                Json keys = Json::array();
+                for (const KeyDiff &k : d.keys) {
+                    Json entry = {{"key", k.key}};
+                    if (k.in_a) entry["a"] = k.a;
+                    if (k.in_b) entry["b"] = k.b;
+                    keys.push_back(entry);
+                }
+                e["keys"] = keys;
+            }
+            jattrs.push_back(e);
+        }
         Json jt = Json::array();
         for (const TensorDiff &d : diffs)
             jt.push_back({{"path", d.path},
@@ -880,9 +936,18 @@ int cmd_diff(int argc, char **argv) {
     }
 
     std::printf("A %s\nB %s\n", ca.file().c_str(), cb.file().c_str());
-    for (const AttrDiff &d : attrs)
-        std::printf("attribute %s: %s (A) vs %s (B)%s\n", d.name.c_str(), d.a ? d.a->text().c_str() : "absent",
-                    d.b ? d.b->text().c_str() : "absent", d.counted ? "" : "  [setup, not counted]");
+    for (const AttrDiff &d : attrs) {
+        std::printf("attribute %s: %s (A) vs %s (B)%s\n", d.name.c_str(), short_text(d.a).c_str(),
+                    short_text(d.b).c_str(), d.counted ? "" : "  [setup, not counted]");
+        constexpr size_t kMaxKeys = 20;
+        for (size_t k = 0; k < d.keys.size() && k < kMaxKeys; ++k) {
+            const KeyDiff &kd = d.keys[k];
+            const std::string va = kd.in_a ? kd.a.dump(-1, ' ', false, Json::error_handler_t::replace) : "absent";
+            const std::string vb = kd.in_b ? kd.b.dump(-1, ' ', false, Json::error_handler_t::replace) : "absent";
+            std::printf("  %s.%s: %s (A) vs %s (B)\n", d.name.c_str(), kd.key.c_str(), va.c_str(), vb.c_str());
+        }
+        if (d.keys.size() > kMaxKeys) std::printf("  ... and %zu more keys (--json lists them)\n", d.keys.size() - kMaxKeys);
+    }
     for (const std::string &p : only_a) std::printf("only in A: %s\n", p.c_str());
     for (const std::string &p : only_b) std::printf("only in B: %s\n", p.c_str());
     for (const TensorDiff &d : diffs) {
