@@ -2,6 +2,8 @@
 #include "dsm_config.h"
 
 #include "ckpt/checkpoint.hpp"
+#include "ckpt/format.hpp"
+#include "ckpt/h5.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <map>
 #include <sstream>
 
@@ -28,57 +31,7 @@ namespace ckpt {
 
 namespace {
 
-constexpr const char *kFormat = "dsm-checkpoint";
-constexpr int64_t kFormatVersion = 1;
-constexpr size_t kMaxTag = 200;
-
-// ---------------------------------------------------------------- HDF5 handles
-
-// An HDF5 identifier closed by its own close function.
-class Id {
-public:
-    Id() = default;
-    Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-    ~Id() { reset(); }
-    Id(Id &&o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
-    Id &operator=(Id &&o) noexcept {
-        if (this != &o) {
-            reset();
-            id_ = o.id_;
-            close_ = o.close_;
-            o.id_ = H5I_INVALID_HID;
-        }
-        return *this;
-    }
-    Id(const Id &) = delete;
-    Id &operator=(const Id &) = delete;
-    hid_t get() const noexcept { return id_; }
-    void reset() noexcept {
-        if (id_ >= 0 && close_ != nullptr) close_(id_);
-        id_ = H5I_INVALID_HID;
-    }
-
-private:
-    hid_t id_ = H5I_INVALID_HID;
-    herr_t (*close_)(hid_t) = nullptr;
-};
-
-// HDF5 reports through its error stack; libdsm through exceptions. While one
-// of these lives, HDF5 prints nothing (the caller's handler comes back after).
-class QuietHdf5 {
-public:
-    QuietHdf5() {
-        H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    }
-    ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-    QuietHdf5(const QuietHdf5 &) = delete;
-    QuietHdf5 &operator=(const QuietHdf5 &) = delete;
-
-private:
-    H5E_auto2_t func_ = nullptr;
-    void *data_ = nullptr;
-};
+using Id = Handle;
 
 // The innermost message of HDF5's error stack, for our messages.
 std::string hdf5_reason() {
@@ -360,48 +313,9 @@ void check_tag(const std::string &tag) {
     DSM_REQUIRE(tag[0] != '.', DSM_ERR_INVALID_ARGUMENT, "checkpoint tag '", tag,
                 "' must not start with '.' (it would name a hidden file or another directory)");
     for (unsigned char c : tag)
-        DSM_REQUIRE(std::isalnum(c) || c == '.' || c == '_' || c == '-', DSM_ERR_INVALID_ARGUMENT,
+        DSM_REQUIRE((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-', DSM_ERR_INVALID_ARGUMENT,
                     "checkpoint tag '", tag, "' has the character '", static_cast<char>(c),
                     "': tags use A-Z a-z 0-9 . _ - only (no '/', so a tag cannot leave the directory)");
-}
-
-std::string escape_name(const std::string &name) {
-    std::string out;
-    for (size_t i = 0; i < name.size(); ++i) {
-        const char c = name[i];
-        if (c == '%') out += "%25";
-        else if (c == '/') out += "%2F";
-        else if (c == '.' && i == 0) out += "%2E";
-        else out += c;
-    }
-    return out;
-}
-
-namespace {
-inline uint64_t splitmix64(uint64_t z) noexcept {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-} // namespace
-
-uint64_t checksum(const float *data, size_t offset, size_t count) noexcept {
-    // A sum modulo 2^64: the same whatever the thread count or order.
-    uint64_t sum = 0;
-#pragma omp parallel for reduction(+ : sum) schedule(static) if (count > 65536)
-    for (size_t i = 0; i < count; ++i) {
-        uint32_t b;
-        std::memcpy(&b, data + i, sizeof b);
-        sum += splitmix64(static_cast<uint64_t>(offset + i) * 0x9E3779B97F4A7C15ull + b);
-    }
-    return sum;
-}
-
-uint64_t checksum_bytes(const unsigned char *data, size_t size) noexcept {
-    uint64_t sum = 0;
-    for (size_t i = 0; i < size; ++i) sum += splitmix64(static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull + data[i]);
-    return sum;
 }
 
 void fault_point(const char *point, int world_rank) {
@@ -439,70 +353,100 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
             DSM_FAIL(DSM_ERR_IO, "cannot remove the stale temporary '", tmp, "': ", std::strerror(errno));
     });
 
-    // Checksums: each element counted once, by its owner.
+    // Checksums: each element counted once, by its owner. They are computed
+    // by a second thread while this one writes the data (neither calls MPI
+    // or HDF5 from that thread), and summed over the ranks afterwards; the
+    // attributes that hold them are written after the data.
     const size_t n = content.tensors.size();
-    std::vector<uint64_t> sums(n + 1, 0);
-    for (size_t i = 0; i < n; ++i) {
-        const Tensor &t = content.tensors[i];
-        if (t.owner && t.count) sums[i] = checksum(t.data, t.offset, t.count);
-    }
-    if (rank == 0 && client_size) sums[n] = checksum_bytes(static_cast<const unsigned char *>(client), client_size);
-    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(n + 1), MPI_UINT64_T, MPI_SUM, comm));
+    std::vector<uint64_t> sums(n + 2, 0); // tensors, client state, failed ranks
+    auto local_sums = std::async(std::launch::async, [&] {
+        for (size_t i = 0; i < n; ++i) {
+            const Tensor &t = content.tensors[i];
+            if (t.owner && t.count) sums[i] = checksum(t.data, t.offset, t.count);
+        }
+        if (rank == 0 && client_size)
+            sums[n] = checksum_bytes(static_cast<const unsigned char *>(client), 0, client_size);
+    });
 
     // Every rank makes the same HDF5 calls in the same order; the file is
     // closed (collectively) before the outcome is agreed.
     std::string failure;
     dsm_status_t status = DSM_SUCCESS;
-    try {
-        QuietHdf5 quiet;
-        Id fapl = mpio_fapl(comm, dir);
-        Id file(h5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), cat("creating '", tmp, "'")),
-                H5Fclose);
-        write_json_attrs(file.get(), content.attrs);
-        Id lcpl = plist(H5P_LINK_CREATE);
-        h5ok(H5Pset_create_intermediate_group(lcpl.get(), 1), "H5Pset_create_intermediate_group");
-        Id dcpl = plist(H5P_DATASET_CREATE);
-        h5ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
-        h5ok(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
-        Id xfer = collective_xfer();
-        for (size_t i = 0; i < n; ++i) {
-            const Tensor &t = content.tensors[i];
-            const std::string path = dataset_path(t);
-            Id space = make_space(hdims(t.shape));
-            Id dset(h5(H5Dcreate2(file.get(), path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(), dcpl.get(),
-                                  H5P_DEFAULT),
-                       cat("creating ", path)),
-                    H5Dclose);
-            write_string_attr(dset.get(), "name", t.name);
-            write_int_attr(dset.get(), "trainable", t.trainable ? 1 : 0);
-            write_attr(dset.get(), "checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &sums[i]);
-            Selection sel = selection(t);
-            h5ok(H5Dwrite(dset.get(), H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(),
-                          buffer_of(t)),
-                 cat("writing ", path));
-        }
-        if (client_size) {
-            const hsize_t len = client_size;
-            Id space(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
-            Id dset(h5(H5Dcreate2(file.get(), "/client_state", H5T_STD_U8LE, space.get(), H5P_DEFAULT, dcpl.get(),
-                                  H5P_DEFAULT),
-                       "creating /client_state"),
-                    H5Dclose);
-            write_attr(dset.get(), "checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &sums[n]);
-            Id mem(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
-            if (rank != 0) {
-                h5ok(H5Sselect_none(space.get()), "H5Sselect_none");
-                h5ok(H5Sselect_none(mem.get()), "H5Sselect_none");
-            }
-            h5ok(H5Dwrite(dset.get(), H5T_NATIVE_UCHAR, mem.get(), space.get(), xfer.get(),
-                          client != nullptr ? client : static_cast<const void *>(g_empty)),
-                 "writing /client_state");
-        }
-        h5ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), cat("flushing '", tmp, "'"));
-        file.reset();
-    } catch (const Error &e) {
+    auto record = [&](const Error &e) {
+        if (status != DSM_SUCCESS) return;
         status = e.status();
         failure = e.what();
+    };
+    {
+        QuietHdf5 quiet;
+        Id file;
+        std::vector<Id> dsets;
+        try {
+            Id fapl = mpio_fapl(comm, dir);
+            file = Id(h5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), cat("creating '", tmp, "'")),
+                      H5Fclose);
+            write_json_attrs(file.get(), content.attrs);
+            Id lcpl = plist(H5P_LINK_CREATE);
+            h5ok(H5Pset_create_intermediate_group(lcpl.get(), 1), "H5Pset_create_intermediate_group");
+            Id dcpl = plist(H5P_DATASET_CREATE);
+            h5ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+            h5ok(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
+            Id xfer = collective_xfer();
+            dsets.reserve(n + 1);
+            for (size_t i = 0; i < n; ++i) {
+                const Tensor &t = content.tensors[i];
+                const std::string path = dataset_path(t);
+                Id space = make_space(hdims(t.shape));
+                dsets.emplace_back(h5(H5Dcreate2(file.get(), path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
+                                                 dcpl.get(), H5P_DEFAULT),
+                                      cat("creating ", path)),
+                                   H5Dclose);
+                const hid_t dset = dsets.back().get();
+                write_string_attr(dset, "name", t.name);
+                write_int_attr(dset, "trainable", t.trainable ? 1 : 0);
+                Selection sel = selection(t);
+                h5ok(H5Dwrite(dset, H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(), buffer_of(t)),
+                     cat("writing ", path));
+            }
+            if (client_size) {
+                const hsize_t len = client_size;
+                Id space(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
+                dsets.emplace_back(h5(H5Dcreate2(file.get(), "/client_state", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+                                                 dcpl.get(), H5P_DEFAULT),
+                                      "creating /client_state"),
+                                   H5Dclose);
+                Id mem(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
+                if (rank != 0) {
+                    h5ok(H5Sselect_none(space.get()), "H5Sselect_none");
+                    h5ok(H5Sselect_none(mem.get()), "H5Sselect_none");
+                }
+                h5ok(H5Dwrite(dsets.back().get(), H5T_NATIVE_UCHAR, mem.get(), space.get(), xfer.get(),
+                              client != nullptr ? client : static_cast<const void *>(g_empty)),
+                     "writing /client_state");
+            }
+        } catch (const Error &e) {
+            record(e);
+        }
+        // The sums, and whether any rank failed so far: one reduction that
+        // every rank reaches, so no rank goes on to collective HDF5 calls
+        // that a failed rank would never make.
+        local_sums.get();
+        sums[n + 1] = status != DSM_SUCCESS ? 1 : 0;
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(n + 2), MPI_UINT64_T, MPI_SUM, comm));
+        if (status == DSM_SUCCESS && sums[n + 1] != 0)
+            record(Error(DSM_ERR_IO, cat("another rank failed while writing '", tmp, "'")));
+        if (status == DSM_SUCCESS) {
+            try {
+                for (size_t i = 0; i < dsets.size(); ++i)
+                    write_attr(dsets[i].get(), "checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &sums[i < n ? i : n]);
+                dsets.clear();
+                h5ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), cat("flushing '", tmp, "'"));
+            } catch (const Error &e) {
+                record(e);
+            }
+        }
+        dsets.clear();
+        file.reset();
     }
     // Agree on the data, then rank 0 commits: flush, rename, directory,
     // `latest`. After a failure before the rename, rank 0 removes the
@@ -682,7 +626,7 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
                 if (!client->empty())
                     h5ok(H5Dread(d.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, xfer.get(), client->data()),
                          "reading /client_state");
-                if (checksum_bytes(client->data(), client->size()) != want_sum) bad.push_back("/client_state");
+                if (checksum_bytes(client->data(), 0, client->size()) != want_sum) bad.push_back("/client_state");
             }
         }
         if (!bad.empty()) {

@@ -18,6 +18,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ckpt/format.hpp"
+
 namespace dsm {
 namespace ckpt {
 
@@ -37,14 +39,6 @@ using Attributes = nlohmann::json;
 
 // Tag rules of doc/checkpoint.md; DSM_ERR_INVALID_ARGUMENT naming the tag.
 void check_tag(const std::string &tag);
-
-// "%" -> "%25", "/" -> "%2F", a leading "." -> "%2E": one HDF5 link name.
-std::string escape_name(const std::string &name);
-
-// The checksum terms of doc/checkpoint.md for elements [offset, offset +
-// count) of a tensor, and for bytes.
-uint64_t checksum(const float *data, size_t offset, size_t count) noexcept;
-uint64_t checksum_bytes(const unsigned char *data, size_t size) noexcept;
 
 // What a save and a load act on.
 struct Content {

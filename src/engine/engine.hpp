@@ -195,7 +195,7 @@ private:
     void zero_grads();
     void log_step(double norm) const;
     std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
-                                                 bool own_buffers);
+                                                 std::vector<float *> *live = nullptr);
     void check_checkpoint_point(const char *what, const std::string &tag);
 
     std::unique_ptr<Mesh> mesh_;

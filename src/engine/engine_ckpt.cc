@@ -34,11 +34,14 @@ int64_t hash_of(const std::string &s) {
 // trainable parameter's master weights and optimizer states (the owner of a
 // piece is the first rank of its sequence-parallel group, and under ZeRO-0,
 // where every rank holds everything, data-parallel rank 0 only), and the
-// frozen parameters (owned by rank 0). `buffers` keeps the fp32 copies of the
-// frozen parameters alive, or, with `own_buffers` (load), holds a buffer for
-// every piece in place of the engine's memory.
+// frozen parameters (owned by rank 0). Save (`live` NULL): `buffers` keeps the
+// fp32 copies of the frozen parameters alive. Load: `buffers` holds a buffer
+// for every piece in place of the engine's memory, and `live` gets, for each
+// tensor, the engine's memory the piece belongs in (NULL for a frozen
+// parameter, which is converted to the compute dtype instead).
 std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
-                                                     bool own_buffers) {
+                                                     std::vector<float *> *live) {
+    const bool own_buffers = live != nullptr;
     std::vector<ckpt::Tensor> out;
     const int sp_rank = sp_ ? sp_->rank() : 0;
     const bool owner = sp_rank == 0 && (stage_ >= 1 || dp_rank_ == 0);
@@ -52,6 +55,7 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
             }
     };
     auto add = [&](ckpt::Tensor t) {
+        if (own_buffers) live->push_back(t.data);
         if (own_buffers && t.count) {
             // load: the file's values land here first (not zeroed: all read)
             buffers.emplace_back(new float[t.count]);
@@ -161,7 +165,7 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
 
         std::vector<std::unique_ptr<float[]>> frozen32;
         ckpt::Content content;
-        content.tensors = checkpoint_tensors(true, frozen32, false);
+        content.tensors = checkpoint_tensors(true, frozen32);
         const auto &lss = scaler_->state();
         const std::vector<int> shape = mesh_->shape();
         std::string names;
@@ -222,8 +226,9 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
     const bool with_optimizer = !module_only && !(flags & DSM_CKPT_LOAD_NO_OPTIMIZER);
     std::vector<std::unique_ptr<float[]>> staged;
+    std::vector<float *> live;
     ckpt::Content content;
-    content.tensors = checkpoint_tensors(with_optimizer, staged, true);
+    content.tensors = checkpoint_tensors(with_optimizer, staged, &live);
     std::vector<unsigned char> blob;
     ckpt::load(world_, dir, tag, content, &blob);
 
@@ -256,17 +261,14 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         }
     }
     // Engine state from here: no more errors from the file.
-    std::vector<std::unique_ptr<float[]>> unused;
-    std::vector<ckpt::Tensor> live = checkpoint_tensors(with_optimizer, unused, false);
     for (size_t i = 0; i < live.size(); ++i) {
         const ckpt::Tensor &from = content.tensors[i];
-        const ckpt::Tensor &to = live[i];
         if (from.count == 0) continue;
-        if (to.group == "params" && !to.trainable) {
-            const Param &p = params_[static_cast<size_t>(param_index(to.name.c_str()))];
+        if (from.group == "params" && !from.trainable) {
+            const Param &p = params_[static_cast<size_t>(param_index(from.name.c_str()))];
             amp::convert(from.data, DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
         } else {
-            std::memcpy(to.data, from.data, from.count * sizeof(float));
+            std::memcpy(live[i], from.data, from.count * sizeof(float));
         }
     }
     if (!module_only) {

@@ -354,15 +354,13 @@ std::string hdf5_message() {
 }
 
 void Checksum::add_floats(const float *x, size_t n) {
-    for (size_t k = 0; k < n; ++k, ++index_) {
-        uint32_t bits;
-        std::memcpy(&bits, &x[k], 4);
-        sum_ += splitmix64(index_ * 0x9E3779B97F4A7C15ull + bits);
-    }
+    sum_ += ckpt::checksum(x, index_, n);
+    index_ += n;
 }
 
 void Checksum::add_bytes(const uint8_t *x, size_t n) {
-    for (size_t k = 0; k < n; ++k, ++index_) sum_ += splitmix64(index_ * 0x9E3779B97F4A7C15ull + x[k]);
+    sum_ += ckpt::checksum_bytes(x, index_, n);
+    index_ += n;
 }
 
 std::string hex64(uint64_t v) {
@@ -371,26 +369,6 @@ std::string hex64(uint64_t v) {
     return buf;
 }
 
-std::string escape_name(const std::string &name) {
-    std::string out;
-    for (size_t k = 0; k < name.size(); ++k) {
-        const char c = name[k];
-        if (c == '%') out += "%25";
-        else if (c == '/') out += "%2F";
-        else if (c == '.' && k == 0) out += "%2E";
-        else out += c;
-    }
-    return out;
-}
-
-bool valid_tag(const std::string &tag) {
-    if (tag.empty() || tag.size() > 200 || tag[0] == '.') return false;
-    for (char c : tag)
-        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || is_ascii_digit(c) || c == '.' || c == '_' ||
-              c == '-'))
-            return false;
-    return true;
-}
 
 std::string shape_text(const std::vector<uint64_t> &shape) {
     std::string s = "[";

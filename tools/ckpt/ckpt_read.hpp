@@ -19,6 +19,9 @@
 #include <hdf5.h>
 #include <nlohmann/json.hpp>
 
+#include "ckpt/format.hpp"
+#include "ckpt/h5.hpp"
+
 namespace dsm {
 namespace ckpt_tool {
 
@@ -63,52 +66,9 @@ void allow_memory(uint64_t bytes);
 // chain of API frames above it.
 std::string hdf5_message();
 
-// Owns an HDF5 identifier and closes it with the matching H5?close.
-class Handle {
-public:
-    using Closer = herr_t (*)(hid_t);
-    Handle() = default;
-    Handle(hid_t id, Closer close) : id_(id), close_(close) {}
-    Handle(const Handle &) = delete;
-    Handle &operator=(const Handle &) = delete;
-    Handle(Handle &&o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = H5I_INVALID_HID; }
-    Handle &operator=(Handle &&o) noexcept {
-        if (this != &o) {
-            reset();
-            id_ = o.id_;
-            close_ = o.close_;
-            o.id_ = H5I_INVALID_HID;
-        }
-        return *this;
-    }
-    ~Handle() { reset(); }
-    hid_t get() const { return id_; }
-    bool valid() const { return id_ >= 0; }
-    // Gives up ownership, for a close whose failure must be reported.
-    hid_t release() {
-        const hid_t id = id_;
-        id_ = H5I_INVALID_HID;
-        return id;
-    }
-    void reset() {
-        if (id_ >= 0 && close_ != nullptr) close_(id_);
-        id_ = H5I_INVALID_HID;
-    }
-
-private:
-    hid_t id_ = H5I_INVALID_HID;
-    Closer close_ = nullptr;
-};
+using Handle = ckpt::Handle; // owns an HDF5 identifier
 
 // ---------------------------------------------------------------- checksum
-
-// splitmix64 as doc/checkpoint.md writes it.
-inline uint64_t splitmix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 // The checksum of doc/checkpoint.md: sum over i of splitmix64(i * golden + b_i)
 // mod 2^64, fed in element order, in pieces of any size.
@@ -127,11 +87,8 @@ std::string hex64(uint64_t v); // "0x0123456789abcdef": checksums in text and JS
 
 // ---------------------------------------------------------------- names
 
-// `%` -> %25, `/` -> %2F, a leading `.` -> %2E: the link name of a parameter.
-std::string escape_name(const std::string &name);
-
-// A tag as doc/checkpoint.md allows it: 1 to 200 of [A-Za-z0-9._-], no leading `.`.
-bool valid_tag(const std::string &tag);
+using ckpt::escape_name; // the link name of a parameter
+using ckpt::valid_tag;   // a tag as doc/checkpoint.md allows it
 
 // ---------------------------------------------------------------- locating
 
