@@ -919,6 +919,292 @@ DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *d
 
 /** @} */
 
+/**
+ * @defgroup dsm_sp Sequence parallelism (Ulysses)
+ *
+ * DeepSpeed-Ulysses (arXiv 2309.14509): the ranks of a sequence-parallel
+ * group of size P each hold s/P consecutive tokens of every sequence; around
+ * attention one all-to-all per tensor swaps "my tokens, all heads" for "all
+ * tokens, my heads" (dsm_sp_seq_to_head()) and back (dsm_sp_head_to_seq()).
+ *
+ * Heads are split as evenly as possible: with H heads over P ranks, rank j
+ * holds H/P heads, plus one more when j < H mod P (7 heads over 4 ranks:
+ * 2, 2, 2, 1), starting at head j*(H/P) + min(j, H mod P); see
+ * dsm_sp_head_range(). A tensor with DSM_SP_REPLICATE (the keys and values of
+ * grouped-query attention when they have fewer heads than P) gives every rank
+ * one head, head j*H/P, which needs P to be a multiple of H; with H >= P it
+ * needs H to be a multiple of P, so that each rank's key/value heads are the
+ * ones its query heads use.
+ *
+ * Tensors are dense, row-major, in one of two layouts (dsm_sp_layout_t), of
+ * any dtype (bytes are moved, never combined, except when head-to-sequence
+ * sums the replicas of a DSM_SP_REPLICATE tensor: FLOAT32, FLOAT64, FLOAT16
+ * and BFLOAT16 only, added in fp32 or fp64 and rounded once).
+ * @{
+ */
+
+/** A sequence-parallel group (an opaque handle). */
+typedef struct dsm_sp_s *dsm_sp_t;
+
+/** Layouts of an attention tensor (b: batch, s: sequence, H: heads, d: head dim). */
+typedef enum dsm_sp_layout {
+    DSM_SP_BATCH_FIRST = 0, /**< [b, s, H, d] */
+    DSM_SP_SEQ_FIRST = 1    /**< [s, b, H, d] */
+} dsm_sp_layout_t;
+
+/** dsm_sp_tensor_t::flags: replicate the heads over the ranks when there are fewer heads than ranks (GQA keys/values). */
+#define DSM_SP_REPLICATE 1u
+
+/**
+ * The global shape of an attention tensor: the whole sequence and every
+ * head, as the single-rank computation sees it.
+ */
+typedef struct dsm_sp_tensor {
+    int64_t batch;          /**< b >= 1 */
+    int64_t seq;            /**< s: the whole sequence, a multiple of the group size */
+    int64_t heads;          /**< H >= 1 */
+    int64_t head_dim;       /**< d >= 1 */
+    dsm_sp_layout_t layout; /**< DSM_SP_BATCH_FIRST or DSM_SP_SEQ_FIRST */
+    dsm_dtype_t dtype;      /**< element type */
+    unsigned flags;         /**< 0 or DSM_SP_REPLICATE */
+} dsm_sp_tensor_t;
+
+/**
+ * @brief Create the sequence-parallel context of a group of the mesh.
+ *
+ * Collective over the mesh. @p group names a dimension or a flattened group
+ * (see dsm_mesh_size()); NULL means "sequence_parallel". The context owns
+ * a communication backend over the group (shared memory inside a node, MPI
+ * across nodes, as the engine's) and must be freed with dsm_sp_free()
+ * before the mesh.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an
+ * unknown group; DSM_ERR_MISMATCH when ranks name different groups;
+ * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_sp_create(dsm_mesh_t mesh, const char *group, dsm_sp_t *sp);
+
+/**
+ * @brief Free a context and set @p *sp to NULL (NULL is accepted).
+ *
+ * Collective over the group.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER when @p sp is NULL; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_free(dsm_sp_t *sp);
+
+/** @brief The group's size P. Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
+DSM_API dsm_status_t dsm_sp_get_size(dsm_sp_t sp, int *size);
+
+/** @brief This rank's rank in the group. Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
+DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank);
+
+/**
+ * @brief The heads rank @p rank of a group of @p size holds after
+ * dsm_sp_seq_to_head(): heads [*first, *first + *count).
+ *
+ * Not collective; needs no context. @p flags as dsm_sp_tensor_t::flags.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (heads < 1, size < 1, rank outside [0, size), or DSM_SP_REPLICATE with
+ * heads and size that do not divide, naming them).
+ */
+DSM_API dsm_status_t dsm_sp_head_range(int64_t heads, unsigned flags, int size, int rank, int64_t *first,
+                                       int64_t *count);
+
+/**
+ * @brief Element counts of this rank's two forms of @p t: sequence-sharded
+ * (b * s/P * H * d) and head-sharded (b * s * count * d, count from
+ * dsm_sp_head_range()).
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for a bad shape (naming the field and value).
+ */
+DSM_API dsm_status_t dsm_sp_counts(dsm_sp_t sp, const dsm_sp_tensor_t *t, size_t *seq_sharded,
+                                   size_t *head_sharded);
+
+/**
+ * @brief Sequence-to-head all-to-all: [b, s/P, H, d] (this rank's tokens,
+ * every head) becomes [b, s, count, d] (every token in rank order, this
+ * rank's heads), or the same in the sequence-first layout.
+ *
+ * Collective over the group: every rank passes the same @p t. One
+ * all-to-all; the layout permutation is done while packing and unpacking.
+ * @p in holds @p in_count elements (the sequence-sharded count of
+ * dsm_sp_counts()), @p out @p out_count (the head-sharded count); they must
+ * not overlap.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
+ * shape, s not a multiple of P, a wrong count: naming the value and the
+ * expected one); DSM_ERR_MISMATCH when ranks pass different shapes
+ * (detected before any data moves); DSM_ERR_MPI. Every rank returns the
+ * same status.
+ */
+DSM_API dsm_status_t dsm_sp_seq_to_head(dsm_sp_t sp, const dsm_sp_tensor_t *t, const void *in,
+                                        size_t in_count, void *out, size_t out_count);
+
+/**
+ * @brief Head-to-sequence all-to-all, the inverse of dsm_sp_seq_to_head():
+ * [b, s, count, d] becomes [b, s/P, H, d] (used for the attention output and
+ * for gradients in the backward pass).
+ *
+ * For a DSM_SP_REPLICATE tensor the copies of a head are summed (the
+ * gradient of the replication), so that a round trip multiplies such a
+ * tensor by the number of copies of each head (P/H when H < P).
+ * Counts, errors and collectiveness as dsm_sp_seq_to_head(), with the roles
+ * of the two counts swapped.
+ */
+DSM_API dsm_status_t dsm_sp_head_to_seq(dsm_sp_t sp, const dsm_sp_tensor_t *t, const void *in,
+                                        size_t in_count, void *out, size_t out_count);
+
+/**
+ * @brief dsm_sp_seq_to_head() of @p n tensors in one all-to-all (q, k and v
+ * of attention together: n = 3, the shapes may differ, e.g. in heads).
+ *
+ * @p in, @p in_count, @p out, @p out_count are arrays of @p n. Errors as
+ * dsm_sp_seq_to_head(), naming the tensor's index.
+ */
+DSM_API dsm_status_t dsm_sp_seq_to_head_n(dsm_sp_t sp, int n, const dsm_sp_tensor_t t[],
+                                          const void *const in[], const size_t in_count[],
+                                          void *const out[], const size_t out_count[]);
+
+/** @brief dsm_sp_head_to_seq() of @p n tensors in one all-to-all; see dsm_sp_seq_to_head_n(). */
+DSM_API dsm_status_t dsm_sp_head_to_seq_n(dsm_sp_t sp, int n, const dsm_sp_tensor_t t[],
+                                          const void *const in[], const size_t in_count[],
+                                          void *const out[], const size_t out_count[]);
+
+/** The ignore index of the labels: positions whose loss does not count. */
+#define DSM_IGNORE_INDEX (-100)
+
+/**
+ * @brief This rank's chunk of a batch of sequences for causal language
+ * modelling.
+ *
+ * Not collective; needs no context. @p tokens, @p positions and @p labels
+ * are [batch, seq] (row-major); @p positions NULL means 0..seq-1, @p labels
+ * NULL means the tokens. The labels are shifted: position t is labelled with
+ * labels[t + 1], and the last position with DSM_IGNORE_INDEX. A sequence is
+ * cut into @p size chunks of chunk = ceil(seq / size) positions; rank @p rank
+ * gets positions [rank * chunk, (rank + 1) * chunk), and positions past the
+ * end of the sequence are padding: token @p pad_token, position continuing
+ * the count, label DSM_IGNORE_INDEX. Outputs are [batch, chunk]; @p out_len
+ * is their capacity in elements (at least batch * chunk). @p valid (may be
+ * NULL) gets the number of labels of the chunk that are not
+ * DSM_IGNORE_INDEX, for dsm_sp_loss().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (batch
+ * or seq < 1, size < 1, rank outside [0, size), out_len too small: naming the
+ * value).
+ */
+DSM_API dsm_status_t dsm_sp_shard_batch(int size, int rank, int64_t batch, int64_t seq, const int64_t *tokens,
+                                        const int64_t *positions, const int64_t *labels, int64_t pad_token,
+                                        size_t out_len, int64_t *out_tokens, int64_t *out_positions,
+                                        int64_t *out_labels, int64_t *chunk, int64_t *valid);
+
+/**
+ * @brief The token-weighted mean loss over the group and the scale of this
+ * rank's gradients.
+ *
+ * Collective over the group. Each rank passes the sum of its per-token
+ * losses and the number of tokens that count (labels not
+ * DSM_IGNORE_INDEX). @p mean gets sum(loss_sum) / sum(tokens) over the
+ * group; @p grad_scale gets 1 / sum(tokens): a rank that multiplies the
+ * gradient of its local loss sum by it makes the engine's sum over the group
+ * (see dsm_engine_init()) the gradient of the whole sequence's mean loss.
+ * When no token of the group counts, both are 0.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (negative tokens, non-finite loss sum: on every rank); DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_loss(dsm_sp_t sp, double loss_sum, int64_t tokens, double *mean, double *grad_scale);
+
+/** @} */
+
+/**
+ * @defgroup dsm_sampler Data-parallel sampler
+ * @{
+ */
+
+/** A data-parallel sampler (an opaque handle). */
+typedef struct dsm_sampler_s *dsm_sampler_t;
+
+/**
+ * Options of dsm_sampler_create(). Initialize with
+ * DSM_SAMPLER_OPTIONS_INITIALIZER.
+ */
+typedef struct dsm_sampler_options {
+    size_t size;   /**< sizeof(dsm_sampler_options_t) as compiled by the caller */
+    int shuffle;   /**< 1 (default): a new permutation of the samples each epoch */
+    uint64_t seed; /**< seed of the permutation (default 0); the epoch is mixed in */
+    int drop_last; /**< 0 (default): pad as PyTorch's DistributedSampler does; 1: drop the tail */
+} dsm_sampler_options_t;
+
+/** Initializer of dsm_sampler_options_t. */
+#define DSM_SAMPLER_OPTIONS_INITIALIZER { sizeof(dsm_sampler_options_t), 1, 0, 0 }
+
+/**
+ * @brief A sampler over a dataset of @p num_samples samples for rank @p rank
+ * of @p replicas data-parallel replicas, in micro-batches of @p micro_batch.
+ *
+ * Not collective. Each epoch the indices 0..num_samples-1 are permuted
+ * (options->shuffle; the same permutation on every rank for a seed and an
+ * epoch), then, as torch.utils.data.DistributedSampler: without drop_last
+ * the list is padded to a multiple of @p replicas by repeating it from its
+ * start, with drop_last it is cut to a multiple; rank r takes every
+ * replicas-th index from position r. Its indices are cut into micro-batches
+ * of @p micro_batch; without drop_last the last one may be shorter, with
+ * drop_last a short last micro-batch is dropped. Ranks of one
+ * sequence-parallel group pass the same data-parallel rank and so get the
+ * same samples.
+ * @p options may be NULL (the defaults).
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (num_samples < 1, replicas < 1, rank outside [0, replicas), micro_batch
+ * < 1, options->size too small, or no micro-batch at all with drop_last:
+ * naming the value); DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_sampler_create(int64_t num_samples, int replicas, int rank, int64_t micro_batch,
+                                        const dsm_sampler_options_t *options, dsm_sampler_t *sampler);
+
+/**
+ * @brief dsm_sampler_create() with the engine's data-parallel size and rank
+ * and its train_micro_batch_size_per_gpu.
+ *
+ * Not collective. @return as dsm_sampler_create().
+ */
+DSM_API dsm_status_t dsm_sampler_create_for_engine(dsm_engine_t engine, int64_t num_samples,
+                                                   const dsm_sampler_options_t *options, dsm_sampler_t *sampler);
+
+/** @brief Free a sampler and set @p *sampler to NULL (NULL is accepted). @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
+DSM_API dsm_status_t dsm_sampler_free(dsm_sampler_t *sampler);
+
+/**
+ * @brief Micro-batches per epoch on each rank (the same on every rank).
+ *
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_sampler_num_batches(dsm_sampler_t sampler, int64_t *num_batches);
+
+/**
+ * @brief The sample indices of micro-batch @p batch of epoch @p epoch on this rank.
+ *
+ * Not collective; the permutation of an epoch is computed once and kept
+ * until another epoch is asked for. @p indices has room for @p len
+ * elements (micro_batch is always enough); @p count gets how many were
+ * written.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (epoch < 0, batch outside [0, num_batches), len too small: naming the
+ * value); DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_sampler_batch(dsm_sampler_t sampler, int64_t epoch, int64_t batch, int64_t *indices,
+                                       size_t len, int64_t *count);
+
+/**
+ * @brief Where training resumes: the epoch and micro-batch that follow
+ * @p micro_steps micro-batches (the engine's micro_steps counter, which a
+ * checkpoint restores; dsm_engine_get_step_info()).
+ *
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for
+ * negative micro_steps.
+ */
+DSM_API dsm_status_t dsm_sampler_locate(dsm_sampler_t sampler, int64_t micro_steps, int64_t *epoch,
+                                        int64_t *batch);
+
+/** @} */
+
 #ifdef __cplusplus
 }
 #endif

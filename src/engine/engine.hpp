@@ -147,6 +147,11 @@ public:
     Mesh &mesh() noexcept { return *mesh_; }
     dsm_mesh_s *mesh_handle() noexcept { return mesh_handle_.get(); }
     const config::Config &config() const noexcept { return cfg_; }
+    // The data-parallel group (every mesh dimension but "sequence_parallel")
+    // and the sequence-parallel one.
+    int dp_size() const noexcept { return dp_size_; }
+    int dp_rank() const noexcept { return dp_rank_; }
+    int sp_size() const noexcept { return sp_size_; }
 
     const void *param_acquire(int index);
     void param_release(int index);
