@@ -1082,13 +1082,16 @@ DSM_API dsm_status_t dsm_sp_head_to_seq_n(dsm_sp_t sp, int n, const dsm_sp_tenso
  * labels[t + 1], and the last position with DSM_IGNORE_INDEX. A sequence is
  * cut into @p size chunks of chunk = ceil(seq / size) positions; rank @p rank
  * gets positions [rank * chunk, (rank + 1) * chunk), and positions past the
- * end of the sequence are padding: token @p pad_token, position continuing
- * the count, label DSM_IGNORE_INDEX. Outputs are [batch, chunk]; @p out_len
- * is their capacity in elements (at least batch * chunk). @p valid (may be
- * NULL) gets the number of labels of the chunk that are not
+ * end of the sequence are padding: token @p pad_token, label
+ * DSM_IGNORE_INDEX, and a position that continues the row's count (the
+ * row's last position plus one, plus two, ...; with @p positions NULL simply
+ * its index). Outputs are [batch, chunk] and must not overlap the inputs;
+ * @p out_len is their capacity in elements (at least batch * chunk). @p
+ * valid (may be NULL) gets the number of labels of the chunk that are not
  * DSM_IGNORE_INDEX, for dsm_sp_loss().
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (batch
- * or seq < 1, size < 1, rank outside [0, size), out_len too small: naming the
+ * or seq < 1, size < 1, rank outside [0, size), out_len too small, batch *
+ * seq too large to address, a padding position past INT64_MAX: naming the
  * value).
  */
 DSM_API dsm_status_t dsm_sp_shard_batch(int size, int rank, int64_t batch, int64_t seq, const int64_t *tokens,
@@ -1127,10 +1130,10 @@ typedef struct dsm_sampler_s *dsm_sampler_t;
  * DSM_SAMPLER_OPTIONS_INITIALIZER.
  */
 typedef struct dsm_sampler_options {
-    size_t size;   /**< sizeof(dsm_sampler_options_t) as compiled by the caller */
-    int shuffle;   /**< 1 (default): a new permutation of the samples each epoch */
+    size_t size;   /**< sizeof(dsm_sampler_options_t) as compiled by the caller (a smaller, older struct keeps the defaults of the fields it lacks) */
+    int shuffle;   /**< nonzero (default 1): a new permutation of the samples each epoch */
     uint64_t seed; /**< seed of the permutation (default 0); the epoch is mixed in */
-    int drop_last; /**< 0 (default): pad as PyTorch's DistributedSampler does; 1: drop the tail */
+    int drop_last; /**< 0 (default): pad as PyTorch's DistributedSampler does; nonzero: drop the tail */
 } dsm_sampler_options_t;
 
 /** Initializer of dsm_sampler_options_t. */
@@ -1153,8 +1156,10 @@ typedef struct dsm_sampler_options {
  * @p options may be NULL (the defaults).
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
  * (num_samples < 1, replicas < 1, rank outside [0, replicas), micro_batch
- * < 1, options->size too small, or no micro-batch at all with drop_last:
- * naming the value); DSM_ERR_OUT_OF_MEMORY.
+ * < 1, options->size smaller than a size_t or larger than this library's
+ * struct, or no micro-batch at all with drop_last: naming the value);
+ * DSM_ERR_OUT_OF_MEMORY (also for a shuffled dataset whose permutation, 8
+ * bytes per sample, cannot be addressed).
  */
 DSM_API dsm_status_t dsm_sampler_create(int64_t num_samples, int replicas, int rank, int64_t micro_batch,
                                         const dsm_sampler_options_t *options, dsm_sampler_t *sampler);
