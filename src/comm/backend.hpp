@@ -5,6 +5,8 @@
 // Semantics shared by every backend:
 // - Collective over the backend's group: every member calls with the same
 //   counts, dtype and op, in the same order.
+// - alltoall_packed() moves bytes that callbacks pack and unpack, so that a
+//   layout permutation is done in the same pass as the copy.
 // - Counts are in elements. Reductions support FLOAT32, FLOAT64, FLOAT16 and
 //   BFLOAT16 with SUM, MAX and MIN; gathers, all-to-all and bcast move any
 //   dtype. Inside a node 16-bit values are combined in fp32 and rounded once
@@ -25,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,8 +63,8 @@ inline uint64_t ring_share(uint64_t bytes, int n) noexcept {
 
 class Backend {
 public:
-    virtual ~Backend() = default;
-    Backend() = default;
+    virtual ~Backend();
+    Backend();
     Backend(const Backend &) = delete;
     Backend &operator=(const Backend &) = delete;
 
@@ -101,6 +104,42 @@ public:
                            const std::vector<size_t> &recv_counts,
                            const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) = 0;
 
+    // An all-to-all whose blocks the caller packs and unpacks, so that a
+    // layout permutation is done in the same pass as the copy: pack(peer, buf)
+    // writes the send_bytes[peer] bytes this member sends to `peer`;
+    // unpack(peer, buf) reads the recv_bytes[peer] bytes `peer` sent to this
+    // member. Each is called once per member (this member included) with a
+    // 64-byte aligned buffer, never for a zero-byte block; the calls may come
+    // in any order but never concurrently. Collective; send_bytes[q] on
+    // member p must equal recv_bytes[p] on member q (the caller guarantees
+    // it). Stats: bytes_sent counts the bytes addressed to other members,
+    // bytes_off_node those to other nodes (every byte for the mpi backend,
+    // which does not know the nodes).
+    //
+    // The default (the mpi backend, and shm over several nodes) packs every
+    // block into one private buffer, moves them with one MPI_Alltoallv and
+    // unpacks each from the receive buffer; this member's own block is
+    // unpacked from the send buffer. The shm backend on one node packs into
+    // its scratch window and every member unpacks its blocks from the peers'
+    // windows: two memory passes and no MPI data movement.
+    //
+    // Errors, checked before any communication (so on every member alike
+    // when all call alike): sizes of the wrong length, or a block to itself
+    // whose two sizes differ, throw DSM_ERR_INVALID_ARGUMENT naming the
+    // values; an empty pack or unpack throws DSM_ERR_NULL_POINTER.
+    // An exception from pack is held until the members have agreed on the
+    // outcome; then every member throws, the failing member its own exception
+    // and the others a dsm::Error with its status (DSM_ERR_INTERNAL for a
+    // non-dsm exception, DSM_ERR_OUT_OF_MEMORY for std::bad_alloc) naming the
+    // lowest failing member; no data has moved. An exception from unpack is
+    // rethrown on its member only, after the call's last synchronization (the
+    // others return normally); the blocks after it are not unpacked. Either
+    // way the backend stays usable.
+    using PackFn = std::function<void(int peer, void *buf)>;
+    using UnpackFn = std::function<void(int peer, const void *buf)>;
+    virtual void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                                 const PackFn &pack, const UnpackFn &unpack);
+
     virtual void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) = 0;
 
     virtual void barrier() = 0;
@@ -133,7 +172,16 @@ protected:
         stats_.bytes_off_node += bytes;
     }
 
+    // The data movement of the default alltoall_packed() over comm(), after
+    // the checks and the Stats.
+    void alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                             const PackFn &pack, const UnpackFn &unpack);
+
     Stats stats_;
+
+private:
+    struct PackedBuffers; // alltoall_packed_mpi's send and receive buffers, kept between calls
+    std::unique_ptr<PackedBuffers> packed_;
 };
 
 enum class Kind {

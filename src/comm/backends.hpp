@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <map>
 #include <memory>
 #include <vector>
@@ -100,6 +101,13 @@ void mpi_allgatherv_in_place(MPI_Comm comm, void *recv, const std::vector<size_t
 void mpi_alltoallv(MPI_Comm comm, const void *send, const std::vector<size_t> &send_counts,
                    const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
                    const std::vector<size_t> &recv_displs, MPI_Datatype type, size_t esize);
+// mpi_alltoallv once the members agree on `widest`, the largest count or
+// displacement any of them passes (an allreduce of their extents, which the
+// caller may combine with one of its own).
+void mpi_alltoallv_agreed(MPI_Comm comm, unsigned long long widest, const void *send,
+                          const std::vector<size_t> &send_counts, const std::vector<size_t> &send_displs,
+                          void *recv, const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
+                          MPI_Datatype type, size_t esize);
 void mpi_bcast(MPI_Comm comm, void *buf, size_t count, MPI_Datatype type, int root, size_t esize);
 
 // Checks and Stats of alltoallv and bcast, the same in both backends.
@@ -108,6 +116,54 @@ void check_alltoallv(int size, const void *send, const std::vector<size_t> &send
                      const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
                      size_t esize);
 void check_bcast(int size, const void *buf, size_t count, size_t esize, int root);
+
+// ---------------------------------------------------------------- alltoall_packed
+
+// The checks of alltoall_packed(), the same in every backend: both size
+// vectors have `size` entries and agree on this member's block to itself
+// (DSM_ERR_INVALID_ARGUMENT naming the values), and both callbacks are set
+// (DSM_ERR_NULL_POINTER).
+void check_packed(int size, int rank, const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                  const Backend::PackFn &pack, const Backend::UnpackFn &unpack);
+
+// The nonzero blocks of `bytes` laid out one after the other from `start`,
+// each at a 64-byte boundary (zero-byte blocks get offset 0); *end: the end
+// of the layout. DSM_ERR_INVALID_ARGUMENT naming `what` when it overflows.
+std::vector<size_t> packed_layout(const std::vector<size_t> &bytes, size_t start, const char *what, size_t *end);
+
+// An exception from a pack or unpack callback, held until the members have
+// reached the call's next synchronization point, so that a throw on one
+// member does not leave the others waiting there.
+class Deferred {
+public:
+    // Run f(); true when it returned, false when it threw (the exception is kept).
+    template <typename F> bool run(F &&f) noexcept {
+        try {
+            f();
+            return true;
+        } catch (...) {
+            keep(std::current_exception());
+            return false;
+        }
+    }
+    bool failed() const noexcept { return error_ != nullptr; }
+    // The status the peers report: the Error's own, DSM_ERR_OUT_OF_MEMORY for
+    // std::bad_alloc, DSM_ERR_INTERNAL for anything else; DSM_SUCCESS when none.
+    dsm_status_t status() const noexcept { return status_; }
+    void rethrow_if_failed() const {
+        if (error_) std::rethrow_exception(error_);
+    }
+
+private:
+    void keep(std::exception_ptr e) noexcept;
+    std::exception_ptr error_;
+    dsm_status_t status_ = DSM_SUCCESS;
+};
+
+// After the members agreed that some pack failed: this member's own
+// exception when it failed, else a dsm::Error with the status of the lowest
+// failing member `member`.
+[[noreturn]] void packed_failure(const Deferred &mine, int member, dsm_status_t status);
 
 // ---------------------------------------------------------------- backends
 
@@ -216,6 +272,15 @@ Comm node_comm(MPI_Comm group, int node_color);
 // barrier would spin, which starves oversubscribed ranks; MPI's barrier
 // yields when asked to, and costs microseconds next to the data.
 //
+// alltoall_packed on one node: each member packs its blocks into its
+// segment of the scratch window, behind a table of (offset, bytes) per peer;
+// after one node_sync() every member unpacks its blocks from the peers'
+// segments, and a second node_sync() lets the segments be reused. A member
+// whose segment is too small packs nothing and says so in its control slot;
+// then the window grows (collectively, to the largest need on the node), the
+// members that had packed copy their segments over, and the others pack.
+// Over several nodes alltoall_packed is the default's MPI_Alltoallv.
+//
 // Stats: bytes_off_node counts the bytes sent over MPI between nodes (0 on
 // one node). alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
 // and the destructor are collective over the node (window allocation).
@@ -238,6 +303,8 @@ public:
     void alltoallv(const void *send, const std::vector<size_t> &send_counts, const std::vector<size_t> &send_displs,
                    void *recv, const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
                    dsm_dtype_t dtype) override;
+    void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                         const PackFn &pack, const UnpackFn &unpack) override;
     void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) override;
     void barrier() override;
     void *alloc_shared(size_t bytes) override;
@@ -255,6 +322,11 @@ public:
         Where src, dst;
         uint64_t scratch; // bytes of scratch this rank needs
         uint64_t copied;  // whether it copies its input into scratch
+        // alltoall_packed: whether the blocks are packed (kPacked), wait for
+        // a larger window (kPackLater) or failed to pack (kPackFailed, with
+        // the status).
+        int32_t packed;
+        int32_t status;
     };
 
 private:
@@ -268,6 +340,8 @@ private:
     void node_sync();
     void begin(Where src, Where dst, size_t scratch, const void *copy_from, size_t copy_bytes);
     void ensure_scratch(size_t bytes);
+    void alltoall_packed_node(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                              const PackFn &pack, const UnpackFn &unpack);
     // The lane's blocks (offs/counts, indexed by group rank) reduced over
     // this node's ranks' inputs, in node order, into private memory (or, on a
     // node of one rank and when direct_ok, the input itself); NULL when the

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <new>
 
 #include "comm/backends.hpp"
 #include "comm/reduce.hpp"
@@ -87,6 +88,52 @@ void check_bcast(int size, const void *buf, size_t count, size_t esize, int root
     DSM_REQUIRE(root >= 0 && root < size, DSM_ERR_INVALID_ARGUMENT, "bcast root ", root,
                 " is outside the group of ", size);
     require_buffer(buf, checked_bytes(count, esize, "bcast count"), "buf");
+}
+
+void check_packed(int size, int rank, const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                  const Backend::PackFn &pack, const Backend::UnpackFn &unpack) {
+    DSM_REQUIRE(send_bytes.size() == static_cast<size_t>(size) && recv_bytes.size() == static_cast<size_t>(size),
+                DSM_ERR_INVALID_ARGUMENT, "alltoall_packed: send_bytes has ", send_bytes.size(),
+                " entries and recv_bytes ", recv_bytes.size(), ", expected ", size, " (the group size)");
+    const size_t me = static_cast<size_t>(rank);
+    DSM_REQUIRE(send_bytes[me] == recv_bytes[me], DSM_ERR_INVALID_ARGUMENT, "alltoall_packed: member ", rank,
+                " sends itself ", send_bytes[me], " bytes but expects ", recv_bytes[me]);
+    DSM_REQUIRE(pack, DSM_ERR_NULL_POINTER, "alltoall_packed: pack is empty");
+    DSM_REQUIRE(unpack, DSM_ERR_NULL_POINTER, "alltoall_packed: unpack is empty");
+}
+
+std::vector<size_t> packed_layout(const std::vector<size_t> &bytes, size_t start, const char *what, size_t *end) {
+    std::vector<size_t> offs(bytes.size(), 0);
+    size_t at = start;
+    for (size_t r = 0; r < bytes.size(); ++r) {
+        if (bytes[r] == 0) continue;
+        DSM_REQUIRE(at <= SIZE_MAX - 63 && bytes[r] <= SIZE_MAX - 63 - at, DSM_ERR_INVALID_ARGUMENT, "alltoall_packed: ",
+                    what, " overflows size_t at entry ", r, " (", bytes[r], ")");
+        at = (at + 63) & ~size_t(63);
+        offs[r] = at;
+        at += bytes[r];
+    }
+    *end = at;
+    return offs;
+}
+
+void Deferred::keep(std::exception_ptr e) noexcept {
+    error_ = e;
+    try {
+        std::rethrow_exception(e);
+    } catch (const Error &x) {
+        status_ = x.status() == DSM_SUCCESS ? DSM_ERR_INTERNAL : x.status();
+    } catch (const std::bad_alloc &) {
+        status_ = DSM_ERR_OUT_OF_MEMORY;
+    } catch (...) {
+        status_ = DSM_ERR_INTERNAL;
+    }
+}
+
+void packed_failure(const Deferred &mine, int member, dsm_status_t status) {
+    mine.rethrow_if_failed();
+    DSM_FAIL(status, "alltoall_packed: packing failed on member ", member, " (", status_text(status),
+             "); no data was moved");
 }
 
 // ---------------------------------------------------------------- datatypes and ops
@@ -261,14 +308,21 @@ void mpi_allgatherv_in_place(MPI_Comm comm, void *recv, const std::vector<size_t
 void mpi_alltoallv(MPI_Comm comm, const void *send, const std::vector<size_t> &send_counts,
                    const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
                    const std::vector<size_t> &recv_displs, MPI_Datatype type, size_t esize) {
+    // Counts differ between members: agree on the path (one small allreduce).
+    unsigned long long extent = 0, widest = 0;
+    for (size_t r = 0; r < send_counts.size(); ++r)
+        extent = std::max<unsigned long long>({extent, send_displs[r] + send_counts[r], recv_displs[r] + recv_counts[r]});
+    DSM_CHECK_MPI(MPI_Allreduce(&extent, &widest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
+    mpi_alltoallv_agreed(comm, widest, send, send_counts, send_displs, recv, recv_counts, recv_displs, type, esize);
+}
+
+void mpi_alltoallv_agreed(MPI_Comm comm, unsigned long long widest, const void *send,
+                          const std::vector<size_t> &send_counts, const std::vector<size_t> &send_displs,
+                          void *recv, const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
+                          MPI_Datatype type, size_t esize) {
     const size_t lim = detail::mpi_count_limit();
     const size_t n = send_counts.size();
     const int me = comm_rank(comm);
-    // Counts differ between members: agree on the path (one small allreduce).
-    unsigned long long extent = 0, widest = 0;
-    for (size_t r = 0; r < n; ++r)
-        extent = std::max<unsigned long long>({extent, send_displs[r] + send_counts[r], recv_displs[r] + recv_counts[r]});
-    DSM_CHECK_MPI(MPI_Allreduce(&extent, &widest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
     if (widest <= lim) {
         const std::vector<int> sc = to_int(send_counts), sd = to_int(send_displs), rc = to_int(recv_counts),
                                rd = to_int(recv_displs);

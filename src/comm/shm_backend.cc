@@ -24,6 +24,18 @@ constexpr uintptr_t kAlign = 64;
 // not reallocate (collectively) every time.
 constexpr size_t kScratchStep = size_t(2) << 20;
 
+// alltoall_packed: the states of a member's blocks (Slot::packed), and the
+// table at the start of its scratch segment: per peer, where the block for
+// that peer starts in the segment and its bytes.
+constexpr int32_t kPacked = 0;
+constexpr int32_t kPackLater = 1;
+constexpr int32_t kPackFailed = 2;
+struct PackedEntry {
+    uint64_t off, bytes;
+};
+
+size_t scratch_steps(size_t bytes) { return (bytes + kScratchStep - 1) / kScratchStep * kScratchStep; }
+
 bool finalized() noexcept {
     int fini = 0;
     MPI_Finalized(&fini);
@@ -229,15 +241,15 @@ void ShmBackend::node_sync() {
 void ShmBackend::ensure_scratch(size_t bytes) {
     if (bytes == 0 || bytes <= scratch_.bytes()) return;
     scratch_.reset(); // collective, like the allocation: every rank saw the same need
-    scratch_ = SharedWindow(node_.get(), (bytes + kScratchStep - 1) / kScratchStep * kScratchStep);
+    scratch_ = SharedWindow(node_.get(), scratch_steps(bytes));
 }
 
 void ShmBackend::begin(Where src, Where dst, size_t scratch, const void *copy_from, size_t copy_bytes) {
     if (local_size_ == 1) {
-        peers_[0] = Slot{src, dst, 0, 0};
+        peers_[0] = Slot{src, dst, 0, 0, kPacked, 0};
         return;
     }
-    *reinterpret_cast<Slot *>(control_.base(local_rank_)) = Slot{src, dst, scratch, copy_from != nullptr};
+    *reinterpret_cast<Slot *>(control_.base(local_rank_)) = Slot{src, dst, scratch, copy_from != nullptr, kPacked, 0};
     node_sync();
     size_t most = 0;
     bool copies = false;
@@ -485,6 +497,105 @@ void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
     }
     mpi_alltoallv(comm_.get(), send, send_counts, send_displs, recv, recv_counts, recv_displs, types_.type(dtype),
                   esize);
+}
+
+void ShmBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                                 const PackFn &pack, const UnpackFn &unpack) {
+    check_packed(size_, rank_, send_bytes, recv_bytes, pack, unpack);
+    ++stats_.calls;
+    for (int r = 0; r < size_; ++r) {
+        const uint64_t b = send_bytes[static_cast<size_t>(r)];
+        if (r != rank_) stats_.bytes_sent += b;
+        if (node_of_[static_cast<size_t>(r)] != node_index_) stats_.bytes_off_node += b;
+    }
+    if (nodes_ > 1 || local_size_ == 1) {
+        alltoall_packed_mpi(send_bytes, recv_bytes, pack, unpack);
+        return;
+    }
+    alltoall_packed_node(send_bytes, recv_bytes, pack, unpack);
+}
+
+void ShmBackend::alltoall_packed_node(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                                      const PackFn &pack, const UnpackFn &unpack) {
+    // One node: local ranks are the group ranks.
+    const size_t n = static_cast<size_t>(local_size_), me = static_cast<size_t>(local_rank_);
+    size_t need = 0;
+    const std::vector<size_t> offs = packed_layout(send_bytes, n * sizeof(PackedEntry), "send_bytes", &need);
+    Deferred failed;
+    int32_t state = kPackLater;
+    auto pack_into = [&](char *seg) {
+        PackedEntry *table = reinterpret_cast<PackedEntry *>(seg);
+        for (size_t q = 0; q < n; ++q) table[q] = PackedEntry{offs[q], send_bytes[q]};
+        // This member's own block last: unpacked first, it may still be in
+        // cache when it is small.
+        failed.run([&] {
+            for (size_t k = 1; k <= n; ++k) {
+                const size_t q = (me + k) % n;
+                if (send_bytes[q]) pack(static_cast<int>(q), seg + offs[q]);
+            }
+        });
+        state = failed.failed() ? kPackFailed : kPacked;
+    };
+    auto publish = [&] {
+        *reinterpret_cast<Slot *>(control_.base(local_rank_)) =
+            Slot{Where{kScratch, 0}, Where{kNone, 0}, need, 0, state, static_cast<int32_t>(failed.status())};
+    };
+    // What the slots say: the largest need, whether some member waits for a
+    // larger window, and the lowest member that failed to pack.
+    size_t most = 0;
+    bool later = false;
+    int failing = -1;
+    dsm_status_t status = DSM_SUCCESS;
+    auto survey = [&] {
+        most = 0;
+        later = false;
+        failing = -1;
+        for (int p = 0; p < local_size_; ++p) {
+            const Slot s = *reinterpret_cast<const Slot *>(control_.base(p));
+            most = std::max<size_t>(most, s.scratch);
+            later = later || s.packed == kPackLater;
+            if (s.packed == kPackFailed && failing < 0) {
+                failing = p;
+                status = static_cast<dsm_status_t>(s.status);
+            }
+        }
+    };
+
+    if (need <= scratch_.bytes()) pack_into(scratch_.base(local_rank_));
+    publish();
+    node_sync();
+    survey();
+    if (failing < 0 && later) {
+        // Grow the window to the largest need: the members that packed carry
+        // their segments over, the others pack now.
+        node_sync(); // every member has read the slots, which change below
+        SharedWindow grown(node_.get(), scratch_steps(most));
+        if (state == kPacked) std::memcpy(grown.base(local_rank_), scratch_.base(local_rank_), need);
+        scratch_ = std::move(grown);
+        if (state == kPackLater) pack_into(scratch_.base(local_rank_));
+        publish();
+        node_sync();
+        survey();
+    }
+    if (failing >= 0) {
+        node_sync(); // the slots are read before the next call rewrites them
+        packed_failure(failed, failing, status);
+    }
+    // Every block for this member from its sender's segment, its own first,
+    // then upwards, so that the members read different segments at a time.
+    Deferred unpacked;
+    unpacked.run([&] {
+        for (size_t k = 0; k < n; ++k) {
+            const size_t q = (me + k) % n;
+            const char *seg = scratch_.base(static_cast<int>(q));
+            const PackedEntry e = reinterpret_cast<const PackedEntry *>(seg)[me];
+            DSM_REQUIRE(e.bytes == recv_bytes[q], DSM_ERR_MISMATCH, "alltoall_packed: member ", q, " sends ", e.bytes,
+                        " bytes to member ", me, ", which expects ", recv_bytes[q]);
+            if (recv_bytes[q]) unpack(static_cast<int>(q), seg + e.off);
+        }
+    });
+    node_sync(); // the peers are done reading this member's segment
+    unpacked.rethrow_if_failed();
 }
 
 void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {

@@ -5,7 +5,8 @@
 // data), bit-identical results on all ranks and across repeated calls, the
 // shm results next to the mpi ones, in-place forms, buffers from malloc and
 // from alloc_shared, awkward counts, the chunked paths beyond the MPI count
-// limit, and argument errors.
+// limit, alltoall_packed (uneven and empty blocks, a permuting pack, growing
+// windows, failing callbacks), and argument errors.
 //
 // A failed check is recorded, not asserted at once, so that every rank goes
 // on through the same collectives; each test ends by agreeing on failures.
@@ -15,6 +16,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -546,6 +548,175 @@ void alltoallv_and_bcast(Backend &be, const char *label) {
     be.barrier();
 }
 
+// ---------------------------------------------------------------- alltoall_packed
+
+// Bytes member p sends to member q: zero for about a quarter of the pairs
+// (this member's own block included), else 1 to `scale`.
+size_t packed_bytes(uint64_t seed, size_t p, size_t q, size_t scale) {
+    const uint64_t h = hash(seed, static_cast<int>(p), q);
+    return h % 4 == 0 ? 0 : 1 + (h >> 8) % scale;
+}
+
+// Byte k of the block p sends to q.
+unsigned char packed_byte(uint64_t seed, size_t p, size_t q, size_t k) {
+    return static_cast<unsigned char>(hash(seed + 1, static_cast<int>(p * 1000 + q), k));
+}
+
+using BlockBytes = std::function<size_t(size_t p, size_t q)>; // bytes member p sends to member q
+
+// One alltoall_packed whose pack writes each block reversed and whose unpack
+// reverses it back, checked exactly, with the calls and Stats it made.
+// `off_node(q)`: whether member q is on another node as the backend counts it.
+void run_packed(Backend &be, const std::string &what, uint64_t seed, const BlockBytes &bytes,
+                const std::function<bool(size_t)> &off_node) {
+    const size_t n = static_cast<size_t>(test_size), me = static_cast<size_t>(test_rank);
+    std::vector<size_t> sb(n), rb(n), soff(n), roff(n);
+    size_t stot = 0, rtot = 0;
+    for (size_t q = 0; q < n; ++q) {
+        sb[q] = bytes(me, q);
+        rb[q] = bytes(q, me);
+        soff[q] = stot;
+        roff[q] = rtot;
+        stot += sb[q];
+        rtot += rb[q];
+    }
+    std::vector<unsigned char> src(stot), dst(rtot + 1, 0xa5);
+    for (size_t q = 0; q < n; ++q)
+        for (size_t k = 0; k < sb[q]; ++k) src[soff[q] + k] = packed_byte(seed, me, q, k);
+    std::vector<int> packs(n, 0), unpacks(n, 0);
+    bool inside = false;
+    int misaligned = 0, concurrent = 0, bad_peer = 0;
+    auto enter = [&](int peer, const void *buf) {
+        if (inside) ++concurrent;
+        inside = true;
+        if (reinterpret_cast<uintptr_t>(buf) % 64 != 0) ++misaligned;
+        if (peer < 0 || peer >= test_size) ++bad_peer;
+        return peer >= 0 && peer < test_size;
+    };
+    const Backend::PackFn pack = [&](int peer, void *buf) {
+        if (enter(peer, buf)) {
+            const size_t q = static_cast<size_t>(peer), len = sb[q];
+            unsigned char *out = static_cast<unsigned char *>(buf);
+            for (size_t j = 0; j < len; ++j) out[j] = src[soff[q] + len - 1 - j];
+            ++packs[q];
+        }
+        inside = false;
+    };
+    const Backend::UnpackFn unpack = [&](int peer, const void *buf) {
+        if (enter(peer, buf)) {
+            const size_t q = static_cast<size_t>(peer), len = rb[q];
+            const unsigned char *in = static_cast<const unsigned char *>(buf);
+            for (size_t j = 0; j < len; ++j) dst[roff[q] + len - 1 - j] = in[j];
+            ++unpacks[q];
+        }
+        inside = false;
+    };
+    be.reset_stats();
+    be.alltoall_packed(sb, rb, pack, unpack);
+    CHECK(misaligned == 0 && concurrent == 0 && bad_peer == 0, what, ": ", misaligned, " misaligned, ", concurrent,
+          " concurrent, ", bad_peer, " bad peer callbacks");
+    for (size_t q = 0; q < n; ++q) {
+        CHECK(packs[q] == (sb[q] ? 1 : 0), what, ": pack called ", packs[q], " times for member ", q, " (", sb[q],
+              " bytes)");
+        CHECK(unpacks[q] == (rb[q] ? 1 : 0), what, ": unpack called ", unpacks[q], " times for member ", q, " (",
+              rb[q], " bytes)");
+        for (size_t k = 0; k < rb[q]; ++k)
+            if (dst[roff[q] + k] != packed_byte(seed, q, me, k)) {
+                CHECK(false, what, ": byte ", k, " of ", rb[q], " from member ", q, " is wrong");
+                break;
+            }
+    }
+    CHECK(dst[rtot] == 0xa5, what, ": unpack wrote past its blocks");
+    uint64_t sent = 0, off = 0;
+    for (size_t q = 0; q < n; ++q) {
+        if (q != me) sent += sb[q];
+        if (q != me && off_node(q)) off += sb[q];
+    }
+    const dsm::comm::Stats st = be.stats();
+    CHECK(st.calls == 1 && st.bytes_sent == sent && st.bytes_off_node == off, what, ": stats ", st.calls, " calls, ",
+          st.bytes_sent, " bytes sent, ", st.bytes_off_node, " off the node; expected 1, ", sent, ", ", off);
+}
+
+// A pack that throws on one member: every member throws (the others with
+// the thrower's status, naming it); an unpack that throws: only its member.
+// The backend works afterwards.
+void packed_failures(Backend &be, const char *label, const std::function<bool(size_t)> &off_node) {
+    const size_t n = static_cast<size_t>(test_size);
+    const int thrower = test_size - 1;
+    std::vector<size_t> sizes(n, 100);
+    std::vector<unsigned char> sink(100);
+    const Backend::UnpackFn unpack = [&](int, const void *buf) { std::memcpy(sink.data(), buf, 100); };
+    for (int dsm_error = 0; dsm_error < 2; ++dsm_error) {
+        int packs = 0;
+        const Backend::PackFn pack = [&](int, void *buf) {
+            std::memset(buf, 1, 100);
+            if (test_rank == thrower && ++packs == std::min(2, test_size)) {
+                if (dsm_error) DSM_FAIL(DSM_ERR_IO, "pack test failure");
+                throw std::runtime_error("pack test failure");
+            }
+        };
+        const dsm_status_t want = dsm_error ? DSM_ERR_IO : DSM_ERR_INTERNAL;
+        try {
+            be.alltoall_packed(sizes, sizes, pack, unpack);
+            CHECK(false, label, " alltoall_packed: a throwing pack on member ", thrower, " did not throw here");
+        } catch (const dsm::Error &e) {
+            CHECK(e.status() == want, label, " alltoall_packed after a failed pack: status ", e.status(), " (",
+                  e.what(), ")");
+            if (test_rank == thrower)
+                CHECK(dsm_error && e.message() == "pack test failure", label, " alltoall_packed: ", e.what());
+            else
+                CHECK(e.message().find(dsm::cat("member ", thrower)) != std::string::npos, label,
+                      " alltoall_packed: \"", e.what(), "\" does not name member ", thrower);
+        } catch (const std::runtime_error &e) {
+            CHECK(test_rank == thrower && !dsm_error, label, " alltoall_packed: ", e.what());
+        }
+    }
+    int unpacks = 0;
+    const Backend::PackFn pack = [&](int, void *buf) { std::memset(buf, 1, 100); };
+    const Backend::UnpackFn throwing = [&](int, const void *) {
+        ++unpacks;
+        if (test_rank == 0) throw std::runtime_error("unpack test failure");
+    };
+    try {
+        be.alltoall_packed(sizes, sizes, pack, throwing);
+        CHECK(test_rank != 0, label, " alltoall_packed: a throwing unpack did not throw");
+        CHECK(unpacks == test_size, label, " alltoall_packed: ", unpacks, " unpacks");
+    } catch (const std::runtime_error &e) {
+        CHECK(test_rank == 0 && unpacks == 1, label, " alltoall_packed: ", e.what(), " after ", unpacks, " unpacks");
+    }
+    const uint64_t seed = 4242;
+    run_packed(be, dsm::cat(label, " alltoall_packed after failures"), seed,
+               [&](size_t p, size_t q) { return packed_bytes(seed, p, q, 300); }, off_node);
+}
+
+void packed_suite(Backend &be, const Config &c) {
+    const std::function<bool(size_t)> off_node = [&](size_t q) {
+        return c.kind == Kind::MPI || (c.color != nullptr && c.color(static_cast<int>(q)) != c.color(test_rank));
+    };
+    uint64_t seed = 7000;
+    // Back to back, growing: the shm window grows several times.
+    for (size_t scale : {size_t(1), size_t(5), size_t(100), size_t(4099), size_t(70000), size_t(400000)}) {
+        ++seed;
+        run_packed(be, dsm::cat(c.label, " alltoall_packed scale ", scale), seed,
+                   [&](size_t p, size_t q) { return packed_bytes(seed, p, q, scale); }, off_node);
+    }
+    // Shrinking again; a member that alone outgrows the window; nothing at
+    // all; blocks of exactly 64 bytes (no padding), twice.
+    ++seed;
+    run_packed(be, dsm::cat(c.label, " alltoall_packed scale 3"), seed,
+               [&](size_t p, size_t q) { return packed_bytes(seed, p, q, 3); }, off_node);
+    ++seed;
+    run_packed(be, dsm::cat(c.label, " alltoall_packed member 0 grows"), seed,
+               [&](size_t p, size_t q) { return p == 0 ? (size_t(3) << 20) + q : packed_bytes(seed, p, q, 64); },
+               off_node);
+    run_packed(be, dsm::cat(c.label, " alltoall_packed all empty"), ++seed, [](size_t, size_t) { return 0; },
+               off_node);
+    for (int again = 0; again < 2; ++again)
+        run_packed(be, dsm::cat(c.label, " alltoall_packed 64 bytes"), seed, [](size_t, size_t) { return 64; },
+                   off_node);
+    packed_failures(be, c.label, off_node);
+}
+
 // ---------------------------------------------------------------- tests
 
 void test_collectives(void **state) {
@@ -558,6 +729,7 @@ void test_collectives(void **state) {
             reduce_scatter_suite(*be, *ref, c.label);
             allgather_suite(*be, c.label);
             alltoallv_and_bcast(*be, c.label);
+            packed_suite(*be, c);
         }
     });
 }
@@ -582,6 +754,10 @@ void test_chunked_beyond_count_limit(void **state) {
                     }
                 }
             alltoallv_and_bcast(*be, c.label);
+            ++seed;
+            run_packed(*be, dsm::cat(c.label, " alltoall_packed chunked"), seed,
+                       [&](size_t p, size_t q) { return packed_bytes(seed, p, q, 40); },
+                       [&](size_t q) { return c.kind == Kind::MPI || c.color(static_cast<int>(q)) != c.color(test_rank); });
         }
         dsm::comm::detail::set_mpi_count_limit(0);
     });
@@ -675,6 +851,19 @@ void test_errors(void **state) {
             EXPECT_ERROR(be->allgather(p, nullptr, 1, DSM_FLOAT32), DSM_ERR_NULL_POINTER, "recv");
             EXPECT_ERROR(be->alltoallv(p, counts, counts, p, counts, std::vector<size_t>(n + 1, 0), DSM_FLOAT64),
                          DSM_ERR_INVALID_ARGUMENT, "recv_displs");
+            const Backend::PackFn pack = [](int, void *) {};
+            const Backend::UnpackFn unpack = [](int, const void *) {};
+            EXPECT_ERROR(be->alltoall_packed(std::vector<size_t>(n + 1, 1), counts, pack, unpack),
+                         DSM_ERR_INVALID_ARGUMENT, dsm::cat("send_bytes has ", n + 1, " entries and recv_bytes ", n));
+            EXPECT_ERROR(be->alltoall_packed(counts, std::vector<size_t>(), pack, unpack), DSM_ERR_INVALID_ARGUMENT,
+                         dsm::cat("recv_bytes 0, expected ", n));
+            std::vector<size_t> self(n, 2);
+            self[static_cast<size_t>(test_rank)] = 3;
+            EXPECT_ERROR(be->alltoall_packed(counts, self, pack, unpack), DSM_ERR_INVALID_ARGUMENT,
+                         "sends itself 2 bytes but expects 3");
+            EXPECT_ERROR(be->alltoall_packed(counts, counts, nullptr, unpack), DSM_ERR_NULL_POINTER, "pack is empty");
+            EXPECT_ERROR(be->alltoall_packed(counts, counts, pack, nullptr), DSM_ERR_NULL_POINTER,
+                         "unpack is empty");
             EXPECT_ERROR(be->bcast(p, 1, DSM_FLOAT64, test_size), DSM_ERR_INVALID_ARGUMENT,
                          dsm::cat("root ", test_size));
             EXPECT_ERROR(be->bcast(p, 1, bad_dtype, 0), DSM_ERR_INVALID_ARGUMENT, "99");
