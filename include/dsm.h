@@ -933,8 +933,13 @@ DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *d
  * dsm_sp_head_range(). A tensor with DSM_SP_REPLICATE (the keys and values of
  * grouped-query attention when they have fewer heads than P) gives every rank
  * one head, head j*H/P, which needs P to be a multiple of H; with H >= P it
- * needs H to be a multiple of P, so that each rank's key/value heads are the
- * ones its query heads use.
+ * needs H to be a multiple of P. Each rank's key/value heads are then the
+ * ones its query heads use provided the query heads are split evenly too (a
+ * query head count that is a multiple of P and of the key/value head count):
+ * the library does not know which query heads go with which key/value heads,
+ * so it cannot check this; with an uneven query split (6 query and 2
+ * key/value heads over 4 ranks) some rank would hold a query head without
+ * its key/value head.
  *
  * Tensors are dense, row-major, in one of two layouts (dsm_sp_layout_t), of
  * any dtype (bytes are moved, never combined, except when head-to-sequence
