@@ -16,6 +16,8 @@ void usage(FILE *out) {
                  "  collectives   each backend collective next to the raw MPI call on the same bytes\n"
                  "  zero          a ZeRO step split into reduce, optimizer and gather; bytes and memory\n"
                  "  checkpoint    checkpoint save and load next to plain write()/read() of the same bytes\n"
+                 "  alltoall      the sequence-parallel (Ulysses) all-to-alls next to a raw MPI_Alltoall\n"
+                 "                of the same bytes\n"
                  "Run 'dsm-bench SUBCOMMAND --help' for its options; run the MPI ones under mpiexec.\n");
 }
 
@@ -38,6 +40,8 @@ int main(int argc, char **argv) {
         rc = dsm::bench::run_zero(argc - 2, argv + 2);
     else if (!std::strcmp(sub, "checkpoint"))
         rc = dsm::bench::run_checkpoint(argc - 2, argv + 2);
+    else if (!std::strcmp(sub, "alltoall"))
+        rc = dsm::bench::run_alltoall(argc - 2, argv + 2);
     else {
         std::fprintf(stderr, "dsm-bench: unknown subcommand '%s'\n", sub);
         usage(stderr);
