@@ -84,12 +84,17 @@ void Backend::alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const s
     }
 }
 
+// No single-copy path: every member of a group has the same backend class,
+// so all return false without communicating.
+bool Backend::alltoall_direct(const std::vector<Exposed> &, const PlanFn &) { return false; }
+
 Kind kind_from_name(const std::string &name) {
     if (name == "auto") return Kind::AUTO;
     if (name == "mpi") return Kind::MPI;
     if (name == "shm") return Kind::SHM;
+    if (name == "nccl") return Kind::NCCL;
     DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "communication backend \"", name,
-             "\" is not known: use \"auto\", \"mpi\" or \"shm\"");
+             "\" is not known: use \"auto\", \"mpi\", \"shm\" or \"nccl\"");
 }
 
 namespace {
@@ -110,6 +115,13 @@ std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color
     switch (kind) {
     case Kind::MPI: return std::make_unique<MpiBackend>(comm);
     case Kind::SHM: return std::make_unique<ShmBackend>(comm, node_color);
+    case Kind::NCCL:
+#if DSM_HAVE_NCCL_BACKEND
+        return std::make_unique<NcclBackend>(comm, node_color);
+#else
+        DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "the nccl backend is not built: libdsm was configured without ",
+                 DSM_HAVE_CUDA ? "NCCL" : "CUDA");
+#endif
     case Kind::AUTO: {
         // Every rank sees the same maximum, so all take the same branch.
         if (max_ranks_per_node(comm, node_color) < 2) return std::make_unique<MpiBackend>(comm);
@@ -123,7 +135,7 @@ std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color
         }
     }
     }
-    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "backend kind ", static_cast<int>(kind), " is not AUTO, MPI or SHM");
+    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "backend kind ", static_cast<int>(kind), " is not AUTO, MPI, SHM or NCCL");
 }
 
 } // namespace comm

@@ -68,8 +68,8 @@ public:
     Backend(const Backend &) = delete;
     Backend &operator=(const Backend &) = delete;
 
-    // "mpi" (plain MPI collectives) or "shm" (shared memory inside a node,
-    // MPI between nodes).
+    // "mpi" (plain MPI collectives), "shm" (shared memory inside a node,
+    // MPI between nodes) or "nccl" (NCCL on device memory).
     virtual const char *name() const noexcept = 0;
     virtual int size() const noexcept = 0;
     virtual int rank() const noexcept = 0;
@@ -140,6 +140,44 @@ public:
     virtual void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                                  const PackFn &pack, const UnpackFn &unpack);
 
+    // A single-copy all-to-all: every member exposes buffers (its inputs); then
+    // each member copies, from each peer, the pieces plan(peer, pieces) lists,
+    // straight from that peer's exposed memory into its own (one copy, no
+    // intermediate buffer; the permutation is in the pieces). plan is called once
+    // per member (this member included) and must not throw; pieces from this
+    // member's own buffers are copied with memcpy. The exposed buffers must stay
+    // unchanged until the call returns on every member (it ends with a node-wide
+    // synchronization). Collective. Returns false on every member, having moved
+    // nothing and called no plan, when the backend cannot do this (the default,
+    // a group spanning nodes, or an OS that refuses cross-memory access); the
+    // caller then uses alltoall_packed(). Stats as alltoall_packed().
+    //
+    // Zero-byte pieces are skipped (not checked). Every plan is called before
+    // anything moves (in the order this member, then upwards).
+    //
+    // Errors make every member throw, none is left waiting: the failing member
+    // its own exception, the others a dsm::Error with its status naming the
+    // lowest failing member. Before anything is copied: exposed counts that
+    // differ between members (DSM_ERR_MISMATCH, on every member), an empty
+    // plan or an exposed buffer that is NULL with bytes (DSM_ERR_NULL_POINTER),
+    // an exception from plan (DSM_ERR_INTERNAL, DSM_ERR_OUT_OF_MEMORY or the
+    // dsm::Error's status). While copying: a piece outside its peer's buffer
+    // (DSM_ERR_INVALID_ARGUMENT), or without a destination
+    // (DSM_ERR_NULL_POINTER), or a copy the OS refuses; the outputs are then
+    // incomplete. The backend stays usable.
+    struct Exposed {
+        const void *data;
+        size_t bytes;
+    };
+    struct Piece {
+        int buffer;  // index into the peer's exposed buffers
+        size_t from; // byte offset in that buffer
+        void *to;    // destination in this member's memory
+        size_t bytes;
+    };
+    using PlanFn = std::function<void(int peer, std::vector<Piece> &pieces)>;
+    virtual bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan);
+
     virtual void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) = 0;
 
     virtual void barrier() = 0;
@@ -188,9 +226,10 @@ enum class Kind {
     AUTO, // "shm" when the group has two or more ranks on some node, else "mpi"
     MPI,
     SHM,  // shared memory inside each node + MPI between node leaders
+    NCCL, // NCCL on CUDA device memory (NcclBackend); AUTO never picks it
 };
 
-// Kind from its name ("auto", "mpi", "shm"); DSM_ERR_INVALID_ARGUMENT otherwise.
+// Kind from its name ("auto", "mpi", "shm", "nccl"); DSM_ERR_INVALID_ARGUMENT otherwise.
 Kind kind_from_name(const std::string &name);
 
 // Collective over `comm` (not freed, not kept: the backend dups it).

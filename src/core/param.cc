@@ -26,6 +26,14 @@ const std::vector<Param> &params() {
         {"DSM_BIND", "none",
          "CPU binding at mesh creation when the caller leaves it to the environment: none, spread "
          "(an even share of the node's cores per rank) or gpu (the cores nearest the rank's GPU)."},
+        {"DSM_CUDA_DEVICE", "",
+         "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
+         "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "
+         "sees all of its node's GPUs, else the rank's index on its node modulo the device count."},
+        {"DSM_NCCL_TIMEOUT", "1800",
+         "Seconds an operation of the nccl backend (communicator creation, a collective, the final "
+         "release) may take before the rank aborts its NCCL communicator and fails with DSM_ERR_NCCL; "
+         "0 waits for ever."},
         {"DSM_SIM_NODES", "",
          "Testing: pretend the ranks run on these nodes. A node name per rank, comma separated "
          "(a,a,b,b), or COUNT:block or COUNT:cyclic for COUNT nodes filled as Slurm's block or cyclic "

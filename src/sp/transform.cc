@@ -200,10 +200,16 @@ void check_tensor(const dsm_sp_tensor_t &t, int size, const std::string &what) {
     DSM_REQUIRE(t.seq >= 1, DSM_ERR_INVALID_ARGUMENT, what, ": seq is ", t.seq, " (must be >= 1)");
     DSM_REQUIRE(t.heads >= 1, DSM_ERR_INVALID_ARGUMENT, what, ": heads is ", t.heads, " (must be >= 1)");
     DSM_REQUIRE(t.head_dim >= 1, DSM_ERR_INVALID_ARGUMENT, what, ": head_dim is ", t.head_dim, " (must be >= 1)");
-    DSM_REQUIRE(t.layout == DSM_SP_BATCH_FIRST || t.layout == DSM_SP_SEQ_FIRST, DSM_ERR_INVALID_ARGUMENT, what,
-                ": layout is ", static_cast<int>(t.layout), " (DSM_SP_BATCH_FIRST or DSM_SP_SEQ_FIRST)");
-    DSM_REQUIRE(dtype_size(t.dtype) != 0, DSM_ERR_INVALID_ARGUMENT, what, ": dtype ", static_cast<int>(t.dtype),
-                " is not a dsm_dtype_t");
+    // The enums as the caller stored them: C lets any int through, and in
+    // C++ reading an enum outside its values is undefined.
+    int layout = 0, dtype = 0;
+    static_assert(sizeof t.layout == sizeof layout && sizeof t.dtype == sizeof dtype, "C enums are ints");
+    std::memcpy(&layout, &t.layout, sizeof layout);
+    std::memcpy(&dtype, &t.dtype, sizeof dtype);
+    DSM_REQUIRE(layout == DSM_SP_BATCH_FIRST || layout == DSM_SP_SEQ_FIRST, DSM_ERR_INVALID_ARGUMENT, what,
+                ": layout is ", layout, " (DSM_SP_BATCH_FIRST or DSM_SP_SEQ_FIRST)");
+    DSM_REQUIRE(dtype >= DSM_FLOAT32 && dtype <= DSM_INT64 && dtype_size(static_cast<dsm_dtype_t>(dtype)) != 0,
+                DSM_ERR_INVALID_ARGUMENT, what, ": dtype ", dtype, " is not a dsm_dtype_t");
     DSM_REQUIRE(t.seq % size == 0, DSM_ERR_INVALID_ARGUMENT, what, ": the sequence length ", t.seq,
                 " is not a multiple of the sequence-parallel size ", size);
     if (t.flags & DSM_SP_REPLICATE)
@@ -400,7 +406,48 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
         }
         return;
     }
-    backend_->alltoall_packed(send_bytes, recv_bytes, pack, unpack);
+    // Single copy where the backend can (one node, cross-memory attach): each
+    // rank reads its pieces straight from its peers' inputs into its output;
+    // the permutation is in the pieces. Else pack, exchange, unpack.
+    std::vector<comm::Backend::Exposed> exposed(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k)
+        exposed[static_cast<size_t>(k)] = comm::Backend::Exposed{in[k], in_count[k] * dtype_size(t[k].dtype)};
+    auto plan = [&](int peer, std::vector<comm::Backend::Piece> &pieces) {
+        const size_t j = static_cast<size_t>(peer), me = static_cast<size_t>(rank_);
+        for (int k = 0; k < n; ++k) {
+            const dsm_sp_tensor_t &x = t[k];
+            const Geometry g = geometry(k);
+            unsigned char *dst = static_cast<unsigned char *>(out[k]);
+            const size_t rows = g.b * g.chunk; // rows of a sequence-sharded tensor
+            if (fwd) {
+                // Peer j's rows (its tokens, every head): my heads of each row,
+                // to token j*chunk + t of my output.
+                const HeadRange h = mine(k);
+                const size_t len = static_cast<size_t>(h.count) * g.d * g.es;
+                if (len == 0) continue;
+                for (size_t r = 0; r < rows; ++r) {
+                    const size_t token_row = g.seq_first ? j * g.chunk * g.b + r
+                                                         : (r / g.chunk) * g.s + j * g.chunk + r % g.chunk;
+                    pieces.push_back({k, r * g.H * g.d * g.es + static_cast<size_t>(h.first) * g.d * g.es,
+                                      dst + token_row * len, len});
+                }
+            } else {
+                // Peer j's heads of my tokens: from its [.., s, c_j, d] rows.
+                const HeadRange h = heads[static_cast<size_t>(k)][j];
+                const size_t len = static_cast<size_t>(h.count) * g.d * g.es;
+                if (len == 0) continue;
+                const bool replicated = (x.flags & DSM_SP_REPLICATE) && x.heads < P;
+                unsigned char *stage = replicated ? staging_.data() + stage_off[static_cast<size_t>(k) * np + j] : nullptr;
+                for (size_t r = 0; r < rows; ++r) {
+                    const size_t token_row = g.seq_first ? me * g.chunk * g.b + r
+                                                         : (r / g.chunk) * g.s + me * g.chunk + r % g.chunk;
+                    unsigned char *to = replicated ? stage + r * len : dst + r * g.H * g.d * g.es + static_cast<size_t>(h.first) * g.d * g.es;
+                    pieces.push_back({k, token_row * len, to, len});
+                }
+            }
+        }
+    };
+    if (!backend_->alltoall_direct(exposed, plan)) backend_->alltoall_packed(send_bytes, recv_bytes, pack, unpack);
 
     if (!any_replicated_back) return;
     for (int k = 0; k < n; ++k) {

@@ -6,7 +6,8 @@
 // shm results next to the mpi ones, in-place forms, buffers from malloc and
 // from alloc_shared, awkward counts, the chunked paths beyond the MPI count
 // limit, alltoall_packed (uneven and empty blocks, a permuting pack, growing
-// windows, failing callbacks), and argument errors.
+// windows, failing callbacks), alltoall_direct (permuting plans with many
+// and empty pieces; false where it cannot run; failures), and argument errors.
 //
 // A failed check is recorded, not asserted at once, so that every rank goes
 // on through the same collectives; each test ends by agreeing on failures.
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -717,6 +719,276 @@ void packed_suite(Backend &be, const Config &c) {
     packed_failures(be, c.label, off_node);
 }
 
+// ---------------------------------------------------------------- alltoall_direct
+
+// Member p's exposed buffer b: `base` + 61 p + 7 b bytes; byte k of it.
+size_t direct_size(size_t base, size_t p, size_t b) { return base + 61 * p + 7 * b; }
+unsigned char direct_byte(uint64_t seed, size_t p, size_t b, size_t k) {
+    return static_cast<unsigned char>(hash(seed + 2, static_cast<int>(p * 1000 + b), k));
+}
+
+// What member `dst` copies from member `src`: piece j reads `bytes` at
+// `from` of buffer b and lands at `at` in dst's output for src. Up to three
+// runs, one after the other in the output: `random` pieces of up to `len`
+// bytes (about one in eight empty) from anywhere, landing in reverse order
+// with the odd one-byte gap; unless `gather_only`, `m` pieces of `len` bytes
+// read back to back from buffer 1 % B (the source side merges) landing
+// strided (j * 7 mod m); and m pieces read strided from buffer 2 % B landing
+// back to back (the destination side merges). With enough pieces, the
+// gather-only shape is pushed by the source, the others pulled.
+// *end: the output's size.
+struct DirectSpec {
+    int b;
+    size_t from, bytes, at;
+};
+struct DirectShape {
+    size_t buffers, base, random, m, len;
+    bool gather_only;
+};
+std::vector<DirectSpec> direct_specs(uint64_t seed, const DirectShape &sh, size_t src, size_t dst, size_t *end) {
+    std::vector<DirectSpec> v;
+    size_t at = 0;
+    const uint64_t s = seed * 7919 + src * 131 + dst;
+    std::vector<DirectSpec> rnd(sh.random);
+    for (size_t j = 0; j < sh.random; ++j) {
+        const uint64_t h = hash(s, 1, j);
+        DirectSpec d;
+        d.b = static_cast<int>(h % sh.buffers);
+        d.bytes = (h >> 8) % 8 == 0 ? 0 : 1 + (h >> 12) % sh.len;
+        const size_t size = direct_size(sh.base, src, static_cast<size_t>(d.b));
+        d.from = (h >> 32) % (size - d.bytes + 1);
+        rnd[j] = d;
+    }
+    for (size_t j = sh.random; j-- > 0;) { // reverse order in the output
+        rnd[j].at = at;
+        at += rnd[j].bytes + (hash(s, 2, j) % 3 == 0 ? 1 : 0);
+    }
+    v.insert(v.end(), rnd.begin(), rnd.end());
+    size_t stride = 7;
+    while (sh.m > 1 && std::gcd(stride, sh.m) != 1) ++stride;
+    if (!sh.gather_only) {
+        for (size_t j = 0; j < sh.m; ++j)
+            v.push_back(
+                DirectSpec{static_cast<int>(1 % sh.buffers), j * sh.len, sh.len, at + (j * stride % sh.m) * sh.len});
+        at += sh.m * sh.len;
+    }
+    for (size_t j = 0; j < sh.m; ++j)
+        v.push_back(
+            DirectSpec{static_cast<int>(2 % sh.buffers), (j * stride % sh.m) * sh.len, sh.len, at + j * sh.len});
+    at += sh.m * sh.len;
+    *end = at;
+    return v;
+}
+
+bool shm_one_node(Backend &be) {
+    const auto *s = dynamic_cast<const dsm::comm::ShmBackend *>(&be);
+    return s != nullptr && s->nodes() == 1;
+}
+
+// Whether every rank got the same answer from alltoall_direct.
+bool agreed(bool mine) {
+    int x = mine ? 1 : 0, lo = 0, hi = 0;
+    MPI_Allreduce(&x, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&x, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return lo == hi;
+}
+
+// One alltoall_direct checked byte for byte (untouched bytes keep their
+// sentinel), with its plan calls and Stats. Returns what the call returned.
+bool run_direct(Backend &be, const std::string &what, uint64_t seed, const DirectShape &sh) {
+    const size_t n = static_cast<size_t>(test_size), me = static_cast<size_t>(test_rank);
+    std::vector<std::vector<unsigned char>> in(sh.buffers);
+    std::vector<Backend::Exposed> exposed(sh.buffers);
+    for (size_t b = 0; b < sh.buffers; ++b) {
+        in[b].resize(direct_size(sh.base, me, b));
+        for (size_t k = 0; k < in[b].size(); ++k) in[b][k] = direct_byte(seed, me, b, k);
+        exposed[b] = Backend::Exposed{in[b].data(), in[b].size()};
+    }
+    std::vector<std::vector<DirectSpec>> specs(n);
+    std::vector<std::vector<unsigned char>> out(n);
+    for (size_t q = 0; q < n; ++q) {
+        size_t end = 0;
+        specs[q] = direct_specs(seed, sh, q, me, &end);
+        out[q].assign(end + 1, 0xa5);
+    }
+    std::vector<int> plans(n, 0);
+    int first = -1, bad_peer = 0;
+    const Backend::PlanFn plan = [&](int peer, std::vector<Backend::Piece> &pieces) {
+        if (first < 0) first = peer;
+        if (peer < 0 || peer >= test_size || !pieces.empty()) {
+            ++bad_peer;
+            return;
+        }
+        const size_t q = static_cast<size_t>(peer);
+        ++plans[q];
+        for (const DirectSpec &d : specs[q])
+            pieces.push_back(Backend::Piece{d.b, d.from, d.bytes ? out[q].data() + d.at : nullptr, d.bytes});
+    };
+    be.reset_stats();
+    const bool ran = be.alltoall_direct(exposed, plan);
+    CHECK(agreed(ran), what, ": alltoall_direct returned ", ran, " here but not on every member");
+    if (!ran) {
+        CHECK(first < 0, what, ": alltoall_direct returned false after calling plan");
+        for (size_t q = 0; q < n; ++q)
+            CHECK(std::all_of(out[q].begin(), out[q].end(), [](unsigned char x) { return x == 0xa5; }), what,
+                  ": alltoall_direct returned false but wrote into the output for member ", q);
+        CHECK(be.stats().calls == 0, what, ": a false alltoall_direct counted ", be.stats().calls, " calls");
+        return false;
+    }
+    CHECK(bad_peer == 0 && first == test_rank, what, ": ", bad_peer, " bad plan calls; the first for member ",
+          first);
+    for (size_t q = 0; q < n; ++q) {
+        CHECK(plans[q] == 1, what, ": plan called ", plans[q], " times for member ", q);
+        std::vector<unsigned char> want(out[q].size(), 0xa5);
+        for (const DirectSpec &d : specs[q])
+            for (size_t k = 0; k < d.bytes; ++k)
+                want[d.at + k] = direct_byte(seed, q, static_cast<size_t>(d.b), d.from + k);
+        for (size_t k = 0; k < want.size(); ++k)
+            if (out[q][k] != want[k]) {
+                CHECK(false, what, ": byte ", k, " of ", want.size(), " from member ", q, " is ", int(out[q][k]),
+                      ", expected ", int(want[k]));
+                break;
+            }
+    }
+    uint64_t sent = 0;
+    for (size_t q = 0; q < n; ++q) {
+        if (q == me) continue;
+        size_t end = 0;
+        for (const DirectSpec &d : direct_specs(seed, sh, me, q, &end)) sent += d.bytes;
+    }
+    const dsm::comm::Stats st = be.stats();
+    CHECK(st.calls == 1 && st.bytes_sent == sent && st.bytes_off_node == 0, what, ": stats ", st.calls, " calls, ",
+          st.bytes_sent, " bytes sent, ", st.bytes_off_node, " off the node; expected 1, ", sent, ", 0");
+    return true;
+}
+
+// The pulls and pushes an shm backend has made so far, summed over the members.
+std::pair<uint64_t, uint64_t> pulls_and_pushes(Backend &be) {
+    const auto *s = dynamic_cast<const dsm::comm::ShmBackend *>(&be);
+    unsigned long long mine[2] = {s ? s->direct_pulls() : 0, s ? s->direct_pushes() : 0}, all[2] = {0, 0};
+    MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    return {all[0], all[1]};
+}
+
+// run_direct, and how many of the member pairs were pulled and pushed.
+void run_direct_counted(Backend &be, const std::string &what, uint64_t seed, const DirectShape &sh,
+                        uint64_t want_pulls, uint64_t want_pushes) {
+    const auto start = pulls_and_pushes(be);
+    run_direct(be, what, seed, sh);
+    const auto end = pulls_and_pushes(be);
+    CHECK(end.first - start.first == want_pulls && end.second - start.second == want_pushes, what, ": ",
+          end.first - start.first, " pulls and ", end.second - start.second, " pushes, expected ", want_pulls,
+          " and ", want_pushes);
+}
+
+// A failure on one member (the last): every member throws, the failing one
+// its own exception, the others its status naming it; nobody hangs.
+void direct_failure(Backend &be, const char *label, const std::string &what, dsm_status_t want,
+                    const std::string &own_text, const std::function<void(std::vector<Backend::Exposed> &)> &expose,
+                    const std::function<void(int, std::vector<Backend::Piece> &)> &bad_plan) {
+    const int thrower = test_size - 1;
+    std::vector<unsigned char> a(1000, 1), b(500, 2), sink(1000, 0);
+    // (b's 500 bytes: the last piece of the pushed plan reads one past them.)
+    std::vector<Backend::Exposed> exposed{{a.data(), a.size()}, {b.data(), b.size()}};
+    if (test_rank == thrower) expose(exposed);
+    const Backend::PlanFn plan = [&](int peer, std::vector<Backend::Piece> &pieces) {
+        pieces.push_back(Backend::Piece{0, static_cast<size_t>(peer), sink.data(), 100});
+        if (test_rank == thrower) bad_plan(peer, pieces);
+    };
+    try {
+        be.alltoall_direct(exposed, plan);
+        CHECK(false, label, " alltoall_direct ", what, ": no error on rank ", test_rank);
+    } catch (const dsm::Error &e) {
+        CHECK(e.status() == want, label, " alltoall_direct ", what, ": status ", e.status(), " (", e.what(),
+              "), expected ", want);
+        const std::string text = test_rank == thrower ? own_text : dsm::cat("member ", thrower);
+        CHECK(e.message().find(text) != std::string::npos, label, " alltoall_direct ", what, ": \"", e.what(),
+              "\" lacks \"", text, "\"");
+    } catch (const std::runtime_error &e) {
+        CHECK(test_rank == thrower && want == DSM_ERR_INTERNAL, label, " alltoall_direct ", what, ": ", e.what());
+    }
+}
+
+void direct_suite(Backend &be, const Config &c, bool *cma) {
+    // Expected: the shm backend on one node, where cross-memory attach works
+    // (which the first call on such a backend tells, on every member alike).
+    uint64_t seed = 11000;
+    const DirectShape small{3, 4096, 40, 30, 16, false};
+    const bool ran = run_direct(be, dsm::cat(c.label, " alltoall_direct"), ++seed, small);
+    if (c.kind == Kind::SHM && c.color == nullptr) *cma = ran; // the probe's answer (the first config)
+    const bool capable = shm_one_node(be) && (test_size == 1 || *cma);
+    CHECK(ran == capable, c.label, " alltoall_direct returned ", ran, ", expected ", capable);
+    if (!ran) return;
+    // Back to back: many pieces (beyond IOV_MAX on each side), big pieces,
+    // more buffers than the window first holds, nothing at all; gathers that
+    // are pushed (beyond IOV_MAX at the source, and more requests than the
+    // window first holds), then pulled again.
+    const uint64_t pairs = static_cast<uint64_t>(test_size) * static_cast<uint64_t>(test_size - 1);
+    run_direct_counted(be, dsm::cat(c.label, " alltoall_direct many pieces"), ++seed,
+                       DirectShape{3, 40000, 2500, 1500, 8, false}, pairs, 0);
+    run_direct(be, dsm::cat(c.label, " alltoall_direct big pieces"), ++seed,
+               DirectShape{2, size_t(3) << 20, 4, 20, size_t(1) << 17, false});
+    run_direct(be, dsm::cat(c.label, " alltoall_direct 20 buffers"), ++seed, DirectShape{20, 3000, 300, 10, 64, false});
+    run_direct(be, dsm::cat(c.label, " alltoall_direct 20 buffers again"), ++seed,
+               DirectShape{20, 3000, 300, 10, 64, false});
+    run_direct(be, dsm::cat(c.label, " alltoall_direct nothing"), ++seed, DirectShape{1, 0, 0, 0, 0, false});
+    run_direct(be, dsm::cat(c.label, " alltoall_direct zero pieces"), ++seed, DirectShape{2, 64, 50, 0, 1, false});
+    run_direct_counted(be, dsm::cat(c.label, " alltoall_direct pushed gather"), ++seed,
+                       DirectShape{3, 8000, 0, 100, 24, true}, 0, pairs);
+    run_direct_counted(be, dsm::cat(c.label, " alltoall_direct pushed gather, many"), ++seed,
+                       DirectShape{3, 40000, 0, 3000, 8, true}, 0, pairs);
+    run_direct_counted(be, dsm::cat(c.label, " alltoall_direct short gather, pulled"), ++seed,
+                       DirectShape{3, 8000, 0, 20, 24, true}, pairs, 0);
+
+    // Failures on the last member, then the backend still works.
+    auto keep = [](std::vector<Backend::Exposed> &) {};
+    auto fine = [](int, std::vector<Backend::Piece> &) {};
+    direct_failure(be, c.label, "piece out of range", DSM_ERR_INVALID_ARGUMENT, "reads 200 bytes at offset 400", keep,
+                   [](int peer, std::vector<Backend::Piece> &pieces) {
+                       if (peer == (test_size - 1 + 1) % test_size)
+                           pieces.push_back(Backend::Piece{1, 400, pieces[0].to, 200});
+                   });
+    if (test_size > 1)
+        direct_failure(be, c.label, "piece out of range in a push", DSM_ERR_INVALID_ARGUMENT,
+                   "reads 1 bytes at offset 500", keep, [](int peer, std::vector<Backend::Piece> &pieces) {
+                       if (peer == test_size - 1) return;
+                       // 100 single bytes read strided, landing back to back: pushed by the peer.
+                       unsigned char *to = static_cast<unsigned char *>(pieces[0].to);
+                       pieces.clear();
+                       for (size_t j = 0; j < 100; ++j) pieces.push_back(Backend::Piece{1, 4 * j, to + j, 1});
+                       pieces.push_back(Backend::Piece{1, 500, to + 100, 1});
+                   });
+    direct_failure(be, c.label, "bad buffer index", DSM_ERR_INVALID_ARGUMENT, "names buffer 2 of 2", keep,
+                   [](int, std::vector<Backend::Piece> &pieces) { pieces[0].buffer = 2; });
+    direct_failure(be, c.label, "throwing plan", DSM_ERR_INTERNAL, "", keep,
+                   [](int, std::vector<Backend::Piece> &) { throw std::runtime_error("plan test failure"); });
+    direct_failure(be, c.label, "NULL buffer", DSM_ERR_NULL_POINTER, "exposed buffer 1 is NULL",
+                   [](std::vector<Backend::Exposed> &e) { e[1].data = nullptr; }, fine);
+    if (test_size > 1)
+        direct_failure(be, c.label, "buffer counts differ", DSM_ERR_MISMATCH, "exposes 3 buffers",
+                       [](std::vector<Backend::Exposed> &e) { e.push_back(e[0]); }, fine);
+    run_direct(be, dsm::cat(c.label, " alltoall_direct after failures"), ++seed, small);
+}
+
+void test_alltoall_direct(void **state) {
+    (void)state;
+    guarded([] {
+        bool cma = false;
+        // The plain shm backend first: its answer is the probe's.
+        const Config order[] = {kConfigs[1], kConfigs[0], kConfigs[2], kConfigs[3],
+                                kConfigs[4], kConfigs[5], kConfigs[6]};
+        for (const Config &c : order) {
+            const auto be = make(c);
+            direct_suite(*be, c, &cma);
+        }
+        if (test_rank == 0)
+            print_message("alltoall_direct over %d ranks: %s\n", test_size,
+                          test_size == 1 ? "a group of one (memcpy)"
+                          : cma          ? "single copy with process_vm_readv"
+                                         : "refused (cross-memory attach not available): the callers pack");
+    });
+}
+
 // ---------------------------------------------------------------- tests
 
 void test_collectives(void **state) {
@@ -884,6 +1156,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_choice_and_stats),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_chunked_beyond_count_limit),
+        cmocka_unit_test(test_alltoall_direct),
     };
     return RUN_MPI_TESTS("comm", tests);
 }

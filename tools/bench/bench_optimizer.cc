@@ -9,7 +9,16 @@
 // Each kernel's time is the best of --iters steps (as STREAM reports), and
 // the bound and the instruction sets are timed in turn within each round, so
 // that a noisy neighbour or a frequency change hits them alike.
+//
+// --device cuda: the fused AdamW kernel of src/cuda/kernels.cu instead, timed
+// with CUDA events (median of --iters steps) next to a device-to-device
+// cudaMemcpyAsync that moves the same 28 bytes per parameter, and next to
+// torch.optim.Adam(fused=True) on the same device. Without the kernels or a
+// device it reports "no CUDA device: skipped" and exits 0.
+#include "dsm_config.h"
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +36,22 @@
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
 
+// The CUDA code needs the kernels (DSM_HAVE_CUDA_KERNELS) and the CUDA
+// runtime's header on this file's include path.
+#if DSM_HAVE_CUDA_KERNELS
+#if defined(__has_include)
+#if __has_include(<cuda_runtime_api.h>)
+#define DSM_BENCH_CUDA 1
+#include <cuda_runtime_api.h>
+
+#include "cuda/kernels.hpp"
+#endif
+#endif
+#endif
+#ifndef DSM_BENCH_CUDA
+#define DSM_BENCH_CUDA 0
+#endif
+
 namespace dsm {
 namespace bench {
 
@@ -42,6 +67,7 @@ struct Options {
     long long iters = 10;
     int threads = 0; // 0: OpenMP's default
     std::string isa = "auto";
+    std::string device = "cpu";
     bool torch = true;
     bool json = false;
 };
@@ -49,13 +75,17 @@ struct Options {
 void usage(FILE *out) {
     std::fprintf(out,
                  "usage: dsm-bench optimizer [--params N] [--iters N] [--threads N] [--isa NAME]\n"
-                 "                           [--no-torch] [--json]\n"
+                 "                           [--device cpu|cuda] [--no-torch] [--json]\n"
                  "  Times the fused Adam update of N fp32 parameters (default 16777216) over\n"
                  "  --iters steps (default 10, best of) on every instruction set this CPU has,\n"
                  "  next to a memory-bandwidth bound that moves the same 28 bytes per parameter\n"
                  "  with the same threads, and next to torch.optim.Adam (default and foreach)\n"
                  "  run by python3 ($DSM_BENCH_PYTHON) with the same thread count. --isa: avx512, avx2, generic or\n"
-                 "  auto (default: the widest) picks the headline. Runs on rank 0 only.\n");
+                 "  auto (default: the widest) picks the headline. Runs on rank 0 only.\n"
+                 "  --device cuda: the fused AdamW CUDA kernel on device 0 instead (median of --iters\n"
+                 "  steps, CUDA events) next to a device-to-device copy of the same 28 bytes per\n"
+                 "  parameter and torch.optim.Adam(fused=True); --threads and --isa do not apply.\n"
+                 "  Without the CUDA kernels or a device: \"no CUDA device: skipped\", exit status 0.\n");
 }
 
 bool parse_count(const char *s, long long min, long long &out) {
@@ -103,6 +133,14 @@ int parse(int argc, char **argv, Options &o, bool loud) {
             const char *v = value("--isa");
             if (v == nullptr) return 2;
             o.isa = v;
+        } else if (a == "--device") {
+            const char *v = value("--device");
+            if (v == nullptr) return 2;
+            if (std::strcmp(v, "cpu") != 0 && std::strcmp(v, "cuda") != 0) {
+                say("dsm-bench optimizer: --device '%s' is not cpu or cuda\n", v);
+                return 2;
+            }
+            o.device = v;
         } else {
             say("dsm-bench optimizer: unknown option '%s'\n", a.c_str());
             if (err) usage(err);
@@ -205,22 +243,61 @@ print(json.dumps({"version": torch.__version__, "python": sys.executable,
                   "threads": torch.get_num_threads(), "default": default, "foreach": foreach}))
 )PY";
 
-// The script's JSON, or null with `why` set.
-nlohmann::json run_torch(long long n, long long iters, int threads, std::string &why) {
+#if DSM_BENCH_CUDA
+// torch.optim.Adam(fused=True) on n parameters of CUDA device 0: the median
+// of iters steps (CUDA events) after one untimed step; one JSON line.
+const char *kTorchCudaScript = R"PY(
+import json, sys
+try:
+    import torch
+except Exception as e:
+    print(json.dumps({"error": "python3 cannot import torch: %s" % e}))
+    sys.exit(0)
+if not torch.cuda.is_available():
+    print(json.dumps({"error": "torch %s sees no CUDA device" % torch.__version__}))
+    sys.exit(0)
+n, iters = int(sys.argv[1]), int(sys.argv[2])
+p = torch.nn.Parameter(torch.ones(n, device="cuda"))
+p.grad = torch.full((n,), 1e-3, device="cuda")
+try:
+    opt = torch.optim.Adam([p], lr=1e-3, fused=True)
+except Exception as e:
+    print(json.dumps({"error": "torch %s: torch.optim.Adam(fused=True): %s" % (torch.__version__, e)}))
+    sys.exit(0)
+opt.step()
+torch.cuda.synchronize()
+t = []
+for _ in range(iters):
+    a = torch.cuda.Event(enable_timing=True)
+    b = torch.cuda.Event(enable_timing=True)
+    a.record()
+    opt.step()
+    b.record()
+    b.synchronize()
+    t.append(a.elapsed_time(b) / 1e3)
+t.sort()
+k = len(t)
+print(json.dumps({"version": torch.__version__, "python": sys.executable,
+                  "device": torch.cuda.get_device_name(0), "fused": (t[(k - 1) // 2] + t[k // 2]) / 2}))
+)PY";
+#endif
+
+// `script` run by python_command() with `args`; its JSON (which must have
+// the number `key`), or null with `why` set.
+nlohmann::json run_script(const char *script, const std::string &args, const char *key, std::string &why) {
     char path[] = "/tmp/dsm-bench-torch-XXXXXX";
     const int fd = mkstemp(path);
     if (fd < 0) {
         why = "cannot create a temporary file for the torch script";
         return nullptr;
     }
-    const size_t len = std::strlen(kTorchScript);
-    const bool written = write(fd, kTorchScript, len) == static_cast<ssize_t>(len);
+    const size_t len = std::strlen(script);
+    const bool written = write(fd, script, len) == static_cast<ssize_t>(len);
     close(fd);
     std::string out;
     int status = -1;
     if (written) {
-        const std::string cmd = python_command() + " " + std::string(path) + " " + std::to_string(n) + " " +
-                                std::to_string(iters) + " " + std::to_string(threads) + " 2>/dev/null";
+        const std::string cmd = python_command() + " " + std::string(path) + " " + args + " 2>/dev/null";
         if (FILE *f = popen(cmd.c_str(), "r")) {
             char buf[512];
             while (std::fgets(buf, sizeof buf, f)) out += buf;
@@ -233,7 +310,7 @@ nlohmann::json run_torch(long long n, long long iters, int threads, std::string 
         why = j["error"].get<std::string>();
         return nullptr;
     }
-    if (!j.is_object() || !j.contains("version") || !j["default"].is_number()) {
+    if (!j.is_object() || !j.contains("version") || !j.contains(key) || !j[key].is_number()) {
         const int code = status != -1 && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
         why = code == 127 ? "python3 is not on PATH" : "python3 failed (exit status " + std::to_string(code) + ")";
         return nullptr;
@@ -241,10 +318,225 @@ nlohmann::json run_torch(long long n, long long iters, int threads, std::string 
     return j;
 }
 
+nlohmann::json run_torch(long long n, long long iters, int threads, std::string &why) {
+    return run_script(kTorchScript, std::to_string(n) + " " + std::to_string(iters) + " " + std::to_string(threads),
+                      "default", why);
+}
+
 struct Measured {
     std::string isa;
     double seconds = 0;
 };
+
+// ---------------------------------------------------------------- --device cuda
+
+// "no CUDA device: skipped" with the reason; exit status 0.
+int cuda_skipped(const Options &o, const std::string &why) {
+    const std::string line = "no CUDA device: skipped (" + why + ")";
+    if (o.json) {
+        const nlohmann::json out = {{"format", "dsm-bench-optimizer"}, {"format_version", 1}, {"device", "cuda"},
+                                    {"params", o.params},           {"skipped", line}};
+        std::printf("%s\n", out.dump().c_str());
+    } else {
+        std::printf("dsm-bench optimizer: %s\n", line.c_str());
+    }
+    return 0;
+}
+
+#if DSM_BENCH_CUDA
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t k = v.size();
+    return k == 0 ? 0.0 : 0.5 * (v[(k - 1) / 2] + v[k / 2]);
+}
+
+void cuda_check(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) DSM_FAIL(DSM_ERR_CUDA, what, ": ", cudaGetErrorString(e));
+}
+
+// The CUDA resources of one measurement, released however it ends.
+struct CudaRun {
+    std::vector<void *> buffers;
+    std::vector<cudaEvent_t> events;
+    cudaStream_t stream = nullptr;
+    CudaRun() { cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
+    ~CudaRun() {
+        for (void *b : buffers) cudaFree(b);
+        for (cudaEvent_t e : events) cudaEventDestroy(e);
+        cudaStreamDestroy(stream);
+    }
+    CudaRun(const CudaRun &) = delete;
+    CudaRun &operator=(const CudaRun &) = delete;
+    void *alloc(size_t bytes) {
+        void *p = nullptr;
+        cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
+        buffers.push_back(p);
+        return p;
+    }
+    cudaEvent_t event() {
+        cudaEvent_t e = nullptr;
+        cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+        events.push_back(e);
+        return e;
+    }
+};
+
+// The constants optim::adam_update uses for one step (optimizer.cc's
+// adam_k(), which is not exported), with decay on.
+optim::AdamK adam_constants(const optim::Hyper &h, const optim::StepArgs &a) {
+    const double bc1 = h.bias_correction ? 1.0 - std::pow(a.beta1, static_cast<double>(a.step)) : 1.0;
+    const double bc2 = h.bias_correction ? 1.0 - std::pow(h.beta2, static_cast<double>(a.step)) : 1.0;
+    optim::AdamK k{};
+    k.b1 = static_cast<float>(a.beta1);
+    k.omb1 = static_cast<float>(1.0 - a.beta1);
+    k.b2 = static_cast<float>(h.beta2);
+    k.omb2 = static_cast<float>(1.0 - h.beta2);
+    k.eps = static_cast<float>(h.eps);
+    k.step = static_cast<float>(-a.lr / bc1);
+    k.ibc2 = static_cast<float>(1.0 / std::sqrt(bc2));
+    k.l2 = h.adam_w_mode ? 0.0f : static_cast<float>(h.weight_decay);
+    k.decay = h.adam_w_mode ? static_cast<float>(-a.lr * h.weight_decay) : 0.0f;
+    k.scale = a.grad_scale;
+    return k;
+}
+
+struct CudaTimes {
+    std::string device;
+    double adam_s = 0, copy_s = 0;
+};
+
+// The AdamW kernel and the copy on device 0, in turn within each round
+// (round 0 warms up); the medians.
+CudaTimes time_cuda(const Options &o) {
+    CudaTimes out;
+    cuda_check(cudaSetDevice(0), "cudaSetDevice");
+    cudaDeviceProp prop{};
+    cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+    out.device = prop.name;
+    const size_t n = static_cast<size_t>(o.params);
+    const size_t copy_bytes = n * 14; // read once and written once: 28 bytes per parameter moved
+    CudaRun run;
+    float *p = static_cast<float *>(run.alloc(n * 4)), *g = static_cast<float *>(run.alloc(n * 4));
+    float *m = static_cast<float *>(run.alloc(n * 4)), *v = static_cast<float *>(run.alloc(n * 4));
+    void *src = run.alloc(copy_bytes), *dst = run.alloc(copy_bytes);
+    std::vector<float> host(n, 1.0f);
+    cuda_check(cudaMemcpy(p, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    std::fill(host.begin(), host.end(), 1e-3f);
+    cuda_check(cudaMemcpy(g, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_check(cudaMemset(m, 0, n * 4), "cudaMemset");
+    cuda_check(cudaMemset(v, 0, n * 4), "cudaMemset");
+    cuda_check(cudaMemset(src, 0, copy_bytes), "cudaMemset");
+    cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); // the stream does not wait for those
+    const cudaEvent_t c0 = run.event(), c1 = run.event(), a0 = run.event(), a1 = run.event();
+
+    optim::Hyper h; // AdamW with weight_decay 0: torch.optim.Adam's defaults
+    optim::StepArgs a;
+    a.step = 0;
+    cuda::Flat f;
+    f.p = p;
+    f.g = g;
+    f.n = n;
+    std::vector<double> adam_s, copy_s;
+    for (long long round = 0; round <= o.iters; ++round) {
+        ++a.step;
+        const optim::AdamK k = adam_constants(h, a);
+        cuda_check(cudaEventRecord(c0, run.stream), "cudaEventRecord");
+        cuda_check(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, run.stream), "cudaMemcpyAsync");
+        cuda_check(cudaEventRecord(c1, run.stream), "cudaEventRecord");
+        cuda_check(cudaEventRecord(a0, run.stream), "cudaEventRecord");
+        cuda::adam(k, f, m, v, run.stream);
+        cuda_check(cudaEventRecord(a1, run.stream), "cudaEventRecord");
+        cuda_check(cudaEventSynchronize(a1), "cudaEventSynchronize");
+        float copy_ms = 0, adam_ms = 0;
+        cuda_check(cudaEventElapsedTime(&copy_ms, c0, c1), "cudaEventElapsedTime");
+        cuda_check(cudaEventElapsedTime(&adam_ms, a0, a1), "cudaEventElapsedTime");
+        if (round > 0) {
+            copy_s.push_back(copy_ms * 1e-3);
+            adam_s.push_back(adam_ms * 1e-3);
+        }
+    }
+    out.adam_s = median(adam_s);
+    out.copy_s = median(copy_s);
+    return out;
+}
+
+#endif // DSM_BENCH_CUDA
+
+int run_cuda(const Options &o) {
+#if !DSM_HAVE_CUDA_KERNELS
+    return cuda_skipped(o, "libdsm was built without the CUDA kernels");
+#elif !DSM_BENCH_CUDA
+    return cuda_skipped(o, "dsm-bench was compiled without the CUDA runtime headers");
+#else
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return cuda_skipped(o, std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e));
+    if (count == 0) return cuda_skipped(o, "cudaGetDeviceCount found none");
+    CudaTimes t;
+    try {
+        t = time_cuda(o); // device memory is released before torch runs
+    } catch (const Error &err) {
+        std::fprintf(stderr, "dsm-bench optimizer: %s\n", err.what());
+        return 1;
+    }
+    std::string why = "--no-torch";
+    const nlohmann::json torch =
+        o.torch ? run_script(kTorchCudaScript, std::to_string(o.params) + " " + std::to_string(o.iters), "fused", why)
+                : nlohmann::json(nullptr);
+
+    // Effective bandwidth: 28 bytes per parameter (read p, g, m, v; write p,
+    // m, v) over the step time; the copy moves the same bytes.
+    const double n = static_cast<double>(o.params), bytes = kBytesPerParam * n;
+    const double gbs = bytes / t.adam_s / 1e9, copy_gbs = bytes / t.copy_s / 1e9;
+    const double torch_s = torch.is_null() ? 0.0 : torch["fused"].get<double>();
+    if (o.json) {
+        nlohmann::json out = nlohmann::json::object();
+        out["format"] = "dsm-bench-optimizer";
+        out["format_version"] = 1;
+        out["device"] = "cuda";
+        out["device_name"] = t.device;
+        out["params"] = o.params;
+        out["iters"] = o.iters;
+        out["bytes_per_param"] = 28;
+        out["seconds_per_step"] = t.adam_s;
+        out["params_per_s"] = n / t.adam_s;
+        out["gbs"] = gbs;
+        out["copy_seconds"] = t.copy_s;
+        out["copy_gbs"] = copy_gbs;
+        out["fraction_of_copy"] = gbs / copy_gbs;
+        if (torch.is_null()) {
+            out["torch"] = nullptr;
+            out["torch_skipped"] = why;
+        } else {
+            out["torch"] = {{"version", torch["version"]},
+                            {"python", torch["python"]},
+                            {"device", torch["device"]},
+                            {"seconds_per_step", torch_s},
+                            {"speedup", torch_s / t.adam_s}};
+        }
+        std::printf("%s\n", out.dump().c_str());
+        return 0;
+    }
+    std::printf("dsm-bench optimizer: AdamW on %lld fp32 parameters, CUDA device 0 (%s), median of %lld steps\n",
+                o.params, t.device.c_str(), o.iters);
+    std::printf("  device copy          %9.3f ms       %8.1f GB/s  (cudaMemcpyAsync of 14 B/param: 28 B/param moved)\n",
+                t.copy_s * 1e3, copy_gbs);
+    std::printf("  fused AdamW kernel   %9.3f ms/step  %8.1f GB/s  %6.3f Gparam/s  (28 B/param: read p,g,m,v, "
+                "write p,m,v)\n",
+                t.adam_s * 1e3, gbs, n / t.adam_s / 1e9);
+    if (torch.is_null()) {
+        std::printf("  torch.optim.Adam(fused=True)  not measured: %s\n", why.c_str());
+    } else {
+        std::printf("  torch.optim.Adam(fused=True) %s (%s, %s): %.3f ms/step\n",
+                    torch["version"].get<std::string>().c_str(), torch["python"].get<std::string>().c_str(),
+                    torch["device"].get<std::string>().c_str(), torch_s * 1e3);
+        std::printf("  speedup over torch: %.2fx\n", torch_s / t.adam_s);
+    }
+    std::printf("  fused AdamW: %.2f of the copy bandwidth (target >= 0.85)\n", gbs / copy_gbs);
+    return 0;
+#endif
+}
 
 } // namespace
 
@@ -256,6 +548,7 @@ int run_optimizer(int argc, char **argv) {
     const int rc = parse(argc, argv, o, rank == 0);
     if (rc != 0) return rc < 0 ? 0 : rc;
     if (rank != 0) return 0; // a one-process benchmark: the other ranks wait in MPI_Finalize
+    if (o.device == "cuda") return run_cuda(o);
 
     try {
         optim::set_num_threads(o.threads);
@@ -319,6 +612,7 @@ int run_optimizer(int argc, char **argv) {
         nlohmann::json out = nlohmann::json::object();
         out["format"] = "dsm-bench-optimizer";
         out["format_version"] = 1;
+        out["device"] = "cpu";
         out["params"] = o.params;
         out["threads"] = threads;
         out["isa"] = selected;

@@ -11,7 +11,7 @@ namespace {
 void usage(FILE *out) {
     std::fprintf(out,
                  "usage: dsm-bench SUBCOMMAND [options] [--json]\n"
-                 "  optimizer     CPU optimizer throughput next to the memory-bandwidth bound\n"
+                 "  optimizer     optimizer throughput (CPU, or --device cuda) next to the memory-bandwidth bound\n"
                  "                and PyTorch's torch.optim.Adam (when python3 has torch)\n"
                  "  collectives   each backend collective next to the raw MPI call on the same bytes\n"
                  "  zero          a ZeRO step split into reduce, optimizer and gather; bytes and memory\n"
