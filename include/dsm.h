@@ -991,7 +991,8 @@ DSM_API dsm_status_t dsm_sp_create(dsm_mesh_t mesh, const char *group, dsm_sp_t 
 /**
  * @brief Free a context and set @p *sp to NULL (NULL is accepted).
  *
- * Collective over the group.
+ * Collective over the group. Memory from dsm_sp_alloc() that is still
+ * allocated is released with it.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER when @p sp is NULL; DSM_ERR_MPI.
  */
 DSM_API dsm_status_t dsm_sp_free(dsm_sp_t *sp);
@@ -1001,6 +1002,36 @@ DSM_API dsm_status_t dsm_sp_get_size(dsm_sp_t sp, int *size);
 
 /** @brief This rank's rank in the group. Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
 DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank);
+
+/**
+ * @brief Memory for the inputs of the transforms that the ranks of a node
+ * can read directly: with it, a transform inside a node is one copy from the
+ * peers' inputs into each rank's output.
+ *
+ * Collective over the group: every rank calls it in the same order (sizes
+ * may differ, e.g. for head-sharded tensors with uneven heads). The memory is
+ * 64-byte aligned and zeroed; inside a node it lies in a shared window
+ * (MPI_Win_allocate_shared) of the group's backend, across nodes (or with
+ * the plain MPI backend) it is private memory and the transforms work as
+ * with any other memory. Tensors passed as the @p in of dsm_sp_seq_to_head()
+ * and the other transforms that lie in such memory on every rank of a node
+ * are read in place by the peers: no packing, no intermediate buffer, no
+ * kernel copy; others go through the node's shared window or MPI.
+ * @param bytes 0 is allowed (a valid pointer to no bytes)
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_OUT_OF_MEMORY;
+ * DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_alloc(dsm_sp_t sp, size_t bytes, void **ptr);
+
+/**
+ * @brief Free memory from dsm_sp_alloc() (NULL is accepted).
+ *
+ * Collective over the group, in the same order on every rank.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (sp); DSM_ERR_INVALID_ARGUMENT
+ * for a pointer that dsm_sp_alloc() of this context did not return;
+ * DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_free_memory(dsm_sp_t sp, void *ptr);
 
 /**
  * @brief The heads rank @p rank of a group of @p size holds after

@@ -75,6 +75,21 @@ DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank) {
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_sp_alloc(dsm_sp_t sp, size_t bytes, void **ptr) {
+    DSM_API_BEGIN
+    if (ptr != nullptr) *ptr = nullptr;
+    dsm::sp::Context &c = impl(sp);
+    void *p = c.alloc(bytes, ptr != nullptr);
+    *ptr = p;
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_sp_free_memory(dsm_sp_t sp, void *ptr) {
+    DSM_API_BEGIN
+    impl(sp).free(ptr);
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_sp_head_range(int64_t heads, unsigned flags, int size, int rank, int64_t *first,
                                        int64_t *count) {
     DSM_API_BEGIN

@@ -14,6 +14,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "core/agree.hpp"
@@ -472,6 +473,35 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
                     store(dst + ((r * H + h) * d + e) * es, x.dtype, x.dtype == DSM_FLOAT64 ? acc : accf);
                 }
     }
+}
+
+void *Context::alloc(size_t bytes, bool have_output) {
+    DSM_REQUIRE(backend_ != nullptr, DSM_ERR_INVALID_ARGUMENT, "the sequence-parallel context was closed");
+    agree(backend_->comm(), [&] {
+        DSM_REQUIRE(have_output, DSM_ERR_NULL_POINTER, "ptr is NULL");
+        DSM_REQUIRE(bytes <= static_cast<size_t>(PTRDIFF_MAX) / 2, DSM_ERR_INVALID_ARGUMENT, "bytes is ", bytes,
+                    " (too large to allocate)");
+    });
+    void *p = backend_->alloc_shared(bytes);
+    allocations_.insert(p);
+    return p;
+}
+
+void Context::free(void *ptr) {
+    DSM_REQUIRE(backend_ != nullptr, DSM_ERR_INVALID_ARGUMENT, "the sequence-parallel context was closed");
+    // Freeing a shared window is collective: agree that every rank frees a
+    // block of its own, or that every rank passes NULL, before touching it.
+    agree(backend_->comm(), [&] {
+        DSM_REQUIRE(ptr == nullptr || allocations_.count(ptr) != 0, DSM_ERR_INVALID_ARGUMENT, "pointer ", ptr,
+                    " was not returned by dsm_sp_alloc() of this context (or was freed already)");
+    });
+    int nulls[2] = {ptr == nullptr ? 1 : 0, ptr == nullptr ? -1 : 0};
+    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, nulls, 2, MPI_INT, MPI_MIN, backend_->comm()));
+    DSM_REQUIRE(nulls[0] == -nulls[1], DSM_ERR_MISMATCH,
+                "dsm_sp_free_memory: some ranks passed NULL and others a pointer (frees are collective)");
+    if (ptr == nullptr) return;
+    allocations_.erase(ptr);
+    backend_->free_shared(ptr);
 }
 
 void Context::loss(double loss_sum, int64_t tokens, double *mean, double *grad_scale) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,11 @@ public:
     void transform(Direction dir, int n, const dsm_sp_tensor_t t[], const void *const in[], const size_t in_count[],
                    void *const out[], const size_t out_count[]);
 
+    // dsm_sp_alloc() / dsm_sp_free_memory(). Collective; a NULL output
+    // (have_output false) on any rank fails every rank before allocating.
+    void *alloc(size_t bytes, bool have_output);
+    void free(void *ptr);
+
     // dsm_sp_loss(). Collective.
     void loss(double loss_sum, int64_t tokens, double *mean, double *grad_scale);
 
@@ -65,6 +71,7 @@ private:
     std::unique_ptr<comm::Backend> backend_;
     int size_ = 1, rank_ = 0;
     std::vector<unsigned char> staging_; // replicated head-to-sequence blocks
+    std::set<void *> allocations_;       // from alloc(), not yet freed
 };
 
 } // namespace sp

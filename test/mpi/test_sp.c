@@ -128,6 +128,57 @@ static void test_round_trips(void **state) {
     free_sp(&sp, &mesh);
 }
 
+/* Inputs in memory from dsm_sp_alloc(): read in place by the peers of a node. */
+static void test_shared_inputs(void **state) {
+    (void)state;
+    dsm_mesh_t mesh = NULL;
+    dsm_sp_t sp = make_sp(&mesh);
+    const int P = test_size, r = test_rank;
+    const dsm_dtype_t dtypes[] = {DSM_FLOAT32, DSM_BFLOAT16};
+    for (int l = 0; l < 2; ++l)
+        for (int k = 0; k < 2; ++k) {
+            dsm_sp_tensor_t t = {2, 3 * P, 7, 5, (dsm_sp_layout_t)l, dtypes[k], 0};
+            size_t ns = 0, nh = 0, n_in = 0;
+            ASSERT_OK(dsm_sp_counts(sp, &t, &ns, &nh));
+            const size_t es = (size_t)bits_of(t.dtype) / 8;
+            void *src = make_seq_sharded(&t, P, r, &n_in);
+            void *in = NULL, *mid = NULL, *back = malloc(ns * es + 1);
+            ASSERT_OK(dsm_sp_alloc(sp, ns * es, &in));
+            assert_non_null(in);
+            assert_int_equal((uintptr_t)in % 64, 0);
+            memcpy(in, src, ns * es);
+            ASSERT_OK(dsm_sp_alloc(sp, nh * es, &mid)); /* sizes differ across ranks: 7 heads */
+            ASSERT_OK(dsm_sp_seq_to_head(sp, &t, in, ns, mid, nh));
+            ASSERT_OK(dsm_sp_head_to_seq(sp, &t, mid, nh, back, ns));
+            assert_memory_equal(src, back, ns * es);
+            /* the same transform from private memory gives the same bytes */
+            void *mid2 = malloc(nh * es + 1);
+            ASSERT_OK(dsm_sp_seq_to_head(sp, &t, src, ns, mid2, nh));
+            assert_memory_equal(mid, mid2, nh * es);
+            ASSERT_OK(dsm_sp_free_memory(sp, mid));
+            ASSERT_OK(dsm_sp_free_memory(sp, in));
+            free(src);
+            free(back);
+            free(mid2);
+        }
+    void *z = NULL, *a = NULL, *b = (void *)&z;
+    ASSERT_OK(dsm_sp_alloc(sp, 0, &z));
+    assert_non_null(z);
+    ASSERT_OK(dsm_sp_alloc(sp, 64, &a));
+    ASSERT_FAILS(dsm_sp_alloc(sp, 8, r == 0 ? NULL : &b), DSM_ERR_NULL_POINTER, "ptr is NULL");
+    assert_null(r == 0 ? NULL : b); /* outputs are NULL after a failure */
+    int local = 0;
+    ASSERT_FAILS(dsm_sp_free_memory(sp, r == P - 1 ? (void *)&local : a), DSM_ERR_INVALID_ARGUMENT,
+                 "was not returned by dsm_sp_alloc()");
+    if (P > 1)
+        ASSERT_FAILS(dsm_sp_free_memory(sp, r == 0 ? NULL : a), DSM_ERR_MISMATCH, "some ranks passed NULL");
+    ASSERT_OK(dsm_sp_free_memory(sp, NULL));
+    ASSERT_OK(dsm_sp_free_memory(sp, a));
+    ASSERT_FAILS(dsm_sp_free_memory(sp, a), DSM_ERR_INVALID_ARGUMENT, "freed already");
+    (void)z; /* released by dsm_sp_free() */
+    free_sp(&sp, &mesh);
+}
+
 /* Heads split as evenly as possible; replicated heads. */
 static void test_head_range(void **state) {
     (void)state;
@@ -372,7 +423,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_head_range),  cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_qkv),         cmocka_unit_test(test_replicated_bf16_sum),
         cmocka_unit_test(test_dp_by_sp),    cmocka_unit_test(test_loss),
-        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_shared_inputs),
     };
     return RUN_MPI_TESTS("test_sp", tests);
 }
