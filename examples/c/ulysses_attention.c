@@ -115,10 +115,18 @@ struct attn {
     float *dq, *dk, *dv, *dqh, *dkh, *dvh, *doh, *row; /* backward scratch */
 };
 
+/* The tensors that go through the all-to-alls live in memory from
+ * dsm_sp_alloc() (collective: every rank allocates and frees them in the same
+ * order), so that inside a node each rank reads its peers' pieces in place;
+ * the rest, and everything of the single-rank reference, in plain memory. */
 static void attn_free(struct attn *a) {
-    float *bufs[] = {a->q, a->k, a->v, a->o, a->qh, a->kh, a->vh, a->oh, a->probs,
-                     a->dq, a->dk, a->dv, a->dqh, a->dkh, a->dvh, a->doh, a->row};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) free(bufs[i]);
+    float *shared[] = {a->q, a->k, a->v, a->o, a->qh, a->kh, a->vh, a->oh,
+                       a->dq, a->dk, a->dv, a->dqh, a->dkh, a->dvh, a->doh};
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; ++i) {
+        if (a->sp) dsm_sp_free_memory(a->sp, shared[i]);
+        else free(shared[i]);
+    }
+    free(a->probs), free(a->row);
     memset(a, 0, sizeof *a);
 }
 
@@ -159,8 +167,13 @@ static dsm_status_t attn_init(struct attn *a, dsm_sp_t sp, int64_t b, int64_t s,
     float **sized[] = {&a->q, &a->o, &a->dq, &a->k, &a->v, &a->dk, &a->dv, &a->qh, &a->oh, &a->dqh,
                        &a->doh, &a->kh, &a->vh, &a->dkh, &a->dvh};
     const size_t sizes[] = {nq, nq, nq, nkv, nkv, nkv, nkv, hq, hq, hq, hq, hkv, hkv, hkv, hkv};
-    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i)
-        if (!(*sized[i] = calloc(sizes[i] ? sizes[i] : 1, sizeof(float)))) return DSM_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; ++i) {
+        if (a->sp) { /* collective and zeroed; fails on every rank alike */
+            if ((st = dsm_sp_alloc(sp, sizes[i] * sizeof(float), (void **)sized[i])) != DSM_SUCCESS) return st;
+        } else if (!(*sized[i] = calloc(sizes[i] ? sizes[i] : 1, sizeof(float)))) {
+            return DSM_ERR_OUT_OF_MEMORY;
+        }
+    }
     a->probs = calloc((size_t)(b * a->qc * s * s) + 1, sizeof(float));
     a->row = calloc((size_t)s, sizeof(float));
     return a->probs && a->row ? DSM_SUCCESS : DSM_ERR_OUT_OF_MEMORY;
