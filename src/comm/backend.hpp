@@ -147,9 +147,12 @@ public:
     // per member (this member included) and must not throw; pieces from this
     // member's own buffers are copied with memcpy. The exposed buffers must stay
     // unchanged until the call returns on every member (it ends with a node-wide
-    // synchronization). Collective. Returns false on every member, having moved
-    // nothing and called no plan, when the backend cannot do this (the default,
-    // a group spanning nodes, or an OS that refuses cross-memory access); the
+    // synchronization). Collective. Where every member's exposed buffers lie in
+    // memory from alloc_shared() (shm backend, one node), the pieces are copied
+    // with memcpy from the peers' mappings; else with cross-memory attach where
+    // the OS allows it. Returns false on every member, having moved nothing and
+    // called no plan, when neither works (the default, a group spanning nodes,
+    // private memory somewhere and an OS that refuses cross-memory access); the
     // caller then uses alltoall_packed(). Stats as alltoall_packed().
     //
     // Zero-byte pieces are skipped (not checked). Every plan is called before
@@ -183,8 +186,9 @@ public:
     virtual void barrier() = 0;
 
     // Memory for buffers that collectives read and write (the engine's flat
-    // parameter and gradient buffers). Collective: every member allocates the
-    // same number of bytes in the same order. The "shm" backend places it in
+    // parameter and gradient buffers, the Ulysses transforms' tensors).
+    // Collective: every member allocates in the same order; the byte counts
+    // may differ between members. The "shm" backend places it in
     // a node-shared window so that collectives on it read the peers' data in
     // place; "mpi" returns aligned private memory. Aligned to 64 bytes, zeroed.
     // Freed by free_shared() (collective, same order) or by the destructor.

@@ -205,9 +205,10 @@ private:
 };
 
 // RAII owner of an MPI_Win_allocate_shared window on a node communicator,
-// each rank its own segment of equal size (page-aligned, "noncontig"), kept
-// in a passive-target epoch (lock_all) for MPI_Win_sync. Freeing is
-// collective over the node.
+// each rank its own segment (page-aligned, "noncontig") of the bytes it asked
+// for, which may differ between the ranks and may be zero, kept in a
+// passive-target epoch (lock_all) for MPI_Win_sync. Freeing is collective
+// over the node.
 class SharedWindow {
 public:
     SharedWindow() = default;
@@ -218,8 +219,10 @@ public:
     SharedWindow(const SharedWindow &) = delete;
     SharedWindow &operator=(const SharedWindow &) = delete;
 
-    // The 64-byte aligned start of local rank p's segment, in this process.
+    // The 64-byte aligned start of local rank p's segment, in this process,
+    // and the bytes that rank asked for; bytes(): this rank's.
     char *base(int p) const noexcept { return bases_[static_cast<size_t>(p)]; }
+    size_t bytes(int p) const noexcept { return sizes_[static_cast<size_t>(p)]; }
     size_t bytes() const noexcept { return bytes_; }
     void sync() const noexcept;
     void reset() noexcept;
@@ -227,12 +230,14 @@ public:
     void abandon() noexcept {
         win_ = MPI_WIN_NULL;
         bases_.clear();
+        sizes_.clear();
         bytes_ = 0;
     }
 
 private:
     MPI_Win win_ = MPI_WIN_NULL;
     std::vector<char *> bases_;
+    std::vector<size_t> sizes_; // per local rank
     size_t bytes_ = 0;
 };
 
@@ -282,29 +287,52 @@ Comm node_comm(MPI_Comm group, int node_color);
 // members that had packed copy their segments over, and the others pack.
 // Over several nodes alltoall_packed is the default's MPI_Alltoallv.
 //
-// alltoall_direct on one node (Linux): the first call probes cross-memory
-// attach (each member reads, with process_vm_readv, a value in every peer's
-// private memory that the peer also published in shared memory) and the
-// members agree on the answer (an allreduce MIN over the node), kept for the
-// backend's lifetime; refused (ptrace rules, a container's seccomp, another
-// OS) means false on every member and the caller packs. Each call then
-// plans every peer's pieces and publishes, in a small node window, the
-// addresses and sizes of its exposed buffers; after one node_sync() every
-// member copies its pieces from each peer (itself first with memcpy, then
-// (me+k) % n) with process_vm_readv, the permutation in the iovec lists
-// (merged where contiguous, at most IOV_MAX a call). The kernel pins the
-// pages of each remote iovec separately, so small pieces scattered over the
-// source cost far more than scattered destinations: when a peer's pieces
-// are much more fragmented at the source than at the destination (at least
-// 64 source runs, more than twice the destination's), the member publishes
-// them with the tables instead, and the peer pushes them with
-// process_vm_writev (its sources local, the destinations remote). A last
-// node_sync() lets the buffers change, and carries each member's outcome and
-// the bytes it got from each peer (bytes_sent). The window has two halves
-// used in turn by successive calls, so a member still reading one call's
-// outcome is never overwritten by the next call; it grows (collectively)
-// when the tables or push requests outgrow it. A group of one copies with
-// memcpy.
+// alltoall_direct on one node: the first call makes a small node window and,
+// on Linux, probes cross-memory attach (each member reads, with
+// process_vm_readv, a value in every peer's private memory that the peer
+// also published in shared memory; the members agree on the answer with an
+// allreduce MIN over the node), kept for the backend's lifetime. Each call
+// publishes, in the window, the address and size of each exposed buffer and
+// where it lies in node-shared memory: the alloc_shared allocation (ids are
+// the same on every member, which allocate in the same order) and the offset
+// in the member's own segment, when the buffer lies wholly inside it. After
+// one node_sync() every member reads every table, so all take the same path:
+// - inputs in node-shared memory (every nonempty buffer of every member in an
+//   allocation): each member copies its pieces with memcpy straight from its
+//   mappings of the peers' segments (one pass in user space, no kernel, no
+//   probe needed: any OS). A peer's pieces that are much more fragmented at
+//   the source than at the destination (as below) and land in node-shared
+//   memory are published as requests and written by the source's owner,
+//   which copies its own pieces and those of all such peers one of each at
+//   a time, so that it reads its input from start to end (Ulysses'
+//   seq_to_head, where every peer wants a slice of every row). Calls that
+//   bring a member 8 MiB or more are written with streaming stores;
+// - else, with cross-memory attach, from each peer's private memory with
+//   process_vm_readv, the permutation in the iovec lists (merged where
+//   contiguous, at most IOV_MAX a call). The kernel pins the pages of each
+//   remote iovec separately, so small pieces scattered over the source cost
+//   far more than scattered destinations: when a peer's pieces are much more
+//   fragmented at the source than at the destination (at least 64 source
+//   runs, more than twice the destination's), the member publishes them with
+//   the tables instead, and the peer pushes them with process_vm_writev (its
+//   sources local, the destinations remote);
+// - else false on every member (refused by ptrace rules or a container's
+//   seccomp, or another OS), and the caller packs.
+// Either way each member copies from itself first with memcpy, then from
+// (me+k) % n. Where cross-memory attach works the plans are made before the
+// first node_sync(), which carries a failing plan to every member; without
+// it they are made once the tables have shown that the call runs, and one
+// more node_sync() carries their outcome, so that a false return has called
+// no plan. A last node_sync() lets the buffers change, and carries each
+// member's outcome and the bytes it got from each peer (bytes_sent). The
+// window has two halves used in turn by successive calls, so a member still
+// reading one call's outcome is never overwritten by the next call; it grows
+// (collectively) when the tables or push requests outgrow it. A group of one
+// copies with memcpy.
+//
+// alloc_shared: each member may ask for its own number of bytes (zero
+// included: every segment gets 64 bytes more, so none is empty); the
+// pointers are 64-byte aligned.
 //
 // Stats: bytes_off_node counts the bytes sent over MPI between nodes (0 on
 // one node). alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
@@ -320,10 +348,17 @@ public:
     MPI_Comm comm() const noexcept override { return comm_.get(); }
     int nodes() const noexcept { return nodes_; }
     int local_size() const noexcept { return local_size_; }
-    // alltoall_direct: the peers this member has pulled from and pushed to
-    // so far (one per peer and call; for the tests).
+    // alltoall_direct: the peers this member has, so far, read from and
+    // written to in node-shared memory (inputs there), pulled from and
+    // pushed to with cross-memory attach (one per peer and call; for the
+    // tests and the benchmark).
+    uint64_t direct_reads() const noexcept { return direct_reads_; }
+    uint64_t direct_writes() const noexcept { return direct_writes_; }
     uint64_t direct_pulls() const noexcept { return direct_pulls_; }
     uint64_t direct_pushes() const noexcept { return direct_pushes_; }
+    // For the tests: behave as where cross-memory attach is refused. Call on
+    // every member before the first alltoall_direct.
+    void refuse_cma() noexcept { refuse_cma_ = true; }
 
     void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) override;
     void reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
@@ -379,10 +414,10 @@ private:
     const char *lane_partial(int v, const std::vector<size_t> &offs, const std::vector<size_t> &counts,
                              std::vector<size_t> *lane_counts, std::vector<size_t> *lane_displs,
                              dsm_dtype_t dtype, Op op, size_t esize, bool direct_ok);
-    // alltoall_direct: whether cross-memory attach works between every pair
-    // of the node's members (probed collectively on the first call, then
-    // cached); the state it keeps between calls.
-    bool direct_possible();
+    // alltoall_direct: on the first call (collective), the window and, on
+    // Linux, the probe of cross-memory attach between every pair of the
+    // node's members (direct_state_); the state it keeps between calls.
+    void direct_setup();
     struct Direct;
 
     // Communicators first: the windows are freed before them.
@@ -398,8 +433,9 @@ private:
     std::vector<Slot> peers_; // the slots read at the start of the current call
     ScratchBuffer partial_;
     std::unique_ptr<Direct> direct_; // holds a window: after the communicators
-    int direct_state_ = -1;          // alltoall_direct: -1 not probed, 0 refused, 1 works
-    uint64_t direct_pulls_ = 0, direct_pushes_ = 0;
+    int direct_state_ = -1;          // alltoall_direct: -1 not set up, 0 no cross-memory attach, 1 works
+    bool refuse_cma_ = false;
+    uint64_t direct_reads_ = 0, direct_writes_ = 0, direct_pulls_ = 0, direct_pushes_ = 0;
 };
 
 // NCCL collectives on CUDA device memory (nccl_backend.cc). Built where

@@ -7,7 +7,9 @@
 // from alloc_shared, awkward counts, the chunked paths beyond the MPI count
 // limit, alltoall_packed (uneven and empty blocks, a permuting pack, growing
 // windows, failing callbacks), alltoall_direct (permuting plans with many
-// and empty pieces; false where it cannot run; failures), and argument errors.
+// and empty pieces, from private memory and from alloc_shared memory of
+// sizes that differ between members, with and without cross-memory attach;
+// which path ran; false where it cannot run; failures), and argument errors.
 //
 // A failed check is recorded, not asserted at once, so that every rank goes
 // on through the same collectives; each test ends by agreeing on failures.
@@ -237,7 +239,8 @@ size_t place_offset(Place p) {
 }
 
 // A buffer of `bytes` from malloc or from be.alloc_shared (every rank asks
-// for `alloc_bytes`, the same everywhere, as alloc_shared requires).
+// for `alloc_bytes`; sizes that differ between ranks are tested with
+// alltoall_direct).
 class Buf {
 public:
     Buf(Backend &be, bool shared, size_t bytes, size_t alloc_bytes, size_t offset) : be_(be) {
@@ -793,23 +796,86 @@ bool agreed(bool mine) {
     return lo == hi;
 }
 
+// alloc_shared memory of `bytes` (which may differ between members, or be
+// zero), freed by the destructor: every member holds as many, in the same
+// order, as alloc_shared and free_shared require.
+class SharedBlock {
+public:
+    SharedBlock(Backend &be, size_t bytes) : be_(be), p_(static_cast<unsigned char *>(be.alloc_shared(bytes))) {
+        CHECK(reinterpret_cast<uintptr_t>(p_) % 64 == 0, "alloc_shared(", bytes, ") is not 64-byte aligned");
+        CHECK(std::all_of(p_, p_ + bytes, [](unsigned char x) { return x == 0; }), "alloc_shared(", bytes,
+              ") is not zeroed");
+    }
+    ~SharedBlock() {
+        try {
+            be_.free_shared(p_);
+        } catch (const std::exception &e) {
+            record(std::string("free_shared: ") + e.what());
+        }
+    }
+    SharedBlock(const SharedBlock &) = delete;
+    SharedBlock &operator=(const SharedBlock &) = delete;
+    unsigned char *data() const { return p_; }
+
+private:
+    Backend &be_;
+    unsigned char *p_;
+};
+
+// Where run_direct's buffers live: the inputs in alloc_shared memory (on
+// every member but `private_member`, whose inputs stay in private memory),
+// and the outputs too.
+struct DirectPlace {
+    bool in_shared = false;
+    int private_member = -1;
+    bool out_shared = false;
+};
+
 // One alltoall_direct checked byte for byte (untouched bytes keep their
 // sentinel), with its plan calls and Stats. Returns what the call returned.
-bool run_direct(Backend &be, const std::string &what, uint64_t seed, const DirectShape &sh) {
+// Shared inputs: the even buffers in one allocation and the odd ones in
+// another, each at an offset that differs between members (as do the
+// allocations' sizes), after an allocation of zero bytes on even members.
+bool run_direct(Backend &be, const std::string &what, uint64_t seed, const DirectShape &sh,
+                const DirectPlace &pl = DirectPlace{}) {
     const size_t n = static_cast<size_t>(test_size), me = static_cast<size_t>(test_rank);
-    std::vector<std::vector<unsigned char>> in(sh.buffers);
+    std::vector<std::unique_ptr<SharedBlock>> blocks;
+    std::vector<std::vector<unsigned char>> heap(sh.buffers);
+    std::vector<unsigned char *> in(sh.buffers);
+    std::vector<size_t> at(sh.buffers, 0);
+    if (pl.in_shared) {
+        size_t used[2] = {0, 0};
+        for (size_t b = 0; b < sh.buffers; ++b) {
+            at[b] = used[b % 2] + 8 + me;
+            used[b % 2] = at[b] + direct_size(sh.base, me, b);
+        }
+        blocks.push_back(std::make_unique<SharedBlock>(be, me % 2 == 0 ? 0 : 64 + me));
+        for (int k = 0; k < 2; ++k) blocks.push_back(std::make_unique<SharedBlock>(be, used[k] + 3 * me));
+    }
+    const bool mine_shared = pl.in_shared && pl.private_member != test_rank;
     std::vector<Backend::Exposed> exposed(sh.buffers);
     for (size_t b = 0; b < sh.buffers; ++b) {
-        in[b].resize(direct_size(sh.base, me, b));
-        for (size_t k = 0; k < in[b].size(); ++k) in[b][k] = direct_byte(seed, me, b, k);
-        exposed[b] = Backend::Exposed{in[b].data(), in[b].size()};
+        const size_t size = direct_size(sh.base, me, b);
+        heap[b].resize(size);
+        in[b] = mine_shared ? blocks[1 + b % 2]->data() + at[b] : heap[b].data();
+        for (size_t k = 0; k < size; ++k) in[b][k] = direct_byte(seed, me, b, k);
+        exposed[b] = Backend::Exposed{in[b], size};
     }
     std::vector<std::vector<DirectSpec>> specs(n);
-    std::vector<std::vector<unsigned char>> out(n);
+    std::vector<size_t> out_at(n, 0), out_size(n, 0);
+    size_t out_total = 0;
     for (size_t q = 0; q < n; ++q) {
-        size_t end = 0;
-        specs[q] = direct_specs(seed, sh, q, me, &end);
-        out[q].assign(end + 1, 0xa5);
+        specs[q] = direct_specs(seed, sh, q, me, &out_size[q]);
+        out_at[q] = out_total + 5 + q; // (odd offsets)
+        out_total = out_at[q] + out_size[q] + 1;
+    }
+    std::vector<unsigned char> out_heap(pl.out_shared ? 0 : out_total);
+    if (pl.out_shared) blocks.push_back(std::make_unique<SharedBlock>(be, out_total));
+    unsigned char *out_base = pl.out_shared ? blocks.back()->data() : out_heap.data();
+    std::vector<unsigned char *> out(n);
+    for (size_t q = 0; q < n; ++q) {
+        out[q] = out_base + out_at[q];
+        std::fill(out[q], out[q] + out_size[q] + 1, 0xa5);
     }
     std::vector<int> plans(n, 0);
     int first = -1, bad_peer = 0;
@@ -822,7 +888,7 @@ bool run_direct(Backend &be, const std::string &what, uint64_t seed, const Direc
         const size_t q = static_cast<size_t>(peer);
         ++plans[q];
         for (const DirectSpec &d : specs[q])
-            pieces.push_back(Backend::Piece{d.b, d.from, d.bytes ? out[q].data() + d.at : nullptr, d.bytes});
+            pieces.push_back(Backend::Piece{d.b, d.from, d.bytes ? out[q] + d.at : nullptr, d.bytes});
     };
     be.reset_stats();
     const bool ran = be.alltoall_direct(exposed, plan);
@@ -830,7 +896,7 @@ bool run_direct(Backend &be, const std::string &what, uint64_t seed, const Direc
     if (!ran) {
         CHECK(first < 0, what, ": alltoall_direct returned false after calling plan");
         for (size_t q = 0; q < n; ++q)
-            CHECK(std::all_of(out[q].begin(), out[q].end(), [](unsigned char x) { return x == 0xa5; }), what,
+            CHECK(std::all_of(out[q], out[q] + out_size[q] + 1, [](unsigned char x) { return x == 0xa5; }), what,
                   ": alltoall_direct returned false but wrote into the output for member ", q);
         CHECK(be.stats().calls == 0, what, ": a false alltoall_direct counted ", be.stats().calls, " calls");
         return false;
@@ -839,7 +905,7 @@ bool run_direct(Backend &be, const std::string &what, uint64_t seed, const Direc
           first);
     for (size_t q = 0; q < n; ++q) {
         CHECK(plans[q] == 1, what, ": plan called ", plans[q], " times for member ", q);
-        std::vector<unsigned char> want(out[q].size(), 0xa5);
+        std::vector<unsigned char> want(out_size[q] + 1, 0xa5);
         for (const DirectSpec &d : specs[q])
             for (size_t k = 0; k < d.bytes; ++k)
                 want[d.at + k] = direct_byte(seed, q, static_cast<size_t>(d.b), d.from + k);
@@ -850,6 +916,13 @@ bool run_direct(Backend &be, const std::string &what, uint64_t seed, const Direc
                 break;
             }
     }
+    // The inputs are as they were.
+    for (size_t b = 0; b < sh.buffers; ++b)
+        for (size_t k = 0; k < exposed[b].bytes; ++k)
+            if (in[b][k] != direct_byte(seed, me, b, k)) {
+                CHECK(false, what, ": byte ", k, " of input ", b, " changed");
+                break;
+            }
     uint64_t sent = 0;
     for (size_t q = 0; q < n; ++q) {
         if (q == me) continue;
@@ -862,51 +935,161 @@ bool run_direct(Backend &be, const std::string &what, uint64_t seed, const Direc
     return true;
 }
 
-// The pulls and pushes an shm backend has made so far, summed over the members.
-std::pair<uint64_t, uint64_t> pulls_and_pushes(Backend &be) {
+// How an shm backend's alltoall_direct calls have copied so far, summed over
+// the members: peers read and written in node-shared memory, peers pulled
+// from and pushed to with cross-memory attach.
+struct DirectCounts {
+    uint64_t reads = 0, writes = 0, pulls = 0, pushes = 0;
+};
+DirectCounts direct_counts(Backend &be) {
     const auto *s = dynamic_cast<const dsm::comm::ShmBackend *>(&be);
-    unsigned long long mine[2] = {s ? s->direct_pulls() : 0, s ? s->direct_pushes() : 0}, all[2] = {0, 0};
-    MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-    return {all[0], all[1]};
+    unsigned long long mine[4] = {s ? s->direct_reads() : 0, s ? s->direct_writes() : 0,
+                                  s ? s->direct_pulls() : 0, s ? s->direct_pushes() : 0};
+    unsigned long long all[4] = {0, 0, 0, 0};
+    MPI_Allreduce(mine, all, 4, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    return DirectCounts{all[0], all[1], all[2], all[3]};
 }
 
-// run_direct, and how many of the member pairs were pulled and pushed.
+// run_direct, and how many of the member pairs were read, written, pulled
+// and pushed (the path it took).
 void run_direct_counted(Backend &be, const std::string &what, uint64_t seed, const DirectShape &sh,
-                        uint64_t want_pulls, uint64_t want_pushes) {
-    const auto start = pulls_and_pushes(be);
-    run_direct(be, what, seed, sh);
-    const auto end = pulls_and_pushes(be);
-    CHECK(end.first - start.first == want_pulls && end.second - start.second == want_pushes, what, ": ",
-          end.first - start.first, " pulls and ", end.second - start.second, " pushes, expected ", want_pulls,
-          " and ", want_pushes);
+                        const DirectCounts &want, const DirectPlace &pl = DirectPlace{}) {
+    const DirectCounts a = direct_counts(be);
+    run_direct(be, what, seed, sh, pl);
+    const DirectCounts b = direct_counts(be);
+    const DirectCounts got{b.reads - a.reads, b.writes - a.writes, b.pulls - a.pulls, b.pushes - a.pushes};
+    CHECK(got.reads == want.reads && got.writes == want.writes && got.pulls == want.pulls &&
+              got.pushes == want.pushes,
+          what, ": ", got.reads, " reads, ", got.writes, " writes, ", got.pulls, " pulls and ", got.pushes,
+          " pushes, expected ", want.reads, ", ", want.writes, ", ", want.pulls, " and ", want.pushes);
 }
 
 // A failure on one member (the last): every member throws, the failing one
-// its own exception, the others its status naming it; nobody hangs.
+// its own exception, the others its status naming it; nobody hangs. With
+// `shared`, the inputs and the output lie in alloc_shared memory.
 void direct_failure(Backend &be, const char *label, const std::string &what, dsm_status_t want,
                     const std::string &own_text, const std::function<void(std::vector<Backend::Exposed> &)> &expose,
-                    const std::function<void(int, std::vector<Backend::Piece> &)> &bad_plan) {
+                    const std::function<void(int, std::vector<Backend::Piece> &)> &bad_plan, bool shared = false) {
     const int thrower = test_size - 1;
-    std::vector<unsigned char> a(1000, 1), b(500, 2), sink(1000, 0);
     // (b's 500 bytes: the last piece of the pushed plan reads one past them.)
-    std::vector<Backend::Exposed> exposed{{a.data(), a.size()}, {b.data(), b.size()}};
+    std::vector<unsigned char> a_heap(1000, 1), b_heap(500, 2), sink_heap(1000, 0);
+    std::unique_ptr<SharedBlock> mem = shared ? std::make_unique<SharedBlock>(be, 2560) : nullptr;
+    unsigned char *a = shared ? mem->data() : a_heap.data();
+    unsigned char *b = shared ? mem->data() + 1024 : b_heap.data();
+    unsigned char *sink = shared ? mem->data() + 1536 : sink_heap.data();
+    std::fill(a, a + 1000, 1);
+    std::fill(b, b + 500, 2);
+    std::vector<Backend::Exposed> exposed{{a, 1000}, {b, 500}};
     if (test_rank == thrower) expose(exposed);
     const Backend::PlanFn plan = [&](int peer, std::vector<Backend::Piece> &pieces) {
-        pieces.push_back(Backend::Piece{0, static_cast<size_t>(peer), sink.data(), 100});
+        pieces.push_back(Backend::Piece{0, static_cast<size_t>(peer), sink, 100});
         if (test_rank == thrower) bad_plan(peer, pieces);
     };
+    const std::string name = dsm::cat(label, shared ? " alltoall_direct (shared) " : " alltoall_direct ", what);
     try {
         be.alltoall_direct(exposed, plan);
-        CHECK(false, label, " alltoall_direct ", what, ": no error on rank ", test_rank);
+        CHECK(false, name, ": no error on rank ", test_rank);
     } catch (const dsm::Error &e) {
-        CHECK(e.status() == want, label, " alltoall_direct ", what, ": status ", e.status(), " (", e.what(),
-              "), expected ", want);
+        CHECK(e.status() == want, name, ": status ", e.status(), " (", e.what(), "), expected ", want);
         const std::string text = test_rank == thrower ? own_text : dsm::cat("member ", thrower);
-        CHECK(e.message().find(text) != std::string::npos, label, " alltoall_direct ", what, ": \"", e.what(),
-              "\" lacks \"", text, "\"");
+        CHECK(e.message().find(text) != std::string::npos, name, ": \"", e.what(), "\" lacks \"", text, "\"");
     } catch (const std::runtime_error &e) {
-        CHECK(test_rank == thrower && want == DSM_ERR_INTERNAL, label, " alltoall_direct ", what, ": ", e.what());
+        CHECK(test_rank == thrower && want == DSM_ERR_INTERNAL, name, ": ", e.what());
     }
+}
+
+// The failures, on private or shared buffers, then a call that works.
+void direct_failures(Backend &be, const Config &c, bool shared, uint64_t seed, const DirectPlace &after) {
+    auto keep = [](std::vector<Backend::Exposed> &) {};
+    auto fine = [](int, std::vector<Backend::Piece> &) {};
+    direct_failure(be, c.label, "piece out of range", DSM_ERR_INVALID_ARGUMENT, "reads 200 bytes at offset 400", keep,
+                   [](int peer, std::vector<Backend::Piece> &pieces) {
+                       if (peer == (test_size - 1 + 1) % test_size)
+                           pieces.push_back(Backend::Piece{1, 400, pieces[0].to, 200});
+                   }, shared);
+    if (test_size > 1)
+        direct_failure(be, c.label, "piece out of range in a push", DSM_ERR_INVALID_ARGUMENT,
+                   "reads 1 bytes at offset 500", keep, [](int peer, std::vector<Backend::Piece> &pieces) {
+                       if (peer == test_size - 1) return;
+                       // 100 single bytes read strided, landing back to back: pushed by the peer.
+                       unsigned char *to = static_cast<unsigned char *>(pieces[0].to);
+                       pieces.clear();
+                       for (size_t j = 0; j < 100; ++j) pieces.push_back(Backend::Piece{1, 4 * j, to + j, 1});
+                       pieces.push_back(Backend::Piece{1, 500, to + 100, 1});
+                   }, shared);
+    direct_failure(be, c.label, "bad buffer index", DSM_ERR_INVALID_ARGUMENT, "names buffer 2 of 2", keep,
+                   [](int, std::vector<Backend::Piece> &pieces) { pieces[0].buffer = 2; }, shared);
+    direct_failure(be, c.label, "no destination", DSM_ERR_NULL_POINTER, "has no destination", keep,
+                   [](int, std::vector<Backend::Piece> &pieces) { pieces[0].to = nullptr; }, shared);
+    direct_failure(be, c.label, "throwing plan", DSM_ERR_INTERNAL, "", keep,
+                   [](int, std::vector<Backend::Piece> &) { throw std::runtime_error("plan test failure"); }, shared);
+    direct_failure(be, c.label, "NULL buffer", DSM_ERR_NULL_POINTER, "exposed buffer 1 is NULL",
+                   [](std::vector<Backend::Exposed> &e) { e[1].data = nullptr; }, fine, shared);
+    if (test_size > 1)
+        direct_failure(be, c.label, "buffer counts differ", DSM_ERR_MISMATCH, "exposes 3 buffers",
+                       [](std::vector<Backend::Exposed> &e) { e.push_back(e[0]); }, fine, shared);
+    run_direct(be, dsm::cat(c.label, " alltoall_direct after failures", shared ? " (shared)" : ""), seed,
+               DirectShape{3, 4096, 40, 30, 16, false}, after);
+}
+
+// Inputs in alloc_shared memory: single copies with memcpy from the peers'
+// segments on every OS, with or without cross-memory attach (`cma`); one
+// member with private inputs makes every member fall back alike.
+void direct_shared_suite(Backend &be, const Config &c, bool cma, uint64_t seed) {
+    const uint64_t pairs = static_cast<uint64_t>(test_size) * static_cast<uint64_t>(test_size - 1);
+    const std::string label = dsm::cat(c.label, cma ? "" : " (no cma)", " alltoall_direct shared");
+    DirectPlace in;
+    in.in_shared = true;
+    DirectPlace both = in;
+    both.out_shared = true;
+    const DirectShape small{3, 4096, 40, 30, 16, false};
+    // Pulled from the peers' segments (private outputs, or pieces that are
+    // not gathers); back to back, with many, big and zero-byte pieces, more
+    // buffers than the window first holds, and nothing at all.
+    run_direct_counted(be, label, ++seed, small, DirectCounts{pairs, 0, 0, 0}, in);
+    run_direct_counted(be, label + ", outputs shared", ++seed, small, DirectCounts{pairs, 0, 0, 0}, both);
+    run_direct_counted(be, label + " many pieces", ++seed, DirectShape{3, 40000, 2500, 1500, 8, false},
+                       DirectCounts{pairs, 0, 0, 0}, both);
+    run_direct_counted(be, label + " big pieces", ++seed, DirectShape{2, size_t(3) << 20, 4, 20, size_t(1) << 17, false},
+                       DirectCounts{pairs, 0, 0, 0}, in);
+    run_direct_counted(be, label + " 20 buffers", ++seed, DirectShape{20, 3000, 300, 10, 64, false},
+                       DirectCounts{pairs, 0, 0, 0}, in);
+    run_direct_counted(be, label + " 20 buffers again", ++seed, DirectShape{20, 3000, 300, 10, 64, false},
+                       DirectCounts{pairs, 0, 0, 0}, both);
+    run_direct_counted(be, label + " nothing", ++seed, DirectShape{1, 0, 0, 0, 0, false},
+                       DirectCounts{pairs, 0, 0, 0}, in);
+    run_direct_counted(be, label + " zero pieces", ++seed, DirectShape{2, 64, 50, 0, 1, false},
+                       DirectCounts{pairs, 0, 0, 0}, both);
+    // Gathers (sources scattered, destinations back to back): written by the
+    // source's owner when the outputs are node-shared (beyond the requests
+    // the window first holds, and in big pieces), else read.
+    run_direct_counted(be, label + " gather, written", ++seed, DirectShape{3, 8000, 0, 100, 24, true},
+                       DirectCounts{0, pairs, 0, 0}, both);
+    run_direct_counted(be, label + " gather, written, many", ++seed, DirectShape{3, 40000, 0, 3000, 8, true},
+                       DirectCounts{0, pairs, 0, 0}, both);
+    run_direct_counted(be, label + " gather, written, big", ++seed, DirectShape{3, size_t(1) << 20, 0, 100, 4096, true},
+                       DirectCounts{0, pairs, 0, 0}, both);
+    run_direct_counted(be, label + " gather, outputs private, read", ++seed, DirectShape{3, 8000, 0, 100, 24, true},
+                       DirectCounts{pairs, 0, 0, 0}, in);
+    run_direct_counted(be, label + " short gather, read", ++seed, DirectShape{3, 8000, 0, 20, 24, true},
+                       DirectCounts{pairs, 0, 0, 0}, both);
+    // One member's inputs in private memory: cross-memory attach for every
+    // member, or false on every member.
+    if (test_size > 1) {
+        for (int who : {test_size - 1, 0}) {
+            DirectPlace mixed = both;
+            mixed.private_member = who;
+            const DirectCounts a = direct_counts(be);
+            const bool ran = run_direct(be, dsm::cat(label, ", member ", who, " private"), ++seed, small, mixed);
+            const DirectCounts b = direct_counts(be);
+            CHECK(ran == cma, label, ", member ", who, " private: returned ", ran, ", expected ", cma);
+            CHECK(b.reads == a.reads && b.writes == a.writes &&
+                      b.pulls + b.pushes - a.pulls - a.pushes == (cma ? pairs : 0),
+                  label, ", member ", who, " private: ", b.reads - a.reads, " reads, ", b.writes - a.writes,
+                  " writes, ", b.pulls + b.pushes - a.pulls - a.pushes, " cross-memory copies");
+        }
+    }
+    direct_failures(be, c, true, ++seed, both);
 }
 
 void direct_suite(Backend &be, const Config &c, bool *cma) {
@@ -918,6 +1101,7 @@ void direct_suite(Backend &be, const Config &c, bool *cma) {
     if (c.kind == Kind::SHM && c.color == nullptr) *cma = ran; // the probe's answer (the first config)
     const bool capable = shm_one_node(be) && (test_size == 1 || *cma);
     CHECK(ran == capable, c.label, " alltoall_direct returned ", ran, ", expected ", capable);
+    if (shm_one_node(be) && test_size > 1) direct_shared_suite(be, c, *cma, 12000);
     if (!ran) return;
     // Back to back: many pieces (beyond IOV_MAX on each side), big pieces,
     // more buffers than the window first holds, nothing at all; gathers that
@@ -925,7 +1109,7 @@ void direct_suite(Backend &be, const Config &c, bool *cma) {
     // window first holds), then pulled again.
     const uint64_t pairs = static_cast<uint64_t>(test_size) * static_cast<uint64_t>(test_size - 1);
     run_direct_counted(be, dsm::cat(c.label, " alltoall_direct many pieces"), ++seed,
-                       DirectShape{3, 40000, 2500, 1500, 8, false}, pairs, 0);
+                       DirectShape{3, 40000, 2500, 1500, 8, false}, DirectCounts{0, 0, pairs, 0});
     run_direct(be, dsm::cat(c.label, " alltoall_direct big pieces"), ++seed,
                DirectShape{2, size_t(3) << 20, 4, 20, size_t(1) << 17, false});
     run_direct(be, dsm::cat(c.label, " alltoall_direct 20 buffers"), ++seed, DirectShape{20, 3000, 300, 10, 64, false});
@@ -934,40 +1118,19 @@ void direct_suite(Backend &be, const Config &c, bool *cma) {
     run_direct(be, dsm::cat(c.label, " alltoall_direct nothing"), ++seed, DirectShape{1, 0, 0, 0, 0, false});
     run_direct(be, dsm::cat(c.label, " alltoall_direct zero pieces"), ++seed, DirectShape{2, 64, 50, 0, 1, false});
     run_direct_counted(be, dsm::cat(c.label, " alltoall_direct pushed gather"), ++seed,
-                       DirectShape{3, 8000, 0, 100, 24, true}, 0, pairs);
+                       DirectShape{3, 8000, 0, 100, 24, true}, DirectCounts{0, 0, 0, pairs});
     run_direct_counted(be, dsm::cat(c.label, " alltoall_direct pushed gather, many"), ++seed,
-                       DirectShape{3, 40000, 0, 3000, 8, true}, 0, pairs);
+                       DirectShape{3, 40000, 0, 3000, 8, true}, DirectCounts{0, 0, 0, pairs});
     run_direct_counted(be, dsm::cat(c.label, " alltoall_direct short gather, pulled"), ++seed,
-                       DirectShape{3, 8000, 0, 20, 24, true}, pairs, 0);
+                       DirectShape{3, 8000, 0, 20, 24, true}, DirectCounts{0, 0, pairs, 0});
+    // Private inputs with node-shared outputs: cross-memory attach still.
+    DirectPlace out;
+    out.out_shared = true;
+    run_direct_counted(be, dsm::cat(c.label, " alltoall_direct pushed gather, outputs shared"), ++seed,
+                       DirectShape{3, 8000, 0, 100, 24, true}, DirectCounts{0, 0, 0, pairs}, out);
 
     // Failures on the last member, then the backend still works.
-    auto keep = [](std::vector<Backend::Exposed> &) {};
-    auto fine = [](int, std::vector<Backend::Piece> &) {};
-    direct_failure(be, c.label, "piece out of range", DSM_ERR_INVALID_ARGUMENT, "reads 200 bytes at offset 400", keep,
-                   [](int peer, std::vector<Backend::Piece> &pieces) {
-                       if (peer == (test_size - 1 + 1) % test_size)
-                           pieces.push_back(Backend::Piece{1, 400, pieces[0].to, 200});
-                   });
-    if (test_size > 1)
-        direct_failure(be, c.label, "piece out of range in a push", DSM_ERR_INVALID_ARGUMENT,
-                   "reads 1 bytes at offset 500", keep, [](int peer, std::vector<Backend::Piece> &pieces) {
-                       if (peer == test_size - 1) return;
-                       // 100 single bytes read strided, landing back to back: pushed by the peer.
-                       unsigned char *to = static_cast<unsigned char *>(pieces[0].to);
-                       pieces.clear();
-                       for (size_t j = 0; j < 100; ++j) pieces.push_back(Backend::Piece{1, 4 * j, to + j, 1});
-                       pieces.push_back(Backend::Piece{1, 500, to + 100, 1});
-                   });
-    direct_failure(be, c.label, "bad buffer index", DSM_ERR_INVALID_ARGUMENT, "names buffer 2 of 2", keep,
-                   [](int, std::vector<Backend::Piece> &pieces) { pieces[0].buffer = 2; });
-    direct_failure(be, c.label, "throwing plan", DSM_ERR_INTERNAL, "", keep,
-                   [](int, std::vector<Backend::Piece> &) { throw std::runtime_error("plan test failure"); });
-    direct_failure(be, c.label, "NULL buffer", DSM_ERR_NULL_POINTER, "exposed buffer 1 is NULL",
-                   [](std::vector<Backend::Exposed> &e) { e[1].data = nullptr; }, fine);
-    if (test_size > 1)
-        direct_failure(be, c.label, "buffer counts differ", DSM_ERR_MISMATCH, "exposes 3 buffers",
-                       [](std::vector<Backend::Exposed> &e) { e.push_back(e[0]); }, fine);
-    run_direct(be, dsm::cat(c.label, " alltoall_direct after failures"), ++seed, small);
+    direct_failures(be, c, false, ++seed, DirectPlace{});
 }
 
 void test_alltoall_direct(void **state) {
@@ -981,11 +1144,22 @@ void test_alltoall_direct(void **state) {
             const auto be = make(c);
             direct_suite(*be, c, &cma);
         }
+        // Where cross-memory attach is refused: inputs in node-shared memory
+        // still go in a single copy, the others are packed by the callers.
+        if (test_size > 1) {
+            const auto be = make(kConfigs[1]);
+            dynamic_cast<dsm::comm::ShmBackend &>(*be).refuse_cma();
+            const bool ran = run_direct(*be, "shm (no cma) alltoall_direct", 13000, DirectShape{3, 4096, 40, 30, 16, false});
+            CHECK(!ran, "shm (no cma) alltoall_direct with private inputs returned true");
+            direct_shared_suite(*be, kConfigs[1], false, 14000);
+        }
         if (test_rank == 0)
-            print_message("alltoall_direct over %d ranks: %s\n", test_size,
+            print_message("alltoall_direct over %d ranks: %s; inputs in node-shared memory: single copy with memcpy\n",
+                          test_size,
                           test_size == 1 ? "a group of one (memcpy)"
-                          : cma          ? "single copy with process_vm_readv"
-                                         : "refused (cross-memory attach not available): the callers pack");
+                          : cma          ? "private inputs: single copy with process_vm_readv"
+                                         : "private inputs: refused (cross-memory attach not available), the "
+                                           "callers pack");
     });
 }
 

@@ -1,14 +1,17 @@
 // dsm-bench alltoall: the Ulysses sequence-parallel transforms (seq_to_head,
 // head_to_seq, and seq_to_head_n of q, k, v) on a mesh that is all sequence
-// parallel, next to two baselines timed in turn with them within each round:
-// a raw MPI_Alltoall of the same bytes per rank (contiguous blocks, no layout
-// permutation), and the same transform done without fusion (a permuting copy
-// into a send buffer, MPI_Alltoallv, a permuting copy out).
+// parallel, with their inputs in node-shared memory (what dsm_sp_alloc()
+// hands out) and in private memory, next to two baselines timed in turn with
+// them within each round: a raw MPI_Alltoall of the same bytes per rank
+// (contiguous blocks, no layout permutation), and the same transform done
+// without fusion (a permuting copy into a send buffer, MPI_Alltoallv, a
+// permuting copy out).
 //
 // The transforms are the sp layer's Context::transform(), the function that
 // dsm_sp_seq_to_head(), dsm_sp_head_to_seq() and dsm_sp_seq_to_head_n() call,
 // on the group and node colors that dsm_mesh_create_dp_sp(comm, 1, -1) and
-// dsm_sp_create(mesh, NULL) give it.
+// dsm_sp_create(mesh, NULL) give it; the shared inputs come from its
+// backend's alloc_shared(), the function behind dsm_sp_alloc().
 #include "dsm_config.h"
 
 #include <algorithm>
@@ -55,15 +58,17 @@ void usage(FILE *out) {
                  "  times the Ulysses all-to-alls of one [B, S, H, D] tensor (global shape; default 1, 8192,\n"
                  "  32, 128; S a multiple of N): seq_to_head, head_to_seq, and seq_to_head_n of three such\n"
                  "  tensors (q, k, v) in one call, in the batch-first layout [B, S, H, D] (--layout seq:\n"
-                 "  [S, B, H, D]), for fp32 and bf16 (--dtype both, the default; or one dtype), next to a raw\n"
-                 "  MPI_Alltoall on MPI_COMM_WORLD of the same bytes per rank (contiguous blocks, no layout\n"
-                 "  permutation) and to the unfused transform (a permuting copy into a send buffer,\n"
-                 "  MPI_Alltoallv, a permuting copy out), the three timed in turn within each round.\n"
-                 "  seconds: the median over --iters rounds (default 5, after one warm-up) of the slowest\n"
-                 "  rank; GB/s: bytes sent + received per rank, 2 (N-1)/N of the rank's sequence-sharded\n"
-                 "  bytes, per second; vs raw: raw MPI_Alltoall time / time (above 1: faster than the raw\n"
-                 "  call); vs unfused: the unfused transform's time / time. The warm-up outputs of the\n"
-                 "  transform and of the unfused one are checked against the expected tensors.\n");
+                 "  [S, B, H, D]), for fp32 and bf16 (--dtype both, the default; or one dtype), each with\n"
+                 "  its inputs in node-shared memory (inputs shared: what dsm_sp_alloc() gives) and in\n"
+                 "  private memory (inputs private), next to a raw MPI_Alltoall on MPI_COMM_WORLD of the\n"
+                 "  same bytes per rank (contiguous blocks, no layout permutation) and to the unfused\n"
+                 "  transform (a permuting copy into a send buffer, MPI_Alltoallv, a permuting copy out),\n"
+                 "  the four timed in turn within each round. seconds: the median over --iters rounds\n"
+                 "  (default 5, after one warm-up) of the slowest rank; GB/s: bytes sent + received per\n"
+                 "  rank, 2 (N-1)/N of the rank's sequence-sharded bytes, per second; vs raw: raw\n"
+                 "  MPI_Alltoall time / time (above 1: faster than the raw call); vs unfused: the unfused\n"
+                 "  transform's time / time. The warm-up outputs of both transforms and of the unfused one\n"
+                 "  are checked against the expected tensors.\n");
 }
 
 // 0: run; 1: --help; 2: usage error (printed on rank 0).
@@ -201,9 +206,66 @@ struct Row {
     const char *op;
     dsm_dtype_t dtype;
     int tensors;
-    double bytes;                // the rank's sequence-sharded bytes of all tensors (the mean over ranks)
-    double ours, raw, unfused;   // median seconds
+    double bytes;                      // the rank's sequence-sharded bytes of all tensors (the mean over ranks)
+    double shared, ours, raw, unfused; // median seconds: inputs shared, inputs private, the baselines
+    const char *shared_path, *path;    // how the transforms moved the data (path_name())
 };
+
+// Memory from the sequence-parallel backend's alloc_shared(), the function
+// behind dsm_sp_alloc() (node-shared windows under the shm backend): every
+// rank allocates in the same order, possibly different sizes; freed
+// collectively, in reverse order, by the destructor.
+class SharedBuffers {
+public:
+    explicit SharedBuffers(comm::Backend &be) : be_(be) {}
+    ~SharedBuffers() {
+        for (auto it = ptrs_.rbegin(); it != ptrs_.rend(); ++it) {
+            try {
+                be_.free_shared(*it);
+            } catch (const Error &e) {
+                std::fprintf(stderr, "dsm-bench alltoall: free_shared: %s\n", e.what());
+            }
+        }
+    }
+    SharedBuffers(const SharedBuffers &) = delete;
+    SharedBuffers &operator=(const SharedBuffers &) = delete;
+    unsigned char *alloc(size_t bytes) {
+        ptrs_.push_back(be_.alloc_shared(bytes));
+        return static_cast<unsigned char *>(ptrs_.back());
+    }
+
+private:
+    comm::Backend &be_;
+    std::vector<void *> ptrs_;
+};
+
+// The shm backend's counts of alltoall_direct's copies (peers read from and
+// written to in node-shared memory, pulled from and pushed to with
+// cross-memory attach); zero for another backend.
+struct DirectCounts {
+    uint64_t reads = 0, writes = 0, pulls = 0, pushes = 0;
+};
+DirectCounts direct_counts(comm::Backend &be) {
+    DirectCounts c;
+    if (const auto *s = dynamic_cast<const comm::ShmBackend *>(&be)) {
+        c.reads = s->direct_reads();
+        c.writes = s->direct_writes();
+        c.pulls = s->direct_pulls();
+        c.pushes = s->direct_pushes();
+    }
+    return c;
+}
+
+// How a transform moved its data on this rank, from the counts before and
+// after it: "memcpy" (single copy from the peers' node-shared inputs),
+// "cma" (single copy with cross-memory attach), "packed" (alltoall_packed),
+// "self" (one rank).
+const char *path_name(comm::Backend &be, const DirectCounts &a, const DirectCounts &b) {
+    if (be.size() == 1) return "self";
+    if (b.reads > a.reads || b.writes > a.writes) return "memcpy";
+    if (b.pulls > a.pulls || b.pushes > a.pushes) return "cma";
+    return "packed";
+}
 
 // The transform without fusion, as it is done with plain MPI: every block
 // copied out of the input's layout into a send buffer in peer order (for each
@@ -330,12 +392,19 @@ bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm wor
     const size_t es = dtype_bytes(dtype);
     const size_t seq_bytes = c.seq_sharded * es, head_bytes = c.head_sharded * es;
 
-    // q, k, v in both forms; the first also serves seq_to_head and head_to_seq.
+    // q, k, v in both forms, in private memory and in node-shared memory; the
+    // first also serves seq_to_head and head_to_seq. (The head-sharded sizes
+    // differ between ranks when N does not divide H.)
     std::vector<comm::AlignedPtr> seq_form, head_form;
+    SharedBuffers shared_mem(ctx.backend());
+    unsigned char *shared_seq[kTensors], *shared_head[kTensors];
     for (int k = 0; k < kTensors; ++k) {
         seq_form.push_back(comm::aligned_bytes(seq_bytes, false));
         head_form.push_back(comm::aligned_bytes(head_bytes, true));
         fill_seq_sharded(k, t, size, rank, static_cast<unsigned char *>(seq_form.back().get()));
+        shared_seq[k] = shared_mem.alloc(seq_bytes);
+        shared_head[k] = shared_mem.alloc(head_bytes);
+        std::memcpy(shared_seq[k], seq_form.back().get(), seq_bytes);
     }
     // Raw MPI_Alltoall: equal blocks of the same bytes per rank (the mean
     // over ranks when the heads do not divide evenly).
@@ -350,13 +419,19 @@ bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm wor
     const dsm_sp_tensor_t ts[kTensors] = {t, t, t};
     const size_t seq_counts[kTensors] = {c.seq_sharded, c.seq_sharded, c.seq_sharded};
     const size_t head_counts[kTensors] = {c.head_sharded, c.head_sharded, c.head_sharded};
-    const void *seq_in[kTensors], *head_in[kTensors];
-    void *seq_out[kTensors], *head_out[kTensors];
+    // The transforms' arguments, with the tensors in private (mine) or
+    // node-shared (shared) memory; each form is the input of one direction
+    // and the output of the other.
+    struct Forms {
+        const void *seq_in[kTensors], *head_in[kTensors];
+        void *seq_out[kTensors], *head_out[kTensors];
+    };
+    Forms mine{}, shared{};
     for (int k = 0; k < kTensors; ++k) {
-        seq_in[k] = seq_form[static_cast<size_t>(k)].get();
-        seq_out[k] = seq_form[static_cast<size_t>(k)].get();
-        head_in[k] = head_form[static_cast<size_t>(k)].get();
-        head_out[k] = head_form[static_cast<size_t>(k)].get();
+        mine.seq_in[k] = mine.seq_out[k] = seq_form[static_cast<size_t>(k)].get();
+        mine.head_in[k] = mine.head_out[k] = head_form[static_cast<size_t>(k)].get();
+        shared.seq_in[k] = shared.seq_out[k] = shared_seq[k];
+        shared.head_in[k] = shared.head_out[k] = shared_head[k];
     }
     const std::vector<unsigned char> first_input(static_cast<unsigned char *>(seq_form[0].get()),
                                                  static_cast<unsigned char *>(seq_form[0].get()) + seq_bytes);
@@ -375,38 +450,46 @@ bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm wor
     const Op ops[] = {{"seq_to_head", sp::Direction::SEQ_TO_HEAD, 1, block1},
                       {"head_to_seq", sp::Direction::HEAD_TO_SEQ, 1, block1},
                       {"seq_to_head_n", sp::Direction::SEQ_TO_HEAD, kTensors, block3}};
-    auto ours = [&](const Op &op) {
+    auto ours = [&](const Op &op, const Forms &f) {
         const bool fwd = op.dir == sp::Direction::SEQ_TO_HEAD;
-        ctx.transform(op.dir, op.tensors, ts, fwd ? seq_in : head_in, fwd ? seq_counts : head_counts,
-                      fwd ? head_out : seq_out, fwd ? head_counts : seq_counts);
+        ctx.transform(op.dir, op.tensors, ts, fwd ? f.seq_in : f.head_in, fwd ? seq_counts : head_counts,
+                      fwd ? f.head_out : f.seq_out, fwd ? head_counts : seq_counts);
     };
     auto plain = [&](const Op &op) {
         const bool fwd = op.dir == sp::Direction::SEQ_TO_HEAD;
-        unfused.run(op.dir, op.tensors, fwd ? seq_in : head_in, fwd ? head_out : seq_out, world);
+        unfused.run(op.dir, op.tensors, fwd ? mine.seq_in : mine.head_in, fwd ? mine.head_out : mine.seq_out, world);
     };
 
-    // Warm-up (first touch of every buffer and of the backend's scratch),
+    // Warm-up (first touch of every buffer and of the backend's windows),
     // checked: seq_to_head_n gives every tensor's expected head-sharded
-    // piece and head_to_seq brings the first one back, both through the
-    // transform and through the unfused baseline.
-    bool ok = true;
-    for (int pass = 0; pass < 2; ++pass) {
+    // piece and head_to_seq brings the first one back, through the transform
+    // with shared inputs, with private inputs, and through the unfused
+    // baseline. The transforms' paths are read on the way.
+    const char *const what[3] = {"the transforms with inputs in node-shared memory",
+                                 "the transforms with private inputs", "the unfused baseline"};
+    const char *paths[2] = {"", ""};
+    for (int pass = 0; pass < 3; ++pass) {
+        const Forms &f = pass == 0 ? shared : mine;
+        bool ok = true;
+        const DirectCounts before = direct_counts(ctx.backend());
         for (int k = 0; k < kTensors; ++k)
-            std::memset(head_out[k], 0, head_bytes);
-        pass == 0 ? ours(ops[2]) : plain(ops[2]);
+            std::memset(f.head_out[k], 0, head_bytes);
+        pass < 2 ? ours(ops[2], f) : plain(ops[2]);
         for (int k = 0; k < kTensors; ++k)
-            ok = ok && check_head_sharded(k, t, size, rank, static_cast<const unsigned char *>(head_out[k]));
-        std::memset(seq_form[0].get(), 0, seq_bytes);
-        pass == 0 ? ours(ops[1]) : plain(ops[1]);
-        ok = ok && std::memcmp(first_input.data(), seq_form[0].get(), seq_bytes) == 0;
+            ok = ok && check_head_sharded(k, t, size, rank, static_cast<const unsigned char *>(f.head_out[k]));
+        std::memset(f.seq_out[0], 0, seq_bytes);
+        pass < 2 ? ours(ops[1], f) : plain(ops[1]);
+        ok = ok && std::memcmp(first_input.data(), f.seq_out[0], seq_bytes) == 0;
+        if (pass < 2) paths[pass] = path_name(ctx.backend(), before, direct_counts(ctx.backend()));
         if (!all_true(world, ok)) {
             if (rank == 0)
                 std::fprintf(stderr, "dsm-bench alltoall: %s: %s did not produce the expected tensors\n",
-                             dtype_name(dtype), pass == 0 ? "the transforms" : "the unfused baseline");
+                             dtype_name(dtype), what[pass]);
             return false;
         }
     }
-    ours(ops[0]);
+    ours(ops[0], shared);
+    ours(ops[0], mine);
     plain(ops[0]);
     for (const Op &op : ops) raw(op.block);
 
@@ -418,17 +501,23 @@ bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm wor
         MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, world);
         return dt;
     };
+    // Each round times the four in turn, starting one further each round, so
+    // that none always follows the same one.
     const size_t nops = sizeof ops / sizeof ops[0];
-    std::vector<std::vector<double>> t_ours(nops), t_raw(nops), t_plain(nops);
+    std::vector<std::vector<double>> t_shared(nops), t_ours(nops), t_raw(nops), t_plain(nops);
     for (int it = 0; it < o.iters; ++it)
         for (size_t i = 0; i < nops; ++i) {
-            t_ours[i].push_back(slowest([&] { ours(ops[i]); }));
-            t_raw[i].push_back(slowest([&] { raw(ops[i].block); }));
-            t_plain[i].push_back(slowest([&] { plain(ops[i]); }));
+            const std::function<void()> run[4] = {[&] { ours(ops[i], shared); }, [&] { ours(ops[i], mine); },
+                                                  [&] { raw(ops[i].block); }, [&] { plain(ops[i]); }};
+            std::vector<double> *times[4] = {&t_shared[i], &t_ours[i], &t_raw[i], &t_plain[i]};
+            for (size_t j = 0; j < 4; ++j) {
+                const size_t v = (j + static_cast<size_t>(it)) % 4;
+                times[v]->push_back(slowest(run[v]));
+            }
         }
     for (size_t i = 0; i < nops; ++i)
-        rows->push_back(Row{ops[i].name, dtype, ops[i].tensors, mean_bytes * ops[i].tensors, median(t_ours[i]),
-                            median(t_raw[i]), median(t_plain[i])});
+        rows->push_back(Row{ops[i].name, dtype, ops[i].tensors, mean_bytes * ops[i].tensors, median(t_shared[i]),
+                            median(t_ours[i]), median(t_raw[i]), median(t_plain[i]), paths[0], paths[1]});
     return true;
 }
 
@@ -470,10 +559,12 @@ int run(const Options &o) {
             std::printf("%s{\"op\":\"%s\",\"dtype\":\"%s\",\"tensors\":%d,\"bytes_per_rank\":%.0f,"
                         "\"bytes_moved_per_rank\":%.0f,\"seconds\":%.6g,\"gbs\":%.4g,\"raw_seconds\":%.6g,"
                         "\"raw_gbs\":%.4g,\"speedup_vs_raw\":%.4g,\"unfused_seconds\":%.6g,"
-                        "\"speedup_vs_unfused\":%.4g}",
+                        "\"speedup_vs_unfused\":%.4g,\"path\":\"%s\",\"shared_seconds\":%.6g,\"shared_gbs\":%.4g,"
+                        "\"shared_speedup_vs_raw\":%.4g,\"shared_speedup_vs_unfused\":%.4g,\"shared_path\":\"%s\"}",
                         i ? "," : "", r.op, dtype_name(r.dtype), r.tensors, r.bytes, moved(r), r.ours,
                         moved(r) / 1e9 / r.ours, r.raw, moved(r) / 1e9 / r.raw, r.raw / r.ours, r.unfused,
-                        r.unfused / r.ours);
+                        r.unfused / r.ours, r.path, r.shared, moved(r) / 1e9 / r.shared, r.raw / r.shared,
+                        r.unfused / r.shared, r.shared_path);
         }
         std::printf("]}\n");
         return 0;
@@ -482,17 +573,25 @@ int run(const Options &o) {
                 "layout, median of %d, slowest rank\n\n",
                 size, nodes, nodes == 1 ? "" : "s", backend.c_str(), o.batch, o.seq, o.heads, o.head_dim, layout,
                 o.iters);
-    std::printf("%-14s %-5s %7s %9s %9s %7s %9s %8s %7s %10s %11s\n", "op", "dtype", "tensors", "MiB/rank",
-                "seconds", "GB/s", "raw s", "raw GB/s", "vs raw", "unfused s", "vs unfused");
+    std::printf("%-14s %-5s %7s %-7s %-6s %9s %9s %7s %9s %8s %7s %10s %11s\n", "op", "dtype", "tensors", "inputs",
+                "path", "MiB/rank", "seconds", "GB/s", "raw s", "raw GB/s", "vs raw", "unfused s", "vs unfused");
     for (const Row &r : rows)
-        std::printf("%-14s %-5s %7d %9.1f %9.5f %7.2f %9.5f %8.2f %6.2fx %10.5f %10.2fx\n", r.op, dtype_name(r.dtype),
-                    r.tensors, r.bytes / (1 << 20), r.ours, moved(r) / 1e9 / r.ours, r.raw, moved(r) / 1e9 / r.raw,
-                    r.raw / r.ours, r.unfused, r.unfused / r.ours);
+        for (int v = 0; v < 2; ++v) {
+            const double sec = v == 0 ? r.shared : r.ours;
+            std::printf("%-14s %-5s %7d %-7s %-6s %9.1f %9.5f %7.2f %9.5f %8.2f %6.2fx %10.5f %10.2fx\n", r.op,
+                        dtype_name(r.dtype), r.tensors, v == 0 ? "shared" : "private", v == 0 ? r.shared_path : r.path,
+                        r.bytes / (1 << 20), sec, moved(r) / 1e9 / sec, r.raw, moved(r) / 1e9 / r.raw, r.raw / sec,
+                        r.unfused, r.unfused / sec);
+        }
     std::printf("\nMiB/rank: the rank's sequence-sharded bytes of all the call's tensors; GB/s: 2 (N-1)/N of them\n"
-                "(sent + received) per second. raw: MPI_Alltoall of the same bytes on MPI_COMM_WORLD (contiguous\n"
-                "blocks, no permutation); unfused: the same transform as a permuting copy into a send buffer,\n"
-                "MPI_Alltoallv and a permuting copy out; each timed in turn with ours in every round. vs raw,\n"
-                "vs unfused: their time / ours (above 1: ours is faster).\n");
+                "(sent + received) per second. inputs shared: the transform's inputs and outputs in node-shared\n"
+                "memory (the backend's alloc_shared, what dsm_sp_alloc() gives); private: in malloc'd memory.\n"
+                "path (rank 0): memcpy = single copy from the peers' node-shared inputs; cma = single copy with\n"
+                "cross-memory attach; packed = pack, exchange, unpack; self = one rank. raw: MPI_Alltoall of the\n"
+                "same bytes on MPI_COMM_WORLD (contiguous blocks, no permutation); unfused: the same transform as\n"
+                "a permuting copy into a send buffer, MPI_Alltoallv and a permuting copy out; the four timed in\n"
+                "turn in every round (raw and unfused: the same timings on both rows). vs raw, vs unfused: their\n"
+                "time / ours (above 1: ours is faster).\n");
     return 0;
 }
 
