@@ -4,7 +4,7 @@
 set -e
 pkgs="build-essential gfortran autoconf automake libtool pkg-config
       libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
-      libhwloc-dev hwloc libcmocka-dev nlohmann-json3-dev python3 clang"
+      libhwloc-dev hwloc libcmocka-dev nlohmann-json3-dev python3 clang cmake"
 missing=
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
