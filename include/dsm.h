@@ -630,8 +630,8 @@ typedef struct dsm_param_desc {
     dsm_dtype_t dtype;
     int trainable;          /**< 0: frozen (no gradient, no optimizer state, held whole on every rank) */
     int no_weight_decay;    /**< 1: excluded from weight decay (biases, norms) */
-    /** The whole parameter, read on the first rank of each data_parallel x
-     *  sequence_parallel group and copied to the others (which may pass NULL).
+    /** The whole parameter, read on the engine's first rank (rank 0 of its
+     *  mesh) and broadcast to the others (which may pass NULL).
      *  NULL there and no @c init_fn: zeros. */
     const void *init_values;
     dsm_param_init_fn init_fn; /**< used when @c init_values is NULL on the first rank */
