@@ -9,13 +9,17 @@
 !     standard error and calls MPI_Abort(MPI_COMM_WORLD, status).
 ! The functions that return a string in C (dsm_status_string,
 ! dsm_get_last_error, dsm_dtype_name) are functions returning
-! character(len=:), allocatable here.
+! character(len=:), allocatable here; dsm_free, void in C, is a subroutine
+! without ierr.
 !
 ! Conventions:
 !   - Integers (shapes, ranks, sizes, MPI handles) are default INTEGER,
-!     except those that are int64_t in C (the batch values, world and
-!     data-parallel sizes and step counts of the dsm_config routines), which
-!     are integer(c_int64_t).
+!     except those that are int64_t or size_t in C and count elements,
+!     bytes, tokens, samples or steps, which are integer(c_int64_t): the
+!     batch values, world and data-parallel sizes and step counts of the
+!     dsm_config routines, parameter element counts, the tensor sizes and
+!     counts of sequence parallelism, tokens, sample indices, epochs and
+!     micro-batch numbers, byte counts. Parameter shapes stay default INTEGER.
 !   - Communicators go in and come out as the integer handles of `use mpi`;
 !     every routine that takes or returns a communicator also accepts
 !     type(MPI_Comm) from `use mpi_f08` (a generic interface with two
@@ -24,21 +28,83 @@
 !     dsm_mesh_dim_rank, dsm_mesh_get_dim_name, dsm_mesh_get_dim_index) are
 !     0-based as in C: 0 is the outermost dimension.
 !   - Names are character strings; trailing blanks are ignored. A group name
-!     of '' (empty or all blanks) means the whole mesh (C NULL).
+!     of '' (empty or all blanks) means the whole mesh (C NULL). Likewise ''
+!     is C NULL for the group of dsm_sp_create ("sequence_parallel") and the
+!     tag of the checkpoint routines ("global_step<N>" when saving, the one
+!     DIR/latest names when loading).
 !   - Collective routines follow the C rules: every rank of the communicator
 !     calls them, and every rank gets the same status.
-!   - Handles (type(dsm_mesh_t), type(dsm_config_t)) start out null;
-!     dsm_mesh_free and dsm_config_free make them null again.
-!     c_associated(mesh%ptr) tells whether a handle is live.
+!   - Handles (type(dsm_mesh_t), type(dsm_config_t), type(dsm_engine_t),
+!     type(dsm_sp_t), type(dsm_sampler_t)) start out null; the dsm_*_free
+!     routines make them null again. c_associated(mesh%ptr) tells whether a
+!     handle is live. The mesh from dsm_engine_get_mesh belongs to the
+!     engine: do not free it.
+!   - Indices are 0-based as in C, like dimension indices: parameter indices
+!     (params(i) of dsm_engine_init has index i - 1; dsm_engine_param_index
+!     gives it by name), head indices, sample indices, epochs and
+!     micro-batch numbers. A Fortran dataset data(:, 1:n) holds sample k in
+!     data(:, k + 1).
 !   - A configuration (dsm_config_load, dsm_config_load_for_mesh,
 !     dsm_config_resolve) is the path of a JSON file or inline JSON text
 !     starting with '{'; trailing blanks are ignored.
+!   - Shapes and memory order. C tensors are row-major (last index fastest),
+!     Fortran arrays column-major (first index fastest), so the same memory
+!     has reversed shapes in the two languages. The bindings give every
+!     shape in Fortran order and reverse it for C: a parameter declared with
+!     shape = [n, m] is the Fortran array w(n, m), stored by the engine as
+!     the C tensor [m][n] (which is how checkpoints and C, Python or h5py
+!     tools show it; HDF5's own Fortran API shows it as (n, m) again). A
+!     parameter is a flat buffer of numel elements to the engine: element
+!     w(i, j) is flat element (i - 1) + (j - 1) * n, so Fortran arrays map
+!     onto it with no transposition (init_values, the init_fn ranges, the
+!     pointers of dsm_engine_param_acquire and dsm_engine_grad_acquire).
+!     The same holds for the tensors of sequence parallelism, whose C
+!     layouts [b, s, H, d] (DSM_SP_BATCH_FIRST) and [s, b, H, d]
+!     (DSM_SP_SEQ_FIRST) are the Fortran arrays x(d, H, s, b) and
+!     x(d, H, b, s), and for the [batch, seq] token arrays of
+!     dsm_sp_shard_batch, which are tokens(seq, batch) here: one sequence
+!     per column.
+!   - Pointers. Memory that libdsm owns (parameters, gradient buffers,
+!     dsm_sp_alloc memory) is handed out as type(c_ptr), and where the dtype
+!     allows as a Fortran pointer made with c_f_pointer: real(c_float),
+!     pointer, dimension(:) (numel elements) or dimension(:,:) (a shape the
+!     caller gives, whose product must be numel). The real(c_float) forms
+!     need the dtype DSM_FLOAT32; 16-bit dtypes use the type(c_ptr) form and
+!     dsm_convert. Pointers are valid until the matching release (or free).
+!     The real(c_float) array forms of the sequence-parallel transforms take
+!     the arrays as memory: a count is the array's size in bytes over the
+!     size of t%dtype (size(x) for DSM_FLOAT32).
+!     Arrays handed to libdsm as type(c_ptr) come from c_loc of a
+!     contiguous array with the TARGET attribute, or from libdsm.
+!   - Byte blobs (the client state of checkpoints) are integer(c_int8_t)
+!     arrays or character strings (every character counts, trailing blanks
+!     included); a blob libdsm returns is allocated by the bindings and the
+!     C copy freed with dsm_free inside them.
+!   - Options structures of C (the sampler options) are optional keyword
+!     arguments here, with the C defaults; logical where C uses an int as a
+!     flag. Output structures (dsm_step_info_t) and tensor descriptions
+!     (dsm_sp_tensor_t) are bind(C) derived types with the fields of C in
+!     the same order; the default initialization of dsm_step_info_t is
+!     DSM_STEP_INFO_INITIALIZER (its size field included), that of
+!     dsm_sp_tensor_t leaves only the sizes to set.
+!   - Errors the bindings find themselves (a real(c_float) pointer asked
+!     for on an engine whose dtype is not DSM_FLOAT32, a shape whose product
+!     is not numel, positions or labels shaped unlike the tokens, a negative
+!     element count for dsm_convert) give DSM_ERR_INVALID_ARGUMENT, with no
+!     C call or after locally releasing what the call had just acquired.
+!     dsm_get_last_error() does not describe them (C offers no way to set
+!     it): they are printed when ierr is absent. A binding never skips a
+!     collective C call because of an argument that may differ between
+!     ranks, so no rank is left waiting: such arguments (the counts of the
+!     sequence-parallel transforms, the shape of a rank-2 parameter pointer)
+!     go to C, which fails every rank, or are checked after the call.
 !
 ! The module holds no state of its own and is thread safe in the same way as
 ! the C library.
 module dsm
-  use, intrinsic :: iso_c_binding, only: c_int, c_long_long, c_int64_t, c_char, c_size_t, c_ptr, &
-       c_null_ptr, c_null_char, c_loc, c_f_pointer, c_associated
+  use, intrinsic :: iso_c_binding, only: c_int, c_long_long, c_int64_t, c_int8_t, c_char, c_size_t, &
+       c_float, c_double, c_ptr, c_funptr, c_null_ptr, c_null_funptr, c_null_char, c_loc, c_funloc, &
+       c_f_pointer, c_associated, c_sizeof
   use, intrinsic :: iso_fortran_env, only: error_unit
   use mpi, only: MPI_COMM_WORLD, MPI_Abort
   use mpi_f08, only: MPI_Comm
@@ -99,6 +165,25 @@ module dsm
   ! keys libdsm does not know are an error, not a warning.
   integer, parameter, public :: DSM_CONFIG_STRICT = 1
 
+  ! ------------------------------------------------------------ engine
+  ! Largest number of dimensions of a parameter.
+  integer, parameter, public :: DSM_PARAM_MAX_DIMS = 8
+  ! Flags of dsm_engine_load_checkpoint, or'ed (ior) or added.
+  integer, parameter, public :: DSM_CKPT_LOAD_MODULE_ONLY = 1
+  integer, parameter, public :: DSM_CKPT_LOAD_NO_OPTIMIZER = 2
+  integer, parameter, public :: DSM_CKPT_LOAD_NO_LR_SCHEDULE = 4
+
+  ! ------------------------------------------------------------ sequence parallelism
+  ! dsm_sp_layout_t: [b, s, H, d] and [s, b, H, d] in C, that is the
+  ! Fortran arrays x(d, H, s, b) and x(d, H, b, s).
+  integer, parameter, public :: DSM_SP_BATCH_FIRST = 0
+  integer, parameter, public :: DSM_SP_SEQ_FIRST = 1
+  ! dsm_sp_tensor_t%flags: replicate the heads over the ranks when there are
+  ! fewer heads than ranks (the keys and values of grouped-query attention).
+  integer, parameter, public :: DSM_SP_REPLICATE = 1
+  ! The label of positions whose loss does not count (an int64_t label).
+  integer(c_int64_t), parameter, public :: DSM_IGNORE_INDEX = -100_c_int64_t
+
   ! The C integer type of MPI_Fint: the kind of a default INTEGER (an MPI
   ! handle of `use mpi`), named through iso_c_binding.
   integer, parameter :: c_fint = merge(c_int, c_long_long, bit_size(0) == bit_size(0_c_int))
@@ -113,6 +198,156 @@ module dsm
      type(c_ptr) :: ptr = c_null_ptr
   end type dsm_config_t
 
+  !> A training engine (C dsm_engine_t). Null until created.
+  type, bind(C), public :: dsm_engine_t
+     type(c_ptr) :: ptr = c_null_ptr
+  end type dsm_engine_t
+
+  !> A sequence-parallel context (C dsm_sp_t). Null until created.
+  type, bind(C), public :: dsm_sp_t
+     type(c_ptr) :: ptr = c_null_ptr
+  end type dsm_sp_t
+
+  !> A data-parallel sampler (C dsm_sampler_t). Null until created.
+  type, bind(C), public :: dsm_sampler_t
+     type(c_ptr) :: ptr = c_null_ptr
+  end type dsm_sampler_t
+
+  !> The C signature of dsm_param_init_fn, for the init_fn component of
+  !> type(dsm_param_desc_t): fill values(1:count) with the elements
+  !> [offset, offset + count) of parameter index (0-based; the flat element
+  !> offset of a Fortran array w is (i - 1) + (j - 1) * size(w, 1) + ... ,
+  !> see the conventions) as fp32 and return 0, or nonzero to fail
+  !> dsm_engine_init. name is the parameter's name as a C string. Write it as
+  !> a bind(C) function with exactly these dummy arguments; it must give the
+  !> same values for the same range on every rank.
+  abstract interface
+     function dsm_param_init_fn(user_data, index, name, offset, count, values) bind(C) result(status)
+       import :: c_ptr, c_int, c_int64_t, c_float
+       type(c_ptr), value :: user_data
+       integer(c_int), value :: index
+       type(c_ptr), value :: name
+       integer(c_int64_t), value :: offset, count
+       real(c_float), dimension(count), intent(out) :: values
+       integer(c_int) :: status
+     end function dsm_param_init_fn
+  end interface
+
+  !> One parameter of the model, for dsm_engine_init (C dsm_param_desc_t).
+  !> name:            unique, 1..255 characters without blanks ("fc1.weight";
+  !>                  trailing blanks are ignored). Checkpoints use it.
+  !>                  Unallocated: the C NULL name (an error).
+  !> shape:           the shape of the Fortran array that holds it, in
+  !>                  Fortran order (reversed for C, see the conventions);
+  !>                  0..DSM_PARAM_MAX_DIMS extents, each >= 1. Unallocated or
+  !>                  size 0: a scalar.
+  !> dtype:           the dtype of init_values: DSM_FLOAT32 (default),
+  !>                  DSM_FLOAT64, DSM_FLOAT16 or DSM_BFLOAT16.
+  !> trainable:       .false.: frozen (no gradient, no optimizer state, held
+  !>                  whole on every rank). Default .true.
+  !> no_weight_decay: .true.: excluded from weight decay. Default .false.
+  !> init_values:     c_loc of the whole parameter (a contiguous array of
+  !>                  dtype with the TARGET attribute), read on the engine's
+  !>                  first rank (rank 0 of its mesh) during dsm_engine_init
+  !>                  and broadcast; other ranks may leave it null. Null
+  !>                  there and no init_fn: zeros.
+  !> init_fn:         a procedure(dsm_param_init_fn), used when init_values
+  !>                  is null on the first rank; init_user_data is passed to it.
+  !> A structure constructor with keywords is the easy way to fill it:
+  !>   params(1) = dsm_param_desc_t(name='fc1.weight', shape=shape(w1), init_values=c_loc(w1))
+  type, public :: dsm_param_desc_t
+     character(len=:), allocatable :: name
+     integer, dimension(:), allocatable :: shape
+     integer :: dtype = DSM_FLOAT32
+     logical :: trainable = .true.
+     logical :: no_weight_decay = .false.
+     type(c_ptr) :: init_values = c_null_ptr
+     procedure(dsm_param_init_fn), pointer, nopass :: init_fn => null()
+     type(c_ptr) :: init_user_data = c_null_ptr
+  end type dsm_param_desc_t
+
+  ! The C dsm_param_desc_t, field for field (built inside dsm_engine_init).
+  type, bind(C) :: c_param_desc
+     type(c_ptr) :: name
+     integer(c_int) :: ndims
+     type(c_ptr) :: shape
+     integer(c_int) :: dtype
+     integer(c_int) :: trainable
+     integer(c_int) :: no_weight_decay
+     type(c_ptr) :: init_values
+     type(c_funptr) :: init_fn
+     type(c_ptr) :: init_user_data
+  end type c_param_desc
+
+  ! The fields of dsm_step_info_t without initialization, for its size.
+  type, bind(C) :: step_info_fields
+     integer(c_size_t) :: size
+     integer(c_int) :: boundary, skipped
+     integer(c_int64_t) :: global_steps, micro_steps, skipped_steps, global_samples
+     real(c_double) :: lr, loss_scale, grad_norm
+  end type step_info_fields
+
+  type(step_info_fields), parameter :: step_info_proto = &
+       step_info_fields(0_c_size_t, 0_c_int, 0_c_int, 0_c_int64_t, 0_c_int64_t, 0_c_int64_t, &
+       0_c_int64_t, 0.0_c_double, 0.0_c_double, 0.0_c_double)
+
+  !> sizeof(dsm_step_info_t) in C: the value the size field starts with.
+  integer(c_size_t), parameter, public :: DSM_STEP_INFO_SIZE = c_sizeof(step_info_proto)
+
+  !> What dsm_step did, and the engine's counters (C dsm_step_info_t, field
+  !> for field). The default initialization is DSM_STEP_INFO_INITIALIZER:
+  !> size = DSM_STEP_INFO_SIZE, which libdsm checks (leave it alone), the
+  !> counters 0, loss_scale 1 and grad_norm -1.
+  !>   boundary:       1 when this micro-step ended an accumulation window
+  !>   skipped:        1 when gradients overflowed and the update was skipped
+  !>   global_steps:   accumulation boundaries so far, skipped ones included
+  !>   micro_steps:    dsm_step calls so far
+  !>   skipped_steps:  boundaries skipped for overflow
+  !>   global_samples: train_batch_size per boundary
+  !>   lr:             learning rate of the next optimizer step
+  !>   loss_scale:     loss scale for the next micro-step (1 without fp16)
+  !>   grad_norm:      global gradient norm of the last boundary, before
+  !>                   clipping (-1 before the first)
+  type, bind(C), public :: dsm_step_info_t
+     integer(c_size_t) :: size = DSM_STEP_INFO_SIZE
+     integer(c_int) :: boundary = 0
+     integer(c_int) :: skipped = 0
+     integer(c_int64_t) :: global_steps = 0
+     integer(c_int64_t) :: micro_steps = 0
+     integer(c_int64_t) :: skipped_steps = 0
+     integer(c_int64_t) :: global_samples = 0
+     real(c_double) :: lr = 0.0_c_double
+     real(c_double) :: loss_scale = 1.0_c_double
+     real(c_double) :: grad_norm = -1.0_c_double
+  end type dsm_step_info_t
+
+  !> The global shape of an attention tensor (C dsm_sp_tensor_t, field for
+  !> field): the whole sequence and every head, as the single-rank
+  !> computation sees it.
+  !>   batch (b), seq (s: the whole sequence, a multiple of the group size),
+  !>   heads (H), head_dim (d): each >= 1
+  !>   layout: DSM_SP_BATCH_FIRST (default) or DSM_SP_SEQ_FIRST
+  !>   dtype:  the element type (default DSM_FLOAT32)
+  !>   flags:  0 (default) or DSM_SP_REPLICATE
+  !> e.g. t = dsm_sp_tensor_t(batch=2, seq=1024, heads=16, head_dim=64)
+  type, bind(C), public :: dsm_sp_tensor_t
+     integer(c_int64_t) :: batch = 0
+     integer(c_int64_t) :: seq = 0
+     integer(c_int64_t) :: heads = 0
+     integer(c_int64_t) :: head_dim = 0
+     integer(c_int) :: layout = DSM_SP_BATCH_FIRST
+     integer(c_int) :: dtype = DSM_FLOAT32
+     integer(c_int) :: flags = 0
+  end type dsm_sp_tensor_t
+
+  ! The C dsm_sampler_options_t, field for field (seed is a uint64_t).
+  type, bind(C) :: c_sampler_options
+     integer(c_size_t) :: size
+     integer(c_int) :: shuffle
+     integer(c_int64_t) :: seed
+     integer(c_int) :: drop_last
+  end type c_sampler_options
+
   ! ------------------------------------------------------------ public routines
   public :: dsm_status_string, dsm_get_last_error, dsm_get_version, dsm_get_feature
   public :: dsm_dtype_size, dsm_dtype_name, dsm_info_describe
@@ -123,6 +358,20 @@ module dsm
   public :: dsm_mesh_slice, dsm_mesh_flatten, dsm_mesh_describe
   public :: dsm_config_load, dsm_config_load_for_mesh, dsm_config_resolve, dsm_config_free
   public :: dsm_config_get_batch, dsm_config_describe, dsm_config_describe_lr
+  public :: dsm_param_init_fn
+  public :: dsm_free, dsm_convert
+  public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_free, dsm_engine_num_params
+  public :: dsm_engine_param_index, dsm_engine_param_numel, dsm_engine_get_dtype
+  public :: dsm_engine_param_acquire, dsm_engine_param_release
+  public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
+  public :: dsm_engine_get_loss_scale, dsm_engine_get_step_info, dsm_engine_get_mesh
+  public :: dsm_engine_describe, dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
+  public :: dsm_sp_create, dsm_sp_free, dsm_sp_get_size, dsm_sp_get_rank
+  public :: dsm_sp_alloc, dsm_sp_free_memory, dsm_sp_head_range, dsm_sp_counts
+  public :: dsm_sp_seq_to_head, dsm_sp_head_to_seq, dsm_sp_seq_to_head_n, dsm_sp_head_to_seq_n
+  public :: dsm_sp_shard_batch, dsm_sp_loss
+  public :: dsm_sampler_create, dsm_sampler_create_for_engine, dsm_sampler_free
+  public :: dsm_sampler_num_batches, dsm_sampler_batch, dsm_sampler_locate
 
   !> Build a named mesh over the ranks of comm (collective over comm).
   !> call dsm_mesh_create(comm, shape, names, mesh [, ierr])
@@ -173,6 +422,97 @@ module dsm
   interface dsm_config_load
      module procedure config_load_i, config_load_f08
   end interface dsm_config_load
+
+  !> Convert elements between DSM_FLOAT32, DSM_FLOAT64, DSM_FLOAT16 and
+  !> DSM_BFLOAT16 (round to nearest even; Inf and NaN kept). Not collective.
+  !>   call dsm_convert(src, src_dtype, dst, dst_dtype, n [, ierr])
+  !>        src, dst: type(c_ptr); n: integer(c_int64_t) elements
+  !>   call dsm_convert(src, dst, dst_dtype [, ierr])
+  !>        src: real(c_float) array of any rank (size(src) elements) into
+  !>        dst: type(c_ptr) of dst_dtype
+  !>   call dsm_convert(src, src_dtype, dst [, ierr])
+  !>        src: type(c_ptr) of src_dtype into dst: real(c_float) array of
+  !>        any rank (size(dst) elements)
+  interface dsm_convert
+     module procedure convert_ptr, convert_from_f32, convert_to_f32
+  end interface dsm_convert
+
+  !> dsm_engine_init with a mesh built over comm from the configuration:
+  !> call dsm_engine_init_comm(comm, config, params, engine [, ierr]).
+  !> comm: integer (use mpi) or type(MPI_Comm) (use mpi_f08). Collective.
+  interface dsm_engine_init_comm
+     module procedure engine_init_comm_i, engine_init_comm_f08
+  end interface dsm_engine_init_comm
+
+  !> Get the values of parameter index (0-based) until
+  !> dsm_engine_param_release; collective over the data-parallel group
+  !> when ZeRO-3 gathers it (see dsm.h).
+  !>   call dsm_engine_param_acquire(engine, index, values [, ierr])
+  !>        values: type(c_ptr) to numel elements of the compute dtype, or
+  !>        real(c_float), pointer, dimension(:) (numel elements; the
+  !>        engine's dtype must be DSM_FLOAT32)
+  !>   call dsm_engine_param_acquire(engine, index, values, shape [, ierr])
+  !>        values: real(c_float), pointer, dimension(:,:) of the given
+  !>        Fortran shape (product(shape) must be numel)
+  !> The values are read-only. values is null on error.
+  interface dsm_engine_param_acquire
+     module procedure param_acquire_ptr, param_acquire_r1, param_acquire_r2
+  end interface dsm_engine_param_acquire
+
+  !> Get the buffer to add parameter index's gradient into (multiplied by
+  !> the loss scale), until dsm_engine_grad_release. Not collective. The
+  !> forms of dsm_engine_param_acquire: type(c_ptr), or real(c_float)
+  !> pointers dimension(:) or dimension(:,:) with a shape. grad is null on
+  !> error.
+  interface dsm_engine_grad_acquire
+     module procedure grad_acquire_ptr, grad_acquire_r1, grad_acquire_r2
+  end interface dsm_engine_grad_acquire
+
+  !> Save a checkpoint DIR/TAG.h5 and DIR/latest. Collective, at an
+  !> accumulation boundary with every buffer released.
+  !>   call dsm_engine_save_checkpoint(engine, dir, tag [, client_state] [, ierr])
+  !>        client_state: integer(c_int8_t), dimension(:): bytes stored
+  !>        with the checkpoint (rank 0's), absent for none
+  !>   call dsm_engine_save_checkpoint(engine, dir, tag, client_state [, ierr])
+  !>        client_state: character(len=*), every character stored
+  !> tag: '' for "global_step<N>".
+  interface dsm_engine_save_checkpoint
+     module procedure save_ckpt_bytes, save_ckpt_text
+  end interface dsm_engine_save_checkpoint
+
+  !> Load a checkpoint. Collective, at an accumulation boundary with every
+  !> buffer released; on error the engine is unchanged.
+  !>   call dsm_engine_load_checkpoint(engine, dir, tag, flags [, client_state] [, ierr])
+  !>        client_state: integer(c_int8_t), dimension(:), allocatable:
+  !>        the stored bytes (size 0 when none)
+  !>   call dsm_engine_load_checkpoint(engine, dir, tag, flags, client_state [, ierr])
+  !>        client_state: character(len=:), allocatable
+  !>   call dsm_engine_load_checkpoint(engine, dir, tag, flags, client_state, size [, ierr])
+  !>        client_state: type(c_ptr) to the C copy (null when none), to
+  !>        free with dsm_free; size: integer(c_int64_t) bytes
+  !> tag: '' for the one DIR/latest names. flags: 0 or DSM_CKPT_LOAD_*.
+  interface dsm_engine_load_checkpoint
+     module procedure load_ckpt_bytes, load_ckpt_text, load_ckpt_ptr
+  end interface dsm_engine_load_checkpoint
+
+  !> Sequence-to-head all-to-all (collective over the group): this rank's
+  !> tokens of every head become every token of this rank's heads.
+  !>   call dsm_sp_seq_to_head(sp, t, in, in_count, out, out_count [, ierr])
+  !>        in, out: type(c_ptr); counts: integer(c_int64_t) elements of t%dtype
+  !>   call dsm_sp_seq_to_head(sp, t, in, out [, ierr])
+  !>        in, out: contiguous real(c_float) arrays of any rank, e.g.
+  !>        in(d, H, s/P, b) and out(d, count, s, b) for DSM_SP_BATCH_FIRST;
+  !>        the counts are their sizes in elements of t%dtype (size(x) for
+  !>        DSM_FLOAT32)
+  interface dsm_sp_seq_to_head
+     module procedure sp_seq_to_head_ptr, sp_seq_to_head_f32
+  end interface dsm_sp_seq_to_head
+
+  !> Head-to-sequence all-to-all, the inverse of dsm_sp_seq_to_head, with
+  !> the same forms (in is now head-sharded, out sequence-sharded).
+  interface dsm_sp_head_to_seq
+     module procedure sp_head_to_seq_ptr, sp_head_to_seq_f32
+  end interface dsm_sp_head_to_seq
 
   ! ------------------------------------------------------------ the C side
   interface
@@ -441,6 +781,354 @@ module dsm
        type(c_ptr), intent(out) :: text
        integer(c_int) :: st
      end function c_dsm_config_describe_lr
+
+     ! Conversion.
+     function c_dsm_convert(src, src_dtype, dst, dst_dtype, n) bind(C, name='dsm_convert') result(st)
+       import :: c_int, c_ptr, c_size_t
+       type(c_ptr), value :: src
+       integer(c_int), value :: src_dtype
+       type(c_ptr), value :: dst
+       integer(c_int), value :: dst_dtype
+       integer(c_size_t), value :: n
+       integer(c_int) :: st
+     end function c_dsm_convert
+
+     ! The engine. Arrays cross as type(c_ptr), value (c_loc or null).
+     function c_dsm_engine_init(mesh, config, params, nparams, engine) &
+          bind(C, name='dsm_engine_init') result(st)
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: mesh
+       character(kind=c_char), dimension(*), intent(in) :: config
+       type(c_ptr), value :: params
+       integer(c_int), value :: nparams
+       type(c_ptr), intent(out) :: engine
+       integer(c_int) :: st
+     end function c_dsm_engine_init
+
+     function c_dsm_f_engine_init_comm(comm, config, params, nparams, engine) &
+          bind(C, name='dsm_f_engine_init_comm') result(st)
+       import :: c_int, c_char, c_ptr, c_fint
+       integer(c_fint), intent(in) :: comm
+       character(kind=c_char), dimension(*), intent(in) :: config
+       type(c_ptr), value :: params
+       integer(c_int), value :: nparams
+       type(c_ptr), intent(out) :: engine
+       integer(c_int) :: st
+     end function c_dsm_f_engine_init_comm
+
+     function c_dsm_engine_free(engine) bind(C, name='dsm_engine_free') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), intent(inout) :: engine
+       integer(c_int) :: st
+     end function c_dsm_engine_free
+
+     function c_dsm_engine_num_params(engine, nparams) bind(C, name='dsm_engine_num_params') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), intent(out) :: nparams
+       integer(c_int) :: st
+     end function c_dsm_engine_num_params
+
+     function c_dsm_engine_param_index(engine, name, index) bind(C, name='dsm_engine_param_index') result(st)
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: engine
+       character(kind=c_char), dimension(*), intent(in) :: name
+       integer(c_int), intent(out) :: index
+       integer(c_int) :: st
+     end function c_dsm_engine_param_index
+
+     function c_dsm_engine_param_numel(engine, index, numel) bind(C, name='dsm_engine_param_numel') result(st)
+       import :: c_int, c_int64_t, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: index
+       integer(c_int64_t), intent(out) :: numel
+       integer(c_int) :: st
+     end function c_dsm_engine_param_numel
+
+     function c_dsm_engine_get_dtype(engine, dtype) bind(C, name='dsm_engine_get_dtype') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), intent(out) :: dtype
+       integer(c_int) :: st
+     end function c_dsm_engine_get_dtype
+
+     function c_dsm_engine_param_acquire(engine, index, values) &
+          bind(C, name='dsm_engine_param_acquire') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: index
+       type(c_ptr), intent(out) :: values
+       integer(c_int) :: st
+     end function c_dsm_engine_param_acquire
+
+     function c_dsm_engine_param_release(engine, index) bind(C, name='dsm_engine_param_release') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: index
+       integer(c_int) :: st
+     end function c_dsm_engine_param_release
+
+     function c_dsm_engine_grad_acquire(engine, index, grad) bind(C, name='dsm_engine_grad_acquire') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: index
+       type(c_ptr), intent(out) :: grad
+       integer(c_int) :: st
+     end function c_dsm_engine_grad_acquire
+
+     function c_dsm_engine_grad_release(engine, index) bind(C, name='dsm_engine_grad_release') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: index
+       integer(c_int) :: st
+     end function c_dsm_engine_grad_release
+
+     function c_dsm_step(engine, info) bind(C, name='dsm_step') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       type(c_ptr), value :: info
+       integer(c_int) :: st
+     end function c_dsm_step
+
+     function c_dsm_engine_get_loss_scale(engine, scale) bind(C, name='dsm_engine_get_loss_scale') result(st)
+       import :: c_int, c_double, c_ptr
+       type(c_ptr), value :: engine
+       real(c_double), intent(out) :: scale
+       integer(c_int) :: st
+     end function c_dsm_engine_get_loss_scale
+
+     function c_dsm_engine_get_step_info(engine, info) bind(C, name='dsm_engine_get_step_info') result(st)
+       import :: c_int, c_ptr, dsm_step_info_t
+       type(c_ptr), value :: engine
+       type(dsm_step_info_t), intent(inout) :: info
+       integer(c_int) :: st
+     end function c_dsm_engine_get_step_info
+
+     function c_dsm_engine_get_mesh(engine, mesh) bind(C, name='dsm_engine_get_mesh') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       type(c_ptr), intent(out) :: mesh
+       integer(c_int) :: st
+     end function c_dsm_engine_get_mesh
+
+     function c_dsm_engine_describe(engine, format, text) bind(C, name='dsm_engine_describe') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: format
+       type(c_ptr), intent(out) :: text
+       integer(c_int) :: st
+     end function c_dsm_engine_describe
+
+     function c_dsm_engine_save_checkpoint(engine, dir, tag, client_state, size) &
+          bind(C, name='dsm_engine_save_checkpoint') result(st)
+       import :: c_int, c_char, c_ptr, c_size_t
+       type(c_ptr), value :: engine
+       character(kind=c_char), dimension(*), intent(in) :: dir
+       type(c_ptr), value :: tag
+       type(c_ptr), value :: client_state
+       integer(c_size_t), value :: size
+       integer(c_int) :: st
+     end function c_dsm_engine_save_checkpoint
+
+     function c_dsm_engine_load_checkpoint(engine, dir, tag, flags, client_state, size) &
+          bind(C, name='dsm_engine_load_checkpoint') result(st)
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: engine
+       character(kind=c_char), dimension(*), intent(in) :: dir
+       type(c_ptr), value :: tag
+       integer(c_int), value :: flags
+       type(c_ptr), value :: client_state
+       type(c_ptr), value :: size
+       integer(c_int) :: st
+     end function c_dsm_engine_load_checkpoint
+
+     ! Sequence parallelism.
+     function c_dsm_sp_create(mesh, group, sp) bind(C, name='dsm_sp_create') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: mesh
+       type(c_ptr), value :: group
+       type(c_ptr), intent(out) :: sp
+       integer(c_int) :: st
+     end function c_dsm_sp_create
+
+     function c_dsm_sp_free(sp) bind(C, name='dsm_sp_free') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), intent(inout) :: sp
+       integer(c_int) :: st
+     end function c_dsm_sp_free
+
+     function c_dsm_sp_get_size(sp, size) bind(C, name='dsm_sp_get_size') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: sp
+       integer(c_int), intent(out) :: size
+       integer(c_int) :: st
+     end function c_dsm_sp_get_size
+
+     function c_dsm_sp_get_rank(sp, rank) bind(C, name='dsm_sp_get_rank') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: sp
+       integer(c_int), intent(out) :: rank
+       integer(c_int) :: st
+     end function c_dsm_sp_get_rank
+
+     function c_dsm_sp_alloc(sp, bytes, ptr) bind(C, name='dsm_sp_alloc') result(st)
+       import :: c_int, c_ptr, c_size_t
+       type(c_ptr), value :: sp
+       integer(c_size_t), value :: bytes
+       type(c_ptr), intent(out) :: ptr
+       integer(c_int) :: st
+     end function c_dsm_sp_alloc
+
+     function c_dsm_sp_free_memory(sp, ptr) bind(C, name='dsm_sp_free_memory') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: sp
+       type(c_ptr), value :: ptr
+       integer(c_int) :: st
+     end function c_dsm_sp_free_memory
+
+     function c_dsm_sp_head_range(heads, flags, size, rank, first, count) &
+          bind(C, name='dsm_sp_head_range') result(st)
+       import :: c_int, c_int64_t
+       integer(c_int64_t), value :: heads
+       integer(c_int), value :: flags, size, rank
+       integer(c_int64_t), intent(out) :: first, count
+       integer(c_int) :: st
+     end function c_dsm_sp_head_range
+
+     function c_dsm_sp_counts(sp, t, seq_sharded, head_sharded) bind(C, name='dsm_sp_counts') result(st)
+       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
+       type(c_ptr), value :: sp
+       type(dsm_sp_tensor_t), intent(in) :: t
+       integer(c_size_t), intent(out) :: seq_sharded, head_sharded
+       integer(c_int) :: st
+     end function c_dsm_sp_counts
+
+     function c_dsm_sp_seq_to_head(sp, t, in, in_count, out, out_count) &
+          bind(C, name='dsm_sp_seq_to_head') result(st)
+       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
+       type(c_ptr), value :: sp
+       type(dsm_sp_tensor_t), intent(in) :: t
+       type(c_ptr), value :: in
+       integer(c_size_t), value :: in_count
+       type(c_ptr), value :: out
+       integer(c_size_t), value :: out_count
+       integer(c_int) :: st
+     end function c_dsm_sp_seq_to_head
+
+     function c_dsm_sp_head_to_seq(sp, t, in, in_count, out, out_count) &
+          bind(C, name='dsm_sp_head_to_seq') result(st)
+       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
+       type(c_ptr), value :: sp
+       type(dsm_sp_tensor_t), intent(in) :: t
+       type(c_ptr), value :: in
+       integer(c_size_t), value :: in_count
+       type(c_ptr), value :: out
+       integer(c_size_t), value :: out_count
+       integer(c_int) :: st
+     end function c_dsm_sp_head_to_seq
+
+     function c_dsm_sp_seq_to_head_n(sp, n, t, in, in_count, out, out_count) &
+          bind(C, name='dsm_sp_seq_to_head_n') result(st)
+       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
+       type(c_ptr), value :: sp
+       integer(c_int), value :: n
+       type(dsm_sp_tensor_t), dimension(*), intent(in) :: t
+       type(c_ptr), dimension(*), intent(in) :: in
+       integer(c_size_t), dimension(*), intent(in) :: in_count
+       type(c_ptr), dimension(*), intent(in) :: out
+       integer(c_size_t), dimension(*), intent(in) :: out_count
+       integer(c_int) :: st
+     end function c_dsm_sp_seq_to_head_n
+
+     function c_dsm_sp_head_to_seq_n(sp, n, t, in, in_count, out, out_count) &
+          bind(C, name='dsm_sp_head_to_seq_n') result(st)
+       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
+       type(c_ptr), value :: sp
+       integer(c_int), value :: n
+       type(dsm_sp_tensor_t), dimension(*), intent(in) :: t
+       type(c_ptr), dimension(*), intent(in) :: in
+       integer(c_size_t), dimension(*), intent(in) :: in_count
+       type(c_ptr), dimension(*), intent(in) :: out
+       integer(c_size_t), dimension(*), intent(in) :: out_count
+       integer(c_int) :: st
+     end function c_dsm_sp_head_to_seq_n
+
+     function c_dsm_sp_shard_batch(size, rank, batch, seq, tokens, positions, labels, pad_token, &
+          out_len, out_tokens, out_positions, out_labels, chunk, valid) &
+          bind(C, name='dsm_sp_shard_batch') result(st)
+       import :: c_int, c_int64_t, c_ptr, c_size_t
+       integer(c_int), value :: size, rank
+       integer(c_int64_t), value :: batch, seq
+       type(c_ptr), value :: tokens, positions, labels
+       integer(c_int64_t), value :: pad_token
+       integer(c_size_t), value :: out_len
+       type(c_ptr), value :: out_tokens, out_positions, out_labels
+       integer(c_int64_t), intent(out) :: chunk, valid
+       integer(c_int) :: st
+     end function c_dsm_sp_shard_batch
+
+     function c_dsm_sp_loss(sp, loss_sum, tokens, mean, grad_scale) bind(C, name='dsm_sp_loss') result(st)
+       import :: c_int, c_int64_t, c_double, c_ptr
+       type(c_ptr), value :: sp
+       real(c_double), value :: loss_sum
+       integer(c_int64_t), value :: tokens
+       real(c_double), intent(out) :: mean, grad_scale
+       integer(c_int) :: st
+     end function c_dsm_sp_loss
+
+     ! The sampler.
+     function c_dsm_sampler_create(num_samples, replicas, rank, micro_batch, options, sampler) &
+          bind(C, name='dsm_sampler_create') result(st)
+       import :: c_int, c_int64_t, c_ptr, c_sampler_options
+       integer(c_int64_t), value :: num_samples
+       integer(c_int), value :: replicas, rank
+       integer(c_int64_t), value :: micro_batch
+       type(c_sampler_options), intent(in) :: options
+       type(c_ptr), intent(out) :: sampler
+       integer(c_int) :: st
+     end function c_dsm_sampler_create
+
+     function c_dsm_sampler_create_for_engine(engine, num_samples, options, sampler) &
+          bind(C, name='dsm_sampler_create_for_engine') result(st)
+       import :: c_int, c_int64_t, c_ptr, c_sampler_options
+       type(c_ptr), value :: engine
+       integer(c_int64_t), value :: num_samples
+       type(c_sampler_options), intent(in) :: options
+       type(c_ptr), intent(out) :: sampler
+       integer(c_int) :: st
+     end function c_dsm_sampler_create_for_engine
+
+     function c_dsm_sampler_free(sampler) bind(C, name='dsm_sampler_free') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), intent(inout) :: sampler
+       integer(c_int) :: st
+     end function c_dsm_sampler_free
+
+     function c_dsm_sampler_num_batches(sampler, num_batches) bind(C, name='dsm_sampler_num_batches') result(st)
+       import :: c_int, c_int64_t, c_ptr
+       type(c_ptr), value :: sampler
+       integer(c_int64_t), intent(out) :: num_batches
+       integer(c_int) :: st
+     end function c_dsm_sampler_num_batches
+
+     function c_dsm_sampler_batch(sampler, epoch, batch, indices, len, count) &
+          bind(C, name='dsm_sampler_batch') result(st)
+       import :: c_int, c_int64_t, c_ptr, c_size_t
+       type(c_ptr), value :: sampler
+       integer(c_int64_t), value :: epoch, batch
+       type(c_ptr), value :: indices
+       integer(c_size_t), value :: len
+       integer(c_int64_t), intent(out) :: count
+       integer(c_int) :: st
+     end function c_dsm_sampler_batch
+
+     function c_dsm_sampler_locate(sampler, micro_steps, epoch, batch) bind(C, name='dsm_sampler_locate') result(st)
+       import :: c_int, c_int64_t, c_ptr
+       type(c_ptr), value :: sampler
+       integer(c_int64_t), value :: micro_steps
+       integer(c_int64_t), intent(out) :: epoch, batch
+       integer(c_int) :: st
+     end function c_dsm_sampler_locate
   end interface
 
 contains
@@ -1154,5 +1842,1206 @@ contains
     call c_dsm_free(p)
     call finish(st, 'dsm_config_describe_lr', ierr)
   end subroutine dsm_config_describe_lr
+
+  ! ============================================================ helpers of the new routines
+
+  ! A failure found by the bindings themselves (no C call made it): into
+  ! ierr when present, else printed with why and MPI_Abort.
+  subroutine fail_local(status, where, why, ierr)
+    integer, intent(in) :: status
+    character(len=*), intent(in) :: where, why
+    integer, intent(out), optional :: ierr
+    integer :: mpierr
+
+    if (present(ierr)) then
+       ierr = status
+       return
+    end if
+    write(error_unit, '(5a)') 'libdsm: ', where, ' failed (', dsm_status_string(status), ')'
+    write(error_unit, '(4a)') 'libdsm: ', where, ': ', why
+    flush(error_unit)
+    call MPI_Abort(MPI_COMM_WORLD, status, mpierr)
+  end subroutine fail_local
+
+  ! s as a C string in buf, and p its address; p is null when s is blank
+  ! (the C NULL of an optional name or tag).
+  subroutine c_string_or_null(s, buf, p)
+    character(len=*), intent(in) :: s
+    character(kind=c_char), dimension(:), allocatable, target, intent(out) :: buf
+    type(c_ptr), intent(out) :: p
+
+    call f_to_c_string(s, buf)
+    if (len_trim(s) == 0) then
+       p = c_null_ptr
+    else
+       p = c_loc(buf(1))
+    end if
+  end subroutine c_string_or_null
+
+  ! The C descriptors of params: names and shapes (reversed into C order)
+  ! packed into names and shapes, which must stay alive, as cdesc, while C
+  ! reads cdesc. Each array has at least one element.
+  subroutine build_params(params, cdesc, names, shapes)
+    type(dsm_param_desc_t), dimension(:), intent(in) :: params
+    type(c_param_desc), dimension(:), allocatable, target, intent(out) :: cdesc
+    character(kind=c_char), dimension(:), allocatable, target, intent(out) :: names
+    integer(c_int64_t), dimension(:), allocatable, target, intent(out) :: shapes
+    integer :: i, j, k, m, n, nd, nchars, ndims
+
+    nchars = 0
+    ndims = 0
+    do i = 1, size(params)
+       if (allocated(params(i)%name)) nchars = nchars + len_trim(params(i)%name) + 1
+       if (allocated(params(i)%shape)) ndims = ndims + size(params(i)%shape)
+    end do
+    allocate(cdesc(max(size(params), 1)), names(max(nchars, 1)), shapes(max(ndims, 1)))
+    names = c_null_char
+    shapes = 0
+    j = 1
+    k = 1
+    do i = 1, size(params)
+       cdesc(i)%name = c_null_ptr
+       if (allocated(params(i)%name)) then
+          n = len_trim(params(i)%name)
+          do m = 1, n
+             names(j + m - 1) = params(i)%name(m:m)
+          end do
+          names(j + n) = c_null_char
+          cdesc(i)%name = c_loc(names(j))
+          j = j + n + 1
+       end if
+       nd = 0
+       if (allocated(params(i)%shape)) nd = size(params(i)%shape)
+       cdesc(i)%ndims = int(nd, c_int)
+       cdesc(i)%shape = c_null_ptr
+       if (nd > 0) then
+          ! Fortran order (first extent fastest) is C's reversed.
+          do m = 1, nd
+             shapes(k + m - 1) = int(params(i)%shape(nd + 1 - m), c_int64_t)
+          end do
+          cdesc(i)%shape = c_loc(shapes(k))
+          k = k + nd
+       end if
+       cdesc(i)%dtype = int(params(i)%dtype, c_int)
+       cdesc(i)%trainable = merge(1_c_int, 0_c_int, params(i)%trainable)
+       cdesc(i)%no_weight_decay = merge(1_c_int, 0_c_int, params(i)%no_weight_decay)
+       cdesc(i)%init_values = params(i)%init_values
+       cdesc(i)%init_fn = c_null_funptr
+       if (associated(params(i)%init_fn)) cdesc(i)%init_fn = c_funloc(params(i)%init_fn)
+       cdesc(i)%init_user_data = params(i)%init_user_data
+    end do
+    if (size(params) == 0) then
+       cdesc(1)%name = c_null_ptr
+       cdesc(1)%ndims = 0
+       cdesc(1)%shape = c_null_ptr
+       cdesc(1)%dtype = 0
+       cdesc(1)%trainable = 0
+       cdesc(1)%no_weight_decay = 0
+       cdesc(1)%init_values = c_null_ptr
+       cdesc(1)%init_fn = c_null_funptr
+       cdesc(1)%init_user_data = c_null_ptr
+    end if
+  end subroutine build_params
+
+  ! Elements of dtype that nbytes bytes hold; for an unknown dtype the
+  ! fallback, so that C reports the dtype.
+  function elements_of(nbytes, dtype, fallback) result(n)
+    integer(c_int64_t), intent(in) :: nbytes
+    integer, intent(in) :: dtype
+    integer(c_int64_t), intent(in) :: fallback
+    integer(c_int64_t) :: n
+    integer(c_size_t) :: es
+
+    es = 0
+    if (c_dsm_dtype_size(int(dtype, c_int), es) == DSM_SUCCESS .and. es > 0) then
+       n = nbytes / int(es, c_int64_t)
+    else
+       n = fallback
+    end if
+  end function elements_of
+
+  ! ============================================================ memory and conversion
+
+  !> Free memory that libdsm allocated for the caller (the client_state of
+  !> the type(c_ptr) form of dsm_engine_load_checkpoint). A null pointer is
+  !> allowed and does nothing. Not collective. The pointer is not changed:
+  !> do not use it afterwards.
+  subroutine dsm_free(ptr)
+    type(c_ptr), intent(in) :: ptr
+
+    call c_dsm_free(ptr)
+  end subroutine dsm_free
+
+  subroutine convert_ptr(src, src_dtype, dst, dst_dtype, n, ierr)
+    type(c_ptr), intent(in) :: src
+    integer, intent(in) :: src_dtype
+    type(c_ptr), intent(in) :: dst
+    integer, intent(in) :: dst_dtype
+    integer(c_int64_t), intent(in) :: n
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    if (n < 0) then
+       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_convert', 'n is negative', ierr)
+       return
+    end if
+    st = c_dsm_convert(src, int(src_dtype, c_int), dst, int(dst_dtype, c_int), int(n, c_size_t))
+    call finish(st, 'dsm_convert', ierr)
+  end subroutine convert_ptr
+
+  subroutine convert_from_f32(src, dst, dst_dtype, ierr)
+    real(c_float), dimension(..), intent(in), target, contiguous :: src
+    type(c_ptr), intent(in) :: dst
+    integer, intent(in) :: dst_dtype
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: st
+
+    p = c_null_ptr
+    if (size(src) > 0) p = c_loc(src)
+    st = c_dsm_convert(p, int(DSM_FLOAT32, c_int), dst, int(dst_dtype, c_int), int(size(src), c_size_t))
+    call finish(st, 'dsm_convert', ierr)
+  end subroutine convert_from_f32
+
+  subroutine convert_to_f32(src, src_dtype, dst, ierr)
+    type(c_ptr), intent(in) :: src
+    integer, intent(in) :: src_dtype
+    real(c_float), dimension(..), intent(inout), target, contiguous :: dst
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: st
+
+    p = c_null_ptr
+    if (size(dst) > 0) p = c_loc(dst)
+    st = c_dsm_convert(src, int(src_dtype, c_int), p, int(DSM_FLOAT32, c_int), int(size(dst), c_size_t))
+    call finish(st, 'dsm_convert', ierr)
+  end subroutine convert_to_f32
+
+  ! ============================================================ engine
+
+  !> Create an engine for a model on the ranks of mesh (a null mesh: one
+  !> over MPI_COMM_WORLD as dsm_engine_init_comm makes). Collective over the
+  !> mesh; every rank gets the same status. config: path of a DeepSpeed JSON
+  !> file or inline JSON text starting with '{' (its "optimizer" section is
+  !> required). params: the parameters (type(dsm_param_desc_t)), the same
+  !> names, shapes and flags on every rank; their C descriptors live for the
+  !> duration of the call. The engine keeps its own reference to the mesh.
+  !> engine is null on error; free it with dsm_engine_free.
+  subroutine dsm_engine_init(mesh, config, params, engine, ierr)
+    type(dsm_mesh_t), intent(in) :: mesh
+    character(len=*), intent(in) :: config
+    type(dsm_param_desc_t), dimension(:), intent(in) :: params
+    type(dsm_engine_t), intent(out) :: engine
+    integer, intent(out), optional :: ierr
+    type(c_param_desc), dimension(:), allocatable, target :: cdesc
+    character(kind=c_char), dimension(:), allocatable, target :: names
+    integer(c_int64_t), dimension(:), allocatable, target :: shapes
+    integer(c_int) :: st
+
+    call build_params(params, cdesc, names, shapes)
+    st = c_dsm_engine_init(mesh%ptr, trim(config) // c_null_char, c_loc(cdesc(1)), &
+         int(size(params), c_int), engine%ptr)
+    call finish(st, 'dsm_engine_init', ierr)
+  end subroutine dsm_engine_init
+
+  subroutine engine_init_comm_i(comm, config, params, engine, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: config
+    type(dsm_param_desc_t), dimension(:), intent(in) :: params
+    type(dsm_engine_t), intent(out) :: engine
+    integer, intent(out), optional :: ierr
+    type(c_param_desc), dimension(:), allocatable, target :: cdesc
+    character(kind=c_char), dimension(:), allocatable, target :: names
+    integer(c_int64_t), dimension(:), allocatable, target :: shapes
+    integer(c_int) :: st
+
+    call build_params(params, cdesc, names, shapes)
+    st = c_dsm_f_engine_init_comm(comm, trim(config) // c_null_char, c_loc(cdesc(1)), &
+         int(size(params), c_int), engine%ptr)
+    call finish(st, 'dsm_engine_init_comm', ierr)
+  end subroutine engine_init_comm_i
+
+  subroutine engine_init_comm_f08(comm, config, params, engine, ierr)
+    type(MPI_Comm), intent(in) :: comm
+    character(len=*), intent(in) :: config
+    type(dsm_param_desc_t), dimension(:), intent(in) :: params
+    type(dsm_engine_t), intent(out) :: engine
+    integer, intent(out), optional :: ierr
+
+    call engine_init_comm_i(comm%MPI_VAL, config, params, engine, ierr)
+  end subroutine engine_init_comm_f08
+
+  !> Free an engine and make the handle null (a null handle does nothing).
+  !> Collective over the engine's ranks (see dsm.h); the handle is null
+  !> afterwards in every case, and pointers from the acquire routines are
+  !> invalid.
+  subroutine dsm_engine_free(engine, ierr)
+    type(dsm_engine_t), intent(inout) :: engine
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_free(engine%ptr)
+    call finish(st, 'dsm_engine_free', ierr)
+  end subroutine dsm_engine_free
+
+  !> Number of parameters. Not collective.
+  subroutine dsm_engine_num_params(engine, nparams, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(out) :: nparams
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n, st
+
+    n = 0
+    st = c_dsm_engine_num_params(engine%ptr, n)
+    nparams = int(n)
+    call finish(st, 'dsm_engine_num_params', ierr)
+  end subroutine dsm_engine_num_params
+
+  !> The 0-based index of the parameter called name (DSM_ERR_NOT_FOUND if
+  !> none; index is then -1). Not collective.
+  subroutine dsm_engine_param_index(engine, name, index, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: name
+    integer, intent(out) :: index
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: i, st
+
+    i = -1
+    st = c_dsm_engine_param_index(engine%ptr, trim(name) // c_null_char, i)
+    if (st /= DSM_SUCCESS) i = -1
+    index = int(i)
+    call finish(st, 'dsm_engine_param_index', ierr)
+  end subroutine dsm_engine_param_index
+
+  !> The number of elements of parameter index (0-based). Not collective.
+  subroutine dsm_engine_param_numel(engine, index, numel, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    integer(c_int64_t), intent(out) :: numel
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    numel = 0
+    st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), numel)
+    call finish(st, 'dsm_engine_param_numel', ierr)
+  end subroutine dsm_engine_param_numel
+
+  !> The engine's compute dtype: DSM_FLOAT32, DSM_FLOAT16 (fp16.enabled) or
+  !> DSM_BFLOAT16 (bf16.enabled); parameters and gradients use it. Not
+  !> collective.
+  subroutine dsm_engine_get_dtype(engine, dtype, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(out) :: dtype
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: d, st
+
+    d = -1
+    st = c_dsm_engine_get_dtype(engine%ptr, d)
+    dtype = int(d)
+    call finish(st, 'dsm_engine_get_dtype', ierr)
+  end subroutine dsm_engine_get_dtype
+
+  ! Whether the engine's dtype is known and not DSM_FLOAT32 (then the
+  ! real(c_float) forms refuse it, with the message in why).
+  logical function not_float32(engine, why)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=:), allocatable, intent(out) :: why
+    integer(c_int) :: d
+
+    d = -1
+    not_float32 = .false.
+    why = ''
+    if (c_dsm_engine_get_dtype(engine%ptr, d) /= DSM_SUCCESS) return
+    if (d == DSM_FLOAT32) return
+    not_float32 = .true.
+    why = 'the engine''s dtype is ' // dsm_dtype_name(int(d)) // &
+         ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert'
+  end function not_float32
+
+  subroutine param_acquire_ptr(engine, index, values, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    type(c_ptr), intent(out) :: values
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    values = c_null_ptr
+    st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), values)
+    call finish(st, 'dsm_engine_param_acquire', ierr)
+  end subroutine param_acquire_ptr
+
+  subroutine param_acquire_r1(engine, index, values, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:), pointer, intent(out) :: values
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: why
+    type(c_ptr) :: p
+    integer(c_int64_t) :: n
+    integer(c_int) :: st
+
+    nullify(values)
+    ! The dtype is the same on every rank: all refuse together, before the
+    ! (possibly collective) acquire.
+    if (not_float32(engine, why)) then
+       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', why, ierr)
+       return
+    end if
+    p = c_null_ptr
+    st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), p)
+    if (st == DSM_SUCCESS) then
+       n = 0
+       st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
+       if (st == DSM_SUCCESS) call c_f_pointer(p, values, [n])
+    end if
+    call finish(st, 'dsm_engine_param_acquire', ierr)
+  end subroutine param_acquire_r1
+
+  subroutine param_acquire_r2(engine, index, values, shape, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:,:), pointer, intent(out) :: values
+    integer, dimension(:), intent(in) :: shape
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: why
+    character(len=64) :: detail
+    type(c_ptr) :: p
+    integer(c_int64_t) :: n
+    integer(c_int) :: st
+
+    nullify(values)
+    if (not_float32(engine, why)) then
+       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', why, ierr)
+       return
+    end if
+    ! Acquire first (collective under ZeRO-3 whatever the shape argument
+    ! says on this rank), then check the shape and release locally.
+    p = c_null_ptr
+    st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), p)
+    if (st == DSM_SUCCESS) then
+       n = 0
+       st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
+       if (st == DSM_SUCCESS) then
+          if (size(shape) /= 2) then
+             st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
+             call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', &
+                  'shape must have 2 elements for a rank-2 pointer', ierr)
+             return
+          end if
+          if (product(int(shape, c_int64_t)) /= n .or. any(shape < 0)) then
+             st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
+             write(detail, '(a,i0,a,i0,a,i0)') 'shape ', shape(1), ' x ', shape(2), ' is not numel ', n
+             call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', trim(detail), ierr)
+             return
+          end if
+          call c_f_pointer(p, values, shape)
+       end if
+    end if
+    call finish(st, 'dsm_engine_param_acquire', ierr)
+  end subroutine param_acquire_r2
+
+  !> Give back parameter index from dsm_engine_param_acquire; pointers to it
+  !> become invalid. Not collective.
+  subroutine dsm_engine_param_release(engine, index, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
+    call finish(st, 'dsm_engine_param_release', ierr)
+  end subroutine dsm_engine_param_release
+
+  subroutine grad_acquire_ptr(engine, index, grad, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    type(c_ptr), intent(out) :: grad
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    grad = c_null_ptr
+    st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), grad)
+    call finish(st, 'dsm_engine_grad_acquire', ierr)
+  end subroutine grad_acquire_ptr
+
+  subroutine grad_acquire_r1(engine, index, grad, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:), pointer, intent(out) :: grad
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: why
+    type(c_ptr) :: p
+    integer(c_int64_t) :: n
+    integer(c_int) :: st
+
+    nullify(grad)
+    ! grad_acquire is local: refuse before it, so that nothing is acquired.
+    if (not_float32(engine, why)) then
+       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', why, ierr)
+       return
+    end if
+    p = c_null_ptr
+    st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), p)
+    if (st == DSM_SUCCESS) then
+       n = 0
+       st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
+       if (st == DSM_SUCCESS) call c_f_pointer(p, grad, [n])
+    end if
+    call finish(st, 'dsm_engine_grad_acquire', ierr)
+  end subroutine grad_acquire_r1
+
+  subroutine grad_acquire_r2(engine, index, grad, shape, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:,:), pointer, intent(out) :: grad
+    integer, dimension(:), intent(in) :: shape
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: why
+    character(len=64) :: detail
+    type(c_ptr) :: p
+    integer(c_int64_t) :: n
+    integer(c_int) :: st
+
+    nullify(grad)
+    if (not_float32(engine, why)) then
+       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', why, ierr)
+       return
+    end if
+    if (size(shape) /= 2) then
+       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', &
+            'shape must have 2 elements for a rank-2 pointer', ierr)
+       return
+    end if
+    ! With a good index, check the shape before acquiring; with a bad one,
+    ! the acquire below reports it.
+    n = 0
+    if (c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n) == DSM_SUCCESS) then
+       if (product(int(shape, c_int64_t)) /= n .or. any(shape < 0)) then
+          write(detail, '(a,i0,a,i0,a,i0)') 'shape ', shape(1), ' x ', shape(2), ' is not numel ', n
+          call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', trim(detail), ierr)
+          return
+       end if
+    end if
+    p = c_null_ptr
+    st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), p)
+    if (st == DSM_SUCCESS) call c_f_pointer(p, grad, shape)
+    call finish(st, 'dsm_engine_grad_acquire', ierr)
+  end subroutine grad_acquire_r2
+
+  !> Hand the gradient buffer of parameter index back to the engine; under
+  !> ZeRO-2/3 it may be collective over the data-parallel group (see dsm.h).
+  subroutine dsm_engine_grad_release(engine, index, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_grad_release(engine%ptr, int(index, c_int))
+    call finish(st, 'dsm_engine_grad_release', ierr)
+  end subroutine dsm_engine_grad_release
+
+  !> One micro-step: the optimizer step at the gradient-accumulation
+  !> boundary. Collective over the engine's ranks; every buffer must be
+  !> released. call dsm_step(engine [, info] [, ierr]): info, a
+  !> type(dsm_step_info_t) whose size field is DSM_STEP_INFO_SIZE (its
+  !> default initialization), receives what happened.
+  subroutine dsm_step(engine, info, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    type(dsm_step_info_t), intent(inout), optional, target :: info
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    if (present(info)) then
+       st = c_dsm_step(engine%ptr, c_loc(info))
+    else
+       st = c_dsm_step(engine%ptr, c_null_ptr)
+    end if
+    call finish(st, 'dsm_step', ierr)
+  end subroutine dsm_step
+
+  !> The loss scale to multiply the loss gradient by before backward (fp16;
+  !> 1 otherwise). Not collective.
+  subroutine dsm_engine_get_loss_scale(engine, scale, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    real(c_double), intent(out) :: scale
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    scale = 0
+    st = c_dsm_engine_get_loss_scale(engine%ptr, scale)
+    call finish(st, 'dsm_engine_get_loss_scale', ierr)
+  end subroutine dsm_engine_get_loss_scale
+
+  !> The engine's counters, learning rate, loss scale and last gradient norm
+  !> (boundary and skipped describe the last dsm_step). info%size must be
+  !> DSM_STEP_INFO_SIZE (its default initialization). Not collective.
+  subroutine dsm_engine_get_step_info(engine, info, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    type(dsm_step_info_t), intent(inout) :: info
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_get_step_info(engine%ptr, info)
+    call finish(st, 'dsm_engine_get_step_info', ierr)
+  end subroutine dsm_engine_get_step_info
+
+  !> The engine's mesh: a reference the engine owns (do not free it; it is
+  !> valid while the engine is). Not collective.
+  subroutine dsm_engine_get_mesh(engine, mesh, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    type(dsm_mesh_t), intent(out) :: mesh
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_get_mesh(engine%ptr, mesh%ptr)
+    call finish(st, 'dsm_engine_get_mesh', ierr)
+  end subroutine dsm_engine_get_mesh
+
+  !> Describe the engine (ZeRO stage, dtypes, optimizer, flat layout, this
+  !> rank's memory, communication counters) as DSM_FORMAT_TEXT or
+  !> DSM_FORMAT_JSON. Not collective.
+  subroutine dsm_engine_describe(engine, format, text, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: format
+    character(len=:), allocatable, intent(out) :: text
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: st
+
+    p = c_null_ptr
+    st = c_dsm_engine_describe(engine%ptr, int(format, c_int), p)
+    text = c_to_f_string(p)
+    call c_dsm_free(p)
+    call finish(st, 'dsm_engine_describe', ierr)
+  end subroutine dsm_engine_describe
+
+  subroutine save_ckpt_bytes(engine, dir, tag, client_state, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir, tag
+    integer(c_int8_t), dimension(:), intent(in), optional, target, contiguous :: client_state
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), dimension(:), allocatable, target :: tagbuf
+    type(c_ptr) :: tagp, blob
+    integer(c_size_t) :: n
+    integer(c_int) :: st
+
+    call c_string_or_null(tag, tagbuf, tagp)
+    blob = c_null_ptr
+    n = 0
+    if (present(client_state)) then
+       n = int(size(client_state), c_size_t)
+       if (n > 0) blob = c_loc(client_state)
+    end if
+    st = c_dsm_engine_save_checkpoint(engine%ptr, trim(dir) // c_null_char, tagp, blob, n)
+    call finish(st, 'dsm_engine_save_checkpoint', ierr)
+  end subroutine save_ckpt_bytes
+
+  subroutine save_ckpt_text(engine, dir, tag, client_state, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir, tag
+    character(len=*), intent(in) :: client_state
+    integer, intent(out), optional :: ierr
+    integer(c_int8_t), dimension(:), allocatable :: bytes
+    integer :: i
+
+    allocate(bytes(len(client_state)))
+    do i = 1, len(client_state)
+       bytes(i) = int(transfer(client_state(i:i), 0_c_int8_t), c_int8_t)
+    end do
+    call save_ckpt_bytes(engine, dir, tag, bytes, ierr)
+  end subroutine save_ckpt_text
+
+  ! The C load; with want, the client state in blob (to free with dsm_free)
+  ! and its size in n.
+  subroutine load_ckpt_common(engine, dir, tag, flags, want, blob, n, st)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir, tag
+    integer, intent(in) :: flags
+    logical, intent(in) :: want
+    type(c_ptr), intent(out), target :: blob
+    integer(c_size_t), intent(out), target :: n
+    integer(c_int), intent(out) :: st
+    character(kind=c_char), dimension(:), allocatable, target :: tagbuf
+    type(c_ptr) :: tagp
+
+    call c_string_or_null(tag, tagbuf, tagp)
+    blob = c_null_ptr
+    n = 0
+    if (want) then
+       st = c_dsm_engine_load_checkpoint(engine%ptr, trim(dir) // c_null_char, tagp, &
+            int(flags, c_int), c_loc(blob), c_loc(n))
+    else
+       st = c_dsm_engine_load_checkpoint(engine%ptr, trim(dir) // c_null_char, tagp, &
+            int(flags, c_int), c_null_ptr, c_null_ptr)
+    end if
+    if (st /= DSM_SUCCESS .or. .not. c_associated(blob)) n = 0
+  end subroutine load_ckpt_common
+
+  subroutine load_ckpt_bytes(engine, dir, tag, flags, client_state, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir, tag
+    integer, intent(in) :: flags
+    integer(c_int8_t), dimension(:), allocatable, intent(out), optional :: client_state
+    integer, intent(out), optional :: ierr
+    integer(c_int8_t), dimension(:), pointer :: bytes
+    type(c_ptr) :: blob
+    integer(c_size_t) :: n
+    integer(c_int) :: st
+
+    call load_ckpt_common(engine, dir, tag, flags, present(client_state), blob, n, st)
+    if (present(client_state)) then
+       allocate(client_state(n))
+       if (n > 0) then
+          call c_f_pointer(blob, bytes, [n])
+          client_state = bytes
+       end if
+    end if
+    call c_dsm_free(blob)
+    call finish(st, 'dsm_engine_load_checkpoint', ierr)
+  end subroutine load_ckpt_bytes
+
+  subroutine load_ckpt_text(engine, dir, tag, flags, client_state, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir, tag
+    integer, intent(in) :: flags
+    character(len=:), allocatable, intent(out) :: client_state
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), dimension(:), pointer :: chars
+    type(c_ptr) :: blob
+    integer(c_size_t) :: n
+    integer(c_int) :: st
+    integer :: i
+
+    call load_ckpt_common(engine, dir, tag, flags, .true., blob, n, st)
+    allocate(character(len=n) :: client_state)
+    if (n > 0) then
+       call c_f_pointer(blob, chars, [n])
+       do i = 1, int(n)
+          client_state(i:i) = chars(i)
+       end do
+    end if
+    call c_dsm_free(blob)
+    call finish(st, 'dsm_engine_load_checkpoint', ierr)
+  end subroutine load_ckpt_text
+
+  subroutine load_ckpt_ptr(engine, dir, tag, flags, client_state, size, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir, tag
+    integer, intent(in) :: flags
+    type(c_ptr), intent(out) :: client_state
+    integer(c_int64_t), intent(out) :: size
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: n
+    integer(c_int) :: st
+
+    call load_ckpt_common(engine, dir, tag, flags, .true., client_state, n, st)
+    size = int(n, c_int64_t)
+    call finish(st, 'dsm_engine_load_checkpoint', ierr)
+  end subroutine load_ckpt_ptr
+
+  ! ============================================================ sequence parallelism
+
+  !> Create the sequence-parallel context of a group of the mesh: a
+  !> dimension or a flattened group; '' means "sequence_parallel". Collective
+  !> over the mesh; every rank gets the same status. Free it with
+  !> dsm_sp_free before the mesh.
+  subroutine dsm_sp_create(mesh, group, sp, ierr)
+    type(dsm_mesh_t), intent(in) :: mesh
+    character(len=*), intent(in) :: group
+    type(dsm_sp_t), intent(out) :: sp
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), dimension(:), allocatable, target :: buf
+    type(c_ptr) :: g
+    integer(c_int) :: st
+
+    call c_string_or_null(group, buf, g)
+    st = c_dsm_sp_create(mesh%ptr, g, sp%ptr)
+    call finish(st, 'dsm_sp_create', ierr)
+  end subroutine dsm_sp_create
+
+  !> Free a context (with the dsm_sp_alloc memory it still holds) and make
+  !> the handle null; a null handle does nothing. Collective over the group.
+  subroutine dsm_sp_free(sp, ierr)
+    type(dsm_sp_t), intent(inout) :: sp
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_sp_free(sp%ptr)
+    call finish(st, 'dsm_sp_free', ierr)
+  end subroutine dsm_sp_free
+
+  !> The group's size P. Not collective.
+  subroutine dsm_sp_get_size(sp, size, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    integer, intent(out) :: size
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: n, st
+
+    n = 0
+    st = c_dsm_sp_get_size(sp%ptr, n)
+    size = int(n)
+    call finish(st, 'dsm_sp_get_size', ierr)
+  end subroutine dsm_sp_get_size
+
+  !> This rank's rank in the group (0-based). Not collective.
+  subroutine dsm_sp_get_rank(sp, rank, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    integer, intent(out) :: rank
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: r, st
+
+    r = -1
+    st = c_dsm_sp_get_rank(sp%ptr, r)
+    rank = int(r)
+    call finish(st, 'dsm_sp_get_rank', ierr)
+  end subroutine dsm_sp_get_rank
+
+  !> bytes (integer(c_int64_t), 0 allowed) of 64-byte aligned, zeroed memory
+  !> that the ranks of a node can read directly, for the inputs of the
+  !> transforms. Collective over the group, in the same order on every rank
+  !> (sizes may differ). ptr: type(c_ptr), null on error; view it with
+  !> c_f_pointer(ptr, x, shape). Free it with dsm_sp_free_memory (keep the
+  !> type(c_ptr): a zero-sized Fortran pointer has no address).
+  subroutine dsm_sp_alloc(sp, bytes, ptr, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    integer(c_int64_t), intent(in) :: bytes
+    type(c_ptr), intent(out) :: ptr
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    ptr = c_null_ptr
+    st = c_dsm_sp_alloc(sp%ptr, int(bytes, c_size_t), ptr)
+    call finish(st, 'dsm_sp_alloc', ierr)
+  end subroutine dsm_sp_alloc
+
+  !> Free memory from dsm_sp_alloc (c_null_ptr does nothing). Collective
+  !> over the group, in the same order on every rank. ptr is not changed.
+  subroutine dsm_sp_free_memory(sp, ptr, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(c_ptr), intent(in) :: ptr
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_sp_free_memory(sp%ptr, ptr)
+    call finish(st, 'dsm_sp_free_memory', ierr)
+  end subroutine dsm_sp_free_memory
+
+  !> The heads that rank (0-based) of a group of size holds after
+  !> dsm_sp_seq_to_head: heads [first, first + count), 0-based head indices
+  !> (heads first + 1 .. first + count in Fortran numbering). flags: 0 or
+  !> DSM_SP_REPLICATE. Not collective; needs no context.
+  subroutine dsm_sp_head_range(heads, flags, size, rank, first, count, ierr)
+    integer(c_int64_t), intent(in) :: heads
+    integer, intent(in) :: flags, size, rank
+    integer(c_int64_t), intent(out) :: first, count
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    first = 0
+    count = 0
+    st = c_dsm_sp_head_range(heads, int(flags, c_int), int(size, c_int), int(rank, c_int), first, count)
+    call finish(st, 'dsm_sp_head_range', ierr)
+  end subroutine dsm_sp_head_range
+
+  !> Element counts of this rank's two forms of t: sequence-sharded
+  !> (b * s/P * H * d) and head-sharded (b * s * count * d). Not collective.
+  subroutine dsm_sp_counts(sp, t, seq_sharded, head_sharded, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), intent(in) :: t
+    integer(c_int64_t), intent(out) :: seq_sharded, head_sharded
+    integer, intent(out), optional :: ierr
+    integer(c_size_t) :: ns, nh
+    integer(c_int) :: st
+
+    ns = 0
+    nh = 0
+    st = c_dsm_sp_counts(sp%ptr, t, ns, nh)
+    seq_sharded = int(ns, c_int64_t)
+    head_sharded = int(nh, c_int64_t)
+    call finish(st, 'dsm_sp_counts', ierr)
+  end subroutine dsm_sp_counts
+
+  ! One transform of type(c_ptr) buffers: to_head selects the direction.
+  subroutine sp_transform_ptr(to_head, sp, t, in, in_count, out, out_count, ierr)
+    logical, intent(in) :: to_head
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), intent(in) :: t
+    type(c_ptr), intent(in) :: in
+    integer(c_int64_t), intent(in) :: in_count
+    type(c_ptr), intent(in) :: out
+    integer(c_int64_t), intent(in) :: out_count
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    ! Negative counts become huge size_t values, which C reports as wrong
+    ! counts on every rank (the call is collective: no rank may skip it).
+    if (to_head) then
+       st = c_dsm_sp_seq_to_head(sp%ptr, t, in, int(in_count, c_size_t), out, int(out_count, c_size_t))
+       call finish(st, 'dsm_sp_seq_to_head', ierr)
+    else
+       st = c_dsm_sp_head_to_seq(sp%ptr, t, in, int(in_count, c_size_t), out, int(out_count, c_size_t))
+       call finish(st, 'dsm_sp_head_to_seq', ierr)
+    end if
+  end subroutine sp_transform_ptr
+
+  ! One transform of real(c_float) arrays, taken as memory: their sizes in
+  ! bytes give the counts in elements of t%dtype.
+  subroutine sp_transform_f32(to_head, sp, t, in, out, ierr)
+    logical, intent(in) :: to_head
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), intent(in) :: t
+    real(c_float), dimension(..), intent(in), target, contiguous :: in
+    real(c_float), dimension(..), intent(inout), target, contiguous :: out
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t), parameter :: fbytes = storage_size(0.0_c_float) / 8
+    integer(c_int64_t) :: nin, nout
+    type(c_ptr) :: pin, pout
+
+    pin = c_null_ptr
+    pout = c_null_ptr
+    if (size(in) > 0) pin = c_loc(in)
+    if (size(out) > 0) pout = c_loc(out)
+    nin = elements_of(size(in, kind=c_int64_t) * fbytes, int(t%dtype), size(in, kind=c_int64_t))
+    nout = elements_of(size(out, kind=c_int64_t) * fbytes, int(t%dtype), size(out, kind=c_int64_t))
+    call sp_transform_ptr(to_head, sp, t, pin, nin, pout, nout, ierr)
+  end subroutine sp_transform_f32
+
+  subroutine sp_seq_to_head_ptr(sp, t, in, in_count, out, out_count, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), intent(in) :: t
+    type(c_ptr), intent(in) :: in
+    integer(c_int64_t), intent(in) :: in_count
+    type(c_ptr), intent(in) :: out
+    integer(c_int64_t), intent(in) :: out_count
+    integer, intent(out), optional :: ierr
+
+    call sp_transform_ptr(.true., sp, t, in, in_count, out, out_count, ierr)
+  end subroutine sp_seq_to_head_ptr
+
+  subroutine sp_seq_to_head_f32(sp, t, in, out, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), intent(in) :: t
+    real(c_float), dimension(..), intent(in), target, contiguous :: in
+    real(c_float), dimension(..), intent(inout), target, contiguous :: out
+    integer, intent(out), optional :: ierr
+
+    call sp_transform_f32(.true., sp, t, in, out, ierr)
+  end subroutine sp_seq_to_head_f32
+
+  subroutine sp_head_to_seq_ptr(sp, t, in, in_count, out, out_count, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), intent(in) :: t
+    type(c_ptr), intent(in) :: in
+    integer(c_int64_t), intent(in) :: in_count
+    type(c_ptr), intent(in) :: out
+    integer(c_int64_t), intent(in) :: out_count
+    integer, intent(out), optional :: ierr
+
+    call sp_transform_ptr(.false., sp, t, in, in_count, out, out_count, ierr)
+  end subroutine sp_head_to_seq_ptr
+
+  subroutine sp_head_to_seq_f32(sp, t, in, out, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), intent(in) :: t
+    real(c_float), dimension(..), intent(in), target, contiguous :: in
+    real(c_float), dimension(..), intent(inout), target, contiguous :: out
+    integer, intent(out), optional :: ierr
+
+    call sp_transform_f32(.false., sp, t, in, out, ierr)
+  end subroutine sp_head_to_seq_f32
+
+  ! The n-tensor transforms: size(t) tensors; the other arrays must have at
+  ! least as many elements (missing ones go to C as null buffers of 0
+  ! elements, which it reports naming the tensor, on every rank).
+  subroutine sp_transform_n(to_head, sp, t, in, in_count, out, out_count, ierr)
+    logical, intent(in) :: to_head
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), dimension(:), intent(in) :: t
+    type(c_ptr), dimension(:), intent(in) :: in, out
+    integer(c_int64_t), dimension(:), intent(in) :: in_count, out_count
+    integer, intent(out), optional :: ierr
+    type(dsm_sp_tensor_t), dimension(:), allocatable :: ct
+    type(c_ptr), dimension(:), allocatable :: cin, cout
+    integer(c_size_t), dimension(:), allocatable :: nin, nout
+    integer(c_int) :: st
+    integer :: n, i
+
+    n = size(t)
+    allocate(ct(max(n, 1)), cin(max(n, 1)), cout(max(n, 1)), nin(max(n, 1)), nout(max(n, 1)))
+    cin = c_null_ptr
+    cout = c_null_ptr
+    nin = 0
+    nout = 0
+    do i = 1, n
+       ct(i) = t(i)
+       if (i <= size(in)) cin(i) = in(i)
+       if (i <= size(out)) cout(i) = out(i)
+       if (i <= size(in_count)) nin(i) = int(in_count(i), c_size_t)
+       if (i <= size(out_count)) nout(i) = int(out_count(i), c_size_t)
+    end do
+    if (to_head) then
+       st = c_dsm_sp_seq_to_head_n(sp%ptr, int(n, c_int), ct, cin, nin, cout, nout)
+       call finish(st, 'dsm_sp_seq_to_head_n', ierr)
+    else
+       st = c_dsm_sp_head_to_seq_n(sp%ptr, int(n, c_int), ct, cin, nin, cout, nout)
+       call finish(st, 'dsm_sp_head_to_seq_n', ierr)
+    end if
+  end subroutine sp_transform_n
+
+  !> dsm_sp_seq_to_head of size(t) tensors in one all-to-all (q, k and v):
+  !> call dsm_sp_seq_to_head_n(sp, t, in, in_count, out, out_count [, ierr])
+  !>   t:        type(dsm_sp_tensor_t), dimension(:)
+  !>   in, out:  type(c_ptr), dimension(:) (c_loc of each tensor's array)
+  !>   counts:   integer(c_int64_t), dimension(:), in elements of each dtype
+  !> Collective over the group.
+  subroutine dsm_sp_seq_to_head_n(sp, t, in, in_count, out, out_count, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), dimension(:), intent(in) :: t
+    type(c_ptr), dimension(:), intent(in) :: in
+    integer(c_int64_t), dimension(:), intent(in) :: in_count
+    type(c_ptr), dimension(:), intent(in) :: out
+    integer(c_int64_t), dimension(:), intent(in) :: out_count
+    integer, intent(out), optional :: ierr
+
+    call sp_transform_n(.true., sp, t, in, in_count, out, out_count, ierr)
+  end subroutine dsm_sp_seq_to_head_n
+
+  !> dsm_sp_head_to_seq of size(t) tensors in one all-to-all; arguments as
+  !> dsm_sp_seq_to_head_n. Collective over the group.
+  subroutine dsm_sp_head_to_seq_n(sp, t, in, in_count, out, out_count, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    type(dsm_sp_tensor_t), dimension(:), intent(in) :: t
+    type(c_ptr), dimension(:), intent(in) :: in
+    integer(c_int64_t), dimension(:), intent(in) :: in_count
+    type(c_ptr), dimension(:), intent(in) :: out
+    integer(c_int64_t), dimension(:), intent(in) :: out_count
+    integer, intent(out), optional :: ierr
+
+    call sp_transform_n(.false., sp, t, in, in_count, out, out_count, ierr)
+  end subroutine dsm_sp_head_to_seq_n
+
+  ! c_loc of a 2-D int64 array, null when it is empty.
+  function loc_or_null(x) result(p)
+    integer(c_int64_t), dimension(:,:), intent(in), target, contiguous :: x
+    type(c_ptr) :: p
+
+    p = c_null_ptr
+    if (size(x) > 0) p = c_loc(x)
+  end function loc_or_null
+
+  !> This rank's chunk of a batch of sequences for causal language
+  !> modelling. Not collective; needs no context.
+  !> call dsm_sp_shard_batch(size, rank, tokens, pad_token, out_tokens,
+  !>      out_positions, out_labels [, chunk] [, valid] [, positions]
+  !>      [, labels] [, ierr])
+  !>   size, rank:   the group's size and this rank's rank (0-based)
+  !>   tokens:       integer(c_int64_t), dimension(seq, batch): one sequence
+  !>                 per column (the C [batch, seq])
+  !>   pad_token:    integer(c_int64_t), the token of padding positions
+  !>   out_tokens, out_positions, out_labels: integer(c_int64_t),
+  !>                 dimension(:,:), allocatable: allocated here as
+  !>                 (chunk, batch), chunk = ceiling(seq / size)
+  !>   chunk:        integer(c_int64_t), optional
+  !>   valid:        integer(c_int64_t), optional: labels of the chunk that
+  !>                 are not DSM_IGNORE_INDEX, for dsm_sp_loss
+  !>   positions, labels: optional, shaped as tokens (absent: positions
+  !>                 0..seq-1 and labels = tokens). Labels are shifted:
+  !>                 out_labels(k, b) labels the token that follows.
+  !> positions or labels shaped unlike tokens give DSM_ERR_INVALID_ARGUMENT.
+  subroutine dsm_sp_shard_batch(size, rank, tokens, pad_token, out_tokens, out_positions, &
+       out_labels, chunk, valid, positions, labels, ierr)
+    integer, intent(in) :: size, rank
+    integer(c_int64_t), dimension(:,:), intent(in), target, contiguous :: tokens
+    integer(c_int64_t), intent(in) :: pad_token
+    integer(c_int64_t), dimension(:,:), allocatable, target, intent(out) :: out_tokens, out_positions, &
+         out_labels
+    integer(c_int64_t), intent(out), optional :: chunk, valid
+    integer(c_int64_t), dimension(:,:), intent(in), optional, target, contiguous :: positions, labels
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: batch, seq, len, c, v
+    type(c_ptr) :: ppos, plab
+    integer(c_int) :: st
+
+    if (present(chunk)) chunk = 0
+    if (present(valid)) valid = 0
+    seq = int(ubound(tokens, 1) - lbound(tokens, 1) + 1, c_int64_t)
+    batch = int(ubound(tokens, 2) - lbound(tokens, 2) + 1, c_int64_t)
+    ! The chunk length as C computes it; 0 when size is bad (C reports it).
+    len = 0
+    if (size >= 1 .and. seq >= 1) len = (seq + size - 1) / size
+    allocate(out_tokens(len, max(batch, 0_c_int64_t)), out_positions(len, max(batch, 0_c_int64_t)), &
+         out_labels(len, max(batch, 0_c_int64_t)))
+    out_tokens = 0
+    out_positions = 0
+    out_labels = 0
+    ppos = c_null_ptr
+    plab = c_null_ptr
+    if (present(positions)) then
+       if (any(shape(positions) /= shape(tokens))) then
+          call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_sp_shard_batch', &
+               'positions is not shaped as tokens (seq, batch)', ierr)
+          return
+       end if
+       ppos = loc_or_null(positions)
+    end if
+    if (present(labels)) then
+       if (any(shape(labels) /= shape(tokens))) then
+          call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_sp_shard_batch', &
+               'labels is not shaped as tokens (seq, batch)', ierr)
+          return
+       end if
+       plab = loc_or_null(labels)
+    end if
+    c = 0
+    v = 0
+    st = c_dsm_sp_shard_batch(int(size, c_int), int(rank, c_int), batch, seq, loc_or_null(tokens), &
+         ppos, plab, pad_token, int(len * max(batch, 0_c_int64_t), c_size_t), loc_or_null(out_tokens), &
+         loc_or_null(out_positions), loc_or_null(out_labels), c, v)
+    if (present(chunk)) chunk = c
+    if (present(valid)) valid = v
+    call finish(st, 'dsm_sp_shard_batch', ierr)
+  end subroutine dsm_sp_shard_batch
+
+  !> The token-weighted mean loss over the group and the scale of this
+  !> rank's gradients: mean = sum(loss_sum) / sum(tokens), grad_scale =
+  !> 1 / sum(tokens) (both 0 when no token counts). Collective over the group.
+  subroutine dsm_sp_loss(sp, loss_sum, tokens, mean, grad_scale, ierr)
+    type(dsm_sp_t), intent(in) :: sp
+    real(c_double), intent(in) :: loss_sum
+    integer(c_int64_t), intent(in) :: tokens
+    real(c_double), intent(out) :: mean, grad_scale
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    mean = 0
+    grad_scale = 0
+    st = c_dsm_sp_loss(sp%ptr, loss_sum, tokens, mean, grad_scale)
+    call finish(st, 'dsm_sp_loss', ierr)
+  end subroutine dsm_sp_loss
+
+  ! ============================================================ sampler
+
+  ! The C options from the optional arguments (the C defaults for absent ones).
+  function sampler_options(shuffle, seed, drop_last) result(o)
+    logical, intent(in), optional :: shuffle, drop_last
+    integer(c_int64_t), intent(in), optional :: seed
+    type(c_sampler_options) :: o
+
+    o%size = c_sizeof(o)
+    o%shuffle = 1
+    o%seed = 0
+    o%drop_last = 0
+    if (present(shuffle)) o%shuffle = merge(1_c_int, 0_c_int, shuffle)
+    if (present(seed)) o%seed = seed
+    if (present(drop_last)) o%drop_last = merge(1_c_int, 0_c_int, drop_last)
+  end function sampler_options
+
+  !> A sampler over num_samples samples for rank (0-based) of replicas
+  !> data-parallel replicas, in micro-batches of micro_batch. Not collective.
+  !> call dsm_sampler_create(num_samples, replicas, rank, micro_batch,
+  !>      sampler [, shuffle] [, seed] [, drop_last] [, ierr])
+  !>   num_samples, micro_batch: integer(c_int64_t)
+  !>   shuffle:   logical, default .true.: a new permutation each epoch
+  !>   seed:      integer(c_int64_t), default 0 (the bits of C's uint64_t)
+  !>   drop_last: logical, default .false.: pad as PyTorch's
+  !>              DistributedSampler; .true.: drop the tail
+  !> Free it with dsm_sampler_free.
+  subroutine dsm_sampler_create(num_samples, replicas, rank, micro_batch, sampler, shuffle, seed, &
+       drop_last, ierr)
+    integer(c_int64_t), intent(in) :: num_samples
+    integer, intent(in) :: replicas, rank
+    integer(c_int64_t), intent(in) :: micro_batch
+    type(dsm_sampler_t), intent(out) :: sampler
+    logical, intent(in), optional :: shuffle
+    integer(c_int64_t), intent(in), optional :: seed
+    logical, intent(in), optional :: drop_last
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_sampler_create(num_samples, int(replicas, c_int), int(rank, c_int), micro_batch, &
+         sampler_options(shuffle, seed, drop_last), sampler%ptr)
+    call finish(st, 'dsm_sampler_create', ierr)
+  end subroutine dsm_sampler_create
+
+  !> dsm_sampler_create with the engine's data-parallel size and rank and its
+  !> train_micro_batch_size_per_gpu. Not collective.
+  !> call dsm_sampler_create_for_engine(engine, num_samples, sampler
+  !>      [, shuffle] [, seed] [, drop_last] [, ierr])
+  subroutine dsm_sampler_create_for_engine(engine, num_samples, sampler, shuffle, seed, drop_last, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer(c_int64_t), intent(in) :: num_samples
+    type(dsm_sampler_t), intent(out) :: sampler
+    logical, intent(in), optional :: shuffle
+    integer(c_int64_t), intent(in), optional :: seed
+    logical, intent(in), optional :: drop_last
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_sampler_create_for_engine(engine%ptr, num_samples, sampler_options(shuffle, seed, drop_last), &
+         sampler%ptr)
+    call finish(st, 'dsm_sampler_create_for_engine', ierr)
+  end subroutine dsm_sampler_create_for_engine
+
+  !> Free a sampler and make the handle null (a null handle does nothing).
+  subroutine dsm_sampler_free(sampler, ierr)
+    type(dsm_sampler_t), intent(inout) :: sampler
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_sampler_free(sampler%ptr)
+    call finish(st, 'dsm_sampler_free', ierr)
+  end subroutine dsm_sampler_free
+
+  !> Micro-batches per epoch on each rank (the same on every rank).
+  subroutine dsm_sampler_num_batches(sampler, num_batches, ierr)
+    type(dsm_sampler_t), intent(in) :: sampler
+    integer(c_int64_t), intent(out) :: num_batches
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    num_batches = 0
+    st = c_dsm_sampler_num_batches(sampler%ptr, num_batches)
+    call finish(st, 'dsm_sampler_num_batches', ierr)
+  end subroutine dsm_sampler_num_batches
+
+  !> The sample indices (0-based) of micro-batch batch (0-based) of epoch
+  !> epoch (0-based) on this rank, in indices(1:count); size(indices) is the
+  !> room (micro_batch is always enough); the elements after count are left
+  !> alone. epoch, batch, count: integer(c_int64_t). Not collective.
+  subroutine dsm_sampler_batch(sampler, epoch, batch, indices, count, ierr)
+    type(dsm_sampler_t), intent(in) :: sampler
+    integer(c_int64_t), intent(in) :: epoch, batch
+    integer(c_int64_t), dimension(:), intent(inout), target, contiguous :: indices
+    integer(c_int64_t), intent(out) :: count
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t), dimension(1), target :: none
+    integer(c_int) :: st
+
+    count = 0
+    if (size(indices) > 0) then
+       st = c_dsm_sampler_batch(sampler%ptr, epoch, batch, c_loc(indices), int(size(indices), c_size_t), count)
+    else
+       ! No room: C reports len 0 against the micro-batch's count.
+       none = 0
+       st = c_dsm_sampler_batch(sampler%ptr, epoch, batch, c_loc(none), 0_c_size_t, count)
+    end if
+    call finish(st, 'dsm_sampler_batch', ierr)
+  end subroutine dsm_sampler_batch
+
+  !> Where training resumes after micro_steps micro-batches (the engine's
+  !> micro_steps counter): the epoch and micro-batch (0-based) that follow.
+  !> All integer(c_int64_t). Not collective.
+  subroutine dsm_sampler_locate(sampler, micro_steps, epoch, batch, ierr)
+    type(dsm_sampler_t), intent(in) :: sampler
+    integer(c_int64_t), intent(in) :: micro_steps
+    integer(c_int64_t), intent(out) :: epoch, batch
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    epoch = 0
+    batch = 0
+    st = c_dsm_sampler_locate(sampler%ptr, micro_steps, epoch, batch)
+    call finish(st, 'dsm_sampler_locate', ierr)
+  end subroutine dsm_sampler_locate
 
 end module dsm

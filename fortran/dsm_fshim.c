@@ -24,6 +24,9 @@ dsm_status_t dsm_f_mesh_flatten(dsm_mesh_t mesh, int nnames, const char *const n
                                 const char *flat_name, MPI_Fint *comm);
 dsm_status_t dsm_f_config_load(const MPI_Fint *comm, const char *config, unsigned flags,
                                dsm_config_t *cfg);
+dsm_status_t dsm_f_engine_init_comm(const MPI_Fint *comm, const char *config,
+                                    const dsm_param_desc_t *params, int nparams,
+                                    dsm_engine_t *engine);
 
 /* Collective over comm: dsm_mesh_create_with_options(), with the options
  * given as their two fields (DSM_PLACEMENT_*, DSM_BIND_*). */
@@ -64,4 +67,11 @@ dsm_status_t dsm_f_mesh_flatten(dsm_mesh_t mesh, int nnames, const char *const n
 dsm_status_t dsm_f_config_load(const MPI_Fint *comm, const char *config, unsigned flags,
                                dsm_config_t *cfg) {
     return dsm_config_load(MPI_Comm_f2c(*comm), config, flags, cfg);
+}
+
+/* Collective over comm: dsm_engine_init_comm(). */
+dsm_status_t dsm_f_engine_init_comm(const MPI_Fint *comm, const char *config,
+                                    const dsm_param_desc_t *params, int nparams,
+                                    dsm_engine_t *engine) {
+    return dsm_engine_init_comm(MPI_Comm_f2c(*comm), config, params, nparams, engine);
 }

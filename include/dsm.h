@@ -172,8 +172,10 @@ typedef enum dsm_format {
 DSM_API dsm_status_t dsm_info_describe(dsm_format_t format, char **text);
 
 /**
- * @brief Free memory that libdsm allocated for the caller (dsm_info_describe(),
- * dsm_mesh_describe()).
+ * @brief Free memory that libdsm allocated for the caller: the text of
+ * dsm_info_describe(), dsm_mesh_describe(), dsm_config_describe(),
+ * dsm_config_describe_lr() and dsm_engine_describe(), and the client state
+ * that dsm_engine_load_checkpoint() returns.
  *
  * NULL is allowed and does nothing. Not collective. Thread safe.
  */

@@ -31,26 +31,10 @@ void finish(std::unique_ptr<dsm::Mesh> mesh, const char *config, const dsm_param
     *engine = h.release();
 }
 
-} // namespace
-
-extern "C" {
-
-DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params,
-                                     int nparams, dsm_engine_t *engine) {
-    if (mesh == nullptr) return dsm_engine_init_comm(MPI_COMM_WORLD, config, params, nparams, engine);
-    DSM_API_BEGIN
-    if (engine != nullptr) *engine = nullptr;
-    DSM_REQUIRE(mesh->mesh != nullptr, DSM_ERR_INVALID_ARGUMENT, "mesh is not a live mesh handle");
-    std::vector<std::string> names = mesh->mesh->dim_names();
-    std::vector<const char *> cnames;
-    for (const auto &n : names) cnames.push_back(n.c_str());
-    finish(mesh->mesh->slice(static_cast<int>(cnames.size()), cnames.data()), config, params, nparams, engine);
-    DSM_API_END
-}
-
-DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params,
-                                          int nparams, dsm_engine_t *engine) {
-    DSM_API_BEGIN
+// dsm_engine_init_comm's work (also dsm_engine_init's with a NULL mesh): a
+// mesh over comm shaped by the configuration's sequence_parallel_size.
+void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params, int nparams,
+                    dsm_engine_t *engine) {
     if (engine != nullptr) *engine = nullptr;
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     int size = 0;
@@ -81,6 +65,32 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config, con
         mesh = dsm::Mesh::create(comm, 1, shape, names, nullptr, true);
     }
     finish(std::move(mesh), config, params, nparams, engine);
+}
+
+} // namespace
+
+extern "C" {
+
+DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params,
+                                     int nparams, dsm_engine_t *engine) {
+    DSM_API_BEGIN
+    if (mesh == nullptr) {
+        init_over_comm(MPI_COMM_WORLD, config, params, nparams, engine);
+        return DSM_SUCCESS;
+    }
+    if (engine != nullptr) *engine = nullptr;
+    DSM_REQUIRE(mesh->mesh != nullptr, DSM_ERR_INVALID_ARGUMENT, "mesh is not a live mesh handle");
+    std::vector<std::string> names = mesh->mesh->dim_names();
+    std::vector<const char *> cnames;
+    for (const auto &n : names) cnames.push_back(n.c_str());
+    finish(mesh->mesh->slice(static_cast<int>(cnames.size()), cnames.data()), config, params, nparams, engine);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params,
+                                          int nparams, dsm_engine_t *engine) {
+    DSM_API_BEGIN
+    init_over_comm(comm, config, params, nparams, engine);
     DSM_API_END
 }
 
@@ -222,9 +232,7 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
 DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst, dsm_dtype_t dst_dtype,
                                  size_t n) {
     DSM_API_BEGIN
-    if (n == 0) return DSM_SUCCESS;
-    DSM_ARG_NOT_NULL(src);
-    DSM_ARG_NOT_NULL(dst);
+    // Checks the dtypes even when n is 0, and the pointers when n > 0.
     dsm::amp::convert(src, src_dtype, dst, dst_dtype, n);
     DSM_API_END
 }

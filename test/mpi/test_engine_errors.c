@@ -111,6 +111,13 @@ static void test_bad_arguments(void **state) {
     ASSERT_FAILS(dsm_engine_num_params(NULL, NULL), DSM_ERR_NULL_POINTER, "engine is NULL");
     ASSERT_FAILS(dsm_step(NULL, NULL), DSM_ERR_NULL_POINTER, "engine is NULL");
     ASSERT_FAILS(dsm_convert(shape_a, DSM_INT64, d, DSM_FLOAT32, 1), DSM_ERR_INVALID_ARGUMENT, "7");
+    /* The dtypes are checked even when there is nothing to convert. */
+    ASSERT_FAILS(dsm_convert(NULL, DSM_FLOAT32, NULL, DSM_INT32, 0), DSM_ERR_INVALID_ARGUMENT, "6");
+    ASSERT_FAILS(dsm_convert(NULL, DSM_FLOAT32, NULL, DSM_BFLOAT16, 0), DSM_SUCCESS, "");
+    /* dsm_engine_init with a NULL mesh names itself in its messages. */
+    ASSERT_FAILS(dsm_engine_init(NULL, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "dsm_engine_init:");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO,
+                 "dsm_engine_init_comm:");
 }
 
 static int failing_init(void *user, int index, const char *name, int64_t offset, int64_t count, float *values) {

@@ -1,10 +1,11 @@
 #!/bin/sh
-# The main example end to end: examples/c/train_mlp trains its MLP with each
+# The main example end to end: examples/c/train_mlp (or the program
+# $DSM_TRAIN_MLP names: train_mlp_fortran.sh runs its Fortran twin) trains its MLP with each
 # shipped configuration (ZeRO-2 fp32, ZeRO-3 fp16, ZeRO-1 bf16) at 1, 2 and 4
 # ranks; the program itself fails unless the loss falls. Also a bad
 # configuration must fail cleanly on every rank.
 set -u
-bin=$top_builddir/examples/c/train_mlp
+bin=${DSM_TRAIN_MLP:-$top_builddir/examples/c/train_mlp}
 launcher=${MPIEXEC:-mpiexec}
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
