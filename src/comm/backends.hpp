@@ -15,6 +15,7 @@
 
 #include "comm/backend.hpp"
 #include "core/comm.hpp"
+#include "cuda/device.hpp"
 #include "cuda/device.hpp" // CUstream_st (NcclBackend::stream())
 
 namespace dsm {
@@ -174,6 +175,32 @@ private:
 // count the volume of the usual algorithms: a reduce-scatter or allgather
 // sends the other members' share, an allreduce twice that ((n-1)/n of the
 // buffer each way), bcast the buffer from the root.
+// Device memory in the "mpi" backend. Buffers in CUDA device memory are
+// given to MPI directly when the MPI library is CUDA-aware
+// (cuda::cuda_aware_mpi(), asked once per backend) and the operation needs
+// no reduction code of libdsm's own (fp16/bf16 reductions run a user-defined
+// MPI_Op on the host); otherwise they go through page-locked host buffers:
+// device -> host, the host operation, host -> device. Without a usable
+// device nothing is checked: host pointers cost nothing extra.
+class DeviceStaging {
+public:
+    DeviceStaging();
+    bool active() const noexcept { return gpus_; }
+    bool cuda_aware() const noexcept { return cuda_aware_; }
+    // Whether any of the pointers is device memory (false without a device).
+    bool on_device(const void *a, const void *b = nullptr) const noexcept;
+    // Page-locked buffers of at least `bytes`, kept for the next call.
+    void *send(size_t bytes) { return grow(send_, bytes); }
+    void *recv(size_t bytes) { return grow(recv_, bytes); }
+    // memmove, or a CUDA copy when either side is device memory.
+    void copy(void *dst, const void *src, size_t bytes) const;
+
+private:
+    static void *grow(cuda::PinnedBuffer &b, size_t bytes);
+    bool gpus_ = false, cuda_aware_ = false;
+    cuda::PinnedBuffer send_, recv_;
+};
+
 class MpiBackend final : public Backend {
 public:
     explicit MpiBackend(MPI_Comm comm);
@@ -202,6 +229,7 @@ private:
     MpiTypes types_;
     ScratchBuffer tmp_; // in-place reduce_scatterv
     std::map<void *, AlignedPtr> allocs_;
+    DeviceStaging device_;
 };
 
 // RAII owner of an MPI_Win_allocate_shared window on a node communicator,

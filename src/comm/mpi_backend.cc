@@ -10,6 +10,7 @@
 #include "comm/backends.hpp"
 #include "comm/reduce.hpp"
 #include "core/error.hpp"
+#include "cuda/device.hpp"
 
 namespace dsm {
 namespace comm {
@@ -368,6 +369,38 @@ void mpi_bcast(MPI_Comm comm, void *buf, size_t count, MPI_Datatype type, int ro
 
 // ---------------------------------------------------------------- MpiBackend
 
+// ---------------------------------------------------------------- device memory
+
+DeviceStaging::DeviceStaging() {
+    gpus_ = cuda::device_count().count > 0;
+    cuda_aware_ = gpus_ && cuda::cuda_aware_mpi();
+}
+
+bool DeviceStaging::on_device(const void *a, const void *b) const noexcept {
+    return gpus_ && (cuda::is_device_pointer(a) || cuda::is_device_pointer(b));
+}
+
+void *DeviceStaging::grow(cuda::PinnedBuffer &b, size_t bytes) {
+    if (b.bytes() < bytes || !b.get()) b = cuda::PinnedBuffer(std::max<size_t>(bytes, 1));
+    return b.get();
+}
+
+void DeviceStaging::copy(void *dst, const void *src, size_t bytes) const {
+    if (bytes == 0 || dst == src) return;
+    if (on_device(dst, src))
+        cuda::copy_bytes(dst, src, bytes);
+    else
+        std::memmove(dst, src, bytes);
+}
+
+// The extent in elements of an alltoallv buffer: the end of its last block.
+static size_t extent(const std::vector<size_t> &counts, const std::vector<size_t> &displs) {
+    size_t end = 0;
+    for (size_t r = 0; r < counts.size() && r < displs.size(); ++r)
+        if (counts[r]) end = std::max(end, displs[r] + counts[r]);
+    return end;
+}
+
 MpiBackend::MpiBackend(MPI_Comm comm) : comm_(Comm::dup(comm)) {
     DSM_CHECK_MPI(MPI_Comm_rank(comm_.get(), &rank_));
     DSM_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
@@ -380,6 +413,13 @@ void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
     const size_t bytes = checked_bytes(count, esize, "allreduce count");
     require_buffer(send, bytes, "send");
     require_buffer(recv, bytes, "recv");
+    if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
+        void *hs = device_.send(bytes), *hr = device_.recv(bytes);
+        device_.copy(hs, send, bytes);
+        allreduce(hs, hr, count, dtype, op);
+        device_.copy(recv, hr, bytes);
+        return;
+    }
     ++stats_.calls;
     count_sent(2 * ring_share(bytes, size_));
     mpi_allreduce(comm_.get(), send, recv, count, types_.type(dtype), types_.op(dtype, op), esize);
@@ -394,6 +434,13 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
     const size_t mine = counts[static_cast<size_t>(rank_)];
     require_buffer(send, total * esize, "send");
     require_buffer(recv, mine * esize, "recv");
+    if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
+        void *hs = device_.send(total * esize), *hr = device_.recv(mine * esize);
+        device_.copy(hs, send, total * esize);
+        reduce_scatterv(hs, hr, counts, dtype, op);
+        device_.copy(recv, hr, mine * esize);
+        return;
+    }
     ++stats_.calls;
     count_sent((total - mine) * esize);
     const MPI_Datatype type = types_.type(dtype);
@@ -404,11 +451,11 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
         // put the result at the start of send), so go through a temporary.
         void *tmp = tmp_.get(mine * esize);
         mpi_reduce_scatterv(comm_.get(), send, tmp, counts, type, mop, esize);
-        std::memcpy(recv, tmp, mine * esize);
+        device_.copy(recv, tmp, mine * esize);
         return;
     }
     if (size_ == 1) {
-        if (mine && recv != own) std::memmove(recv, own, mine * esize);
+        if (mine && recv != own) device_.copy(recv, own, mine * esize);
         return;
     }
     mpi_reduce_scatterv(comm_.get(), send, recv, counts, type, mop, esize);
@@ -421,10 +468,17 @@ void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size
     const size_t mine = counts[static_cast<size_t>(rank_)];
     require_buffer(send, mine * esize, "send");
     require_buffer(recv, total * esize, "recv");
+    if (device_.on_device(send, recv) && !device_.cuda_aware()) {
+        void *hs = device_.send(mine * esize), *hr = device_.recv(total * esize);
+        device_.copy(hs, send, mine * esize);
+        allgatherv(hs, hr, counts, dtype);
+        device_.copy(recv, hr, total * esize);
+        return;
+    }
     ++stats_.calls;
     count_sent((total - mine) * esize);
     char *own = static_cast<char *>(recv) + offs[static_cast<size_t>(rank_)] * esize;
-    if (mine && own != send) std::memcpy(own, send, mine * esize);
+    if (mine && own != send) device_.copy(own, send, mine * esize);
     if (size_ == 1) return;
     mpi_allgatherv_in_place(comm_.get(), recv, counts, offs, types_.type(dtype), esize);
 }
@@ -434,6 +488,14 @@ void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
                            const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) {
     const size_t esize = dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
+    if (device_.on_device(send, recv) && !device_.cuda_aware()) {
+        const size_t sb = extent(send_counts, send_displs) * esize, rb = extent(recv_counts, recv_displs) * esize;
+        void *hs = device_.send(sb), *hr = device_.recv(rb);
+        device_.copy(hs, send, sb);
+        alltoallv(hs, send_counts, send_displs, hr, recv_counts, recv_displs, dtype);
+        device_.copy(recv, hr, rb);
+        return;
+    }
     ++stats_.calls;
     for (int r = 0; r < size_; ++r)
         if (r != rank_) count_sent(send_counts[static_cast<size_t>(r)] * esize);
@@ -444,6 +506,13 @@ void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
 void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
     const size_t esize = dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
+    if (device_.on_device(buf) && !device_.cuda_aware()) {
+        void *h = device_.send(count * esize);
+        if (rank_ == root) device_.copy(h, buf, count * esize);
+        bcast(h, count, dtype, root);
+        device_.copy(buf, h, count * esize);
+        return;
+    }
     ++stats_.calls;
     if (rank_ == root && size_ > 1) count_sent(count * esize);
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);

@@ -220,6 +220,16 @@ bool is_device_pointer(const void *p) noexcept {
 #endif
 }
 
+void copy_bytes(void *dst, const void *src, size_t bytes) {
+#if DSM_HAVE_CUDA
+    if (bytes == 0 || dst == src) return;
+    DSM_CHECK_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+#else
+    (void)dst, (void)src, (void)bytes;
+    no_cuda("cudaMemcpy");
+#endif
+}
+
 Stream Stream::create() {
 #if DSM_HAVE_CUDA
     cudaStream_t s = nullptr;

@@ -121,6 +121,11 @@ private:
 // not, for NULL, without a driver, and without CUDA.
 bool is_device_pointer(const void *p) noexcept;
 
+// Copy `bytes` between any two of host, pinned and device memory
+// (cudaMemcpy with cudaMemcpyDefault: the pointers say which way), waiting
+// until the copy is done. DSM_ERR_CUDA; DSM_ERR_NOT_SUPPORTED without CUDA.
+void copy_bytes(void *dst, const void *src, size_t bytes);
+
 // An owned stream, on the device current at creation. Move-only; empty
 // (NULL) when default-constructed.
 class Stream {

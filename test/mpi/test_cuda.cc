@@ -10,6 +10,8 @@
 // own: the RAII types, and every collective of the nccl backend on device
 // buffers against the same collective of the mpi backend on host copies, for
 // every dtype, uneven and equal counts, in place, and argument errors. The
+// mpi backend on device buffers (staged through pinned memory) runs wherever
+// every rank sees a device, shared or not. The
 // data are small integers, so every reduction order gives the same bits and
 // the two backends must agree exactly.
 //
@@ -703,6 +705,79 @@ void test_gpu_memory_and_errors(void **) {
 
 } // namespace
 
+// The "mpi" backend on device buffers (staged through pinned host memory, or
+// given to a CUDA-aware MPI) against the same backend on host copies. Ranks
+// may share a device here, so one GPU for the whole job is enough.
+void test_gpu_mpi_device_buffers(void **) {
+#if !DSM_HAVE_NCCL_BACKEND
+    if (test_rank == 0) print_message("skipped: libdsm was built without CUDA and NCCL\n");
+    skip();
+#else
+    {
+        const cuda::DeviceCount dc = cuda::device_count();
+        int mine = dc.count > 0 ? 1 : 0, all = 0;
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!all) {
+            if (test_rank == 0) print_message("skipped: a rank has no usable CUDA device\n");
+            skip();
+            return;
+        }
+    }
+    guarded([] {
+        MPI_Comm node = MPI_COMM_NULL;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        int local_rank = 0;
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_free(&node);
+        cuda::set_device(local_rank % cuda::device_count().count);
+        auto mpi = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
+        const size_t me = static_cast<size_t>(test_rank), n = static_cast<size_t>(test_size);
+        uint64_t seed = 900;
+        for (dsm_dtype_t t : kFloatTypes)
+            for (size_t count : {size_t(1), size_t(4097)}) {
+                const size_t es = esize(t);
+                for (Op op : kOps) {
+                    const Bytes in = make_data(t, ++seed, test_rank, count);
+                    Bytes want(in.size());
+                    mpi->allreduce(in.data(), want.data(), count, t, op);
+                    Dev send(in), recv(in.size());
+                    mpi->allreduce(send.get(), recv.get(), count, t, op);
+                    CHECK(recv.host() == want, label("staged allreduce", t, count), ": differs from host buffers");
+                    mpi->allreduce(send.get(), send.get(), count, t, op);
+                    CHECK(send.host() == want, label("staged allreduce in place", t, count), ": differs");
+                }
+                const std::vector<size_t> counts = block_counts(true, count);
+                size_t total = 0;
+                const std::vector<size_t> offs = offsets(counts, &total);
+                const Bytes full = make_data(t, ++seed, test_rank, total);
+                Bytes part(counts[me] * es);
+                mpi->reduce_scatterv(full.data(), part.data(), counts, t, Op::SUM);
+                Dev dfull(full), dpart(part.size());
+                mpi->reduce_scatterv(dfull.get(), dpart.get(), counts, t, Op::SUM);
+                CHECK(dpart.host() == part, label("staged reduce_scatterv", t, total), ": differs");
+                Bytes gathered(total * es);
+                mpi->allgatherv(part.data(), gathered.data(), counts, t);
+                Dev dgathered(gathered.size());
+                mpi->allgatherv(dpart.get(), dgathered.get(), counts, t);
+                CHECK(dgathered.host() == gathered, label("staged allgatherv", t, total), ": differs");
+                // alltoallv: count elements to every member.
+                std::vector<size_t> c(n, count), d(n);
+                for (size_t q = 0; q < n; ++q) d[q] = q * count;
+                const Bytes a = make_data(t, ++seed, test_rank, n * count);
+                Bytes b(a.size());
+                mpi->alltoallv(a.data(), c, d, b.data(), c, d, t);
+                Dev da(a), db(a.size());
+                mpi->alltoallv(da.get(), c, d, db.get(), c, d, t);
+                CHECK(db.host() == b, label("staged alltoallv", t, n * count), ": differs");
+                Bytes root = make_data(t, ++seed, 0, count);
+                Dev droot(test_rank == 0 ? root : Bytes(root.size(), 0));
+                mpi->bcast(droot.get(), count, t, 0);
+                CHECK(droot.host() == root, label("staged bcast", t, count), ": differs");
+            }
+    });
+#endif
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose_device),
@@ -719,6 +794,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gpu_bcast_barrier),
         cmocka_unit_test(test_gpu_alltoall_packed),
         cmocka_unit_test(test_gpu_memory_and_errors),
+        cmocka_unit_test(test_gpu_mpi_device_buffers),
     };
     return RUN_MPI_TESTS("test_cuda", tests);
 }
