@@ -421,7 +421,7 @@ void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
         return;
     }
     ++stats_.calls;
-    count_sent(2 * ring_share(bytes, size_));
+    count_sent(ring_share(2 * bytes, size_));
     mpi_allreduce(comm_.get(), send, recv, count, types_.type(dtype), types_.op(dtype, op), esize);
 }
 

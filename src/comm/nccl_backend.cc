@@ -315,7 +315,7 @@ void NcclBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtyp
     require_device(send, bytes, "send");
     require_device(recv, bytes, "recv");
     ++stats_.calls;
-    count_sent(2 * ring_share(bytes, size_));
+    count_sent(ring_share(2 * bytes, size_));
     if (count == 0) return;
     const cuda::DeviceGuard on(device_);
     impl_->finish(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), impl_->nccl, impl_->stream.get()),

@@ -617,7 +617,7 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
     require_buffer(send, bytes, "send");
     require_buffer(recv, bytes, "recv");
     ++stats_.calls;
-    stats_.bytes_sent += 2 * ring_share(bytes, size_);
+    stats_.bytes_sent += ring_share(2 * bytes, size_);
     if (count == 0) return;
     if (size_ == 1) {
         if (send != recv) std::memcpy(recv, send, bytes);

@@ -13,6 +13,10 @@ set -u
 fail() { echo "FAIL: $*"; exit 1; }
 : "${prefix:?}" "${libdir:?}" "${includedir:?}" "${bindir:?}" "${mandir:?}" "${top_srcdir:?}" "${top_builddir:?}"
 : "${CC:=mpicc}" "${FC:=}" "${CMAKE:=}" "${PKG_CONFIG:=pkg-config}" "${DSM_HAVE_FORTRAN:=0}"
+# make passes the source and build directories relative to the build
+# directory; the steps below run in other directories.
+top_srcdir=$(cd "$top_srcdir" && pwd) || fail "no source directory $top_srcdir"
+top_builddir=$(cd "$top_builddir" && pwd) || fail "no build directory $top_builddir"
 dir=$(mktemp -d) || fail "mktemp"
 trap 'rm -rf "$dir"' EXIT
 
