@@ -37,7 +37,6 @@ class Libdsm(AutotoolsPackage, CudaPackage):
     depends_on("hwloc@2:")
     depends_on("nlohmann-json@3:", type="build")
     depends_on("hdf5@1.10: +mpi", when="+hdf5")
-    depends_on("hdf5 +fortran", when="+hdf5 +fortran")
     depends_on("nccl", when="+nccl")
     depends_on("cmocka@1.1:", type="test")
 

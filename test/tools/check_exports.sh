@@ -3,7 +3,8 @@
 #   (a) every exported symbol starts with dsm_ (the version node DSM_0 and
 #       other absolute symbols, type A, are not symbols of the library);
 #   (b) every exported dsm_ function has a page doc/man/man3/NAME.3;
-#   (c) every function that include/dsm.h declares is exported.
+#   (c) every function that include/dsm.h declares is exported;
+#   (d) and has a Fortran binding in fortran/.
 # Run by `make check` as `$(SHELL) test/tools/check_exports.sh` with
 # top_builddir and top_srcdir set. Exit 0: pass, 1: fail, 77: skip (no nm or
 # no shared library).
@@ -81,8 +82,27 @@ if [ -n "$unexported" ]; then
     status=1
 fi
 
+# (d) Every function declared in dsm.h has a Fortran binding: an interface
+# bind(C, name='NAME') in fortran/dsm.f90, or in fortran/dsm_fshim.c (the
+# functions that take or return a communicator) a shim dsm_f_NAME or a call
+# of NAME.
+fmod=$top_srcdir/fortran/dsm.f90
+fshim=$top_srcdir/fortran/dsm_fshim.c
+unbound=
+for f in $(cat "$tmp/declared"); do
+    grep -q "bind(C, *name *= *'$f')" "$fmod" 2>/dev/null && continue
+    grep -q "^dsm_status_t dsm_f_${f#dsm_}(" "$fshim" 2>/dev/null && continue
+    grep -Eq "(return|=) $f\(" "$fshim" 2>/dev/null && continue
+    unbound="$unbound $f"
+done
+if [ -n "$unbound" ]; then
+    echo "FAIL: functions declared in dsm.h without a Fortran binding in $fmod or $fshim:"
+    for f in $unbound; do echo "  $f"; done
+    status=1
+fi
+
 if [ "$status" -eq 0 ]; then
-    echo "PASS: $(wc -l <"$tmp/declared" | tr -d ' ') functions declared, exported and documented;" \
-        "no other symbols exported"
+    echo "PASS: $(wc -l <"$tmp/declared" | tr -d ' ') functions declared, exported, documented" \
+        "and bound in Fortran; no other symbols exported"
 fi
 exit "$status"
