@@ -1,0 +1,232 @@
+#!/bin/sh
+# Turn the man pages that doxygen wrote from include/dsm.h into the committed
+# pages of doc/man/man3 and write doc/man/man3.am. Run after doxygen, from doc/:
+#     cd doc && doxygen Doxyfile && ./man/postprocess.sh
+# (the `man` target of Makefile.am does exactly this).
+#
+# Kept: one real page per group of dsm.h (@defgroup), the page of the header
+# itself (dsm.h.3, with the header's introduction as its DESCRIPTION), the
+# page of each documented struct, and for every public dsm_/DSM_ name a page
+# NAME.3 that is a `.so man3/GROUP.3` link. Dropped: directory pages and the
+# links doxygen makes for struct fields. Dates and build paths are removed so
+# that regenerating the pages changes them only when dsm.h changes.
+set -eu
+
+me=postprocess.sh
+cd "$(dirname "$0")/.."              # doc/
+
+gen=doxygen.tmp/man/man3
+tmp=doxygen.tmp
+dest=man/man3
+am=man/man3.am
+header=../include/dsm.h
+
+die() {
+    echo "$me: $*" >&2
+    exit 1
+}
+
+[ -d "$gen" ] || die "$gen is missing: run 'doxygen Doxyfile' in doc/ first"
+[ -f "$header" ] || die "$header is missing"
+
+version=$(sh ../config/dsm_get_version.sh ../VERSION --full) || die "cannot read ../VERSION"
+top_logical=$(cd .. && pwd)
+top_physical=$(cd .. && pwd -P)
+
+# The groups of the header, in header order.
+groups=$(sed -n 's/.*@defgroup[ 	]\{1,\}\([A-Za-z0-9_]\{1,\}\).*/\1/p' "$header")
+[ -n "$groups" ] || die "no @defgroup in $header"
+
+# The functions the header declares: the identifier before '(' on each
+# line that starts with DSM_API.
+functions=$(sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' "$header")
+[ -n "$functions" ] || die "no DSM_API declarations found in $header"
+
+is_group() {
+    for g in $groups; do
+        [ "$g" = "$1" ] && return 0
+    done
+    return 1
+}
+
+# SEE ALSO of a real page: the other group pages, dsm.h(3) and dsm-info(1).
+see_also() {
+    self=$1
+    echo '.SH "SEE ALSO"'
+    [ "$self" = dsm.h ] || printf '.BR dsm.h (3),\n'
+    for g in $groups; do
+        [ "$g" = "$self" ] || printf '.BR %s (3),\n' "$g"
+    done
+    printf '.BR dsm-info (1)\n'
+}
+
+# The introduction of dsm.h (its first comment) as a roff DESCRIPTION.
+header_description() {
+    echo '.SH DESCRIPTION'
+    awk '
+        NR == 1 && $0 !~ /^\/\*/ { exit }
+        /^ *\*\// { exit }
+        {
+            line = $0
+            sub(/^\/\* ?/, "", line)
+            sub(/^ *\* ?/, "", line)
+            if (line == "") { if (text) para = 1; next }
+            gsub(/\\/, "\\e", line)
+            if (line ~ /^[.'\'']/) line = "\\&" line
+            if (para) { print ".PP"; para = 0 }
+            print line
+            text = 1
+        }' "$header"
+}
+
+# Rewrite one real page: stable .TH line, a NAME description where doxygen
+# left none, no section without text (e.g. an empty "Detailed Description"),
+# no doxygen "Author" section, no build paths, no trailing blanks. For dsm.h
+# the header's introduction becomes the DESCRIPTION, after the SYNOPSIS.
+# SEE ALSO ends every page.
+rewrite_page() {
+    src=$1
+    name=$2
+    out=$3
+    case $name in
+        dsm.h) desc='the libdsm C API: every declaration of the header' ;;
+        dsm_mesh_options) desc='options of dsm_mesh_create_with_options()' ;;
+        *) desc='part of the libdsm C API' ;;
+    esac
+    descfile=
+    if [ "$name" = dsm.h ]; then
+        descfile=$tmp/description.roff
+        header_description >"$descfile"
+    fi
+    awk -v name="$name" -v version="$version" -v desc="$desc" -v descfile="$descfile" \
+        -v top1="$top_logical/" -v top2="$top_physical/" '
+        function strip(s,   i) {
+            while ((i = index(s, top1)) > 0) s = substr(s, 1, i - 1) substr(s, i + length(top1))
+            while ((i = index(s, top2)) > 0) s = substr(s, 1, i - 1) substr(s, i + length(top2))
+            sub(/[ \t]+$/, "", s)
+            return s
+        }
+        # A buffered section is printed only if it holds text, not just
+        # paragraph macros and subsection headings.
+        function flush(   i, text) {
+            text = 0
+            for (i = 1; i <= nb; ++i)
+                if (buf[i] != "" && buf[i] != ".PP" && buf[i] !~ /^\.SS /) text = 1
+            if (text) for (i = 0; i <= nb; ++i) print buf[i]
+            nb = -1
+        }
+        function description(   line) {
+            if (descfile == "" || described) return
+            while ((getline line < descfile) > 0) print line
+            close(descfile)
+            described = 1
+        }
+        BEGIN { nb = -1 }
+        /^\.SH "Author"/ { author = 1 }
+        author { next }
+        /^\.TH / {
+            printf(".TH \"%s\" 3 \"Version %s\" \"libdsm\" \\\" -*- nroff -*-\n", name, version)
+            next
+        }
+        in_name {
+            in_name = 0
+            line = strip($0)
+            if (index(line, "\\-") == 0) line = line " \\- " desc
+            print line
+            next
+        }
+        /^\.SH / {
+            if (nb >= 0) flush()
+            if ($0 ~ /^\.SH NAME/) { in_name = 1; print; next }
+            if ($0 ~ /^\.SH SYNOPSIS/) { print; next }
+            description()
+            nb = 0
+            buf[0] = $0
+            next
+        }
+        nb >= 0 { buf[++nb] = strip($0); next }
+        { print strip($0) }
+        END {
+            if (nb >= 0) flush()
+            description()
+        }' "$src" >"$out"
+    see_also "$name" >>"$out"
+}
+
+# ---------------------------------------------------------------- select and rewrite
+stage=$tmp/stage
+rm -rf "$stage"
+mkdir -p "$stage"
+
+for f in "$gen"/*.3; do
+    [ -f "$f" ] || continue
+    base=${f##*/}
+    name=${base%.3}
+    case $name in
+        dsm.h | dsm_* | DSM_*) ;;
+        *) continue ;;                  # directory pages, struct field links
+    esac
+    first=$(sed -n '1p' "$f")
+    case $first in
+        .so\ *)
+            if is_group "$name"; then
+                die "$base: doxygen wrote a link over the group page ($first)"
+            fi
+            printf '%s\n' "$first" >"$stage/$base"
+            ;;
+        *)
+            rewrite_page "$f" "$name" "$stage/$base"
+            ;;
+    esac
+done
+
+# Every group has a real page; every link points at a kept page.
+for g in $groups; do
+    [ -f "$stage/$g.3" ] || die "no page for group $g"
+    case $(sed -n '1p' "$stage/$g.3") in
+        .so\ *) die "the page of group $g is a link" ;;
+    esac
+done
+for f in "$stage"/*.3; do
+    first=$(sed -n '1p' "$f")
+    case $first in
+        .so\ man3/*)
+            target=${first#.so man3/}
+            [ -f "$stage/$target" ] || die "${f##*/} links to $target, which is not kept"
+            ;;
+        .so\ *) die "${f##*/}: unexpected link '$first'" ;;
+    esac
+done
+
+# Every function of dsm.h has a page.
+missing=
+for fn in $functions; do
+    [ -f "$stage/$fn.3" ] || missing="$missing $fn"
+done
+[ -z "$missing" ] || die "functions of dsm.h without a page:$missing"
+
+# No build path is left, and no two names differ only in case (they would
+# collide on case-insensitive file systems).
+if grep -l -F -e "$top_logical/" -e "$top_physical/" "$stage"/*.3 >/dev/null 2>&1; then
+    die "build paths left in: $(grep -l -F -e "$top_logical/" -e "$top_physical/" "$stage"/*.3 | tr '\n' ' ')"
+fi
+clash=$(cd "$stage" && printf '%s\n' *.3 | tr '[:upper:]' '[:lower:]' | LC_ALL=C sort | uniq -d)
+[ -z "$clash" ] || die "page names that differ only in case: $clash"
+
+# ---------------------------------------------------------------- install
+mkdir -p "$dest"
+rm -f "$dest"/*.3
+cp "$stage"/*.3 "$dest"/
+
+pages=$(cd "$dest" && printf '%s\n' *.3 | LC_ALL=C sort)
+{
+    echo '## Generated by doc/man/postprocess.sh (make man): do not edit.'
+    printf 'DSM_MAN3 ='
+    for p in $pages; do
+        printf ' \\\n\tdoc/man/man3/%s' "$p"
+    done
+    printf '\n'
+} >"$am"
+
+rm -rf "$tmp"
+echo "$me: $(echo "$pages" | wc -l | tr -d ' ') pages in doc/$dest, list in doc/$am"

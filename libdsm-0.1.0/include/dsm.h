@@ -1,0 +1,1255 @@
+/*
+ * libdsm: DeepSpeed's distributed-training runtime for MPI codes.
+ *
+ * The one public header. C99, usable from C and C++; every name starts with
+ * dsm_ or DSM_. Every function returns a dsm_status_t (DSM_SUCCESS = 0) and
+ * puts its outputs last, except the few that return a string and say so.
+ *
+ * Collective calls: a function marked "Collective over C" must be called by
+ * every rank of C with matching arguments. If any rank's arguments are bad,
+ * every rank returns the same error status, and the message of
+ * dsm_get_last_error() names the rank and the bad value; no rank hangs.
+ *
+ * Thread safety: functions on different handles may be called concurrently
+ * from different threads; calls on the same handle (a mesh and its slices
+ * count as one) must be serialized by the caller, and collective calls follow the MPI rules for the communicator
+ * (MPI_THREAD_MULTIPLE is needed only if threads call libdsm concurrently).
+ * The last-error message is per thread.
+ */
+#ifndef DSM_H
+#define DSM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <mpi.h>
+
+#include "dsm_version.h"
+
+#if defined(DSM_BUILDING_LIBRARY) && defined(__GNUC__)
+#define DSM_API __attribute__((visibility("default")))
+#else
+#define DSM_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/**
+ * @defgroup dsm_status Status codes and errors
+ * Every libdsm function returns a dsm_status_t. The values are pinned: they
+ * never change between releases, and new codes are only ever appended.
+ * @{
+ */
+
+/** Status returned by every libdsm function. */
+typedef enum dsm_status {
+    DSM_SUCCESS = 0,               /**< The call did what it says. */
+    DSM_ERR_INVALID_ARGUMENT = 1,  /**< An argument is out of range or malformed. */
+    DSM_ERR_NULL_POINTER = 2,      /**< A required pointer argument is NULL. */
+    DSM_ERR_NOT_FOUND = 3,         /**< A name (dimension, group) is not known. */
+    DSM_ERR_MISMATCH = 4,          /**< Ranks passed different arguments to a collective call. */
+    DSM_ERR_OUT_OF_MEMORY = 5,     /**< An allocation failed. */
+    DSM_ERR_MPI = 6,               /**< An MPI call failed. */
+    DSM_ERR_NOT_SUPPORTED = 7,     /**< The feature is not built in or not possible here. */
+    DSM_ERR_IO = 8,                /**< A file could not be read or written. */
+    DSM_ERR_CONFIG = 9,            /**< The configuration is invalid. */
+    DSM_ERR_HDF5 = 10,             /**< An HDF5 call failed. */
+    DSM_ERR_CUDA = 11,             /**< A CUDA call failed. */
+    DSM_ERR_NCCL = 12,             /**< An NCCL call failed. */
+    DSM_ERR_HWLOC = 13,            /**< An hwloc call failed. */
+    DSM_ERR_INTERNAL = 14,         /**< A bug in libdsm: please report it. */
+    DSM_ERR_NUMERIC = 15,          /**< Training diverged: the fp16 loss scale is at its minimum and gradients still overflow. */
+    DSM_ERR_STATE = 16             /**< The call is not valid in the object's current state (a buffer still acquired, released twice). */
+} dsm_status_t;
+
+/**
+ * @brief A short constant description of a status ("invalid argument").
+ *
+ * Not collective. Thread safe. Never returns NULL: unknown values give
+ * "unknown status".
+ */
+DSM_API const char *dsm_status_string(dsm_status_t status);
+
+/**
+ * @brief The detailed message of the last failed libdsm call in this thread.
+ *
+ * The message names the function, the bad value and, for collective calls,
+ * the rank where the error was found, e.g. "dsm_mesh_create: rank 3: shape[1]
+ * is 0, must be positive or -1". It stays until the next failing call in the
+ * same thread. Not collective. Thread safe (thread-local). Never returns NULL:
+ * "" when no call has failed.
+ */
+DSM_API const char *dsm_get_last_error(void);
+
+/** @} */
+
+/**
+ * @defgroup dsm_version Version and build features
+ * The version of the headers is in DSM_VERSION_MAJOR, DSM_VERSION_MINOR,
+ * DSM_VERSION_PATCH, DSM_VERSION (major * 10000 + minor * 100 + patch) and
+ * DSM_VERSION_STRING; these functions tell the version and features of the
+ * library that is running.
+ * @{
+ */
+
+/**
+ * @brief The version of the library that is running.
+ *
+ * Compare with DSM_VERSION_MAJOR/MINOR/PATCH to detect a header/library
+ * mismatch. Any output pointer may be NULL. Not collective. Thread safe.
+ * @return DSM_SUCCESS.
+ */
+DSM_API dsm_status_t dsm_get_version(int *major, int *minor, int *patch);
+
+/**
+ * @brief Whether a build feature is compiled in.
+ *
+ * @param feature one of "mpi", "hwloc", "hdf5", "cuda", "nccl", "fortran"
+ * @param[out] enabled 1 when built in, 0 when not.
+ * Not collective. Thread safe.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown feature name.
+ */
+DSM_API dsm_status_t dsm_get_feature(const char *feature, int *enabled);
+
+/** @} */
+
+/**
+ * @defgroup dsm_dtype Data types
+ * @{
+ */
+
+/** Element types of tensors. Values are pinned. */
+typedef enum dsm_dtype {
+    DSM_FLOAT32 = 0,  /**< IEEE 754 binary32 */
+    DSM_FLOAT16 = 1,  /**< IEEE 754 binary16 */
+    DSM_BFLOAT16 = 2, /**< bfloat16: the upper 16 bits of a binary32 */
+    DSM_FLOAT64 = 3,  /**< IEEE 754 binary64 */
+    DSM_INT8 = 4,     /**< int8_t */
+    DSM_UINT8 = 5,    /**< uint8_t */
+    DSM_INT32 = 6,    /**< int32_t */
+    DSM_INT64 = 7     /**< int64_t */
+} dsm_dtype_t;
+
+/**
+ * @brief The size in bytes of one element of @p dtype.
+ *
+ * Not collective. Thread safe.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an unknown dtype.
+ */
+DSM_API dsm_status_t dsm_dtype_size(dsm_dtype_t dtype, size_t *size);
+
+/**
+ * @brief The name of @p dtype ("float32", "bfloat16", ...).
+ *
+ * Not collective. Thread safe. Never returns NULL: "invalid" for unknown values.
+ */
+DSM_API const char *dsm_dtype_name(dsm_dtype_t dtype);
+
+/** @} */
+
+/**
+ * @defgroup dsm_info Descriptions and memory
+ * Text that libdsm writes for the caller, and how to free it.
+ * @{
+ */
+
+/** Output formats of the describe functions. */
+typedef enum dsm_format {
+    DSM_FORMAT_TEXT = 0, /**< A table for people. */
+    DSM_FORMAT_JSON = 1  /**< One JSON document for scripts (doc/dsm-info.md describes it). */
+} dsm_format_t;
+
+/**
+ * @brief Describe this build: version, MPI library, build features, and every
+ * environment parameter with its default, current value and help.
+ *
+ * Not collective. Thread safe. Free the text with dsm_free(). This is what
+ * `dsm-info` and `dsm-info --env` print.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an
+ * unknown format; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_info_describe(dsm_format_t format, char **text);
+
+/**
+ * @brief Free memory that libdsm allocated for the caller: the text of
+ * dsm_info_describe(), dsm_mesh_describe(), dsm_config_describe(),
+ * dsm_config_describe_lr() and dsm_engine_describe(), and the client state
+ * that dsm_engine_load_checkpoint() returns.
+ *
+ * NULL is allowed and does nothing. Not collective. Thread safe.
+ */
+DSM_API void dsm_free(void *ptr);
+
+/** @} */
+
+/**
+ * @defgroup dsm_mesh Device mesh
+ *
+ * A named N-dimensional grid of the ranks of a communicator. Row-major: the
+ * last dimension varies fastest, so in a (data_parallel, sequence_parallel)
+ * mesh each sequence-parallel group is a run of consecutive mesh positions.
+ * The group of a rank along dimension d is the set of ranks whose coordinates
+ * differ only in d; each dimension has its own communicator whose rank is the
+ * coordinate along d.
+ *
+ * With node-aware placement (the default) mesh positions are assigned so that
+ * the innermost dimensions stay inside a node whatever order the launcher
+ * gave the ranks, and inside a node ranks are ordered by NUMA domain, then
+ * rank; the node's GPUs are then handed out in that order, consecutive ranks
+ * sharing a GPU when there are more ranks than GPUs.
+ * The mesh communicator (dsm_mesh_comm() with group NULL) is ordered by mesh
+ * position. "Parent rank" below means the rank in the communicator given to
+ * dsm_mesh_create().
+ * @{
+ */
+
+/** Opaque handle to a mesh or a slice of one. */
+typedef struct dsm_mesh_s *dsm_mesh_t;
+
+/** The most dimensions a mesh can have. */
+#define DSM_MESH_MAX_DIMS 8
+/** The longest dimension or group name, in characters (without the NUL). */
+#define DSM_NAME_MAX 63
+
+/** How mesh positions are assigned to ranks. */
+typedef enum dsm_placement {
+    DSM_PLACEMENT_DEFAULT = 0, /**< DSM_MESH_PLACEMENT from the environment, else DSM_PLACEMENT_NODE. */
+    DSM_PLACEMENT_NODE = 1,    /**< Innermost dimensions inside a node; NUMA order inside it. */
+    DSM_PLACEMENT_NONE = 2     /**< Mesh position = rank in the communicator. */
+} dsm_placement_t;
+
+/** Whether and how each rank binds itself to CPU cores when the mesh is built. */
+typedef enum dsm_bind {
+    DSM_BIND_DEFAULT = 0, /**< DSM_BIND from the environment, else DSM_BIND_NONE. */
+    DSM_BIND_NONE = 1,    /**< Leave the binding the launcher gave. */
+    DSM_BIND_SPREAD = 2,  /**< Each rank of a node gets an even share of its cores, in placement order. */
+    DSM_BIND_GPU = 3      /**< The cores nearest the rank's GPU (DSM_BIND_SPREAD when the node has none). */
+} dsm_bind_t;
+
+/**
+ * Options of dsm_mesh_create_with_options(). Initialize with
+ * DSM_MESH_OPTIONS_INITIALIZER so that fields added in later versions get
+ * their defaults: the library reads only the first @c size bytes.
+ */
+typedef struct dsm_mesh_options {
+    size_t size;               /**< sizeof(dsm_mesh_options_t) as compiled by the caller. */
+    dsm_placement_t placement; /**< Rank placement; DSM_PLACEMENT_DEFAULT. */
+    dsm_bind_t bind;           /**< CPU binding; DSM_BIND_DEFAULT. */
+} dsm_mesh_options_t;
+
+/** Default options: placement and binding from the environment. */
+#define DSM_MESH_OPTIONS_INITIALIZER \
+    { sizeof(dsm_mesh_options_t), DSM_PLACEMENT_DEFAULT, DSM_BIND_DEFAULT }
+
+/**
+ * @brief Build an N-dimensional named mesh over the ranks of @p comm.
+ *
+ * Collective over @p comm. @p comm is duplicated; the caller keeps ownership
+ * of it and may free it at any time. Every communicator the mesh creates has
+ * MPI_ERRORS_RETURN and is freed by dsm_mesh_free().
+ *
+ * @param comm   the ranks of the mesh (not MPI_COMM_NULL)
+ * @param ndims  number of dimensions, 1..DSM_MESH_MAX_DIMS
+ * @param shape  size of each dimension, outermost first; each positive, or
+ *               -1 for one dimension whose size is inferred from the size of
+ *               @p comm. The product must equal the size of @p comm.
+ * @param names  name of each dimension: unique, non-empty identifiers
+ *               ([A-Za-z_][A-Za-z0-9_]*) of at most DSM_NAME_MAX characters
+ * @param[out] mesh the new mesh; set to NULL on error
+ *
+ * Placement and binding follow the environment (DSM_MESH_PLACEMENT,
+ * DSM_BIND); dsm_mesh_create_with_options() sets them explicitly.
+ *
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (bad
+ * ndims, size, product or name); DSM_ERR_MISMATCH (ranks passed different
+ * shapes or names); DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_mesh_create(MPI_Comm comm, int ndims, const int shape[],
+                                     const char *const names[], dsm_mesh_t *mesh);
+
+/**
+ * @brief dsm_mesh_create() with explicit placement and binding options.
+ *
+ * Collective over @p comm. @p options may be NULL for the defaults. Options
+ * must be the same on every rank.
+ * @return as dsm_mesh_create(), and DSM_ERR_INVALID_ARGUMENT for an unknown
+ * option value or size.
+ */
+DSM_API dsm_status_t dsm_mesh_create_with_options(MPI_Comm comm, int ndims, const int shape[],
+                                                  const char *const names[],
+                                                  const dsm_mesh_options_t *options,
+                                                  dsm_mesh_t *mesh);
+
+/**
+ * @brief DeepSpeed's mesh_param=(dp, sp): a 2-D mesh named
+ * "data_parallel" x "sequence_parallel".
+ *
+ * Collective over @p comm. One of @p dp and @p sp may be -1 to be inferred.
+ * @return as dsm_mesh_create().
+ */
+DSM_API dsm_status_t dsm_mesh_create_dp_sp(MPI_Comm comm, int dp, int sp, dsm_mesh_t *mesh);
+
+/**
+ * @brief Free a mesh or a slice and set the handle to NULL.
+ *
+ * Collective over the mesh communicator: the communicators are freed when the
+ * last handle that uses them (the mesh or any slice of it) is freed. NULL and
+ * a pointer to NULL are allowed and do nothing.
+ * @return DSM_SUCCESS; DSM_ERR_MPI when freeing a communicator failed (the
+ * handle is freed anyway).
+ */
+DSM_API dsm_status_t dsm_mesh_free(dsm_mesh_t *mesh);
+
+/**
+ * @brief Number of dimensions of the mesh (or slice).
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_mesh_get_ndims(dsm_mesh_t mesh, int *ndims);
+
+/**
+ * @brief Size of each dimension, outermost first.
+ *
+ * Not collective. @p len is the capacity of @p shape and must be at least the
+ * number of dimensions.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT when @p len is too small.
+ */
+DSM_API dsm_status_t dsm_mesh_get_shape(dsm_mesh_t mesh, int len, int shape[]);
+
+/**
+ * @brief This rank's coordinate along each dimension.
+ *
+ * Not collective. @p len as in dsm_mesh_get_shape().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT when @p len is too small.
+ */
+DSM_API dsm_status_t dsm_mesh_get_coords(dsm_mesh_t mesh, int len, int coords[]);
+
+/**
+ * @brief The name of dimension @p dim (0 = outermost).
+ *
+ * Not collective. The string belongs to the mesh and lives as long as it.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for @p dim out of range.
+ */
+DSM_API dsm_status_t dsm_mesh_get_dim_name(dsm_mesh_t mesh, int dim, const char **name);
+
+/**
+ * @brief The index of the dimension called @p name.
+ *
+ * Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND (the message lists the known names).
+ */
+DSM_API dsm_status_t dsm_mesh_get_dim_index(dsm_mesh_t mesh, const char *name, int *dim);
+
+/**
+ * @brief Size of the group along dimension @p dim (= shape[dim]).
+ *
+ * Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for @p dim out of range.
+ */
+DSM_API dsm_status_t dsm_mesh_dim_size(dsm_mesh_t mesh, int dim, int *size);
+
+/**
+ * @brief This rank's rank in its group along dimension @p dim (= its coordinate).
+ *
+ * Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for @p dim out of range.
+ */
+DSM_API dsm_status_t dsm_mesh_dim_rank(dsm_mesh_t mesh, int dim, int *rank);
+
+/**
+ * @brief Size of a named group: a dimension, a flattened group, or, for
+ * @p group NULL, the whole mesh (or slice).
+ *
+ * Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown name.
+ */
+DSM_API dsm_status_t dsm_mesh_size(dsm_mesh_t mesh, const char *group, int *size);
+
+/**
+ * @brief This rank's rank in a named group (see dsm_mesh_size()).
+ *
+ * For @p group NULL: the linear mesh position (row-major) in the mesh or slice.
+ * Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown name.
+ */
+DSM_API dsm_status_t dsm_mesh_rank(dsm_mesh_t mesh, const char *group, int *rank);
+
+/**
+ * @brief The communicator of a named group (see dsm_mesh_size()).
+ *
+ * Not collective. The communicator belongs to the mesh: do not free it; it is
+ * valid until the last handle that uses it is freed. Its rank is the rank in
+ * the group. @p group NULL gives the whole mesh ordered by mesh position; a
+ * slice of two or more dimensions has no communicator of its own (flatten
+ * its dimensions for one).
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown
+ * name; DSM_ERR_NOT_SUPPORTED for @p group NULL on a slice of 2+ dimensions.
+ */
+DSM_API dsm_status_t dsm_mesh_comm(dsm_mesh_t mesh, const char *group, MPI_Comm *comm);
+
+/**
+ * @brief The parent ranks of the members of this rank's group, in group-rank
+ * order: ranks[i] is the parent rank of the member whose group rank is i.
+ *
+ * Not collective. @p group as in dsm_mesh_size(); @p len is the capacity of
+ * @p ranks and must be at least the group size.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND;
+ * DSM_ERR_INVALID_ARGUMENT when @p len is too small.
+ */
+DSM_API dsm_status_t dsm_mesh_group_ranks(dsm_mesh_t mesh, const char *group, int len,
+                                          int ranks[]);
+
+/**
+ * @brief A sub-mesh of some of the dimensions, sharing the parent's
+ * communicators (no new communicator is created).
+ *
+ * Not collective. @p names must be dimensions of @p mesh, in ascending mesh
+ * order, without repeats. The slice stays valid after @p mesh is freed; free
+ * it with dsm_mesh_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown
+ * name; DSM_ERR_INVALID_ARGUMENT for an empty list, a repeated name or names
+ * out of mesh order.
+ */
+DSM_API dsm_status_t dsm_mesh_slice(dsm_mesh_t mesh, int nnames, const char *const names[],
+                                    dsm_mesh_t *slice);
+
+/**
+ * @brief Flatten several dimensions into one named group with one new
+ * communicator, cached by name.
+ *
+ * Collective over the mesh communicator. @p names: dimensions of @p mesh in
+ * ascending mesh order. The group is the set of ranks whose coordinates differ
+ * only in those dimensions, ranked row-major over them. Calling it again with
+ * the same name and dimensions returns the cached communicator. The name is
+ * then usable with dsm_mesh_size(), dsm_mesh_rank(), dsm_mesh_comm() and
+ * dsm_mesh_group_ranks() on the mesh and every slice of it.
+ *
+ * @param mesh      the mesh or a slice of it
+ * @param nnames    number of dimensions to flatten, 1..ndims
+ * @param names     their names, in ascending mesh order
+ * @param flat_name the group's name: an identifier as for dimensions, not
+ *                  the name of a dimension
+ * @param[out] comm the group's communicator (owned by the mesh); may be NULL.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND;
+ * DSM_ERR_INVALID_ARGUMENT (bad or clashing name, names out of order);
+ * DSM_ERR_MISMATCH; DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_mesh_flatten(dsm_mesh_t mesh, int nnames, const char *const names[],
+                                      const char *flat_name, MPI_Comm *comm);
+
+/**
+ * @brief Describe the placement of every rank: parent rank, host, node, NUMA
+ * domain, GPU, coordinates and the parent ranks of each of its groups.
+ *
+ * Not collective: the mesh learned every rank's placement when it was
+ * created, so every rank can describe all of them and gets the same text.
+ * Free it with dsm_free(). DSM_FORMAT_TEXT gives a table, DSM_FORMAT_JSON a
+ * document whose format doc/dsm-info.md specifies.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an
+ * unknown format; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_mesh_describe(dsm_mesh_t mesh, dsm_format_t format, char **text);
+
+/** @} */
+
+/**
+ * @defgroup dsm_config DeepSpeed configuration
+ *
+ * libdsm reads DeepSpeed's JSON configuration (ds_config.json): the same
+ * keys, defaults, batch arithmetic and checks (doc/configuration.md lists
+ * every key and the few differences). A configuration is given as the path
+ * of a JSON file, or as inline JSON text when its first non-blank character
+ * is '{'. Errors name the full key path and the value found
+ * ("zero_optimization.stage: expected 0..3, got 4"); syntax errors give the
+ * line and column.
+ *
+ * The data-parallel size W in train_batch_size == micro_batch * accumulation
+ * steps * W is resolved as DeepSpeed does: the mesh's "data_parallel"
+ * dimension, else world size / sequence_parallel_size, else the world size.
+ * @{
+ */
+
+/** Opaque handle to a resolved configuration. */
+typedef struct dsm_config_s *dsm_config_t;
+
+/** Flag of dsm_config_load(): keys libdsm does not know are an error, not a warning. */
+#define DSM_CONFIG_STRICT 1u
+
+/**
+ * @brief Read and resolve a configuration on every rank of @p comm.
+ *
+ * Collective over @p comm. Every rank reads @p config (so the file must be
+ * visible to every rank) and all ranks return the same status: a file that is
+ * missing or invalid on one rank is an error on all of them, and a file that
+ * resolves differently on some rank gives DSM_ERR_MISMATCH. W is the size of
+ * @p comm divided by sequence_parallel_size when the configuration has it.
+ *
+ * @param comm   the ranks of the job
+ * @param config path of a JSON file, or inline JSON text starting with '{'
+ * @param flags  0 or DSM_CONFIG_STRICT
+ * @param[out] cfg the configuration; NULL on error. Free with dsm_config_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (unknown
+ * flags, MPI_COMM_NULL); DSM_ERR_IO (unreadable file); DSM_ERR_CONFIG (invalid
+ * configuration); DSM_ERR_NOT_SUPPORTED (a DeepSpeed feature libdsm does not
+ * implement is enabled); DSM_ERR_MISMATCH; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_config_load(MPI_Comm comm, const char *config, unsigned flags,
+                                     dsm_config_t *cfg);
+
+/**
+ * @brief dsm_config_load() over the ranks of a mesh, with W taken from its
+ * "data_parallel" dimension when it has one.
+ *
+ * Collective over the mesh (all ranks of the communicator it was created
+ * from, also when @p mesh is a slice).
+ * @return as dsm_config_load().
+ */
+DSM_API dsm_status_t dsm_config_load_for_mesh(dsm_mesh_t mesh, const char *config, unsigned flags,
+                                              dsm_config_t *cfg);
+
+/**
+ * @brief Resolve a configuration for a job of @p world_size ranks without
+ * running it (what `dsm-info config` does).
+ *
+ * Not collective; needs no MPI initialization.
+ * @param config             path of a JSON file, or inline JSON starting with '{'
+ * @param world_size         number of ranks, >= 1
+ * @param data_parallel_size the mesh's data_parallel size, or 0 when there is
+ *                           no mesh (W then follows sequence_parallel_size)
+ * @param flags              as dsm_config_load()
+ * @param[out] cfg           the resolved configuration
+ * @return as dsm_config_load(), without DSM_ERR_MISMATCH and DSM_ERR_MPI;
+ * DSM_ERR_INVALID_ARGUMENT for a bad size.
+ */
+DSM_API dsm_status_t dsm_config_resolve(const char *config, int64_t world_size,
+                                        int64_t data_parallel_size, unsigned flags,
+                                        dsm_config_t *cfg);
+
+/**
+ * @brief Free a configuration and set the handle to NULL. NULL is allowed.
+ *
+ * Not collective. @return DSM_SUCCESS.
+ */
+DSM_API dsm_status_t dsm_config_free(dsm_config_t *cfg);
+
+/**
+ * @brief The batch values after DeepSpeed's derivation, and W.
+ *
+ * Not collective. Any output pointer may be NULL.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER for a NULL @p cfg.
+ */
+DSM_API dsm_status_t dsm_config_get_batch(dsm_config_t cfg, int64_t *train_batch_size,
+                                          int64_t *micro_batch_size,
+                                          int64_t *gradient_accumulation_steps,
+                                          int64_t *data_parallel_size);
+
+/**
+ * @brief The resolved configuration: every key with its effective value, the
+ * derived batch values and the unknown keys.
+ *
+ * Not collective. DSM_FORMAT_JSON gives the document doc/configuration.md
+ * specifies; DSM_FORMAT_TEXT one "key.path = value" line per key. Free the
+ * text with dsm_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an
+ * unknown format; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_config_describe(dsm_config_t cfg, dsm_format_t format, char **text);
+
+/**
+ * @brief The learning rate (and momentum where the schedule cycles it) before
+ * the first optimizer step and after each of @p steps optimizer steps, from
+ * the configuration's scheduler and optimizer, computed by the code the
+ * engine uses.
+ *
+ * Not collective. @p steps: 0..10000000. Free the text with dsm_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (steps,
+ * format); DSM_ERR_CONFIG (scheduler parameters); DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_config_describe_lr(dsm_config_t cfg, int64_t steps, dsm_format_t format,
+                                            char **text);
+
+/** @} */
+
+/**
+ * @defgroup dsm_engine Training engine
+ *
+ * The engine owns a model's parameters, gradients and optimizer state in
+ * flat, aligned buffers partitioned over the mesh's "data_parallel"
+ * dimension as the configuration's ZeRO stage says (0: nothing partitioned;
+ * 1: optimizer state; 2: and gradients; 3: and parameters), runs the
+ * configured optimizer, LR schedule and mixed precision, and reduces
+ * gradients over data_parallel x sequence_parallel (summed over SP, averaged
+ * over DP: gradient_allreduce_op "mean").
+ *
+ * A training micro-step, the same for every stage:
+ * - forward: dsm_engine_param_acquire() gives a parameter's values (under
+ *   ZeRO-3 it gathers them), dsm_engine_param_release() when done;
+ * - backward: multiply the loss gradient by dsm_engine_get_loss_scale(); for
+ *   each parameter, dsm_engine_grad_acquire() gives the buffer to add its
+ *   gradient into, dsm_engine_grad_release() hands it back (under ZeRO-2/3
+ *   the engine reduces it then, in buckets of reduce_bucket_size);
+ * - dsm_step(): at the gradient-accumulation boundary, the optimizer step.
+ *
+ * Collective calls: every rank of the engine makes the same collective calls
+ * in the same order. The engine checks that at each of its collective points
+ * and fails every rank with DSM_ERR_MISMATCH (or the status of the rank that
+ * found the error) instead of hanging. After a collective call fails the
+ * engine only accepts dsm_engine_free() (other calls give DSM_ERR_STATE).
+ *
+ * Values live in the engine's compute dtype (dsm_engine_get_dtype():
+ * FLOAT32, FLOAT16 with fp16.enabled, BFLOAT16 with bf16.enabled);
+ * dsm_convert() moves data between dtypes.
+ * @{
+ */
+
+/** Opaque handle to a training engine. */
+typedef struct dsm_engine_s *dsm_engine_t;
+
+/** Largest number of dimensions of a parameter. */
+#define DSM_PARAM_MAX_DIMS 8
+
+/**
+ * @brief Fills elements [@p offset, @p offset + @p count) of parameter
+ * @p index (row-major) into @p values as fp32; returns 0, or nonzero to fail
+ * dsm_engine_init() with DSM_ERR_INVALID_ARGUMENT.
+ *
+ * The engine calls it only for the ranges this rank stores, so under ZeRO-3 no
+ * rank ever holds a whole model (DeepSpeed's zero.Init). It must give the same
+ * values for the same range on every rank (seed a generator by the element
+ * index, not by the rank).
+ */
+typedef int (*dsm_param_init_fn)(void *user_data, int index, const char *name, int64_t offset,
+                                 int64_t count, float *values);
+
+/** Describes one parameter of the model (dsm_engine_init()). */
+typedef struct dsm_param_desc {
+    /** Unique name, 1..255 characters without spaces ("layer1.weight"); checkpoints use it. */
+    const char *name;
+    int ndims;              /**< 0 (a scalar) .. DSM_PARAM_MAX_DIMS */
+    const int64_t *shape;   /**< ndims sizes, each >= 1 */
+    /** dtype of @c init_values: FLOAT32, FLOAT64, FLOAT16 or BFLOAT16. */
+    dsm_dtype_t dtype;
+    int trainable;          /**< 0: frozen (no gradient, no optimizer state, held whole on every rank) */
+    int no_weight_decay;    /**< 1: excluded from weight decay (biases, norms) */
+    /** The whole parameter, read on the engine's first rank (rank 0 of its
+     *  mesh) and broadcast to the others (which may pass NULL).
+     *  NULL there and no @c init_fn: zeros. */
+    const void *init_values;
+    dsm_param_init_fn init_fn; /**< used when @c init_values is NULL on the first rank */
+    void *init_user_data;      /**< passed to @c init_fn */
+} dsm_param_desc_t;
+
+/** What dsm_step() did, and the engine's counters (dsm_engine_get_step_info()). */
+typedef struct dsm_step_info {
+    size_t size;            /**< sizeof(dsm_step_info_t): set by DSM_STEP_INFO_INITIALIZER */
+    int boundary;           /**< 1: this micro-step ended an accumulation window */
+    int skipped;            /**< 1: gradients overflowed; the update was skipped */
+    int64_t global_steps;   /**< accumulation boundaries so far, skipped ones included */
+    int64_t micro_steps;    /**< dsm_step() calls so far */
+    int64_t skipped_steps;  /**< boundaries skipped for overflow */
+    int64_t global_samples; /**< train_batch_size per boundary */
+    double lr;              /**< learning rate of the next optimizer step */
+    double loss_scale;      /**< loss scale for the next micro-step (1 without fp16) */
+    double grad_norm;       /**< global gradient norm of the last boundary, before clipping (-1 before the first) */
+} dsm_step_info_t;
+
+/** Initializer of dsm_step_info_t. */
+#define DSM_STEP_INFO_INITIALIZER { sizeof(dsm_step_info_t), 0, 0, 0, 0, 0, 0, 0.0, 1.0, -1.0 }
+
+/**
+ * @brief Create an engine for a model on the ranks of @p mesh.
+ *
+ * Collective over the mesh. The configuration is read on every rank as
+ * dsm_config_load_for_mesh() does; its "optimizer" section is required. ZeRO
+ * partitions over the mesh's "data_parallel" dimension (a mesh without one is
+ * all data parallel). Every rank passes the same parameter list (names,
+ * shapes, trainable and weight-decay flags): a rank whose list differs fails
+ * every rank with DSM_ERR_MISMATCH naming the first difference.
+ *
+ * @param mesh    the mesh, or NULL: build one over MPI_COMM_WORLD as
+ *                dsm_engine_init_comm() does. The engine keeps its own
+ *                reference: the caller may free @p mesh at once.
+ * @param config  path of a DeepSpeed JSON file, or inline JSON starting with '{'
+ * @param params  @p nparams parameter descriptions
+ * @param nparams number of parameters, 1..1000000
+ * @param[out] engine the engine; NULL on error. Free with dsm_engine_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
+ * descriptor, naming the parameter and the field; an init_fn that failed);
+ * DSM_ERR_IO; DSM_ERR_CONFIG; DSM_ERR_NOT_SUPPORTED; DSM_ERR_MISMATCH;
+ * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config,
+                                     const dsm_param_desc_t *params, int nparams,
+                                     dsm_engine_t *engine);
+
+/**
+ * @brief dsm_engine_init() with a mesh built over @p comm from the
+ * configuration: (data_parallel, sequence_parallel) when it sets
+ * sequence_parallel_size (with data_parallel_size, when given, checked
+ * against it), else one "data_parallel" dimension over all of @p comm.
+ *
+ * Collective over @p comm. @return as dsm_engine_init().
+ */
+DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
+                                          const dsm_param_desc_t *params, int nparams,
+                                          dsm_engine_t *engine);
+
+/**
+ * @brief Free an engine and set @p *engine to NULL; NULL is a no-op.
+ *
+ * Collective over the engine's ranks: they first agree that all of them are
+ * freeing it; a rank that is in another engine call meanwhile makes every
+ * rank fail with DSM_ERR_MISMATCH (the engine is freed anyway on the ranks
+ * that called this). After a collective engine call has failed, freeing is
+ * local: the engine's shared-memory windows and communicators are then left
+ * to MPI_Finalize instead of being freed collectively, so that no rank
+ * hangs. Parameter pointers from dsm_engine_param_acquire() become invalid.
+ * @return DSM_SUCCESS; DSM_ERR_MISMATCH; DSM_ERR_MPI. @p *engine is NULL
+ * afterwards in every case.
+ */
+DSM_API dsm_status_t dsm_engine_free(dsm_engine_t *engine);
+
+/**
+ * @brief Number of parameters, and the index of a parameter by name.
+ *
+ * Not collective. Thread safe with other readers.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown name.
+ */
+DSM_API dsm_status_t dsm_engine_num_params(dsm_engine_t engine, int *nparams);
+/** @copydoc dsm_engine_num_params */
+DSM_API dsm_status_t dsm_engine_param_index(dsm_engine_t engine, const char *name, int *index);
+
+/**
+ * @brief The number of elements of parameter @p index.
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for an index out of range.
+ */
+DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int64_t *numel);
+
+/**
+ * @brief The engine's compute dtype: FLOAT32, FLOAT16 (fp16.enabled) or
+ * BFLOAT16 (bf16.enabled). Parameters and gradient buffers use it.
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtype);
+
+/**
+ * @brief Get the values of parameter @p index (numel elements of the compute
+ * dtype, row-major) until dsm_engine_param_release().
+ *
+ * Under ZeRO-3 a parameter with more than stage3_param_persistence_threshold
+ * elements is gathered from its partitions: then the call is collective over
+ * the data-parallel group (every rank acquires the same parameters in the
+ * same order), and the engine also gathers the parameters that followed this
+ * one in the previous step's order, up to stage3_prefetch_bucket_size
+ * elements, in the same collective. Otherwise it is local. Acquiring a
+ * parameter twice without release is DSM_ERR_STATE.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
+ * DSM_ERR_STATE; DSM_ERR_MISMATCH; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_engine_param_acquire(dsm_engine_t engine, int index, const void **values);
+
+/**
+ * @brief Give back a parameter from dsm_engine_param_acquire(); under ZeRO-3
+ * its gathered copy is freed. Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
+ * DSM_ERR_STATE when it is not acquired.
+ */
+DSM_API dsm_status_t dsm_engine_param_release(dsm_engine_t engine, int index);
+
+/**
+ * @brief Get the buffer to add parameter @p index's gradient into (numel
+ * elements of the compute dtype).
+ *
+ * Add (+=) the gradient of the loss multiplied by the loss scale. Under ZeRO-0
+ * and 1 the buffer holds the sum of this accumulation window so far; under
+ * ZeRO-2 and 3 it starts at zero and its contents are reduced at release.
+ * Either way the engine reduces the sum of everything added. Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (index,
+ * or a frozen parameter); DSM_ERR_STATE when already acquired; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, void **grad);
+
+/**
+ * @brief Hand a gradient buffer back to the engine.
+ *
+ * Under ZeRO-2 and 3 the gradient joins the current bucket, which is reduced
+ * (a reduce-scatter to its owners over the data-parallel group) when it holds
+ * reduce_bucket_size elements: the call is then collective, and every rank
+ * releases the same gradients in the same order. Otherwise it is local.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
+ * DSM_ERR_STATE when not acquired; DSM_ERR_MISMATCH; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
+
+/**
+ * @brief One micro-step.
+ *
+ * Collective over the engine's ranks. Every gradient and parameter must be
+ * released. At the gradient-accumulation boundary (every
+ * gradient_accumulation_steps calls): finish the reductions, unscale, check
+ * for Inf/NaN on every rank (one rank's overflow makes every rank skip),
+ * compute the global gradient norm (fp64), clip to gradient_clipping, run the
+ * optimizer on this rank's partition of the fp32 master weights, gather the
+ * updated parameters where the stage needs them, step the LR schedule (not
+ * after a skipped step) and the loss scaler. Gradients are summed over the
+ * window and divided by its length.
+ *
+ * @param engine   the engine
+ * @param[out] info what happened (may be NULL); initialize with DSM_STEP_INFO_INITIALIZER.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_STATE (a buffer still
+ * acquired: every rank fails); DSM_ERR_MISMATCH; DSM_ERR_NUMERIC (fp16 loss
+ * scale at its minimum and still overflowing); DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info);
+
+/**
+ * @brief The loss scale to multiply the loss gradient by before backward
+ * (fp16; 1.0 otherwise). Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_engine_get_loss_scale(dsm_engine_t engine, double *scale);
+
+/**
+ * @brief The engine's counters, learning rate, loss scale and last gradient
+ * norm (the fields of dsm_step_info_t; boundary and skipped describe the last
+ * dsm_step()). Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT when
+ * info->size is too small.
+ */
+DSM_API dsm_status_t dsm_engine_get_step_info(dsm_engine_t engine, dsm_step_info_t *info);
+
+/**
+ * @brief The engine's mesh (a reference the engine owns: do not free it). Not collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh);
+
+/**
+ * @brief Describe the engine: ZeRO stage, dtypes, optimizer, the flat layout
+ * and this rank's memory by buffer next to the ZeRO paper's bytes per
+ * parameter, and the communication counters.
+ *
+ * Not collective. The JSON form is specified in doc/engine.md. Free the
+ * text with dsm_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an
+ * unknown format; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t format, char **text);
+
+/** dsm_engine_load_checkpoint() flag: load the parameters only (the module's
+ *  weights); optimizer state, counters, loss scaler and LR schedule stay. */
+#define DSM_CKPT_LOAD_MODULE_ONLY 0x1u
+/** dsm_engine_load_checkpoint() flag: keep the engine's optimizer state. */
+#define DSM_CKPT_LOAD_NO_OPTIMIZER 0x2u
+/** dsm_engine_load_checkpoint() flag: keep the engine's LR schedule position. */
+#define DSM_CKPT_LOAD_NO_LR_SCHEDULE 0x4u
+
+/**
+ * @brief Save a checkpoint: DIR/TAG.h5, one parallel HDF5 file holding every
+ * parameter's fp32 values and the optimizer state as full-shape tensors, and
+ * the training state (doc/checkpoint.md), then DIR/latest naming TAG.
+ *
+ * Collective over the engine's ranks, at an accumulation boundary (after
+ * the dsm_step() that ends a window, or before the first) with every buffer
+ * released. Each rank writes the part it owns. The commit is atomic: the
+ * file is written under a temporary name, flushed, and renamed by rank 0
+ * only when every rank succeeded; `latest` is rewritten last (write, flush,
+ * rename). A job killed at any point leaves the previous checkpoint and
+ * `latest` loadable; a failed save returns the same error on every rank and
+ * leaves no file under the final name.
+ *
+ * @param engine       the engine
+ * @param dir          the checkpoint directory, created if missing
+ * @param tag          the tag (1..200 characters of A-Z a-z 0-9 . _ -, not
+ *                     starting with '.'), or NULL: "global_step<N>" with N
+ *                     the global step count. Ranks passing different tags:
+ *                     see checkpoint.tag_validation; rank 0's tag is used.
+ * @param client_state bytes stored with the checkpoint and given back by
+ *                     the load (rank 0's are stored); NULL when @p size is 0
+ * @param size         bytes of @p client_state
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a
+ * bad tag or directory); DSM_ERR_STATE (between boundaries, or a buffer
+ * acquired); DSM_ERR_MISMATCH (tags differ and tag_validation is Fail);
+ * DSM_ERR_IO; DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED (built without HDF5);
+ * DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
+                                                const void *client_state, size_t size);
+
+/**
+ * @brief Load a checkpoint saved by dsm_engine_save_checkpoint() at any
+ * data-parallel size, sequence-parallel size and ZeRO stage: each rank reads
+ * the part it owns now.
+ *
+ * Collective over the engine's ranks, at an accumulation boundary with every
+ * buffer released. The file's parameters must be exactly the engine's (names
+ * and shapes); every tensor's checksum is verified. On any error every rank
+ * returns it and the engine is unchanged. Loading at the sizes it was saved
+ * at continues fp32 training bit for bit.
+ *
+ * @param engine  the engine
+ * @param dir     the checkpoint directory
+ * @param tag     the tag, or NULL: the one DIR/latest names
+ * @param flags   0 or DSM_CKPT_LOAD_MODULE_ONLY, DSM_CKPT_LOAD_NO_OPTIMIZER,
+ *                DSM_CKPT_LOAD_NO_LR_SCHEDULE or'ed
+ * @param[out] client_state the stored client bytes, to free with dsm_free()
+ *                (NULL when none were stored); may be NULL to ignore them
+ * @param[out] size their count; may be NULL
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (bad
+ * tag or flags); DSM_ERR_STATE; DSM_ERR_IO (missing file or `latest`, not
+ * HDF5, truncated, wrong format or version, checksum mismatch);
+ * DSM_ERR_MISMATCH (tensors that differ from the engine's parameters, all
+ * listed); DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY;
+ * DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
+                                                unsigned flags, void **client_state, size_t *size);
+
+/**
+ * @brief Convert @p n elements between FLOAT32, FLOAT64, FLOAT16 and
+ * BFLOAT16 (round to nearest even; Inf and NaN kept).
+ *
+ * Not collective. Thread safe. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for another dtype.
+ */
+DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst,
+                                 dsm_dtype_t dst_dtype, size_t n);
+
+/** @} */
+
+/**
+ * @defgroup dsm_sp Sequence parallelism (Ulysses)
+ *
+ * DeepSpeed-Ulysses (arXiv 2309.14509): the ranks of a sequence-parallel
+ * group of size P each hold s/P consecutive tokens of every sequence; around
+ * attention one all-to-all per tensor swaps "my tokens, all heads" for "all
+ * tokens, my heads" (dsm_sp_seq_to_head()) and back (dsm_sp_head_to_seq()).
+ *
+ * Heads are split as evenly as possible: with H heads over P ranks, rank j
+ * holds H/P heads, plus one more when j < H mod P (7 heads over 4 ranks:
+ * 2, 2, 2, 1), starting at head j*(H/P) + min(j, H mod P); see
+ * dsm_sp_head_range(). A tensor with DSM_SP_REPLICATE (the keys and values of
+ * grouped-query attention when they have fewer heads than P) gives every rank
+ * one head, head j*H/P, which needs P to be a multiple of H; with H >= P it
+ * needs H to be a multiple of P. Each rank's key/value heads are then the
+ * ones its query heads use provided the query heads are split evenly too (a
+ * query head count that is a multiple of P and of the key/value head count):
+ * the library does not know which query heads go with which key/value heads,
+ * so it cannot check this; with an uneven query split (6 query and 2
+ * key/value heads over 4 ranks) some rank would hold a query head without
+ * its key/value head.
+ *
+ * Tensors are dense, row-major, in one of two layouts (dsm_sp_layout_t), of
+ * any dtype (bytes are moved, never combined, except when head-to-sequence
+ * sums the replicas of a DSM_SP_REPLICATE tensor: FLOAT32, FLOAT64, FLOAT16
+ * and BFLOAT16 only, added in fp32 or fp64 and rounded once).
+ * @{
+ */
+
+/** A sequence-parallel group (an opaque handle). */
+typedef struct dsm_sp_s *dsm_sp_t;
+
+/** Layouts of an attention tensor (b: batch, s: sequence, H: heads, d: head dim). */
+typedef enum dsm_sp_layout {
+    DSM_SP_BATCH_FIRST = 0, /**< [b, s, H, d] */
+    DSM_SP_SEQ_FIRST = 1    /**< [s, b, H, d] */
+} dsm_sp_layout_t;
+
+/** dsm_sp_tensor_t::flags: replicate the heads over the ranks when there are fewer heads than ranks (GQA keys/values). */
+#define DSM_SP_REPLICATE 1u
+
+/**
+ * The global shape of an attention tensor: the whole sequence and every
+ * head, as the single-rank computation sees it.
+ */
+typedef struct dsm_sp_tensor {
+    int64_t batch;          /**< b >= 1 */
+    int64_t seq;            /**< s: the whole sequence, a multiple of the group size */
+    int64_t heads;          /**< H >= 1 */
+    int64_t head_dim;       /**< d >= 1 */
+    dsm_sp_layout_t layout; /**< DSM_SP_BATCH_FIRST or DSM_SP_SEQ_FIRST */
+    dsm_dtype_t dtype;      /**< element type */
+    unsigned flags;         /**< 0 or DSM_SP_REPLICATE */
+} dsm_sp_tensor_t;
+
+/**
+ * @brief Create the sequence-parallel context of a group of the mesh.
+ *
+ * Collective over the mesh. @p group names a dimension or a flattened group
+ * (see dsm_mesh_size()); NULL means "sequence_parallel". The context owns
+ * a communication backend over the group (shared memory inside a node, MPI
+ * across nodes, as the engine's) and must be freed with dsm_sp_free()
+ * before the mesh.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an
+ * unknown group; DSM_ERR_MISMATCH when ranks name different groups;
+ * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_sp_create(dsm_mesh_t mesh, const char *group, dsm_sp_t *sp);
+
+/**
+ * @brief Free a context and set @p *sp to NULL (NULL is accepted).
+ *
+ * Collective over the group. Memory from dsm_sp_alloc() that is still
+ * allocated is released with it.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER when @p sp is NULL; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_free(dsm_sp_t *sp);
+
+/** @brief The group's size P. Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
+DSM_API dsm_status_t dsm_sp_get_size(dsm_sp_t sp, int *size);
+
+/** @brief This rank's rank in the group. Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
+DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank);
+
+/**
+ * @brief Memory for the inputs of the transforms that the ranks of a node
+ * can read directly: with it, a transform inside a node is one copy from the
+ * peers' inputs into each rank's output.
+ *
+ * Collective over the group: every rank calls it in the same order (sizes
+ * may differ, e.g. for head-sharded tensors with uneven heads). The memory is
+ * 64-byte aligned and zeroed; inside a node it lies in a shared window
+ * (MPI_Win_allocate_shared) of the group's backend, across nodes (or with
+ * the plain MPI backend) it is private memory and the transforms work as
+ * with any other memory. Tensors passed as the @p in of dsm_sp_seq_to_head()
+ * and the other transforms that lie in such memory on every rank of a node
+ * are read in place by the peers: no packing, no intermediate buffer, no
+ * kernel copy; others go through the node's shared window or MPI.
+ * @param bytes 0 is allowed (a valid pointer to no bytes)
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_OUT_OF_MEMORY;
+ * DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_alloc(dsm_sp_t sp, size_t bytes, void **ptr);
+
+/**
+ * @brief Free memory from dsm_sp_alloc() (NULL is accepted).
+ *
+ * Collective over the group, in the same order on every rank.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (sp); DSM_ERR_INVALID_ARGUMENT
+ * for a pointer that dsm_sp_alloc() of this context did not return;
+ * DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_free_memory(dsm_sp_t sp, void *ptr);
+
+/**
+ * @brief The heads rank @p rank of a group of @p size holds after
+ * dsm_sp_seq_to_head(): heads [*first, *first + *count).
+ *
+ * Not collective; needs no context. @p flags as dsm_sp_tensor_t::flags.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (heads < 1, size < 1, rank outside [0, size), or DSM_SP_REPLICATE with
+ * heads and size that do not divide, naming them).
+ */
+DSM_API dsm_status_t dsm_sp_head_range(int64_t heads, unsigned flags, int size, int rank, int64_t *first,
+                                       int64_t *count);
+
+/**
+ * @brief Element counts of this rank's two forms of @p t: sequence-sharded
+ * (b * s/P * H * d) and head-sharded (b * s * count * d, count from
+ * dsm_sp_head_range()).
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for a bad shape (naming the field and value).
+ */
+DSM_API dsm_status_t dsm_sp_counts(dsm_sp_t sp, const dsm_sp_tensor_t *t, size_t *seq_sharded,
+                                   size_t *head_sharded);
+
+/**
+ * @brief Sequence-to-head all-to-all: [b, s/P, H, d] (this rank's tokens,
+ * every head) becomes [b, s, count, d] (every token in rank order, this
+ * rank's heads), or the same in the sequence-first layout.
+ *
+ * Collective over the group: every rank passes the same @p t. One
+ * all-to-all; the layout permutation is done while packing and unpacking.
+ * @p in holds @p in_count elements (the sequence-sharded count of
+ * dsm_sp_counts()), @p out @p out_count (the head-sharded count); they must
+ * not overlap.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
+ * shape, s not a multiple of P, a wrong count: naming the value and the
+ * expected one); DSM_ERR_MISMATCH when ranks pass different shapes
+ * (detected before any data moves); DSM_ERR_MPI. Every rank returns the
+ * same status.
+ */
+DSM_API dsm_status_t dsm_sp_seq_to_head(dsm_sp_t sp, const dsm_sp_tensor_t *t, const void *in,
+                                        size_t in_count, void *out, size_t out_count);
+
+/**
+ * @brief Head-to-sequence all-to-all, the inverse of dsm_sp_seq_to_head():
+ * [b, s, count, d] becomes [b, s/P, H, d] (used for the attention output and
+ * for gradients in the backward pass).
+ *
+ * For a DSM_SP_REPLICATE tensor the copies of a head are summed (the
+ * gradient of the replication), so that a round trip multiplies such a
+ * tensor by the number of copies of each head (P/H when H < P).
+ * Counts, errors and collectiveness as dsm_sp_seq_to_head(), with the roles
+ * of the two counts swapped.
+ */
+DSM_API dsm_status_t dsm_sp_head_to_seq(dsm_sp_t sp, const dsm_sp_tensor_t *t, const void *in,
+                                        size_t in_count, void *out, size_t out_count);
+
+/**
+ * @brief dsm_sp_seq_to_head() of @p n tensors in one all-to-all (q, k and v
+ * of attention together: n = 3, the shapes may differ, e.g. in heads).
+ *
+ * @p in, @p in_count, @p out, @p out_count are arrays of @p n. Errors as
+ * dsm_sp_seq_to_head(), naming the tensor's index.
+ */
+DSM_API dsm_status_t dsm_sp_seq_to_head_n(dsm_sp_t sp, int n, const dsm_sp_tensor_t t[],
+                                          const void *const in[], const size_t in_count[],
+                                          void *const out[], const size_t out_count[]);
+
+/** @brief dsm_sp_head_to_seq() of @p n tensors in one all-to-all; see dsm_sp_seq_to_head_n(). */
+DSM_API dsm_status_t dsm_sp_head_to_seq_n(dsm_sp_t sp, int n, const dsm_sp_tensor_t t[],
+                                          const void *const in[], const size_t in_count[],
+                                          void *const out[], const size_t out_count[]);
+
+/** The ignore index of the labels: positions whose loss does not count. */
+#define DSM_IGNORE_INDEX (-100)
+
+/**
+ * @brief This rank's chunk of a batch of sequences for causal language
+ * modelling.
+ *
+ * Not collective; needs no context. @p tokens, @p positions and @p labels
+ * are [batch, seq] (row-major); @p positions NULL means 0..seq-1, @p labels
+ * NULL means the tokens. The labels are shifted: position t is labelled with
+ * labels[t + 1], and the last position with DSM_IGNORE_INDEX. A sequence is
+ * cut into @p size chunks of chunk = ceil(seq / size) positions; rank @p rank
+ * gets positions [rank * chunk, (rank + 1) * chunk), and positions past the
+ * end of the sequence are padding: token @p pad_token, label
+ * DSM_IGNORE_INDEX, and a position that continues the row's count (the
+ * row's last position plus one, plus two, ...; with @p positions NULL simply
+ * its index). Outputs are [batch, chunk] and must not overlap the inputs;
+ * @p out_len is their capacity in elements (at least batch * chunk). @p
+ * valid (may be NULL) gets the number of labels of the chunk that are not
+ * DSM_IGNORE_INDEX, for dsm_sp_loss().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (batch
+ * or seq < 1, size < 1, rank outside [0, size), out_len too small, batch *
+ * seq too large to address, a padding position past INT64_MAX: naming the
+ * value).
+ */
+DSM_API dsm_status_t dsm_sp_shard_batch(int size, int rank, int64_t batch, int64_t seq, const int64_t *tokens,
+                                        const int64_t *positions, const int64_t *labels, int64_t pad_token,
+                                        size_t out_len, int64_t *out_tokens, int64_t *out_positions,
+                                        int64_t *out_labels, int64_t *chunk, int64_t *valid);
+
+/**
+ * @brief The token-weighted mean loss over the group and the scale of this
+ * rank's gradients.
+ *
+ * Collective over the group. Each rank passes the sum of its per-token
+ * losses and the number of tokens that count (labels not
+ * DSM_IGNORE_INDEX). @p mean gets sum(loss_sum) / sum(tokens) over the
+ * group; @p grad_scale gets 1 / sum(tokens): a rank that multiplies the
+ * gradient of its local loss sum by it makes the engine's sum over the group
+ * (see dsm_engine_init()) the gradient of the whole sequence's mean loss.
+ * When no token of the group counts, both are 0.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (negative tokens, non-finite loss sum: on every rank); DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_sp_loss(dsm_sp_t sp, double loss_sum, int64_t tokens, double *mean, double *grad_scale);
+
+/** @} */
+
+/**
+ * @defgroup dsm_sampler Data-parallel sampler
+ * @{
+ */
+
+/** A data-parallel sampler (an opaque handle). */
+typedef struct dsm_sampler_s *dsm_sampler_t;
+
+/**
+ * Options of dsm_sampler_create(). Initialize with
+ * DSM_SAMPLER_OPTIONS_INITIALIZER.
+ */
+typedef struct dsm_sampler_options {
+    size_t size;   /**< sizeof(dsm_sampler_options_t) as compiled by the caller (a smaller, older struct keeps the defaults of the fields it lacks) */
+    int shuffle;   /**< nonzero (default 1): a new permutation of the samples each epoch */
+    uint64_t seed; /**< seed of the permutation (default 0); the epoch is mixed in */
+    int drop_last; /**< 0 (default): pad as PyTorch's DistributedSampler does; nonzero: drop the tail */
+} dsm_sampler_options_t;
+
+/** Initializer of dsm_sampler_options_t. */
+#define DSM_SAMPLER_OPTIONS_INITIALIZER { sizeof(dsm_sampler_options_t), 1, 0, 0 }
+
+/**
+ * @brief A sampler over a dataset of @p num_samples samples for rank @p rank
+ * of @p replicas data-parallel replicas, in micro-batches of @p micro_batch.
+ *
+ * Not collective. Each epoch the indices 0..num_samples-1 are permuted
+ * (options->shuffle; the same permutation on every rank for a seed and an
+ * epoch), then, as torch.utils.data.DistributedSampler: without drop_last
+ * the list is padded to a multiple of @p replicas by repeating it from its
+ * start, with drop_last it is cut to a multiple; rank r takes every
+ * replicas-th index from position r. Its indices are cut into micro-batches
+ * of @p micro_batch; without drop_last the last one may be shorter, with
+ * drop_last a short last micro-batch is dropped. Ranks of one
+ * sequence-parallel group pass the same data-parallel rank and so get the
+ * same samples.
+ * @p options may be NULL (the defaults).
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (num_samples < 1, replicas < 1, rank outside [0, replicas), micro_batch
+ * < 1, options->size smaller than a size_t or larger than this library's
+ * struct, or no micro-batch at all with drop_last: naming the value);
+ * DSM_ERR_OUT_OF_MEMORY (also for a shuffled dataset whose permutation, 8
+ * bytes per sample, cannot be addressed).
+ */
+DSM_API dsm_status_t dsm_sampler_create(int64_t num_samples, int replicas, int rank, int64_t micro_batch,
+                                        const dsm_sampler_options_t *options, dsm_sampler_t *sampler);
+
+/**
+ * @brief dsm_sampler_create() with the engine's data-parallel size and rank
+ * and its train_micro_batch_size_per_gpu.
+ *
+ * Not collective. @return as dsm_sampler_create().
+ */
+DSM_API dsm_status_t dsm_sampler_create_for_engine(dsm_engine_t engine, int64_t num_samples,
+                                                   const dsm_sampler_options_t *options, dsm_sampler_t *sampler);
+
+/** @brief Free a sampler and set @p *sampler to NULL (NULL is accepted). @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
+DSM_API dsm_status_t dsm_sampler_free(dsm_sampler_t *sampler);
+
+/**
+ * @brief Micro-batches per epoch on each rank (the same on every rank).
+ *
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
+ */
+DSM_API dsm_status_t dsm_sampler_num_batches(dsm_sampler_t sampler, int64_t *num_batches);
+
+/**
+ * @brief The sample indices of micro-batch @p batch of epoch @p epoch on this rank.
+ *
+ * Not collective; the permutation of an epoch is computed once and kept
+ * until another epoch is asked for. @p indices has room for @p len
+ * elements (micro_batch is always enough); @p count gets how many were
+ * written.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (epoch < 0, batch outside [0, num_batches), len too small: naming the
+ * value); DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_sampler_batch(dsm_sampler_t sampler, int64_t epoch, int64_t batch, int64_t *indices,
+                                       size_t len, int64_t *count);
+
+/**
+ * @brief Where training resumes: the epoch and micro-batch that follow
+ * @p micro_steps micro-batches (the engine's micro_steps counter, which a
+ * checkpoint restores; dsm_engine_get_step_info()).
+ *
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for
+ * negative micro_steps.
+ */
+DSM_API dsm_status_t dsm_sampler_locate(dsm_sampler_t sampler, int64_t micro_steps, int64_t *epoch,
+                                        int64_t *batch);
+
+/** @} */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DSM_H */

@@ -1,0 +1,17 @@
+#!/bin/sh
+# Install what building and testing libdsm needs on Debian (12 or newer).
+# Runs apt-get through sudo when not root. Installs nothing already present.
+set -e
+pkgs="build-essential gfortran autoconf automake libtool pkg-config
+      libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
+      libhwloc-dev hwloc libcmocka-dev nlohmann-json3-dev python3 clang cmake"
+missing=
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+sudo=
+[ "$(id -u)" = 0 ] || sudo=sudo
+echo "installing:$missing"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,648 @@
+// Checkpoint files in parallel HDF5: see checkpoint.hpp and doc/checkpoint.md.
+#include "dsm_config.h"
+
+#include "ckpt/checkpoint.hpp"
+#include "ckpt/format.hpp"
+#include "ckpt/h5.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <map>
+#include <sstream>
+
+#include <hdf5.h>
+
+#include "core/agree.hpp"
+#include "core/error.hpp"
+#include "core/param.hpp"
+
+namespace dsm {
+namespace ckpt {
+
+namespace {
+
+using Id = Handle;
+
+// The innermost message of HDF5's error stack, for our messages.
+std::string hdf5_reason() {
+    std::string out;
+    H5Ewalk2(
+        H5E_DEFAULT, H5E_WALK_UPWARD,
+        [](unsigned n, const H5E_error2_t *e, void *d) -> herr_t {
+            if (n == 0 && e->desc != nullptr) *static_cast<std::string *>(d) = e->desc;
+            return 0;
+        },
+        &out);
+    return out.empty() ? std::string("unknown HDF5 error") : out;
+}
+
+hid_t h5(hid_t id, const std::string &what) {
+    if (id < 0) DSM_FAIL(DSM_ERR_HDF5, what, ": ", hdf5_reason());
+    return id;
+}
+
+void h5ok(herr_t rc, const std::string &what) {
+    if (rc < 0) DSM_FAIL(DSM_ERR_HDF5, what, ": ", hdf5_reason());
+}
+
+Id plist(hid_t cls) { return Id(h5(H5Pcreate(cls), "H5Pcreate"), H5Pclose); }
+
+// File access through MPI-IO with collective metadata, datasets aligned to
+// the file system's block.
+Id mpio_fapl(MPI_Comm comm, const std::string &dir) {
+    Id fapl = plist(H5P_FILE_ACCESS);
+    h5ok(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
+    h5ok(H5Pset_all_coll_metadata_ops(fapl.get(), 1), "H5Pset_all_coll_metadata_ops");
+    h5ok(H5Pset_coll_metadata_write(fapl.get(), 1), "H5Pset_coll_metadata_write");
+    struct statvfs vfs;
+    hsize_t block = 4096;
+    if (statvfs(dir.c_str(), &vfs) == 0 && vfs.f_bsize > block) block = vfs.f_bsize;
+    h5ok(H5Pset_alignment(fapl.get(), 64 * 1024, block), "H5Pset_alignment");
+    return fapl;
+}
+
+Id collective_xfer() {
+    Id x = plist(H5P_DATASET_XFER);
+    h5ok(H5Pset_dxpl_mpio(x.get(), H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+    return x;
+}
+
+// ---------------------------------------------------------------- attributes
+
+void write_attr(hid_t obj, const char *name, hid_t mem_type, hid_t file_type, const void *value,
+                const std::vector<hsize_t> &dims = {}) {
+    Id space(h5(dims.empty() ? H5Screate(H5S_SCALAR)
+                             : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                cat("dataspace of attribute ", name)),
+             H5Sclose);
+    Id attr(h5(H5Acreate2(obj, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+               cat("creating attribute ", name)),
+            H5Aclose);
+    h5ok(H5Awrite(attr.get(), mem_type, value), cat("writing attribute ", name));
+}
+
+void write_string_attr(hid_t obj, const char *name, const std::string &value) {
+    Id type(h5(H5Tcopy(H5T_C_S1), "H5Tcopy"), H5Tclose);
+    h5ok(H5Tset_size(type.get(), value.size() + 1), "H5Tset_size");
+    h5ok(H5Tset_strpad(type.get(), H5T_STR_NULLTERM), "H5Tset_strpad");
+    h5ok(H5Tset_cset(type.get(), H5T_CSET_UTF8), "H5Tset_cset");
+    write_attr(obj, name, type.get(), type.get(), value.c_str());
+}
+
+void write_int_attr(hid_t obj, const char *name, int64_t v) {
+    write_attr(obj, name, H5T_NATIVE_INT64, H5T_STD_I64LE, &v);
+}
+
+void write_json_attrs(hid_t obj, const Attributes &attrs) {
+    for (const auto &kv : attrs.items()) {
+        const std::string &k = kv.key();
+        const auto &v = kv.value();
+        if (v.is_string()) {
+            write_string_attr(obj, k.c_str(), v.get<std::string>());
+        } else if (v.is_number_float()) {
+            const double d = v.get<double>();
+            write_attr(obj, k.c_str(), H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE, &d);
+        } else if (v.is_number_integer()) {
+            write_int_attr(obj, k.c_str(), v.get<int64_t>());
+        } else if (v.is_array()) {
+            std::vector<int64_t> a = v.get<std::vector<int64_t>>();
+            const std::vector<hsize_t> dims{a.size()};
+            write_attr(obj, k.c_str(), H5T_NATIVE_INT64, H5T_STD_I64LE, a.data(), dims);
+        } else {
+            DSM_FAIL(DSM_ERR_INTERNAL, "checkpoint attribute ", k, " has an unsupported type");
+        }
+    }
+}
+
+// Every attribute of `obj` as JSON: integers (scalars or 1-D arrays),
+// floats, strings.
+Attributes read_attrs(hid_t obj) {
+    Attributes out = Attributes::object();
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t info;
+    h5ok(H5Oget_info3(obj, &info, H5O_INFO_NUM_ATTRS), "H5Oget_info3");
+#else
+    H5O_info_t info;
+    h5ok(H5Oget_info2(obj, &info, H5O_INFO_NUM_ATTRS), "H5Oget_info2");
+#endif
+    for (hsize_t i = 0; i < info.num_attrs; ++i) {
+        Id attr(h5(H5Aopen_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, i, H5P_DEFAULT, H5P_DEFAULT),
+                   "opening an attribute"),
+                H5Aclose);
+        char name[256];
+        if (H5Aget_name(attr.get(), sizeof name, name) < 0) continue;
+        Id type(h5(H5Aget_type(attr.get()), "H5Aget_type"), H5Tclose);
+        Id space(h5(H5Aget_space(attr.get()), "H5Aget_space"), H5Sclose);
+        const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+        const H5T_class_t cls = H5Tget_class(type.get());
+        if (cls == H5T_STRING) {
+            if (H5Tis_variable_str(type.get()) > 0) {
+                char *s = nullptr;
+                Id mem(h5(H5Tcopy(H5T_C_S1), "H5Tcopy"), H5Tclose);
+                H5Tset_size(mem.get(), H5T_VARIABLE);
+                h5ok(H5Aread(attr.get(), mem.get(), &s), cat("reading attribute ", name));
+                out[name] = s ? std::string(s) : std::string();
+                H5free_memory(s);
+            } else {
+                std::string s(H5Tget_size(type.get()), '\0');
+                h5ok(H5Aread(attr.get(), type.get(), &s[0]), cat("reading attribute ", name));
+                s.resize(std::strlen(s.c_str()));
+                out[name] = s;
+            }
+        } else if (cls == H5T_INTEGER) {
+            std::vector<int64_t> v(static_cast<size_t>(std::max<hssize_t>(n, 1)));
+            const bool is_unsigned = H5Tget_sign(type.get()) == H5T_SGN_NONE;
+            if (is_unsigned) {
+                std::vector<uint64_t> u(v.size());
+                h5ok(H5Aread(attr.get(), H5T_NATIVE_UINT64, u.data()), cat("reading attribute ", name));
+                if (H5Sget_simple_extent_ndims(space.get()) == 0) out[name] = u[0];
+                else out[name] = u;
+            } else {
+                h5ok(H5Aread(attr.get(), H5T_NATIVE_INT64, v.data()), cat("reading attribute ", name));
+                if (H5Sget_simple_extent_ndims(space.get()) == 0) out[name] = v[0];
+                else out[name] = v;
+            }
+        } else if (cls == H5T_FLOAT) {
+            std::vector<double> v(static_cast<size_t>(std::max<hssize_t>(n, 1)));
+            h5ok(H5Aread(attr.get(), H5T_NATIVE_DOUBLE, v.data()), cat("reading attribute ", name));
+            if (H5Sget_simple_extent_ndims(space.get()) == 0) out[name] = v[0];
+            else out[name] = v;
+        }
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------- selections
+
+// Select elements [a, b) (row-major) of a dataspace of `dims`: at most
+// 2 * ndims - 1 hyperslabs, each the largest aligned block that fits.
+void select_range(hid_t space, const std::vector<hsize_t> &dims, hsize_t a, hsize_t b) {
+    h5ok(H5Sselect_none(space), "H5Sselect_none");
+    if (a >= b) return;
+    if (dims.empty()) {
+        h5ok(H5Sselect_all(space), "H5Sselect_all");
+        return;
+    }
+    const size_t nd = dims.size();
+    std::vector<hsize_t> stride(nd, 1); // elements per step of dimension k
+    for (size_t k = nd - 1; k > 0; --k) stride[k - 1] = stride[k] * dims[k];
+    while (a < b) {
+        // The outermost dimension k whose blocks start at a and fit in [a, b).
+        size_t k = 0;
+        while (k + 1 < nd && (a % stride[k] != 0 || a + stride[k] > b)) ++k;
+        const hsize_t at = (a / stride[k]) % dims[k];
+        const hsize_t n = std::min((b - a) / stride[k], dims[k] - at);
+        std::vector<hsize_t> start(nd), count(nd);
+        hsize_t rem = a;
+        for (size_t d = 0; d < nd; ++d) {
+            start[d] = rem / stride[d];
+            rem %= stride[d];
+            start[d] %= dims[d];
+        }
+        for (size_t d = 0; d < nd; ++d) count[d] = d < k ? 1 : d == k ? n : dims[d];
+        h5ok(H5Sselect_hyperslab(space, H5S_SELECT_OR, start.data(), nullptr, count.data(), nullptr),
+             "H5Sselect_hyperslab");
+        a += n * stride[k];
+    }
+}
+
+std::vector<hsize_t> hdims(const std::vector<int64_t> &shape) {
+    return std::vector<hsize_t>(shape.begin(), shape.end());
+}
+
+Id make_space(const std::vector<hsize_t> &dims) {
+    return Id(h5(dims.empty() ? H5Screate(H5S_SCALAR)
+                              : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+                 "creating a dataspace"),
+              H5Sclose);
+}
+
+// The selection of this rank's piece, in the file and in memory.
+struct Selection {
+    Id file, mem;
+};
+
+Selection selection(const Tensor &t) {
+    const std::vector<hsize_t> dims = hdims(t.shape);
+    Selection s;
+    s.file = make_space(dims);
+    select_range(s.file.get(), dims, t.offset, t.offset + t.count);
+    const hsize_t n = std::max<hsize_t>(t.count, 1);
+    s.mem = Id(h5(H5Screate_simple(1, &n, nullptr), "creating a dataspace"), H5Sclose);
+    if (t.count == 0) h5ok(H5Sselect_none(s.mem.get()), "H5Sselect_none");
+    return s;
+}
+
+// A buffer for ranks whose selection is empty (HDF5 wants a pointer).
+float g_empty[1];
+void *buffer_of(const Tensor &t) { return t.count ? static_cast<void *>(t.data) : static_cast<void *>(g_empty); }
+
+std::string dataset_path(const Tensor &t) { return "/" + t.group + "/" + escape_name(t.name); }
+
+std::string shape_text(const std::vector<int64_t> &shape) {
+    std::ostringstream os;
+    os << "[";
+    for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+    os << "]";
+    return os.str();
+}
+
+// ---------------------------------------------------------------- files
+
+std::string file_of(const std::string &dir, const std::string &tag) { return dir + "/" + tag + ".h5"; }
+std::string tmp_of(const std::string &dir, const std::string &tag) { return dir + "/." + tag + ".h5.tmp"; }
+
+void fsync_path(const std::string &path, bool directory) {
+    const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+    if (fd < 0) DSM_FAIL(DSM_ERR_IO, "cannot open '", path, "' to flush it: ", std::strerror(errno));
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    if (rc != 0) DSM_FAIL(DSM_ERR_IO, "fsync of '", path, "' failed: ", std::strerror(err));
+}
+
+void make_dirs(const std::string &dir) {
+    std::string at;
+    std::stringstream ss(dir);
+    std::string part;
+    if (!dir.empty() && dir[0] == '/') at = "/";
+    while (std::getline(ss, part, '/')) {
+        if (part.empty()) continue;
+        at += part;
+        if (::mkdir(at.c_str(), 0777) != 0 && errno != EEXIST)
+            DSM_FAIL(DSM_ERR_IO, "cannot create the checkpoint directory '", at, "': ", std::strerror(errno));
+        at += "/";
+    }
+    struct stat st;
+    if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        DSM_FAIL(DSM_ERR_IO, "the checkpoint directory '", dir, "' is not a directory");
+}
+
+// Write `text` to `path` through a temporary, flushed, renamed, with the
+// directory flushed after: readers see the old or the new file, whole.
+void replace_file(const std::string &dir, const std::string &path, const std::string &tmp, const std::string &text) {
+    {
+        std::ofstream f(tmp, std::ios::trunc);
+        f << text;
+        f.close();
+        if (!f) DSM_FAIL(DSM_ERR_IO, "cannot write '", tmp, "'");
+    }
+    fsync_path(tmp, false);
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+        DSM_FAIL(DSM_ERR_IO, "cannot rename '", tmp, "' to '", path, "': ", std::strerror(errno));
+    fsync_path(dir, true);
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- public helpers
+
+void check_tag(const std::string &tag) {
+    DSM_REQUIRE(!tag.empty() && tag.size() <= kMaxTag, DSM_ERR_INVALID_ARGUMENT, "checkpoint tag '", tag,
+                "' must have 1..", kMaxTag, " characters");
+    DSM_REQUIRE(tag[0] != '.', DSM_ERR_INVALID_ARGUMENT, "checkpoint tag '", tag,
+                "' must not start with '.' (it would name a hidden file or another directory)");
+    for (unsigned char c : tag)
+        DSM_REQUIRE((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-', DSM_ERR_INVALID_ARGUMENT,
+                    "checkpoint tag '", tag, "' has the character '", static_cast<char>(c),
+                    "': tags use A-Z a-z 0-9 . _ - only (no '/', so a tag cannot leave the directory)");
+}
+
+void fault_point(const char *point, int world_rank) {
+    const std::string spec = param_string("DSM_CKPT_FAULT");
+    if (spec.empty()) return;
+    std::string rest = spec;
+    bool kill = false;
+    if (rest.rfind("kill:", 0) == 0) {
+        kill = true;
+        rest = rest.substr(5);
+    }
+    const size_t colon = rest.find(':');
+    const std::string where = rest.substr(0, colon);
+    const int rank = colon == std::string::npos ? 0 : std::atoi(rest.c_str() + colon + 1);
+    if (where != point || rank != world_rank) return;
+    if (kill) ::raise(SIGKILL);
+    DSM_FAIL(DSM_ERR_IO, "injected fault at checkpoint point '", point, "' (DSM_CKPT_FAULT=", spec, ")");
+}
+
+// ---------------------------------------------------------------- save
+
+void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
+          const void *client, size_t client_size) {
+    int rank = 0, world_rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    DSM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+    const std::string final_path = file_of(dir, tag), tmp = tmp_of(dir, tag);
+
+    // The directory, and no stale temporary of this tag.
+    agree(comm, [&] {
+        check_tag(tag);
+        if (rank != 0) return;
+        make_dirs(dir);
+        if (::unlink(tmp.c_str()) != 0 && errno != ENOENT)
+            DSM_FAIL(DSM_ERR_IO, "cannot remove the stale temporary '", tmp, "': ", std::strerror(errno));
+    });
+
+    // Checksums: each element counted once, by its owner. They are computed
+    // by a second thread while this one writes the data (neither calls MPI
+    // or HDF5 from that thread), and summed over the ranks afterwards; the
+    // attributes that hold them are written after the data.
+    const size_t n = content.tensors.size();
+    std::vector<uint64_t> sums(n + 2, 0); // tensors, client state, failed ranks
+    auto local_sums = std::async(std::launch::async, [&] {
+        for (size_t i = 0; i < n; ++i) {
+            const Tensor &t = content.tensors[i];
+            if (t.owner && t.count) sums[i] = checksum(t.data, t.offset, t.count);
+        }
+        if (rank == 0 && client_size)
+            sums[n] = checksum_bytes(static_cast<const unsigned char *>(client), 0, client_size);
+    });
+
+    // Every rank makes the same HDF5 calls in the same order; the file is
+    // closed (collectively) before the outcome is agreed.
+    std::string failure;
+    dsm_status_t status = DSM_SUCCESS;
+    auto record = [&](const Error &e) {
+        if (status != DSM_SUCCESS) return;
+        status = e.status();
+        failure = e.what();
+    };
+    {
+        QuietHdf5 quiet;
+        Id file;
+        std::vector<Id> dsets;
+        try {
+            Id fapl = mpio_fapl(comm, dir);
+            file = Id(h5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), cat("creating '", tmp, "'")),
+                      H5Fclose);
+            write_json_attrs(file.get(), content.attrs);
+            Id lcpl = plist(H5P_LINK_CREATE);
+            h5ok(H5Pset_create_intermediate_group(lcpl.get(), 1), "H5Pset_create_intermediate_group");
+            Id dcpl = plist(H5P_DATASET_CREATE);
+            h5ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
+            h5ok(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
+            Id xfer = collective_xfer();
+            dsets.reserve(n + 1);
+            for (size_t i = 0; i < n; ++i) {
+                const Tensor &t = content.tensors[i];
+                const std::string path = dataset_path(t);
+                Id space = make_space(hdims(t.shape));
+                dsets.emplace_back(h5(H5Dcreate2(file.get(), path.c_str(), H5T_IEEE_F32LE, space.get(), lcpl.get(),
+                                                 dcpl.get(), H5P_DEFAULT),
+                                      cat("creating ", path)),
+                                   H5Dclose);
+                const hid_t dset = dsets.back().get();
+                write_string_attr(dset, "name", t.name);
+                write_int_attr(dset, "trainable", t.trainable ? 1 : 0);
+                Selection sel = selection(t);
+                h5ok(H5Dwrite(dset, H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(), buffer_of(t)),
+                     cat("writing ", path));
+            }
+            if (client_size) {
+                const hsize_t len = client_size;
+                Id space(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
+                dsets.emplace_back(h5(H5Dcreate2(file.get(), "/client_state", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
+                                                 dcpl.get(), H5P_DEFAULT),
+                                      "creating /client_state"),
+                                   H5Dclose);
+                Id mem(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
+                if (rank != 0) {
+                    h5ok(H5Sselect_none(space.get()), "H5Sselect_none");
+                    h5ok(H5Sselect_none(mem.get()), "H5Sselect_none");
+                }
+                h5ok(H5Dwrite(dsets.back().get(), H5T_NATIVE_UCHAR, mem.get(), space.get(), xfer.get(),
+                              client != nullptr ? client : static_cast<const void *>(g_empty)),
+                     "writing /client_state");
+            }
+        } catch (const Error &e) {
+            record(e);
+        }
+        // The sums, and whether any rank failed so far: one reduction that
+        // every rank reaches, so no rank goes on to collective HDF5 calls
+        // that a failed rank would never make.
+        local_sums.get();
+        sums[n + 1] = status != DSM_SUCCESS ? 1 : 0;
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(n + 2), MPI_UINT64_T, MPI_SUM, comm));
+        if (status == DSM_SUCCESS && sums[n + 1] != 0)
+            record(Error(DSM_ERR_IO, cat("another rank failed while writing '", tmp, "'")));
+        if (status == DSM_SUCCESS) {
+            try {
+                for (size_t i = 0; i < dsets.size(); ++i)
+                    write_attr(dsets[i].get(), "checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &sums[i < n ? i : n]);
+                dsets.clear();
+                h5ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), cat("flushing '", tmp, "'"));
+            } catch (const Error &e) {
+                record(e);
+            }
+        }
+        dsets.clear();
+        file.reset();
+    }
+    // Agree on the data, then rank 0 commits: flush, rename, directory,
+    // `latest`. After a failure before the rename, rank 0 removes the
+    // temporary and every rank waits for that, so that no rank returns while
+    // the temporary still exists.
+    bool renamed = false;
+    try {
+        agree(comm, [&] {
+            if (status != DSM_SUCCESS) DSM_FAIL(status, failure);
+            fault_point("data", world_rank);
+        });
+        agree(comm, [&] {
+            if (rank != 0) return;
+            fsync_path(tmp, false);
+            fault_point("rename", world_rank);
+            if (std::rename(tmp.c_str(), final_path.c_str()) != 0)
+                DSM_FAIL(DSM_ERR_IO, "cannot rename '", tmp, "' to '", final_path, "': ", std::strerror(errno));
+            renamed = true;
+            fsync_path(dir, true);
+            fault_point("latest", world_rank);
+            replace_file(dir, dir + "/latest", dir + "/.latest.tmp", tag + "\n");
+        });
+    } catch (...) {
+        if (rank == 0 && !renamed) ::unlink(tmp.c_str());
+        MPI_Barrier(comm);
+        throw;
+    }
+}
+
+// ---------------------------------------------------------------- load
+
+std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string &tag) {
+    int rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    std::string chosen = tag;
+    agree(comm, [&] {
+        if (rank != 0) return;
+        struct stat st;
+        if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+            DSM_FAIL(DSM_ERR_IO, "checkpoint directory '", dir, "' does not exist");
+        if (chosen.empty()) {
+            const std::string latest = dir + "/latest";
+            std::ifstream f(latest);
+            if (!f) DSM_FAIL(DSM_ERR_IO, "no checkpoint to load: '", latest, "' does not exist");
+            std::getline(f, chosen);
+            while (!chosen.empty() && (chosen.back() == '\r' || chosen.back() == ' ')) chosen.pop_back();
+            try {
+                check_tag(chosen);
+            } catch (const Error &e) {
+                DSM_FAIL(DSM_ERR_IO, "'", latest, "' does not name a valid tag: ", e.what());
+            }
+            if (::stat(file_of(dir, chosen).c_str(), &st) != 0)
+                DSM_FAIL(DSM_ERR_IO, "'", latest, "' names tag '", chosen, "' but '", file_of(dir, chosen),
+                         "' does not exist");
+        } else {
+            check_tag(chosen);
+            if (::stat(file_of(dir, chosen).c_str(), &st) != 0)
+                DSM_FAIL(DSM_ERR_IO, "checkpoint '", file_of(dir, chosen), "' does not exist");
+        }
+    });
+    int len = static_cast<int>(chosen.size());
+    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
+    chosen.resize(static_cast<size_t>(len));
+    if (len) DSM_CHECK_MPI(MPI_Bcast(&chosen[0], len, MPI_CHAR, 0, comm));
+    return chosen;
+}
+
+void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content &content,
+          std::vector<unsigned char> *client) {
+    int rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    const std::string path = file_of(dir, tag);
+    agree(comm, [&] {
+        if (rank != 0) return;
+        QuietHdf5 quiet;
+#if H5_VERSION_GE(1, 12, 0)
+        const htri_t ok = H5Fis_accessible(path.c_str(), H5P_DEFAULT);
+#else
+        const htri_t ok = H5Fis_hdf5(path.c_str());
+#endif
+        if (ok <= 0)
+            DSM_FAIL(DSM_ERR_IO, "'", path, "' is not a readable HDF5 file (missing, truncated or not HDF5)");
+    });
+
+    std::string failure;
+    dsm_status_t status = DSM_SUCCESS;
+    try {
+        QuietHdf5 quiet;
+        Id fapl = mpio_fapl(comm, dir);
+        Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+        if (file.get() < 0)
+            DSM_FAIL(DSM_ERR_IO, "'", path, "' cannot be opened as HDF5 (truncated or corrupt?): ", hdf5_reason());
+        content.attrs = read_attrs(file.get());
+        const Attributes &a = content.attrs;
+        if (!a.contains("format") || !a["format"].is_string() || a["format"].get<std::string>() != kFormat)
+            DSM_FAIL(DSM_ERR_IO, "'", path, "' is not a libdsm checkpoint (no format attribute \"", kFormat, "\")");
+        if (!a.contains("format_version") || !a["format_version"].is_number_integer() ||
+            a["format_version"].get<int64_t>() != kFormatVersion)
+            DSM_FAIL(DSM_ERR_IO, "'", path, "' has format_version ",
+                     a.contains("format_version") ? a["format_version"].dump() : std::string("(none)"),
+                     "; this libdsm reads format_version ", kFormatVersion);
+
+        // The file's /params against the engine's parameters.
+        std::map<std::string, const Tensor *> want; // escaped name -> tensor
+        for (const Tensor &t : content.tensors)
+            if (t.group == "params") want[escape_name(t.name)] = &t;
+        std::vector<std::string> in_file;
+        if (H5Lexists(file.get(), "/params", H5P_DEFAULT) > 0) {
+            Id g(h5(H5Gopen2(file.get(), "/params", H5P_DEFAULT), "opening /params"), H5Gclose);
+            H5G_info_t gi;
+            h5ok(H5Gget_info(g.get(), &gi), "H5Gget_info");
+            for (hsize_t i = 0; i < gi.nlinks; ++i) {
+                char name[4096];
+                if (H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) >= 0)
+                    in_file.push_back(name);
+            }
+        }
+        std::vector<std::string> problems;
+        for (const std::string &f : in_file)
+            if (!want.count(f)) problems.push_back(cat("unexpected tensor '", f, "' in the checkpoint"));
+        std::vector<Tensor *> order;
+        for (Tensor &t : content.tensors) {
+            const std::string p = dataset_path(t);
+            if (H5Lexists(file.get(), ("/" + t.group).c_str(), H5P_DEFAULT) <= 0 ||
+                H5Lexists(file.get(), p.c_str(), H5P_DEFAULT) <= 0) {
+                problems.push_back(t.group == "params" ? cat("parameter '", t.name, "' is missing from the checkpoint")
+                                                       : cat("the checkpoint has no ", p, " (optimizer state)"));
+                continue;
+            }
+            Id d(h5(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), cat("opening ", p)), H5Dclose);
+            Id s(h5(H5Dget_space(d.get()), "H5Dget_space"), H5Sclose);
+            const int nd = H5Sget_simple_extent_ndims(s.get());
+            std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
+            if (nd > 0) H5Sget_simple_extent_dims(s.get(), dims.data(), nullptr);
+            const std::vector<int64_t> shape(dims.begin(), dims.end());
+            if (shape != t.shape)
+                problems.push_back(cat(p, " has shape ", shape_text(shape), " in the checkpoint but ",
+                                       shape_text(t.shape), " in the engine"));
+        }
+        if (!problems.empty()) {
+            std::string all;
+            for (size_t i = 0; i < problems.size() && i < 20; ++i) all += (i ? "; " : "") + problems[i];
+            if (problems.size() > 20) all += cat("; and ", problems.size() - 20, " more");
+            DSM_FAIL(DSM_ERR_MISMATCH, "'", path, "' does not match the engine's parameters: ", all);
+        }
+
+        // The data, and the checksums over what was read.
+        Id xfer = collective_xfer();
+        const size_t n = content.tensors.size();
+        std::vector<uint64_t> got(n, 0), stored(n, 0);
+        for (size_t i = 0; i < n; ++i) {
+            Tensor &t = content.tensors[i];
+            const std::string p = dataset_path(t);
+            Id d(h5(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), cat("opening ", p)), H5Dclose);
+            Id attr(h5(H5Aopen(d.get(), "checksum", H5P_DEFAULT), cat(p, ": no checksum attribute")), H5Aclose);
+            h5ok(H5Aread(attr.get(), H5T_NATIVE_UINT64, &stored[i]), cat("reading the checksum of ", p));
+            Selection sel = selection(t);
+            h5ok(H5Dread(d.get(), H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(),
+                         buffer_of(t)),
+                 cat("reading ", p));
+            if (t.owner && t.count) got[i] = checksum(t.data, t.offset, t.count);
+        }
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(n), MPI_UINT64_T, MPI_SUM, comm));
+        std::vector<std::string> bad;
+        for (size_t i = 0; i < n; ++i)
+            if (got[i] != stored[i]) bad.push_back(dataset_path(content.tensors[i]));
+        if (client) {
+            client->clear();
+            if (H5Lexists(file.get(), "/client_state", H5P_DEFAULT) > 0) {
+                Id d(h5(H5Dopen2(file.get(), "/client_state", H5P_DEFAULT), "opening /client_state"), H5Dclose);
+                Id s(h5(H5Dget_space(d.get()), "H5Dget_space"), H5Sclose);
+                client->resize(static_cast<size_t>(H5Sget_simple_extent_npoints(s.get())));
+                uint64_t want_sum = 0;
+                Id attr(h5(H5Aopen(d.get(), "checksum", H5P_DEFAULT), "/client_state: no checksum attribute"),
+                        H5Aclose);
+                h5ok(H5Aread(attr.get(), H5T_NATIVE_UINT64, &want_sum), "reading the checksum of /client_state");
+                if (!client->empty())
+                    h5ok(H5Dread(d.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, xfer.get(), client->data()),
+                         "reading /client_state");
+                if (checksum_bytes(client->data(), 0, client->size()) != want_sum) bad.push_back("/client_state");
+            }
+        }
+        if (!bad.empty()) {
+            std::string all;
+            for (size_t i = 0; i < bad.size() && i < 20; ++i) all += (i ? ", " : "") + bad[i];
+            if (bad.size() > 20) all += cat(" and ", bad.size() - 20, " more");
+            DSM_FAIL(DSM_ERR_IO, "'", path, "': checksum mismatch in ", all, " (the file is corrupt)");
+        }
+    } catch (const Error &e) {
+        status = e.status();
+        failure = e.what();
+    }
+    agree(comm, [&] {
+        if (status != DSM_SUCCESS) DSM_FAIL(status, failure);
+    });
+}
+
+} // namespace ckpt
+} // namespace dsm

@@ -1,0 +1,78 @@
+// Checkpoints in parallel HDF5 (doc/checkpoint.md): one file per tag holding
+// logical, full-shape fp32 tensors, written and read collectively, each rank
+// moving the part of each tensor it owns; atomic commit and `latest`.
+//
+// This layer knows tensors and attributes, not the engine: the engine
+// describes what each rank holds (a Tensor with at most one contiguous piece
+// per rank, in row-major element order) and which rank counts for each
+// tensor (`owner`: exactly one rank per element writes it and adds it to
+// the checksum), and gets back what it asked to read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ckpt/format.hpp"
+
+namespace dsm {
+namespace ckpt {
+
+// A tensor of the file and this rank's part of it.
+struct Tensor {
+    std::string group;           // "params" or "optimizer/<state>"
+    std::string name;            // the parameter's name
+    std::vector<int64_t> shape;  // empty: a scalar
+    bool trainable = true;
+    size_t offset = 0, count = 0; // this rank's elements [offset, offset + count), row-major
+    float *data = nullptr;        // count floats (written from, or read into)
+    bool owner = false;           // this rank writes the piece and counts it in the checksum
+};
+
+// The file's root attributes: int64, double, string or int64-array values.
+using Attributes = nlohmann::json;
+
+// Tag rules of doc/checkpoint.md; DSM_ERR_INVALID_ARGUMENT naming the tag.
+void check_tag(const std::string &tag);
+
+// What a save and a load act on.
+struct Content {
+    std::vector<Tensor> tensors;
+    Attributes attrs = Attributes::object(); // written on save, filled on load
+};
+
+// Testing: a failure, or a SIGKILL, at a point of the save
+// (DSM_CKPT_FAULT=POINT:RANK or kill:POINT:RANK; POINT is data, flush,
+// rename or latest). Returns normally when no fault is set for here.
+void fault_point(const char *point, int world_rank);
+
+// Collective over `comm`. Writes DIR/<tag>.h5 atomically and then DIR/latest
+// (doc/checkpoint.md); the client bytes go to /client_state (none when size
+// is 0). On any failure every rank throws the same error and no file exists
+// under the final name.
+void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
+          const void *client, size_t client_size);
+
+// The tag a load reads: `tag`, or the one DIR/latest names when empty.
+// Collective; DSM_ERR_IO on every rank when the file is missing or names a
+// tag whose file is missing.
+std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string &tag);
+
+// Collective over `comm`: open DIR/<tag>.h5, check its format, read the root
+// attributes into content.attrs, and read every tensor's piece into its data,
+// verifying the checksums. `names` are the parameter names the engine has:
+// the file's /params must hold exactly them with the tensors' shapes, else
+// DSM_ERR_MISMATCH listing the differences. Tensors whose group is not
+// "params" must exist in the file (DSM_ERR_MISMATCH otherwise). The client
+// state is returned in `client`. Nothing outside `content` and `client` is
+// touched, so a failed load changes nothing.
+void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content &content,
+          std::vector<unsigned char> *client);
+
+} // namespace ckpt
+} // namespace dsm

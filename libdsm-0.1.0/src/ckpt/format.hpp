@@ -1,0 +1,44 @@
+// The definitions of the checkpoint format (doc/checkpoint.md) that both the
+// library's parallel writer and reader (checkpoint.cc) and the serial tool
+// dsm-ckpt use: format name and version, tag rules, link names, checksums.
+// No MPI, no HDF5: the tool links this without the library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace dsm {
+namespace ckpt {
+
+constexpr const char *kFormat = "dsm-checkpoint"; // root attribute `format`
+constexpr int64_t kFormatVersion = 1;             // root attribute `format_version`
+constexpr size_t kMaxTag = 200;                   // longest tag
+
+// A tag as doc/checkpoint.md allows it: 1 to kMaxTag of [A-Za-z0-9._-], no
+// leading '.' (so no tag names a hidden file or leaves the directory).
+bool valid_tag(const std::string &tag) noexcept;
+
+// "%" -> "%25", "/" -> "%2F", a leading "." -> "%2E": one HDF5 link name.
+std::string escape_name(const std::string &name);
+
+// splitmix64 as doc/checkpoint.md writes it.
+constexpr uint64_t splitmix64(uint64_t z) noexcept {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+// The checksum terms of elements [offset, offset + count) of a tensor:
+// sum of splitmix64(i * 0x9E3779B97F4A7C15 + bits(x_i)) mod 2^64. A sum, so
+// pieces add up to the whole in any order, on any rank. Vectorized (the
+// widest instruction set the CPU has, chosen at load time) and threaded
+// with OpenMP for large pieces; the value never depends on either.
+uint64_t checksum(const float *data, size_t offset, size_t count) noexcept;
+
+// The same over bytes (b_i: the byte's value), from byte `offset` on.
+uint64_t checksum_bytes(const unsigned char *data, size_t offset, size_t size) noexcept;
+
+} // namespace ckpt
+} // namespace dsm

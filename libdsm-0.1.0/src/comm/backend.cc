@@ -1,0 +1,142 @@
+// What every backend shares: the equal-block forms, the MPI form of
+// alltoall_packed, kind names, and the collective choice of a backend.
+#include "dsm_config.h"
+
+#include "comm/backend.hpp"
+
+#include <climits>
+
+#include "comm/backends.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace dsm {
+namespace comm {
+
+void Backend::reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) {
+    reduce_scatterv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype, op);
+}
+
+void Backend::allgather(const void *send, void *recv, size_t count, dsm_dtype_t dtype) {
+    allgatherv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype);
+}
+
+// ---------------------------------------------------------------- alltoall_packed over MPI
+
+struct Backend::PackedBuffers {
+    ScratchBuffer send, recv;
+};
+
+Backend::Backend() = default;
+Backend::~Backend() = default;
+
+void Backend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                              const PackFn &pack, const UnpackFn &unpack) {
+    check_packed(size(), rank(), send_bytes, recv_bytes, pack, unpack);
+    ++stats_.calls;
+    for (int r = 0; r < size(); ++r)
+        if (r != rank()) count_sent(send_bytes[static_cast<size_t>(r)]);
+    alltoall_packed_mpi(send_bytes, recv_bytes, pack, unpack);
+}
+
+void Backend::alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                                  const PackFn &pack, const UnpackFn &unpack) {
+    if (!packed_) packed_ = std::make_unique<PackedBuffers>();
+    const size_t n = static_cast<size_t>(size()), me = static_cast<size_t>(rank());
+    // Every block in one buffer at 64-byte boundaries. This member's own block
+    // is packed into the send buffer and unpacked from there: it does not
+    // travel through MPI.
+    std::vector<size_t> send_counts = send_bytes, recv_counts = recv_bytes;
+    send_counts[me] = 0;
+    recv_counts[me] = 0;
+    size_t send_end = 0, recv_end = 0;
+    const std::vector<size_t> send_displs = packed_layout(send_bytes, 0, "send_bytes", &send_end);
+    const std::vector<size_t> recv_displs = packed_layout(recv_counts, 0, "recv_bytes", &recv_end);
+    char *sbuf = static_cast<char *>(packed_->send.get(send_end));
+    char *rbuf = static_cast<char *>(packed_->recv.get(recv_end));
+
+    Deferred failed;
+    failed.run([&] {
+        for (size_t k = 0; k < n; ++k) {
+            const size_t q = (me + k) % n;
+            if (send_bytes[q]) pack(static_cast<int>(q), sbuf + send_displs[q]);
+        }
+    });
+    if (n > 1) {
+        // One allreduce agrees on the MPI path (mpi_alltoallv's extent) and on
+        // whether some member failed to pack: the highest status, then the
+        // lowest member with it.
+        unsigned long long mine[2] = {std::max(send_end, recv_end), 0}, all[2] = {0, 0};
+        if (failed.failed())
+            mine[1] = static_cast<unsigned long long>(failed.status()) << 32 | (UINT_MAX - static_cast<unsigned>(me));
+        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm()));
+        if (all[1] != 0)
+            packed_failure(failed, static_cast<int>(UINT_MAX - static_cast<unsigned>(all[1] & UINT_MAX)),
+                           static_cast<dsm_status_t>(all[1] >> 32));
+        mpi_alltoallv_agreed(comm(), all[0], sbuf, send_counts, send_displs, rbuf, recv_counts, recv_displs,
+                             MPI_BYTE, 1);
+    }
+    failed.rethrow_if_failed();
+    if (recv_bytes[me]) unpack(static_cast<int>(me), sbuf + send_displs[me]);
+    for (size_t k = 1; k < n; ++k) {
+        const size_t q = (me + n - k) % n;
+        if (recv_bytes[q]) unpack(static_cast<int>(q), rbuf + recv_displs[q]);
+    }
+}
+
+// No single-copy path: every member of a group has the same backend class,
+// so all return false without communicating.
+bool Backend::alltoall_direct(const std::vector<Exposed> &, const PlanFn &) { return false; }
+
+Kind kind_from_name(const std::string &name) {
+    if (name == "auto") return Kind::AUTO;
+    if (name == "mpi") return Kind::MPI;
+    if (name == "shm") return Kind::SHM;
+    if (name == "nccl") return Kind::NCCL;
+    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "communication backend \"", name,
+             "\" is not known: use \"auto\", \"mpi\", \"shm\" or \"nccl\"");
+}
+
+namespace {
+
+// The largest number of the group's ranks on one node, the same on every rank.
+int max_ranks_per_node(MPI_Comm comm, int node_color) {
+    const Comm node = node_comm(comm, node_color);
+    int local = 1, most = 1;
+    DSM_CHECK_MPI(MPI_Comm_size(node.get(), &local));
+    DSM_CHECK_MPI(MPI_Allreduce(&local, &most, 1, MPI_INT, MPI_MAX, comm));
+    return most;
+}
+
+} // namespace
+
+std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color) {
+    DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
+    switch (kind) {
+    case Kind::MPI: return std::make_unique<MpiBackend>(comm);
+    case Kind::SHM: return std::make_unique<ShmBackend>(comm, node_color);
+    case Kind::NCCL:
+#if DSM_HAVE_NCCL_BACKEND
+        return std::make_unique<NcclBackend>(comm, node_color);
+#else
+        DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "the nccl backend is not built: libdsm was configured without ",
+                 DSM_HAVE_CUDA ? "NCCL" : "CUDA");
+#endif
+    case Kind::AUTO: {
+        // Every rank sees the same maximum, so all take the same branch.
+        if (max_ranks_per_node(comm, node_color) < 2) return std::make_unique<MpiBackend>(comm);
+        try {
+            return std::make_unique<ShmBackend>(comm, node_color);
+        } catch (const Error &e) {
+            // ShmBackend agrees on window failures, so every rank lands here.
+            if (e.status() != DSM_ERR_NOT_SUPPORTED) throw;
+            DSM_WARN(INIT, "shared-memory windows are not available (%s): using the mpi backend", e.what());
+            return std::make_unique<MpiBackend>(comm);
+        }
+    }
+    }
+    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "backend kind ", static_cast<int>(kind), " is not AUTO, MPI, SHM or NCCL");
+}
+
+} // namespace comm
+} // namespace dsm

@@ -1,0 +1,248 @@
+// The communication layer: one Backend interface for every collective the
+// engine and the layers above it need, with implementations per transport
+// (MPI now; NCCL behind the same interface later).
+//
+// Semantics shared by every backend:
+// - Collective over the backend's group: every member calls with the same
+//   counts, dtype and op, in the same order.
+// - alltoall_packed() moves bytes that callbacks pack and unpack, so that a
+//   layout permutation is done in the same pass as the copy.
+// - Counts are in elements. Reductions support FLOAT32, FLOAT64, FLOAT16 and
+//   BFLOAT16 with SUM, MAX and MIN; gathers, all-to-all and bcast move any
+//   dtype. Inside a node 16-bit values are combined in fp32 and rounded once
+//   to nearest even; between nodes each MPI reduction step rounds again.
+// - Deterministic: the result has the same bits on every member and in every
+//   run, whatever the timing. Each output element is reduced in one fixed
+//   order (the node's ranks in ascending local rank, then MPI's reduction
+//   across the nodes on the element's lane, served by one rank per node; see
+//   ShmBackend); it equals MPI's result within floating-point summation order.
+// - Lifetime: alloc_shared(), free_shared() and the destructor are
+//   collective (window allocation and release); abandon() is the local way
+//   out after a failure.
+// - In place: `recv == send` for allreduce; for reduce_scatter(v)/allgather(v)
+//   the in-place forms are documented per call.
+// - Errors throw dsm::Error (DSM_ERR_MPI with the MPI error string,
+//   DSM_ERR_INVALID_ARGUMENT for a bad count/dtype, DSM_ERR_OUT_OF_MEMORY).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <mpi.h>
+
+#include "dsm.h"
+
+namespace dsm {
+namespace comm {
+
+enum class Op { SUM, MAX, MIN };
+
+// What one member moved, for the benchmarks and the engine's report.
+// bytes_sent: the logical volume this rank sends, the same in every backend
+// (the volume of a bandwidth-optimal algorithm: (n-1)/n of the buffer for a
+// reduce-scatter or an allgather over n members, twice that for an allreduce;
+// the bytes addressed to other members for an all-to-all; the buffer at the
+// root of a broadcast). bytes_off_node: of those, the bytes that left this
+// rank's node; the shm backend counts what its leaders exchange over MPI
+// (zero on one node), the mpi backend, which does not know the nodes, counts
+// every byte. calls: collective calls.
+struct Stats {
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_off_node = 0;
+    uint64_t calls = 0;
+};
+
+// (n-1)/n of `bytes`: what one member sends in a ring over n members.
+inline uint64_t ring_share(uint64_t bytes, int n) noexcept {
+    return n <= 1 ? 0 : static_cast<uint64_t>(static_cast<long double>(bytes) * (n - 1) / n);
+}
+
+class Backend {
+public:
+    virtual ~Backend();
+    Backend();
+    Backend(const Backend &) = delete;
+    Backend &operator=(const Backend &) = delete;
+
+    // "mpi" (plain MPI collectives), "shm" (shared memory inside a node,
+    // MPI between nodes) or "nccl" (NCCL on device memory).
+    virtual const char *name() const noexcept = 0;
+    virtual int size() const noexcept = 0;
+    virtual int rank() const noexcept = 0;
+    // The group's communicator (MPI_ERRORS_RETURN; owned by the backend).
+    virtual MPI_Comm comm() const noexcept = 0;
+
+    // recv[i] = op over members of send[i], i < count. send == recv: in place.
+    virtual void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) = 0;
+
+    // send holds sum(counts) elements: the block for member r starts at
+    // counts[0] + ... + counts[r-1]. recv (counts[rank()] elements) = op over
+    // members of their block for this member. counts.size() == size().
+    // In place: recv == (char*)send + offset of this member's block.
+    virtual void reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
+                                 dsm_dtype_t dtype, Op op) = 0;
+
+    // Equal blocks of `count` elements (send holds size()*count).
+    virtual void reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op);
+
+    // recv holds sum(counts) elements: member r's send_count == counts[r]
+    // elements land at counts[0] + ... + counts[r-1]. In place: send == recv
+    // + offset of this member's block.
+    virtual void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts,
+                            dsm_dtype_t dtype) = 0;
+
+    // Equal blocks of `count` elements.
+    virtual void allgather(const void *send, void *recv, size_t count, dsm_dtype_t dtype);
+
+    // MPI_Alltoallv semantics with element counts and displacements.
+    virtual void alltoallv(const void *send, const std::vector<size_t> &send_counts,
+                           const std::vector<size_t> &send_displs, void *recv,
+                           const std::vector<size_t> &recv_counts,
+                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) = 0;
+
+    // An all-to-all whose blocks the caller packs and unpacks, so that a
+    // layout permutation is done in the same pass as the copy: pack(peer, buf)
+    // writes the send_bytes[peer] bytes this member sends to `peer`;
+    // unpack(peer, buf) reads the recv_bytes[peer] bytes `peer` sent to this
+    // member. Each is called once per member (this member included) with a
+    // 64-byte aligned buffer, never for a zero-byte block; the calls may come
+    // in any order but never concurrently. Collective; send_bytes[q] on
+    // member p must equal recv_bytes[p] on member q (the caller guarantees
+    // it). Stats: bytes_sent counts the bytes addressed to other members,
+    // bytes_off_node those to other nodes (every byte for the mpi backend,
+    // which does not know the nodes).
+    //
+    // The default (the mpi backend, and shm over several nodes) packs every
+    // block into one private buffer, moves them with one MPI_Alltoallv and
+    // unpacks each from the receive buffer; this member's own block is
+    // unpacked from the send buffer. The shm backend on one node packs into
+    // its scratch window and every member unpacks its blocks from the peers'
+    // windows: two memory passes and no MPI data movement.
+    //
+    // Errors, checked before any communication (so on every member alike
+    // when all call alike): sizes of the wrong length, or a block to itself
+    // whose two sizes differ, throw DSM_ERR_INVALID_ARGUMENT naming the
+    // values; an empty pack or unpack throws DSM_ERR_NULL_POINTER.
+    // An exception from pack is held until the members have agreed on the
+    // outcome; then every member throws, the failing member its own exception
+    // and the others a dsm::Error with its status (DSM_ERR_INTERNAL for a
+    // non-dsm exception, DSM_ERR_OUT_OF_MEMORY for std::bad_alloc) naming the
+    // lowest failing member; no data has moved. An exception from unpack is
+    // rethrown on its member only, after the call's last synchronization (the
+    // others return normally); the blocks after it are not unpacked. Either
+    // way the backend stays usable.
+    using PackFn = std::function<void(int peer, void *buf)>;
+    using UnpackFn = std::function<void(int peer, const void *buf)>;
+    virtual void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                                 const PackFn &pack, const UnpackFn &unpack);
+
+    // A single-copy all-to-all: every member exposes buffers (its inputs); then
+    // each member copies, from each peer, the pieces plan(peer, pieces) lists,
+    // straight from that peer's exposed memory into its own (one copy, no
+    // intermediate buffer; the permutation is in the pieces). plan is called once
+    // per member (this member included) and must not throw; pieces from this
+    // member's own buffers are copied with memcpy. The exposed buffers must stay
+    // unchanged until the call returns on every member (it ends with a node-wide
+    // synchronization). Collective. Where every member's exposed buffers lie in
+    // memory from alloc_shared() (shm backend, one node), the pieces are copied
+    // with memcpy from the peers' mappings; else with cross-memory attach where
+    // the OS allows it. Returns false on every member, having moved nothing and
+    // called no plan, when neither works (the default, a group spanning nodes,
+    // private memory somewhere and an OS that refuses cross-memory access); the
+    // caller then uses alltoall_packed(). Stats as alltoall_packed().
+    //
+    // Zero-byte pieces are skipped (not checked). Every plan is called before
+    // anything moves (in the order this member, then upwards).
+    //
+    // Errors make every member throw, none is left waiting: the failing member
+    // its own exception, the others a dsm::Error with its status naming the
+    // lowest failing member. Before anything is copied: exposed counts that
+    // differ between members (DSM_ERR_MISMATCH, on every member), an empty
+    // plan or an exposed buffer that is NULL with bytes (DSM_ERR_NULL_POINTER),
+    // an exception from plan (DSM_ERR_INTERNAL, DSM_ERR_OUT_OF_MEMORY or the
+    // dsm::Error's status). While copying: a piece outside its peer's buffer
+    // (DSM_ERR_INVALID_ARGUMENT), or without a destination
+    // (DSM_ERR_NULL_POINTER), or a copy the OS refuses; the outputs are then
+    // incomplete. The backend stays usable.
+    struct Exposed {
+        const void *data;
+        size_t bytes;
+    };
+    struct Piece {
+        int buffer;  // index into the peer's exposed buffers
+        size_t from; // byte offset in that buffer
+        void *to;    // destination in this member's memory
+        size_t bytes;
+    };
+    using PlanFn = std::function<void(int peer, std::vector<Piece> &pieces)>;
+    virtual bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan);
+
+    virtual void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) = 0;
+
+    virtual void barrier() = 0;
+
+    // Memory for buffers that collectives read and write (the engine's flat
+    // parameter and gradient buffers, the Ulysses transforms' tensors).
+    // Collective: every member allocates in the same order; the byte counts
+    // may differ between members. The "shm" backend places it in
+    // a node-shared window so that collectives on it read the peers' data in
+    // place; "mpi" returns aligned private memory. Aligned to 64 bytes, zeroed.
+    // Freed by free_shared() (collective, same order) or by the destructor.
+    virtual void *alloc_shared(size_t bytes) = 0;
+    virtual void free_shared(void *ptr) = 0;
+
+    // After a failed collective call, when the members may no longer make the
+    // same calls: let go of every resource whose release is collective
+    // (shared windows, communicators) without releasing it, so that
+    // free_shared() and the destructor make no collective call and cannot
+    // hang. The memory stays mapped until MPI_Finalize. Local; the backend
+    // must not be used for communication afterwards.
+    virtual void abandon() noexcept = 0;
+
+    const Stats &stats() const noexcept { return stats_; }
+    void reset_stats() noexcept { stats_ = Stats{}; }
+
+protected:
+    // Count `bytes` sent, all of them off the node (a backend that does not
+    // know the nodes).
+    void count_sent(uint64_t bytes) noexcept {
+        stats_.bytes_sent += bytes;
+        stats_.bytes_off_node += bytes;
+    }
+
+    // The data movement of the default alltoall_packed() over comm(), after
+    // the checks and the Stats.
+    void alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
+                             const PackFn &pack, const UnpackFn &unpack);
+
+    Stats stats_;
+
+private:
+    struct PackedBuffers; // alltoall_packed_mpi's send and receive buffers, kept between calls
+    std::unique_ptr<PackedBuffers> packed_;
+};
+
+enum class Kind {
+    AUTO, // "shm" when the group has two or more ranks on some node, else "mpi"
+    MPI,
+    SHM,  // shared memory inside each node + MPI between node leaders
+    NCCL, // NCCL on CUDA device memory (NcclBackend); AUTO never picks it
+};
+
+// Kind from its name ("auto", "mpi", "shm", "nccl"); DSM_ERR_INVALID_ARGUMENT otherwise.
+Kind kind_from_name(const std::string &name);
+
+// Collective over `comm` (not freed, not kept: the backend dups it).
+// `node_color` names this rank's node (ranks with equal colors are on one
+// node: the mesh placement's node index, so simulated nodes split a host);
+// negative: discover with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED). Ranks
+// that share a color are further split by MPI_COMM_TYPE_SHARED so a window is
+// only ever shared where memory is.
+std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color = -1);
+
+} // namespace comm
+} // namespace dsm

@@ -1,0 +1,33 @@
+// Reading a configuration on every rank of a job, so that all ranks get the
+// same verdict, and its text form.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <mpi.h>
+
+#include "config/config.hpp"
+#include "dsm.h"
+
+namespace dsm {
+namespace config {
+
+// Collective over `comm`: every rank parses `text_or_path` with `ctx`. If any
+// rank fails, every rank throws the error of the lowest failing rank; if the
+// ranks resolved different configurations (files that differ between nodes),
+// every rank throws DSM_ERR_MISMATCH. `check` (may be empty) runs on the
+// parsed configuration inside the agreement: checks of the layers above
+// (schedule parameters). A `bad_status` other than DSM_SUCCESS is this rank's
+// argument error (with `bad_message`), agreed like a parse error instead of
+// reading anything.
+Config load_collective(MPI_Comm comm, const std::string &text_or_path, const ConfigContext &ctx,
+                       const std::function<void(const Config &)> &check,
+                       dsm_status_t bad_status = DSM_SUCCESS, const std::string &bad_message = "");
+
+// The resolved configuration as "key.path = value" lines, in the order of
+// config_to_json().
+std::string config_to_text(const Config &cfg);
+
+} // namespace config
+} // namespace dsm

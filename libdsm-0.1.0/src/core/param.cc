@@ -1,0 +1,82 @@
+#include "dsm_config.h"
+
+#include "core/param.hpp"
+
+#include <strings.h>
+
+#include <cstdlib>
+
+#include "core/error.hpp"
+
+namespace dsm {
+
+const std::vector<Param> &params() {
+    static const std::vector<Param> table = {
+        {"DSM_DEBUG", "WARN", "Log level: NONE, WARN, INFO or TRACE."},
+        {"DSM_DEBUG_SUBSYS", "ALL",
+         "Subsystems to log, comma separated: INIT, MESH, TOPO, ERROR, ENGINE, COMM or ALL; a leading ^ logs all "
+         "but the listed ones."},
+        {"DSM_DEBUG_FILE", "",
+         "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the "
+         "process id and %r by the MPI rank in MPI_COMM_WORLD."},
+        {"DSM_MESH_PLACEMENT", "node",
+         "Rank placement of dsm_mesh_create when the caller leaves it to the environment: node "
+         "(innermost mesh dimensions inside a node, ranks ordered by NUMA domain and rank inside it) "
+         "or none (mesh position = rank)."},
+        {"DSM_BIND", "none",
+         "CPU binding at mesh creation when the caller leaves it to the environment: none, spread "
+         "(an even share of the node's cores per rank) or gpu (the cores nearest the rank's GPU)."},
+        {"DSM_CUDA_DEVICE", "",
+         "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
+         "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "
+         "sees all of its node's GPUs, else the rank's index on its node modulo the device count."},
+        {"DSM_NCCL_TIMEOUT", "1800",
+         "Seconds an operation of the nccl backend (communicator creation, a collective, the final "
+         "release) may take before the rank aborts its NCCL communicator and fails with DSM_ERR_NCCL; "
+         "0 waits for ever."},
+        {"DSM_SIM_NODES", "",
+         "Testing: pretend the ranks run on these nodes. A node name per rank, comma separated "
+         "(a,a,b,b), or COUNT:block or COUNT:cyclic for COUNT nodes filled as Slurm's block or cyclic "
+         "distribution would."},
+        {"DSM_SIM_NUMA", "",
+         "Testing: pretend each rank is bound to this NUMA domain; a domain number per rank, comma "
+         "separated."},
+        {"DSM_SIM_GPUS", "", "Testing: pretend every node has this many GPUs."},
+        {"DSM_CKPT_FAULT", "",
+         "Testing: make a checkpoint save fail at a point on one rank: POINT:RANK, or kill:POINT:RANK to "
+         "kill that rank with SIGKILL there. POINT is data (every rank, after writing), rename (rank 0, "
+         "before the rename) or latest (rank 0, before rewriting latest)."},
+    };
+    return table;
+}
+
+static const Param &lookup(const char *name) {
+    for (const Param &p : params())
+        if (std::string(p.name) == name) return p;
+    DSM_FAIL(DSM_ERR_INTERNAL, "environment parameter ", name, " is not registered");
+}
+
+std::string param_string(const char *name) {
+    const Param &p = lookup(name);
+    const char *v = std::getenv(p.name);
+    return (v != nullptr && *v != '\0') ? std::string(v) : std::string(p.default_value);
+}
+
+bool param_is_set(const char *name) {
+    const Param &p = lookup(name);
+    const char *v = std::getenv(p.name);
+    return v != nullptr && *v != '\0';
+}
+
+std::string param_choice(const char *name, std::initializer_list<const char *> choices) {
+    std::string v = param_string(name);
+    std::string list;
+    for (const char *c : choices) {
+        if (strcasecmp(v.c_str(), c) == 0) return c;
+        list += list.empty() ? "" : ", ";
+        list += c;
+    }
+    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "environment ", name, "=\"", v, "\": expected one of ", list);
+}
+
+} // namespace dsm

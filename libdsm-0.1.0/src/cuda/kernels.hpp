@@ -1,0 +1,344 @@
+// The CUDA kernels of libdsm (kernels.cu), for the device side of a step:
+//
+// - fused optimizer updates over a flat fp32 partition: Adam/AdamW, SGD,
+//   Lion, Adagrad and Lamb's two passes, each computing exactly what the
+//   portable CPU kernel of optim/kernels.hpp computes, bit for bit, from the
+//   same constants (optim::AdamK and friends); the gradient is read as fp32,
+//   fp16 or bf16 and multiplied by the constants' `scale` (the unscale) in
+//   the same pass, and the updated parameters can be written as fp16 or bf16
+//   in the same pass too;
+// - inspect(): one pass over a gradient giving the overflow flag (any Inf or
+//   NaN) and the sum of squares for the global norm, deterministically;
+// - conversions between fp32, fp16 and bf16, bit for bit as core/half.hpp;
+// - the Ulysses pack/unpack permutations of sp/transform.cc (copy_heads,
+//   copy_tokens) as cudaMemcpy2DAsync calls.
+//
+// Every entry point takes a cudaStream_t, enqueues its work on it and
+// returns without synchronizing; pointers are device memory (or any memory
+// the device can address). Arguments are checked on the host before any
+// CUDA call (DSM_ERR_NULL_POINTER, DSM_ERR_INVALID_ARGUMENT); a failed launch
+// or copy throws DSM_ERR_CUDA with CUDA's description of the error. A call
+// with n == 0 does nothing (no CUDA call at all), except inspect() and
+// lamb1(), which always write their result.
+//
+// Same bits as the CPU: the kernels round every multiply and add separately
+// (__fmul_rn, __fadd_rn: never contracted into an FMA), as the portable CPU
+// kernels do (SSE2 has no FMA), and divide and take square roots with IEEE
+// rounding (__fdiv_rn, __fsqrt_rn), so they do not depend on --fmad,
+// --prec-div or --prec-sqrt. Subnormals must be kept: NVCCFLAGS must not have
+// --use_fast_math or --ftz=true (the configured default keeps them).
+//
+// Only the reductions (inspect, lamb1) differ from the CPU: they add in
+// another order, so their sums agree with the CPU's to rounding only. Their
+// order is fixed (kReduceBlocks blocks of kReduceThreads threads whatever
+// the device, each thread taking fixed groups of 4 elements from element 0,
+// per-block trees, then one block adding the partials in block order), so
+// the same input gives the same bits on every run, every device and at
+// every address.
+//
+// Without DSM_HAVE_CUDA_KERNELS (no nvcc) nothing here is defined: callers
+// check that macro (dsm_config.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "optim/kernels.hpp"
+
+// The stream type, declared exactly as CUDA's driver_types.h declares it, so
+// that this header does not need the CUDA include path.
+struct CUstream_st;
+typedef struct CUstream_st *cudaStream_t;
+
+namespace dsm {
+namespace cuda {
+
+// ---------------------------------------------------------------- shared with kernels.cu
+
+// The fixed shape of the reductions.
+constexpr unsigned kReduceBlocks = 1024;
+constexpr unsigned kReduceThreads = 256;
+
+// What inspect() and lamb1() write.
+struct ReduceResult {
+    double sum[2];      // inspect: sum[0] = sum of (inv_scale * g)^2, sum[1] = 0;
+                        // lamb1: sum[0] = sum of p^2, sum[1] = sum of u^2 (as optim::Kernels::lamb1)
+    unsigned nonfinite; // inspect: 1 when some element is Inf or NaN, else 0; lamb1: 0
+    unsigned reserved;
+};
+
+// Device memory for one reduction, allocated by the caller (cudaMalloc of
+// sizeof(Reduction)); no initialization needed. `result` comes first: copy
+// sizeof(ReduceResult) bytes from the Reduction's address to read it. One
+// Reduction must not serve two reductions in flight at once.
+struct Reduction {
+    ReduceResult result;
+    double block_sum[2][kReduceBlocks]; // scratch: per-block partial sums
+    unsigned block_nonfinite[kReduceBlocks];
+};
+
+// The arguments of the Ulysses copies, as sp/transform.cc's Geometry and
+// sp::HeadRange (this layer sits below sp and does not include it).
+struct Geometry {
+    size_t es = 0, d = 0, b = 0, s = 0, chunk = 0, H = 0; // element bytes, head_dim, batch, seq, s / P, heads
+    bool seq_first = false;
+};
+struct HeadRange {
+    int64_t first = 0, count = 0;
+};
+
+// The launchers of kernels.cu, without argument checks: use the checked
+// functions below. Each returns nullptr when its work was enqueued, else
+// CUDA's description of the error (cudaGetErrorString).
+namespace detail {
+
+enum class Fmt : int { NONE = -1, F32 = 0, F16 = 1, BF16 = 2 };
+
+struct Arrays {
+    float *p = nullptr;
+    const void *g = nullptr;
+    Fmt g_fmt = Fmt::F32;
+    void *p16 = nullptr;
+    Fmt p16_fmt = Fmt::NONE;
+    size_t n = 0;
+};
+
+const char *launch_adam(const optim::AdamK &k, const Arrays &a, float *m, float *v, cudaStream_t s) noexcept;
+const char *launch_sgd(const optim::SgdK &k, const Arrays &a, float *buf, cudaStream_t s) noexcept;
+const char *launch_lion(const optim::LionK &k, const Arrays &a, float *m, cudaStream_t s) noexcept;
+const char *launch_adagrad(const optim::AdagradK &k, const Arrays &a, float *sum, cudaStream_t s) noexcept;
+const char *launch_lamb1(const optim::LambK &k, const Arrays &a, float *m, float *v, Reduction *out,
+                         cudaStream_t s) noexcept;
+const char *launch_lamb2(const optim::LambK &k, float neg_coef, const Arrays &a, const float *m, const float *v,
+                         cudaStream_t s) noexcept;
+const char *launch_inspect(const void *x, Fmt fmt, size_t n, float inv_scale, Reduction *out,
+                           cudaStream_t s) noexcept;
+const char *launch_convert(const void *src, Fmt sf, void *dst, Fmt df, size_t n, cudaStream_t s) noexcept;
+// height rows of width bytes from src (rows spitch apart) to dst (dpitch apart).
+const char *launch_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                           cudaStream_t s) noexcept;
+
+} // namespace detail
+} // namespace cuda
+} // namespace dsm
+
+// ---------------------------------------------------------------- the checked API
+// nvcc does not see MPI's headers, which dsm.h (and so core/error.hpp)
+// includes: kernels.cu sees only the part above.
+#ifndef __CUDACC__
+#include "core/error.hpp"
+#include "dsm.h"
+
+namespace dsm {
+namespace cuda {
+
+// The arrays of one update, n elements each.
+struct Flat {
+    float *p = nullptr;                 // fp32 master parameters, updated in place
+    const void *g = nullptr;            // the gradient; the kernel multiplies it by the constants' scale
+    dsm_dtype_t g_type = DSM_FLOAT32;   // DSM_FLOAT32, DSM_FLOAT16 or DSM_BFLOAT16
+    void *p16 = nullptr;                // optional: receives the updated p rounded to p16_type
+    dsm_dtype_t p16_type = DSM_FLOAT16; // DSM_FLOAT16 or DSM_BFLOAT16
+    size_t n = 0;
+};
+
+namespace detail {
+
+inline Fmt fmt_of(dsm_dtype_t t, const char *what, bool fp32_ok) {
+    switch (t) {
+    case DSM_FLOAT32:
+        if (fp32_ok) return Fmt::F32;
+        break;
+    case DSM_FLOAT16: return Fmt::F16;
+    case DSM_BFLOAT16: return Fmt::BF16;
+    default: break;
+    }
+    DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, what, ": dtype ", static_cast<int>(t), " is not ",
+             fp32_ok ? "float32, float16 or bfloat16" : "float16 or bfloat16");
+}
+
+inline size_t fmt_size(Fmt f) noexcept { return f == Fmt::F32 ? 4 : 2; }
+
+// A device pointer must be aligned to its element: the GPU faults otherwise.
+inline void aligned(const void *p, size_t es, const char *what) {
+    DSM_REQUIRE(reinterpret_cast<uintptr_t>(p) % es == 0, DSM_ERR_INVALID_ARGUMENT, what, " (", p,
+                ") is not aligned to its ", es, "-byte elements");
+}
+
+inline void need(const void *p, size_t es, const char *what) {
+    DSM_REQUIRE(p != nullptr, DSM_ERR_NULL_POINTER, what, " is NULL");
+    aligned(p, es, what);
+}
+
+inline void check_launch(const char *err, const char *what) {
+    if (err != nullptr) DSM_FAIL(DSM_ERR_CUDA, "dsm::cuda::", what, ": ", err);
+}
+
+// The checked Arrays of f (false: n == 0, nothing to do). `grad`: f.g is
+// read; `copy`: f.p16 may be set.
+inline bool arrays_of(const Flat &f, bool grad, bool copy, const char *what, Arrays &a) {
+    a.g_fmt = grad ? fmt_of(f.g_type, "gradient", true) : Fmt::F32;
+    a.p16_fmt = Fmt::NONE;
+    if (f.p16 != nullptr) {
+        DSM_REQUIRE(copy, DSM_ERR_INVALID_ARGUMENT, what, " writes no 16-bit copy of p: p16 must be NULL");
+        a.p16_fmt = fmt_of(f.p16_type, "p16", false);
+    }
+    if (f.n == 0) return false;
+    need(f.p, 4, "p");
+    if (grad) need(f.g, fmt_size(a.g_fmt), "g");
+    if (f.p16 != nullptr) aligned(f.p16, 2, "p16");
+    a.p = f.p;
+    a.g = grad ? f.g : nullptr;
+    a.p16 = f.p16;
+    a.n = f.n;
+    return true;
+}
+
+} // namespace detail
+
+// ---------------------------------------------------------------- optimizers
+// One update of f.n elements with the constants of optim/kernels.hpp, as the
+// CPU kernel of the same name (optim::Kernels) with g = f.g * k.scale. The
+// arrays must not overlap.
+
+inline void adam(const optim::AdamK &k, const Flat &f, float *m, float *v, cudaStream_t stream) {
+    detail::Arrays a;
+    if (!detail::arrays_of(f, true, true, "adam", a)) return;
+    detail::need(m, 4, "m");
+    detail::need(v, 4, "v");
+    detail::check_launch(detail::launch_adam(k, a, m, v, stream), "adam");
+}
+
+// buf is not read when k.mode is 0 (no momentum) and may then be NULL.
+inline void sgd(const optim::SgdK &k, const Flat &f, float *buf, cudaStream_t stream) {
+    DSM_REQUIRE(k.mode >= 0 && k.mode <= 2, DSM_ERR_INVALID_ARGUMENT, "sgd: mode ", k.mode,
+                " (0: no momentum, 1: momentum, 2: nesterov)");
+    detail::Arrays a;
+    if (!detail::arrays_of(f, true, true, "sgd", a)) return;
+    if (k.mode != 0) detail::need(buf, 4, "buf");
+    detail::check_launch(detail::launch_sgd(k, a, k.mode != 0 ? buf : nullptr, stream), "sgd");
+}
+
+inline void lion(const optim::LionK &k, const Flat &f, float *m, cudaStream_t stream) {
+    detail::Arrays a;
+    if (!detail::arrays_of(f, true, true, "lion", a)) return;
+    detail::need(m, 4, "m");
+    detail::check_launch(detail::launch_lion(k, a, m, stream), "lion");
+}
+
+inline void adagrad(const optim::AdagradK &k, const Flat &f, float *sum, cudaStream_t stream) {
+    detail::Arrays a;
+    if (!detail::arrays_of(f, true, true, "adagrad", a)) return;
+    detail::need(sum, 4, "sum");
+    detail::check_launch(detail::launch_adagrad(k, a, sum, stream), "adagrad");
+}
+
+// Lamb pass 1: m and v updated; out->result.sum = {sum of p^2, sum of u^2}
+// over the n elements (p is read, not written; f.p16 must be NULL). The
+// caller sums these over the parameter's pieces and ranks, computes the
+// trust ratio as optimizer.cc does, and calls lamb2 with its neg_coef.
+inline void lamb1(const optim::LambK &k, const Flat &f, float *m, float *v, Reduction *out, cudaStream_t stream) {
+    detail::Arrays a;
+    DSM_ARG_NOT_NULL(out);
+    detail::aligned(out, alignof(Reduction), "out");
+    if (detail::arrays_of(f, true, false, "lamb1", a)) {
+        detail::need(m, 4, "m");
+        detail::need(v, 4, "v");
+    }
+    detail::check_launch(detail::launch_lamb1(k, a, m, v, out, stream), "lamb1");
+}
+
+// Lamb pass 2: p += neg_coef * u, u recomputed from m and v as in pass 1
+// (f.g is not read).
+inline void lamb2(const optim::LambK &k, float neg_coef, const Flat &f, const float *m, const float *v,
+                  cudaStream_t stream) {
+    detail::Arrays a;
+    if (!detail::arrays_of(f, false, true, "lamb2", a)) return;
+    detail::need(m, 4, "m");
+    detail::need(v, 4, "v");
+    detail::check_launch(detail::launch_lamb2(k, neg_coef, a, m, v, stream), "lamb2");
+}
+
+// ---------------------------------------------------------------- precision
+
+// out->result: nonfinite = 1 when some g[i] is Inf or NaN (the raw elements:
+// unscaling by a finite value makes no new ones), sum[0] = the sum over i of
+// (double(g[i]) * double(inv_scale))^2, each product rounded to double and
+// added in the fixed order described above (the CPU's amp::norm_part computes
+// the same terms). g may be NULL when n == 0; the result is written anyway.
+inline void inspect(const void *g, dsm_dtype_t type, size_t n, float inv_scale, Reduction *out,
+                    cudaStream_t stream) {
+    const detail::Fmt f = detail::fmt_of(type, "inspect", true);
+    DSM_ARG_NOT_NULL(out);
+    detail::aligned(out, alignof(Reduction), "out");
+    if (n > 0) detail::need(g, detail::fmt_size(f), "g");
+    detail::check_launch(detail::launch_inspect(n > 0 ? g : nullptr, f, n, inv_scale, out, stream), "inspect");
+}
+
+// dst[i] = src[i] converted, dtypes float32, float16 and bfloat16, bit for
+// bit as core/half.hpp (16-bit to 16-bit goes through fp32, as amp::convert).
+// The same dtype is a plain copy. src and dst must not overlap.
+inline void convert(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
+                    cudaStream_t stream) {
+    const detail::Fmt sf = detail::fmt_of(src_type, "convert source", true);
+    const detail::Fmt df = detail::fmt_of(dst_type, "convert destination", true);
+    if (n == 0) return;
+    detail::need(src, detail::fmt_size(sf), "src");
+    detail::need(dst, detail::fmt_size(df), "dst");
+    detail::check_launch(detail::launch_convert(src, sf, dst, df, n, stream), "convert");
+}
+
+// ---------------------------------------------------------------- Ulysses copies
+// sp/transform.cc's copy_heads and copy_tokens, with the same arguments and
+// the same bytes moved, as one cudaMemcpy2DAsync (or cudaMemcpyAsync) with
+// cudaMemcpyDefault, so tensor and block may each be device or host memory.
+// kToBlock: tensor -> block (pack); else block -> tensor (unpack).
+
+// Between a sequence-sharded tensor ([b, chunk, H, d] or [chunk, b, H, d]:
+// rows of H*d elements) and a block holding heads h of every row.
+template <bool kToBlock>
+void copy_heads(const Geometry &g, const HeadRange &h, unsigned char *tensor, unsigned char *block,
+                cudaStream_t stream) {
+    DSM_REQUIRE(h.first >= 0 && h.count >= 0 && static_cast<size_t>(h.first + h.count) <= g.H,
+                DSM_ERR_INVALID_ARGUMENT, "copy_heads: heads [", h.first, ", ", h.first + h.count,
+                ") outside the ", g.H, " heads");
+    const size_t row = static_cast<size_t>(h.count) * g.d * g.es;
+    if (row == 0) return;
+    DSM_ARG_NOT_NULL(tensor);
+    DSM_ARG_NOT_NULL(block);
+    const size_t rows = g.b * g.chunk, first = static_cast<size_t>(h.first) * g.d * g.es, stride = g.H * g.d * g.es;
+    if (rows == 0) return;
+    const char *err = kToBlock ? detail::launch_copy_2d(block, row, tensor + first, stride, row, rows, stream)
+                               : detail::launch_copy_2d(tensor + first, stride, block, row, row, rows, stream);
+    detail::check_launch(err, "copy_heads");
+}
+
+// Between a head-sharded tensor ([b, s, c, d] or [s, b, c, d], c = h.count)
+// and a block holding the tokens of chunk j.
+template <bool kToBlock>
+void copy_tokens(const Geometry &g, size_t j, const HeadRange &h, unsigned char *tensor, unsigned char *block,
+                 cudaStream_t stream) {
+    DSM_REQUIRE(h.count >= 0, DSM_ERR_INVALID_ARGUMENT, "copy_tokens: ", h.count, " heads");
+    const size_t piece = g.chunk * static_cast<size_t>(h.count) * g.d * g.es; // one batch row's tokens
+    if (piece == 0 || g.b == 0) return;
+    DSM_ARG_NOT_NULL(tensor);
+    DSM_ARG_NOT_NULL(block);
+    DSM_REQUIRE((j + 1) * g.chunk <= g.s, DSM_ERR_INVALID_ARGUMENT, "copy_tokens: chunk ", j, " of ", g.chunk,
+                " tokens lies outside the sequence of ", g.s);
+    const char *err = nullptr;
+    if (g.seq_first) { // the chunk's tokens are contiguous for the whole batch
+        unsigned char *at = tensor + j * g.b * piece;
+        err = kToBlock ? detail::launch_copy_2d(block, g.b * piece, at, g.b * piece, g.b * piece, 1, stream)
+                       : detail::launch_copy_2d(at, g.b * piece, block, g.b * piece, g.b * piece, 1, stream);
+    } else {
+        const size_t token = static_cast<size_t>(h.count) * g.d * g.es, pitch = g.s * token;
+        unsigned char *at = tensor + j * g.chunk * token;
+        err = kToBlock ? detail::launch_copy_2d(block, piece, at, pitch, piece, g.b, stream)
+                       : detail::launch_copy_2d(at, pitch, block, piece, piece, g.b, stream);
+    }
+    detail::check_launch(err, "copy_tokens");
+}
+
+} // namespace cuda
+} // namespace dsm
+#endif // !__CUDACC__

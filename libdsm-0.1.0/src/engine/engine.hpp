@@ -1,0 +1,270 @@
+// The training engine: owns the parameters, gradients and optimizer state of
+// a model in flat buffers laid out by zero::Layout, and drives a micro-step
+// through the layers below (comm for reductions and gathers, amp for loss
+// scaling and precision, optim for the update and the LR schedule).
+//
+// Storage per ZeRO stage (N data-parallel ranks, P = part_size, T = total):
+//   stage 0: params T (compute dtype), grads T, master + optimizer state T
+//   stage 1: params T, grads T, master + state P
+//   stage 2: params T, grads P (reduced as they are released), master + state P
+//   stage 3: params P (+ the persistent small ones whole), grads P, master + state P
+// With fp32 the master weights are the parameters themselves (no copy).
+//
+// Collective points (every rank of the engine in the same order): init,
+// param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
+// bucket (ZeRO-2/3), step, and free. Each starts with sync(): one small
+// allreduce that checks that every rank is at the same point, so a rank that
+// diverged fails every rank instead of hanging them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "amp/loss_scaler.hpp"
+#include "ckpt/checkpoint.hpp"
+#include "comm/backend.hpp"
+#include "config/config.hpp"
+#include "core/comm.hpp"
+#include "dsm.h"
+#include "mesh/mesh.hpp"
+#include "optim/lr_schedule.hpp"
+#include "optim/optimizer.hpp"
+#include "zero/layout.hpp"
+
+namespace dsm {
+namespace engine {
+
+// Zeroed host memory aligned to 64 bytes.
+class HostBuffer {
+public:
+    HostBuffer() = default;
+    explicit HostBuffer(size_t bytes);
+    void *data() const noexcept { return ptr_.get(); }
+    size_t bytes() const noexcept { return bytes_; }
+    size_t capacity() const noexcept { return capacity_; }
+    explicit operator bool() const noexcept { return ptr_ != nullptr; }
+    // Use the first `bytes` (<= capacity()) of the allocation.
+    void resize(size_t bytes) noexcept { bytes_ = bytes; }
+
+private:
+    struct Free {
+        void operator()(void *p) const noexcept;
+    };
+    std::unique_ptr<void, Free> ptr_;
+    size_t bytes_ = 0, capacity_ = 0;
+};
+
+// Idle host buffers of released ZeRO-3 gathers and ZeRO-2/3 gradient
+// staging, reused so that a micro-step does not map, fault in and zero fresh
+// pages for every parameter. Holds at most limit() bytes of idle buffers
+// (the engine sets it to twice the largest gather or staging need), so the
+// memory the ZeRO formulas promise stays the engine's bound.
+class BufferPool {
+public:
+    void set_limit(size_t bytes) noexcept { limit_ = bytes; }
+    size_t limit() const noexcept { return limit_; }
+    size_t idle_bytes() const noexcept { return idle_bytes_; }
+    // A buffer of `bytes`: the smallest idle one that holds them without
+    // wasting more than half, else a new one; zeroed when `zero`.
+    HostBuffer take(size_t bytes, bool zero);
+    // Keep `b` for reuse if it fits under the limit, else free it.
+    void give(HostBuffer &&b) noexcept;
+    void clear() noexcept;
+
+private:
+    std::vector<HostBuffer> idle_;
+    size_t idle_bytes_ = 0, limit_ = 0;
+};
+
+// A buffer from Backend::alloc_shared (collective to allocate and to free).
+class SharedBuffer {
+public:
+    SharedBuffer() = default;
+    SharedBuffer(comm::Backend *backend, size_t bytes);
+    ~SharedBuffer() { reset(); }
+    SharedBuffer(SharedBuffer &&o) noexcept { swap(o); }
+    SharedBuffer &operator=(SharedBuffer &&o) noexcept {
+        reset();
+        swap(o);
+        return *this;
+    }
+    SharedBuffer(const SharedBuffer &) = delete;
+    SharedBuffer &operator=(const SharedBuffer &) = delete;
+    void *data() const noexcept { return ptr_; }
+    size_t bytes() const noexcept { return bytes_; }
+    void reset() noexcept;
+
+private:
+    void swap(SharedBuffer &o) noexcept;
+    comm::Backend *backend_ = nullptr;
+    void *ptr_ = nullptr;
+    size_t bytes_ = 0;
+};
+
+struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    size_t numel = 0;
+    bool trainable = true;
+    bool decay = true;
+    bool persistent = true;     // ZeRO-3: held whole on every rank (small); always true below stage 3
+    bool param_acquired = false;
+    bool grad_acquired = false;
+    HostBuffer frozen;          // a frozen parameter's values
+    HostBuffer gathered;        // ZeRO-3: the gathered copy while acquired or prefetched
+    HostBuffer staging;         // ZeRO-2/3: the gradient buffer while acquired
+};
+
+// What one micro-step's reductions and update cost (wall_clock_breakdown).
+struct Timers {
+    double reduce = 0, optimizer = 0, gather = 0;
+};
+
+class Engine {
+public:
+    // Collective over the mesh's ranks; `mesh` is the engine's own reference.
+    // Argument errors of any rank (a NULL output: have_output false) fail
+    // every rank.
+    static std::unique_ptr<Engine> create(std::unique_ptr<Mesh> mesh, const char *config,
+                                          const dsm_param_desc_t *params, int nparams,
+                                          bool have_output);
+    ~Engine();
+    Engine(const Engine &) = delete;
+    Engine &operator=(const Engine &) = delete;
+
+    // Collective: free the buffers and the communicators (the destructor does
+    // the same, without reporting errors).
+    void close();
+
+    int num_params() const noexcept { return static_cast<int>(params_.size()); }
+    int param_index(const char *name) const;
+    size_t numel(int index) const;
+    dsm_dtype_t dtype() const noexcept { return dtype_; }
+    double loss_scale() const noexcept { return scaler_->scale(); }
+    Mesh &mesh() noexcept { return *mesh_; }
+    dsm_mesh_s *mesh_handle() noexcept { return mesh_handle_.get(); }
+    const config::Config &config() const noexcept { return cfg_; }
+    // The data-parallel group (every mesh dimension but "sequence_parallel")
+    // and the sequence-parallel one.
+    int dp_size() const noexcept { return dp_size_; }
+    int dp_rank() const noexcept { return dp_rank_; }
+    int sp_size() const noexcept { return sp_size_; }
+
+    const void *param_acquire(int index);
+    void param_release(int index);
+    void *grad_acquire(int index);
+    void grad_release(int index);
+    void step(dsm_step_info_t *info);
+    void step_info(dsm_step_info_t *info) const;
+    std::string describe(dsm_format_t format) const;
+    // Checkpoints (engine_ckpt.cc, doc/checkpoint.md). Collective. The load
+    // returns the tag it read.
+    // NULL arguments are errors agreed by every rank.
+    void save_checkpoint(const char *dir, const char *tag, const void *client, size_t client_size);
+    std::string load_checkpoint(const char *dir, const char *tag, unsigned flags,
+                                std::vector<unsigned char> *client);
+
+    // For benchmarks: time spent so far, and the bytes this rank sent.
+    const Timers &timers() const noexcept { return timers_; }
+    uint64_t bytes_sent() const noexcept;
+    // Bytes of the model state on this rank, and the ZeRO paper's bytes per parameter.
+    size_t model_state_bytes() const;
+    double zero_formula_bytes_per_param() const;
+
+private:
+    Engine() = default;
+    void setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output);
+    void check_params(const dsm_param_desc_t *params, int nparams) const;
+    void build_params(const dsm_param_desc_t *params, int nparams);
+    void allocate();
+    void initialize_values(const dsm_param_desc_t *params);
+    void publish();                       // master -> compute params (+ gathers)
+    double current_lr() const;
+    Param &param(int index, const char *what);
+    void check_usable() const;
+
+    // Reductions (engine_step.cc).
+    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, CKPT };
+    void release(bool abandon);
+    void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
+              dsm_status_t local_status = DSM_SUCCESS);
+    void reduce_flat_region(size_t begin, size_t end);
+    void reduce_boundary();
+    void flush_bucket();
+    void gather(const std::vector<int> &list);
+    std::vector<int> prefetch_list(int index);
+    float *fp32_grads();
+    void zero_grads();
+    void log_step(double norm) const;
+    std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
+                                                 std::vector<float *> *live = nullptr);
+    void check_checkpoint_point(const char *what, const std::string &tag);
+
+    std::unique_ptr<Mesh> mesh_;
+    std::unique_ptr<dsm_mesh_s> mesh_handle_; // what dsm_engine_get_mesh() returns
+    Comm world_comm_;                         // the ranks of the mesh view
+    MPI_Comm world_ = MPI_COMM_NULL;          // world_comm_.get()
+    Comm dp_comm_, sp_comm_;
+    std::unique_ptr<comm::Backend> dp_, sp_;
+    int dp_size_ = 1, dp_rank_ = 0, sp_size_ = 1, world_size_ = 1, world_rank_ = 0;
+
+    config::Config cfg_;
+    int stage_ = 0;
+    dsm_dtype_t dtype_ = DSM_FLOAT32;      // compute dtype
+    dsm_dtype_t comm_dtype_ = DSM_FLOAT32; // gradient reduction dtype
+    size_t esize_ = 4;                           // bytes per compute element
+    std::vector<Param> params_;
+    zero::Layout layout_;
+    int part_ = 0;                 // this rank's partition
+    size_t persist_end_ = 0;       // ZeRO-3: flat elements [0, persist_end_) are held whole
+    std::vector<optim::Segment> segments_;
+
+    SharedBuffer param_flat_;      // stages 0-2: T; stage 3: the persistent region
+    SharedBuffer param_part_;      // stage 3: P
+    SharedBuffer grad_flat_;       // stages 0-1: T
+    HostBuffer grad_part_;         // stages 2-3: P
+    HostBuffer master_own_;        // P fp32 when the compute dtype is not fp32
+    float *master_ = nullptr;      // P fp32 (an alias of the parameters with fp32)
+    HostBuffer grad32_;            // P fp32 scratch when the gradients are not fp32
+    HostBuffer comm_scratch_;      // stage 0/1 reductions in another dtype
+    SharedBuffer bucket_send_;     // stages 2-3
+    HostBuffer bucket_recv_;
+    size_t bucket_cap_ = 0;        // elements per reduction round
+    std::unique_ptr<optim::Optimizer> optimizer_;
+    std::unique_ptr<amp::LossScaler> scaler_;
+    std::optional<optim::LrSchedule> schedule_;
+
+    // ZeRO-2/3 gradients released since the last flush, in release order.
+    struct Pending {
+        int param;
+        HostBuffer grad;
+    };
+    std::vector<Pending> bucket_;
+    BufferPool pool_;
+    size_t bucket_elems_ = 0;
+    int64_t flushes_ = 0;
+
+    // ZeRO-3 prefetch: the order of gathered acquisitions in the last micro-step.
+    std::vector<int> trace_, last_trace_;
+    size_t trace_pos_ = 0;
+
+    int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0, global_samples_ = 0,
+            applied_steps_ = 0;
+    double grad_norm_ = -1.0;
+    bool last_boundary_ = false, last_skipped_ = false;
+    bool broken_ = false, closed_ = false;
+    Timers timers_;
+    double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
+    int64_t window_samples_ = 0;
+};
+
+} // namespace engine
+} // namespace dsm
+
+// The C handle.
+struct dsm_engine_s {
+    std::unique_ptr<dsm::engine::Engine> engine;
+};

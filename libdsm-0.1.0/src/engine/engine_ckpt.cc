@@ -1,0 +1,311 @@
+// The engine's checkpoints: what each rank holds, described for the ckpt
+// layer (doc/checkpoint.md), and the engine state around it.
+#include "dsm_config.h"
+
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "amp/convert.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "dsm_version.h"
+
+
+namespace dsm {
+namespace engine {
+
+#if DSM_HAVE_HDF5
+
+namespace {
+
+// A stable 63-bit hash of a string, to compare tags across ranks.
+int64_t hash_of(const std::string &s) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    return static_cast<int64_t>(h >> 1);
+}
+
+} // namespace
+
+// What this rank holds of every tensor of the file: its piece of each
+// trainable parameter's master weights and optimizer states (the owner of a
+// piece is the first rank of its sequence-parallel group, and under ZeRO-0,
+// where every rank holds everything, data-parallel rank 0 only), and the
+// frozen parameters (owned by rank 0). Save (`live` NULL): `buffers` keeps the
+// fp32 copies of the frozen parameters alive. Load: `buffers` holds a buffer
+// for every piece in place of the engine's memory, and `live` gets, for each
+// tensor, the engine's memory the piece belongs in (NULL for a frozen
+// parameter, which is converted to the compute dtype instead).
+std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
+                                                     std::vector<float *> *live) {
+    const bool own_buffers = live != nullptr;
+    std::vector<ckpt::Tensor> out;
+    const int sp_rank = sp_ ? sp_->rank() : 0;
+    const bool owner = sp_rank == 0 && (stage_ >= 1 || dp_rank_ == 0);
+    const size_t pb = layout_.part_begin(part_);
+    auto piece_of = [&](int i, ckpt::Tensor &t, float *base) {
+        for (const auto &pc : layout_.param_pieces(i))
+            if (pc.part == part_) {
+                t.offset = pc.param_offset;
+                t.count = pc.count;
+                t.data = base + (pc.flat_offset - pb);
+            }
+    };
+    auto add = [&](ckpt::Tensor t) {
+        if (own_buffers) live->push_back(t.data);
+        if (own_buffers && t.count) {
+            // load: the file's values land here first (not zeroed: all read)
+            buffers.emplace_back(new float[t.count]);
+            t.data = buffers.back().get();
+        }
+        out.push_back(std::move(t));
+    };
+    buffers.reserve(params_.size() * (1 + static_cast<size_t>(optimizer_->num_states())));
+    for (int i = 0; i < num_params(); ++i) {
+        const Param &p = params_[static_cast<size_t>(i)];
+        ckpt::Tensor t;
+        t.group = "params";
+        t.name = p.name;
+        t.shape = p.shape;
+        t.trainable = p.trainable;
+        if (p.trainable) {
+            piece_of(i, t, master_);
+            t.owner = owner;
+        } else {
+            t.owner = world_rank_ == 0;
+            t.offset = 0;
+            t.count = p.numel;
+            if (!own_buffers) { // save: the fp32 values of the frozen parameter
+                buffers.emplace_back(new float[p.numel]);
+                amp::convert(p.frozen.data(), dtype_, buffers.back().get(), DSM_FLOAT32, p.numel);
+                t.data = buffers.back().get();
+            }
+        }
+        add(std::move(t));
+    }
+    if (!with_optimizer) return out;
+    for (int s = 0; s < optimizer_->num_states(); ++s) {
+        const std::string group = std::string("optimizer/") + optim::state_name(cfg_.optimizer.type, s);
+        for (int i = 0; i < num_params(); ++i) {
+            const Param &p = params_[static_cast<size_t>(i)];
+            if (!p.trainable) continue;
+            ckpt::Tensor t;
+            t.group = group;
+            t.name = p.name;
+            t.shape = p.shape;
+            piece_of(i, t, optimizer_->state(s));
+            t.owner = owner;
+            add(std::move(t));
+        }
+    }
+    return out;
+}
+
+void Engine::check_checkpoint_point(const char *what, const std::string &tag) {
+    std::string why;
+    dsm_status_t status = DSM_SUCCESS;
+    for (const Param &p : params_)
+        if (p.grad_acquired || p.param_acquired) {
+            status = DSM_ERR_STATE;
+            why = cat(p.grad_acquired ? "the gradient of '" : "parameter '", p.name, "' is still acquired at ", what,
+                      " (release it first)");
+            break;
+        }
+    if (status == DSM_SUCCESS && micro_steps_ % cfg_.gradient_accumulation_steps != 0) {
+        status = DSM_ERR_STATE;
+        why = cat(what, " between accumulation boundaries (micro-step ", micro_steps_, ", ",
+                  cfg_.gradient_accumulation_steps,
+                  " per boundary): call it after the dsm_step() that ends a window");
+    }
+    (void)tag;
+    sync(SyncPoint::CKPT, 0, why, status);
+}
+
+void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const void *client, size_t client_size) {
+    check_usable();
+    const std::string dir = dir_arg != nullptr ? dir_arg : "";
+    std::string tag = tag_arg != nullptr ? tag_arg : cat("global_step", global_steps_);
+    std::string why;
+    dsm_status_t status = DSM_SUCCESS;
+    try {
+        DSM_REQUIRE(dir_arg != nullptr, DSM_ERR_NULL_POINTER, "dir is NULL");
+        DSM_REQUIRE(!dir.empty(), DSM_ERR_INVALID_ARGUMENT, "the checkpoint directory is empty");
+        ckpt::check_tag(tag);
+        DSM_REQUIRE(client != nullptr || client_size == 0, DSM_ERR_NULL_POINTER, "client_state is NULL but size is ",
+                    client_size);
+    } catch (const Error &e) {
+        status = e.status();
+        why = e.what();
+    }
+    try {
+        sync(SyncPoint::CKPT, 0, why, status);
+        check_checkpoint_point("dsm_engine_save_checkpoint", tag);
+        // Tag validation (DeepSpeed's checkpoint.tag_validation): every rank
+        // should pass the same tag; rank 0's is used.
+        int64_t h[2] = {hash_of(tag), -hash_of(tag)};
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, h, 2, MPI_INT64_T, MPI_MAX, world_));
+        if (h[0] != -h[1]) {
+            if (cfg_.checkpoint.tag_validation == config::TagValidation::FAIL)
+                DSM_FAIL(DSM_ERR_MISMATCH, "the ranks passed different checkpoint tags (this rank: '", tag,
+                         "'); checkpoint.tag_validation is \"Fail\"");
+            if (cfg_.checkpoint.tag_validation == config::TagValidation::WARN && world_rank_ == 0)
+                DSM_WARN(ENGINE, "the ranks passed different checkpoint tags; saving under rank 0's '%s'",
+                         tag.c_str());
+        }
+        int len = static_cast<int>(tag.size());
+        DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, world_));
+        tag.resize(static_cast<size_t>(len));
+        DSM_CHECK_MPI(MPI_Bcast(&tag[0], len, MPI_CHAR, 0, world_));
+        // The client state is rank 0's.
+        unsigned long long csize = client_size;
+        DSM_CHECK_MPI(MPI_Bcast(&csize, 1, MPI_UNSIGNED_LONG_LONG, 0, world_));
+
+        std::vector<std::unique_ptr<float[]>> frozen32;
+        ckpt::Content content;
+        content.tensors = checkpoint_tensors(true, frozen32);
+        const auto &lss = scaler_->state();
+        const std::vector<int> shape = mesh_->shape();
+        std::string names;
+        for (const std::string &n : mesh_->dim_names()) names += (names.empty() ? "" : ",") + n;
+        content.attrs = {
+            {"format", "dsm-checkpoint"},
+            {"format_version", 1},
+            {"libdsm_version", DSM_VERSION_STRING},
+            {"tag", tag},
+            {"global_steps", global_steps_},
+            {"micro_steps", micro_steps_},
+            {"skipped_steps", skipped_steps_},
+            {"global_samples", global_samples_},
+            {"optimizer_steps", applied_steps_},
+            {"loss_scale", lss.cur_scale},
+            {"loss_scale_cur_iter", lss.cur_iter},
+            {"loss_scale_last_overflow_iter", lss.last_overflow_iter},
+            {"loss_scale_cur_hysteresis", lss.cur_hysteresis},
+            {"lr_schedule_last_step", schedule_ ? schedule_->last_step() : int64_t(-1)},
+            {"zero_stage", stage_},
+            {"data_parallel_size", dp_size_},
+            {"sequence_parallel_size", sp_size_},
+            {"mesh_shape", std::vector<int64_t>(shape.begin(), shape.end())},
+            {"mesh_names", names},
+            {"compute_dtype", dtype_name(dtype_)},
+            {"optimizer", config::optimizer_name(cfg_.optimizer.type)},
+            {"config", config::config_to_json(cfg_)},
+        };
+        ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize));
+        DSM_INFO(ENGINE, "saved checkpoint %s/%s.h5", dir.c_str(), tag.c_str());
+    } catch (...) {
+        // A failed save leaves the engine as it was: no collective state moved.
+        throw;
+    }
+}
+
+std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, unsigned flags,
+                                    std::vector<unsigned char> *client) {
+    check_usable();
+    const std::string dir = dir_arg != nullptr ? dir_arg : "";
+    std::string why;
+    dsm_status_t status = DSM_SUCCESS;
+    const unsigned known = DSM_CKPT_LOAD_MODULE_ONLY | DSM_CKPT_LOAD_NO_OPTIMIZER | DSM_CKPT_LOAD_NO_LR_SCHEDULE;
+    try {
+        DSM_REQUIRE(dir_arg != nullptr, DSM_ERR_NULL_POINTER, "dir is NULL");
+        DSM_REQUIRE(!dir.empty(), DSM_ERR_INVALID_ARGUMENT, "the checkpoint directory is empty");
+        DSM_REQUIRE((flags & ~known) == 0, DSM_ERR_INVALID_ARGUMENT, "flags 0x", std::hex, flags,
+                    " has unknown bits 0x", flags & ~known);
+        if (tag_arg != nullptr) ckpt::check_tag(tag_arg);
+    } catch (const Error &e) {
+        status = e.status();
+        why = e.what();
+    }
+    sync(SyncPoint::CKPT, 0, why, status);
+    check_checkpoint_point("dsm_engine_load_checkpoint", tag_arg ? tag_arg : "");
+    const std::string tag = ckpt::resolve_tag(world_, dir, tag_arg ? tag_arg : "");
+
+    const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
+    const bool with_optimizer = !module_only && !(flags & DSM_CKPT_LOAD_NO_OPTIMIZER);
+    std::vector<std::unique_ptr<float[]>> staged;
+    std::vector<float *> live;
+    ckpt::Content content;
+    content.tensors = checkpoint_tensors(with_optimizer, staged, &live);
+    std::vector<unsigned char> blob;
+    ckpt::load(world_, dir, tag, content, &blob);
+
+    // Everything was read and verified: now change the engine. Values the
+    // engine needs from the attributes are checked first.
+    const ckpt::Attributes &a = content.attrs;
+    auto int_attr = [&](const char *name) -> int64_t {
+        DSM_REQUIRE(a.contains(name) && a[name].is_number_integer(), DSM_ERR_IO, "checkpoint '", dir, "/", tag,
+                    ".h5' lacks the integer attribute ", name);
+        return a[name].get<int64_t>();
+    };
+    amp::LossScalerState lss = scaler_->state();
+    int64_t counters[5] = {0, 0, 0, 0, 0}, last_step = -1;
+    bool restore_scaler = false;
+    if (!module_only) {
+        counters[0] = int_attr("global_steps");
+        counters[1] = int_attr("micro_steps");
+        counters[2] = int_attr("skipped_steps");
+        counters[3] = int_attr("global_samples");
+        counters[4] = int_attr("optimizer_steps");
+        last_step = int_attr("lr_schedule_last_step");
+        restore_scaler = scaler_->dynamic() && a.value("compute_dtype", std::string()) == "float16";
+        if (restore_scaler) {
+            DSM_REQUIRE(a.contains("loss_scale") && a["loss_scale"].is_number(), DSM_ERR_IO,
+                        "checkpoint lacks the attribute loss_scale");
+            lss.cur_scale = a["loss_scale"].get<double>();
+            lss.cur_iter = int_attr("loss_scale_cur_iter");
+            lss.last_overflow_iter = int_attr("loss_scale_last_overflow_iter");
+            lss.cur_hysteresis = int_attr("loss_scale_cur_hysteresis");
+        }
+    }
+    // Engine state from here: no more errors from the file.
+    for (size_t i = 0; i < live.size(); ++i) {
+        const ckpt::Tensor &from = content.tensors[i];
+        if (from.count == 0) continue;
+        if (from.group == "params" && !from.trainable) {
+            const Param &p = params_[static_cast<size_t>(param_index(from.name.c_str()))];
+            amp::convert(from.data, DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
+        } else {
+            std::memcpy(live[i], from.data, from.count * sizeof(float));
+        }
+    }
+    if (!module_only) {
+        global_steps_ = counters[0];
+        micro_steps_ = counters[1];
+        skipped_steps_ = counters[2];
+        global_samples_ = counters[3];
+        applied_steps_ = counters[4];
+        if (restore_scaler) scaler_->set_state(lss);
+        if (schedule_ && !(flags & DSM_CKPT_LOAD_NO_LR_SCHEDULE)) schedule_->set_last_step(last_step);
+    }
+    window_start_ = 0.0;
+    zero_grads();
+    last_trace_.clear();
+    trace_.clear();
+    trace_pos_ = 0;
+    for (Param &p : params_)
+        if (!p.persistent && p.trainable) pool_.give(std::move(p.gathered));
+    publish();
+    if (client) *client = std::move(blob);
+    DSM_INFO(ENGINE, "loaded checkpoint %s/%s.h5", dir.c_str(), tag.c_str());
+    return tag;
+}
+
+#else // no HDF5
+
+void Engine::save_checkpoint(const char *, const char *, const void *, size_t) {
+    check_usable();
+    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
+}
+
+std::string Engine::load_checkpoint(const char *, const char *, unsigned, std::vector<unsigned char> *) {
+    check_usable();
+    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
+}
+
+#endif
+
+} // namespace engine
+} // namespace dsm

@@ -1,0 +1,475 @@
+// The engine's collective work: the agreement at every collective point,
+// gradient reductions (bucketed allreduce / reduce-scatter over the
+// data-parallel group after a sum over the sequence-parallel group), ZeRO-3
+// gathers with prefetch, and the optimizer step at the accumulation boundary.
+#include "dsm_config.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "amp/convert.hpp"
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+#include "engine/engine.hpp"
+
+namespace dsm {
+namespace engine {
+
+namespace {
+
+double now() { return MPI_Wtime(); }
+
+size_t dtype_bytes(dsm_dtype_t t) { return dtype_size(t); }
+
+const char *point_name(int64_t p) {
+    switch (p) {
+    case 1: return "dsm_engine_init";
+    case 2: return "dsm_engine_param_acquire (ZeRO-3 gather)";
+    case 3: return "dsm_engine_grad_release (bucket reduction)";
+    case 4: return "dsm_step";
+    case 5: return "dsm_engine_free";
+    case 6: return "dsm_engine_save_checkpoint / dsm_engine_load_checkpoint";
+    }
+    return "?";
+}
+
+} // namespace
+
+// One allreduce (MAX) of: the point and its detail, negated copies (so MAX
+// gives the minimum too), and the lowest failing rank. Then, if any rank
+// failed, the lowest failing rank's message is broadcast and every rank
+// throws it; if the ranks are at different points, every rank throws
+// DSM_ERR_MISMATCH.
+void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_error, dsm_status_t local_status) {
+    const int64_t p = static_cast<int64_t>(point);
+    const bool failed = local_status != DSM_SUCCESS;
+    int64_t mine[5] = {p, -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1};
+    int64_t all[5];
+    DSM_CHECK_MPI(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, world_));
+    if (all[4] >= 0) {
+        const int first = static_cast<int>(INT_MAX - all[4]);
+        int st = static_cast<int>(local_status);
+        DSM_CHECK_MPI(MPI_Bcast(&st, 1, MPI_INT, first, world_));
+        int len = static_cast<int>(local_error.size());
+        DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first, world_));
+        std::string text(static_cast<size_t>(len), '\0');
+        if (world_rank_ == first) text = local_error;
+        if (len > 0) DSM_CHECK_MPI(MPI_Bcast(&text[0], len, MPI_CHAR, first, world_));
+        DSM_FAIL(static_cast<dsm_status_t>(st), "rank ", first, ": ", text);
+    }
+    if (all[0] != -all[1])
+        DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine are at different collective points: some are in ",
+                 point_name(-all[1]), ", others in ", point_name(all[0]),
+                 " (every rank must make the same engine calls in the same order)");
+    if (all[2] != -all[3])
+        DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine disagree at ", point_name(p), ": values from ",
+                 -all[3], " to ", all[2],
+                 (point == SyncPoint::GATHER ? " (parameter index: acquire the same parameters in the same order)"
+                  : point == SyncPoint::FLUSH ? " (gradient bucket: release the same gradients in the same order)"
+                                              : ""));
+}
+
+// ---------------------------------------------------------------- stage 0/1 reductions
+
+// Reduce grad_flat_[begin, end) over the groups: sum over SP, then over DP an
+// allreduce (stage 0) or a reduce-scatter to the owners (stage 1), with
+// DeepSpeed's pre- and post-scaling, in the communication dtype.
+void Engine::reduce_flat_region(size_t begin, size_t end) {
+    const size_t n = end - begin;
+    char *g = static_cast<char *>(grad_flat_.data()) + begin * esize_;
+    const double dp = dp_size_;
+    const double f = cfg_.gradient_predivide_factor;
+    const bool mean = cfg_.gradient_allreduce_op == config::AllreduceOp::MEAN;
+    const double pre = cfg_.prescale_gradients ? 1.0 / dp : 1.0 / f;
+    const double post = cfg_.prescale_gradients ? 1.0 : (mean ? f / dp : 1.0);
+    void *buf = g;
+    if (comm_dtype_ != dtype_) {
+        buf = comm_scratch_.data();
+        amp::convert(g, dtype_, buf, comm_dtype_, n);
+    }
+    if (pre != 1.0) amp::scale_inplace(buf, comm_dtype_, n, pre);
+    if (sp_) sp_->allreduce(buf, buf, n, comm_dtype_, comm::Op::SUM);
+    const size_t cs = dtype_bytes(comm_dtype_);
+    if (stage_ == 0) {
+        dp_->allreduce(buf, buf, n, comm_dtype_, comm::Op::SUM);
+        if (post != 1.0) amp::scale_inplace(buf, comm_dtype_, n, post);
+        if (buf != g) amp::convert(buf, comm_dtype_, g, dtype_, n);
+        return;
+    }
+    const std::vector<size_t> counts = layout_.counts(begin, end);
+    size_t mine = 0;
+    for (int r = 0; r < part_; ++r) mine += counts[static_cast<size_t>(r)];
+    char *recv = static_cast<char *>(buf) + mine * cs;
+    const size_t my_count = counts[static_cast<size_t>(part_)];
+    dp_->reduce_scatterv(buf, recv, counts, comm_dtype_, comm::Op::SUM);
+    if (post != 1.0) amp::scale_inplace(recv, comm_dtype_, my_count, post);
+    if (buf != g) amp::convert(recv, comm_dtype_, g + mine * esize_, dtype_, my_count);
+}
+
+void Engine::reduce_boundary() {
+    const double t0 = now();
+    if (stage_ < 2) {
+        const int64_t want = std::max<int64_t>(cfg_.zero.reduce_bucket_size, 1);
+        const size_t bucket = std::min<size_t>(static_cast<size_t>(want), layout_.total());
+        for (size_t b = 0; b < layout_.total(); b += bucket)
+            reduce_flat_region(b, std::min(layout_.total(), b + bucket));
+    } else {
+        flush_bucket();
+    }
+    timers_.reduce += now() - t0;
+}
+
+// ---------------------------------------------------------------- stage 2/3 buckets
+
+// Reduce the released gradients: each is split into its pieces per owning
+// partition; every round packs up to bucket_cap_ elements, grouped by owner,
+// reduce-scatters them over the data-parallel group and adds this rank's
+// share into its gradient partition.
+void Engine::flush_bucket() {
+    // The bucket's parameters, in order, must be the same on every rank.
+    uint64_t h = 1469598103934665603ull;
+    for (const auto &p : bucket_) h = (h ^ static_cast<uint64_t>(p.param + 1)) * 1099511628211ull;
+    sync(SyncPoint::FLUSH, static_cast<int64_t>(h >> 2));
+    if (bucket_.empty()) return;
+    ++flushes_;
+    const double t0 = now();
+    const double dp = dp_size_;
+    const double f = cfg_.gradient_predivide_factor;
+    const bool mean = cfg_.gradient_allreduce_op == config::AllreduceOp::MEAN;
+    const double pre = cfg_.prescale_gradients ? 1.0 / dp : 1.0 / f;
+    const float post = static_cast<float>(cfg_.prescale_gradients ? 1.0 : (mean ? f / dp : 1.0));
+    const size_t cs = dtype_bytes(comm_dtype_);
+
+    for (auto &p : bucket_) {
+        const size_t n = params_[static_cast<size_t>(p.param)].numel;
+        if (pre != 1.0) amp::scale_inplace(p.grad.data(), dtype_, n, pre);
+        if (sp_) sp_->allreduce(p.grad.data(), p.grad.data(), n, dtype_, comm::Op::SUM);
+    }
+
+    // Chunks of at most bucket_cap_ elements, grouped into rounds.
+    struct Chunk {
+        int entry;
+        size_t begin, end; // element range of the parameter
+    };
+    std::vector<Chunk> chunks;
+    for (size_t e = 0; e < bucket_.size(); ++e) {
+        const size_t n = params_[static_cast<size_t>(bucket_[e].param)].numel;
+        for (size_t b = 0; b < n; b += bucket_cap_) chunks.push_back({static_cast<int>(e), b, std::min(n, b + bucket_cap_)});
+    }
+    const size_t my_begin = layout_.part_begin(part_);
+    size_t c = 0;
+    while (c < chunks.size()) {
+        size_t round_elems = 0, c_end = c;
+        while (c_end < chunks.size() && round_elems + (chunks[c_end].end - chunks[c_end].begin) <= bucket_cap_)
+            round_elems += chunks[c_end].end - chunks[c_end].begin, ++c_end;
+        // Pack by owner partition.
+        std::vector<size_t> counts(static_cast<size_t>(dp_size_), 0);
+        struct Pc {
+            int part;
+            const char *src;
+            size_t count, flat;
+        };
+        std::vector<Pc> pcs;
+        for (size_t k = c; k < c_end; ++k) {
+            const Pending &pe = bucket_[static_cast<size_t>(chunks[k].entry)];
+            const size_t off = layout_.slot_of(pe.param)->offset;
+            for (const auto &piece : layout_.pieces(off + chunks[k].begin, off + chunks[k].end)) {
+                pcs.push_back({piece.part, static_cast<const char *>(pe.grad.data()) + (piece.flat_offset - off) * esize_,
+                               piece.count, piece.flat_offset});
+                counts[static_cast<size_t>(piece.part)] += piece.count;
+            }
+        }
+        std::vector<size_t> cursor(static_cast<size_t>(dp_size_), 0);
+        for (int r = 1; r < dp_size_; ++r)
+            cursor[static_cast<size_t>(r)] = cursor[static_cast<size_t>(r - 1)] + counts[static_cast<size_t>(r - 1)];
+        char *send = static_cast<char *>(bucket_send_.data());
+        for (int r = 0; r < dp_size_; ++r)
+            for (const Pc &pc : pcs)
+                if (pc.part == r) {
+                    amp::convert(pc.src, dtype_, send + cursor[static_cast<size_t>(r)] * cs, comm_dtype_, pc.count);
+                    cursor[static_cast<size_t>(r)] += pc.count;
+                }
+        char *recv = static_cast<char *>(bucket_recv_.data());
+        dp_->reduce_scatterv(send, recv, counts, comm_dtype_, comm::Op::SUM);
+        // Unpack this rank's pieces in the same order, adding into the partition.
+        size_t at = 0;
+        for (const Pc &pc : pcs) {
+            if (pc.part != part_) continue;
+            const size_t dst = pc.flat - my_begin;
+            if (dtype_ == DSM_FLOAT32) {
+                amp::accumulate(recv + at * cs, comm_dtype_, static_cast<float *>(grad_part_.data()) + dst, pc.count, post);
+            } else {
+                // 16-bit partition: add in fp32 through a small buffer, round once.
+                std::vector<float> tmp(pc.count);
+                amp::convert(static_cast<char *>(grad_part_.data()) + dst * esize_, dtype_, tmp.data(), DSM_FLOAT32, pc.count);
+                amp::accumulate(recv + at * cs, comm_dtype_, tmp.data(), pc.count, post);
+                amp::convert(tmp.data(), DSM_FLOAT32, static_cast<char *>(grad_part_.data()) + dst * esize_, dtype_, pc.count);
+            }
+            at += pc.count;
+        }
+        c = c_end;
+    }
+    for (Pending &pe : bucket_) pool_.give(std::move(pe.grad));
+    bucket_.clear();
+    bucket_elems_ = 0;
+    timers_.reduce += now() - t0;
+}
+
+// ---------------------------------------------------------------- stage 3 gathers
+
+std::vector<int> Engine::prefetch_list(int index) {
+    std::vector<int> list{index};
+    // Follow the previous micro-step's order of gathered acquisitions.
+    size_t pos = trace_pos_;
+    while (pos < last_trace_.size() && last_trace_[pos] != index) ++pos;
+    if (pos == last_trace_.size()) return list; // not in the trace: no prefetch
+    trace_pos_ = pos + 1;
+    size_t budget = static_cast<size_t>(std::max<int64_t>(cfg_.zero.prefetch_bucket_size, 0));
+    size_t used = params_[static_cast<size_t>(index)].numel;
+    for (size_t k = pos + 1; k < last_trace_.size(); ++k) {
+        const int j = last_trace_[k];
+        const Param &q = params_[static_cast<size_t>(j)];
+        if (q.gathered || std::find(list.begin(), list.end(), j) != list.end()) continue;
+        if (used + q.numel > budget) break;
+        used += q.numel;
+        list.push_back(j);
+    }
+    return list;
+}
+
+// Gather whole parameters from their partitions (allgatherv over the
+// data-parallel group). One parameter goes straight into its buffer; several
+// (prefetch) are packed by owner and unpacked.
+void Engine::gather(const std::vector<int> &list) {
+    sync(SyncPoint::GATHER, list.front());
+    const double t0 = now();
+    const char *part = static_cast<const char *>(param_part_.data());
+    const size_t my_begin = layout_.part_begin(part_);
+    for (int j : list) params_[static_cast<size_t>(j)].gathered = pool_.take(params_[static_cast<size_t>(j)].numel * esize_, false);
+    if (list.size() == 1) {
+        const int j = list.front();
+        const zero::Slot *s = layout_.slot_of(j);
+        const std::vector<size_t> counts = layout_.counts(s->offset, s->offset + s->numel);
+        size_t lo = std::max(s->offset, my_begin);
+        const char *send = part + (lo - my_begin) * esize_;
+        dp_->allgatherv(send, params_[static_cast<size_t>(j)].gathered.data(), counts, dtype_);
+    } else {
+        std::vector<size_t> counts(static_cast<size_t>(dp_size_), 0);
+        for (int j : list)
+            for (const auto &pc : layout_.param_pieces(j)) counts[static_cast<size_t>(pc.part)] += pc.count;
+        size_t total = 0;
+        for (size_t c : counts) total += c;
+        HostBuffer send(counts[static_cast<size_t>(part_)] * esize_ + 64), recv(total * esize_ + 64);
+        size_t at = 0;
+        for (int j : list)
+            for (const auto &pc : layout_.param_pieces(j))
+                if (pc.part == part_) {
+                    std::memcpy(static_cast<char *>(send.data()) + at * esize_, part + (pc.flat_offset - my_begin) * esize_,
+                                pc.count * esize_);
+                    at += pc.count;
+                }
+        dp_->allgatherv(send.data(), recv.data(), counts, dtype_);
+        std::vector<size_t> cursor(static_cast<size_t>(dp_size_), 0);
+        for (int r = 1; r < dp_size_; ++r)
+            cursor[static_cast<size_t>(r)] = cursor[static_cast<size_t>(r - 1)] + counts[static_cast<size_t>(r - 1)];
+        for (int r = 0; r < dp_size_; ++r)
+            for (int j : list)
+                for (const auto &pc : layout_.param_pieces(j))
+                    if (pc.part == r) {
+                        std::memcpy(static_cast<char *>(params_[static_cast<size_t>(j)].gathered.data()) + pc.param_offset * esize_,
+                                    static_cast<char *>(recv.data()) + cursor[static_cast<size_t>(r)] * esize_, pc.count * esize_);
+                        cursor[static_cast<size_t>(r)] += pc.count;
+                    }
+    }
+    timers_.gather += now() - t0;
+}
+
+// ---------------------------------------------------------------- publish
+
+// After the master weights changed: write them into the compute-dtype
+// parameters of this partition and gather what the stage keeps whole.
+void Engine::publish() {
+    const double t0 = now();
+    const size_t P = layout_.part_size();
+    char *part = stage_ < 3 ? static_cast<char *>(param_flat_.data()) + layout_.part_begin(part_) * esize_
+                            : static_cast<char *>(param_part_.data());
+    if (dtype_ != DSM_FLOAT32) amp::convert(master_, DSM_FLOAT32, part, dtype_, P);
+    if (stage_ == 1 || stage_ == 2) {
+        dp_->allgather(part, param_flat_.data(), P, dtype_);
+    } else if (stage_ == 3 && persist_end_ > 0) {
+        const std::vector<size_t> counts = layout_.counts(0, persist_end_);
+        dp_->allgatherv(part, param_flat_.data(), counts, dtype_);
+    }
+    timers_.gather += now() - t0;
+}
+
+// ---------------------------------------------------------------- step
+
+float *Engine::fp32_grads() {
+    const size_t P = layout_.part_size();
+    const char *g = stage_ < 2 ? static_cast<const char *>(grad_flat_.data()) + layout_.part_begin(part_) * esize_
+                               : static_cast<const char *>(grad_part_.data());
+    if (dtype_ == DSM_FLOAT32) return const_cast<float *>(reinterpret_cast<const float *>(g));
+    amp::convert(g, dtype_, grad32_.data(), DSM_FLOAT32, P);
+    return static_cast<float *>(grad32_.data());
+}
+
+void Engine::zero_grads() {
+    if (stage_ < 2)
+        std::memset(grad_flat_.data(), 0, layout_.total() * esize_);
+    else
+        std::memset(grad_part_.data(), 0, layout_.part_size() * esize_);
+}
+
+double Engine::current_lr() const {
+    return schedule_ ? schedule_->lr().front() : cfg_.optimizer.lr;
+}
+
+void Engine::step(dsm_step_info_t *info) {
+    check_usable();
+    std::string why;
+    dsm_status_t status = DSM_SUCCESS;
+    if (info != nullptr && info->size < sizeof(dsm_step_info_t)) {
+        status = DSM_ERR_INVALID_ARGUMENT;
+        why = cat("info->size is ", info->size, ", expected ", sizeof(dsm_step_info_t),
+                  " (initialize with DSM_STEP_INFO_INITIALIZER)");
+    }
+    for (const Param &p : params_) {
+        if (status != DSM_SUCCESS) break;
+        if (p.grad_acquired || p.param_acquired) {
+            status = DSM_ERR_STATE;
+            why = cat(p.grad_acquired ? "the gradient of '" : "parameter '", p.name,
+                      "' is still acquired at dsm_step (release it first)");
+            break;
+        }
+    }
+    try {
+        sync(SyncPoint::STEP, micro_steps_, why, status);
+        if (window_start_ == 0.0) {
+            window_start_ = now();
+            window_samples_ = global_samples_;
+        }
+        ++micro_steps_;
+        const bool boundary = micro_steps_ % cfg_.gradient_accumulation_steps == 0;
+        last_boundary_ = boundary;
+        last_skipped_ = false;
+        // Prefetched parameters nobody acquired are dropped; the trace rolls over.
+        for (Param &p : params_)
+            if (!p.persistent && p.trainable) pool_.give(std::move(p.gathered));
+        last_trace_.swap(trace_);
+        trace_.clear();
+        trace_pos_ = 0;
+        if (!boundary) {
+            if (stage_ >= 2) {
+                const double t0 = now();
+                flush_bucket();
+                (void)t0;
+            }
+        } else {
+            reduce_boundary();
+
+            // Unscale, check, norm, clip.
+            const double t0 = now();
+            const double inv = 1.0 / (scaler_->scale() * static_cast<double>(cfg_.gradient_accumulation_steps));
+            float *g = fp32_grads();
+            const amp::NormPart np = amp::norm_part(g, layout_.part_size(), static_cast<float>(inv));
+            double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
+            DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
+            // Every copy of a partition was counted: stage 0 has world_size
+            // copies of the whole, the others one per SP rank.
+            const double copies = stage_ == 0 ? world_size_ : sp_size_;
+            const bool nonfinite = tot[1] > 0 || !std::isfinite(tot[0]);
+            const double norm = nonfinite ? INFINITY : std::sqrt(tot[0] / copies);
+            grad_norm_ = norm;
+            const bool check = cfg_.fp16.enabled || (cfg_.bf16.enabled && cfg_.bf16.check_grad_overflow);
+            const bool overflow = check && nonfinite;
+            ++global_steps_;
+            global_samples_ += cfg_.train_batch_size;
+            if (overflow) {
+                ++skipped_steps_;
+                last_skipped_ = true;
+                zero_grads();
+                scaler_->update(true);
+                DSM_INFO(ENGINE, "step %lld: gradient overflow, skipped; loss scale now %g",
+                         static_cast<long long>(global_steps_), scaler_->scale());
+            } else {
+                double coef = 1.0;
+                if (cfg_.gradient_clipping > 0 && std::isfinite(norm)) {
+                    const double c = cfg_.gradient_clipping / (norm + 1e-6);
+                    if (c < 1.0) coef = c;
+                }
+                optim::StepArgs args;
+                args.step = applied_steps_ + 1;
+                args.lr = current_lr();
+                args.beta1 = optimizer_->hyper().beta1;
+                if (schedule_) {
+                    const std::vector<double> mom = schedule_->momentum();
+                    if (!mom.empty()) {
+                        args.beta1 = mom.front();
+                        args.beta2 = optim::LrSchedule::kOneCycleBeta2;
+                    }
+                }
+                args.grad_scale = static_cast<float>(inv * coef);
+                optim::SumFn sum;
+                if (stage_ >= 1 && dp_size_ > 1)
+                    sum = [this](std::vector<double> &x) {
+                        // Lamb's per-parameter sums: one slot pair per parameter
+                        // on every rank, whatever this rank's partition holds.
+                        x.resize(2 * static_cast<size_t>(num_params()), 0.0);
+                        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE,
+                                                    MPI_SUM, dp_comm_.get()));
+                    };
+                timers_.optimizer -= now();
+                optimizer_->step(master_, g, segments_, args, sum);
+                timers_.optimizer += now();
+                publish();
+                zero_grads();
+                scaler_->update(false);
+                if (schedule_) schedule_->step();
+                ++applied_steps_;
+            }
+            (void)t0;
+            if (world_rank_ == 0 && cfg_.steps_per_print > 0 && global_steps_ % cfg_.steps_per_print == 0)
+                log_step(norm);
+        }
+    } catch (...) {
+        broken_ = true;
+        throw;
+    }
+    step_info(info);
+}
+
+void Engine::log_step(double norm) const {
+    const double t = now();
+    const double secs = t - window_start_;
+    const double rate = secs > 0 ? static_cast<double>(global_samples_ - window_samples_) / secs : 0.0;
+    std::printf("[dsm] step=%lld skipped=%lld lr=%.6g loss_scale=%g grad_norm=%.6g samples/s=%.1f\n",
+                static_cast<long long>(global_steps_), static_cast<long long>(skipped_steps_), current_lr(),
+                scaler_->scale(), norm, rate);
+    if (cfg_.wall_clock_breakdown)
+        std::printf("[dsm] time (s): reduce=%.4f optimizer=%.4f gather=%.4f\n", timers_.reduce,
+                    timers_.optimizer, timers_.gather);
+    std::fflush(stdout);
+}
+
+void Engine::step_info(dsm_step_info_t *info) const {
+    if (info == nullptr) return;
+    DSM_REQUIRE(info->size >= sizeof(dsm_step_info_t), DSM_ERR_INVALID_ARGUMENT, "info->size is ", info->size,
+                ", expected ", sizeof(dsm_step_info_t), " (initialize with DSM_STEP_INFO_INITIALIZER)");
+    info->boundary = last_boundary_ ? 1 : 0;
+    info->skipped = last_skipped_ ? 1 : 0;
+    info->global_steps = global_steps_;
+    info->micro_steps = micro_steps_;
+    info->skipped_steps = skipped_steps_;
+    info->global_samples = global_samples_;
+    info->lr = current_lr();
+    info->loss_scale = scaler_->scale();
+    info->grad_norm = grad_norm_;
+}
+
+} // namespace engine
+} // namespace dsm

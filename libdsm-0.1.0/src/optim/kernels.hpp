@@ -1,0 +1,302 @@
+// The fused optimizer kernels, written once over a SIMD "vector traits" type
+// and compiled three times: kernels_generic.cc (default flags),
+// kernels_avx2.cc (-mavx2 -mfma) and kernels_avx512.cc (-mavx512*). Each of
+// those defines the same set of functions in its own namespace
+// (dsm::optim::generic, avx2, avx512) and hands them out as a Kernels table;
+// optimizer.cc picks a table at run time from the CPU's features.
+//
+// A kernel updates n consecutive elements in one pass over its arrays, all in
+// fp32 (DeepSpeed's order of operations), with constants prepared in double
+// by optimizer.cc and rounded once to float. Weight decay is switched off
+// per call by zero coefficients: x + 0 * p is x exactly, and the extra
+// multiply-add costs nothing next to the memory traffic.
+//
+// A vector traits type V provides:
+//   R                      the register type; W lanes of fp32
+//   load(const float *), store(float *, R)  unaligned
+//   set(float), add, mul, div, sqrt, fma(a, b, c) = a * b + c
+//   sign(x)                -1, 0 or +1 per lane
+//   D, dzero(), dacc(D, R) (adds x^2 in fp64), dsum(D)  Lamb's norms
+#pragma once
+
+#include <cstddef>
+
+namespace dsm {
+namespace optim {
+
+// Per-call constants (optimizer.cc: adam_k() and friends).
+struct AdamK {
+    float b1, omb1, b2, omb2; // betas and 1 - betas
+    float eps;
+    float step;               // -lr / bc1
+    float ibc2;               // 1 / sqrt(bc2)
+    float l2;                 // wd when L2 mode (g += wd p), else 0
+    float decay;              // -lr wd when adam_w_mode (p += decay p), else 0
+    float scale;              // grad_scale
+};
+
+struct SgdK {
+    float wd;                 // g += wd p
+    float mom;                // buf = mom buf + damp g (0 on the first step)
+    float damp;               // 1 - dampening (1 on the first step)
+    float nesterov;           // momentum: g += nesterov buf
+    float neg_lr;
+    float scale;
+    int mode;                 // 0: no momentum, 1: momentum, 2: nesterov
+};
+
+struct LionK {
+    float b1, omb1, b2, omb2;
+    float neg_lr;
+    float keep;               // 1 - lr wd: p = keep p - lr sign(c)
+    float scale;
+};
+
+struct AdagradK {
+    float wd;
+    float eps;
+    float neg_clr;            // -lr / (1 + (step - 1) lr_decay)
+    float scale;
+};
+
+struct LambK {
+    float b1, omb1, b2, omb2;
+    float eps;
+    float wd;                 // u = m / (sqrt(v) + eps) + wd p
+    float scale;
+};
+
+// One instruction set's kernels. Pointers are unaligned-safe; n may be any
+// count (a vector body and a scalar tail).
+struct Kernels {
+    const char *name;
+    void (*adam)(const AdamK &k, float *p, const float *g, float *m, float *v, size_t n);
+    void (*sgd)(const SgdK &k, float *p, const float *g, float *buf, size_t n);
+    void (*lion)(const LionK &k, float *p, const float *g, float *m, size_t n);
+    void (*adagrad)(const AdagradK &k, float *p, const float *g, float *sum, size_t n);
+    // Lamb pass 1: m, v updated; sums[0] += sum p^2, sums[1] += sum u^2 (fp64).
+    void (*lamb1)(const LambK &k, const float *p, const float *g, float *m, float *v, size_t n,
+                  double *sums);
+    // Lamb pass 2: p += neg_coef * u, u recomputed from m, v exactly as in pass 1.
+    void (*lamb2)(const LambK &k, float neg_coef, float *p, const float *m, const float *v, size_t n);
+};
+
+// Each returns its table, or nullptr when the compiler could not build that
+// instruction set (a non-x86 target).
+namespace generic {
+const Kernels *kernels() noexcept;
+}
+namespace avx2 {
+const Kernels *kernels() noexcept;
+}
+namespace avx512 {
+const Kernels *kernels() noexcept;
+}
+
+} // namespace optim
+} // namespace dsm
+
+// ---------------------------------------------------------------- bodies
+// Only the kernel files define DSM_OPTIM_KERNEL_BODIES. Everything below is
+// in an unnamed namespace, so each file gets its own copy: an inline or
+// template function shared by name between files compiled with different
+// -m flags could be merged by the linker into the AVX-512 copy and then run
+// on a CPU without AVX-512. For the same reason these bodies call builtins,
+// not std:: functions.
+#ifdef DSM_OPTIM_KERNEL_BODIES
+namespace dsm {
+namespace optim {
+namespace {
+
+// One lane: the scalar tail of every kernel (and the whole generic kernel,
+// left to the compiler's auto-vectorization).
+struct Scalar {
+    using R = float;
+    using D = double;
+    static constexpr size_t W = 1;
+    static R load(const float *p) { return *p; }
+    static void store(float *p, R x) { *p = x; }
+    static R set(float x) { return x; }
+    static R add(R a, R b) { return a + b; }
+    static R mul(R a, R b) { return a * b; }
+    static R div(R a, R b) { return a / b; }
+    static R sqrt(R a) { return __builtin_sqrtf(a); }
+    static R fma(R a, R b, R c) { return a * b + c; }
+    static R sign(R x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
+    static D dzero() { return 0.0; }
+    static D dacc(D acc, R x) { return acc + static_cast<double>(x) * static_cast<double>(x); }
+    static double dsum(D acc) { return acc; }
+};
+
+// body.at<V>(i) for each whole vector of V in [0, n), then body.at<Scalar>(i)
+// for the tail.
+template <class V, class Body> inline void sweep(size_t n, const Body &body) {
+    size_t i = 0;
+    if (V::W > 1)
+        for (; i + V::W <= n; i += V::W) body.template at<V>(i);
+    for (; i < n; ++i) body.template at<Scalar>(i);
+}
+
+// The bodies hold copies of the constants: stores through p, m, v cannot
+// alias a local copy, so the compiler keeps them in registers.
+struct AdamBody {
+    const AdamK k;
+    float *p;
+    const float *g;
+    float *m, *v;
+    template <class V> void at(size_t i) const {
+        using R = typename V::R;
+        R pr = V::load(p + i);
+        R gr = V::mul(V::load(g + i), V::set(k.scale));
+        gr = V::fma(V::set(k.l2), pr, gr);
+        const R mr = V::fma(V::set(k.omb1), gr, V::mul(V::set(k.b1), V::load(m + i)));
+        const R vr = V::fma(V::set(k.omb2), V::mul(gr, gr), V::mul(V::set(k.b2), V::load(v + i)));
+        const R den = V::fma(V::sqrt(vr), V::set(k.ibc2), V::set(k.eps));
+        pr = V::fma(V::set(k.decay), pr, pr);
+        pr = V::fma(V::set(k.step), V::div(mr, den), pr);
+        V::store(p + i, pr);
+        V::store(m + i, mr);
+        V::store(v + i, vr);
+    }
+};
+
+template <int Mode> struct SgdBody {
+    const SgdK k;
+    float *p;
+    const float *g;
+    float *buf;
+    template <class V> void at(size_t i) const {
+        using R = typename V::R;
+        R pr = V::load(p + i);
+        R gr = V::fma(V::set(k.wd), pr, V::mul(V::load(g + i), V::set(k.scale)));
+        if (Mode > 0) {
+            const R br = V::fma(V::set(k.damp), gr, V::mul(V::set(k.mom), V::load(buf + i)));
+            V::store(buf + i, br);
+            gr = Mode == 2 ? V::fma(V::set(k.nesterov), br, gr) : br;
+        }
+        V::store(p + i, V::fma(V::set(k.neg_lr), gr, pr));
+    }
+};
+
+struct LionBody {
+    const LionK k;
+    float *p;
+    const float *g;
+    float *m;
+    template <class V> void at(size_t i) const {
+        using R = typename V::R;
+        const R gr = V::mul(V::load(g + i), V::set(k.scale));
+        const R mr = V::load(m + i);
+        const R c = V::fma(V::set(k.omb1), gr, V::mul(V::set(k.b1), mr));
+        const R pr = V::fma(V::load(p + i), V::set(k.keep), V::mul(V::set(k.neg_lr), V::sign(c)));
+        V::store(p + i, pr);
+        V::store(m + i, V::fma(V::set(k.omb2), gr, V::mul(V::set(k.b2), mr)));
+    }
+};
+
+struct AdagradBody {
+    const AdagradK k;
+    float *p;
+    const float *g;
+    float *sum;
+    template <class V> void at(size_t i) const {
+        using R = typename V::R;
+        const R pr = V::load(p + i);
+        const R gr = V::fma(V::set(k.wd), pr, V::mul(V::load(g + i), V::set(k.scale)));
+        const R sr = V::fma(gr, gr, V::load(sum + i));
+        const R den = V::add(V::sqrt(sr), V::set(k.eps));
+        V::store(p + i, V::fma(V::set(k.neg_clr), V::div(gr, den), pr));
+        V::store(sum + i, sr);
+    }
+};
+
+// Lamb's u, shared by both passes so that pass 2 applies exactly the u whose
+// norm pass 1 measured.
+template <class V>
+inline typename V::R lamb_u(const LambK &k, typename V::R pr, typename V::R mr, typename V::R vr) {
+    const auto den = V::add(V::sqrt(vr), V::set(k.eps));
+    return V::fma(V::set(k.wd), pr, V::div(mr, den));
+}
+
+// Pass 1 keeps one fp64 accumulator pair per lane width: the tail's pair is
+// separate and added last, so the order of additions is fixed by n alone.
+template <class V>
+inline void lamb1_run(const LambK &k, const float *p, const float *g, float *m, float *v, size_t n,
+                      double *sums) {
+    typename V::D w2 = V::dzero(), u2 = V::dzero();
+    size_t i = 0;
+    for (; i + V::W <= n; i += V::W) {
+        const auto pr = V::load(p + i);
+        const auto gr = V::mul(V::load(g + i), V::set(k.scale));
+        const auto mr = V::fma(V::set(k.omb1), gr, V::mul(V::set(k.b1), V::load(m + i)));
+        const auto vr = V::fma(V::set(k.omb2), V::mul(gr, gr), V::mul(V::set(k.b2), V::load(v + i)));
+        V::store(m + i, mr);
+        V::store(v + i, vr);
+        w2 = V::dacc(w2, pr);
+        u2 = V::dacc(u2, lamb_u<V>(k, pr, mr, vr));
+    }
+    double w = V::dsum(w2), u = V::dsum(u2);
+    if (V::W > 1) {
+        double tw = 0.0, tu = 0.0;
+        for (; i < n; ++i) {
+            double s[2] = {0.0, 0.0};
+            lamb1_run<Scalar>(k, p + i, g + i, m + i, v + i, 1, s);
+            tw += s[0];
+            tu += s[1];
+        }
+        w += tw;
+        u += tu;
+    }
+    sums[0] += w;
+    sums[1] += u;
+}
+
+struct Lamb2Body {
+    const LambK k;
+    float neg_coef;
+    float *p;
+    const float *m, *v;
+    template <class V> void at(size_t i) const {
+        const auto pr = V::load(p + i);
+        const auto u = lamb_u<V>(k, pr, V::load(m + i), V::load(v + i));
+        V::store(p + i, V::fma(V::set(neg_coef), u, pr));
+    }
+};
+
+// The Kernels table of the traits type V.
+template <class V> struct KernelSet {
+    static void adam(const AdamK &k, float *p, const float *g, float *m, float *v, size_t n) {
+        sweep<V>(n, AdamBody{k, p, g, m, v});
+    }
+    static void sgd(const SgdK &k, float *p, const float *g, float *buf, size_t n) {
+        if (k.mode == 0)
+            sweep<V>(n, SgdBody<0>{k, p, g, buf});
+        else if (k.mode == 1)
+            sweep<V>(n, SgdBody<1>{k, p, g, buf});
+        else
+            sweep<V>(n, SgdBody<2>{k, p, g, buf});
+    }
+    static void lion(const LionK &k, float *p, const float *g, float *m, size_t n) {
+        sweep<V>(n, LionBody{k, p, g, m});
+    }
+    static void adagrad(const AdagradK &k, float *p, const float *g, float *sum, size_t n) {
+        sweep<V>(n, AdagradBody{k, p, g, sum});
+    }
+    static void lamb1(const LambK &k, const float *p, const float *g, float *m, float *v, size_t n,
+                      double *sums) {
+        lamb1_run<V>(k, p, g, m, v, n, sums);
+    }
+    static void lamb2(const LambK &k, float neg_coef, float *p, const float *m, const float *v,
+                      size_t n) {
+        sweep<V>(n, Lamb2Body{k, neg_coef, p, m, v});
+    }
+    static const Kernels *table(const char *name) noexcept {
+        static const Kernels t{name, adam, sgd, lion, adagrad, lamb1, lamb2};
+        return &t;
+    }
+};
+
+} // namespace
+} // namespace optim
+} // namespace dsm
+#endif // DSM_OPTIM_KERNEL_BODIES

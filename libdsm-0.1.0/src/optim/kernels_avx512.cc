@@ -1,0 +1,69 @@
+// The AVX-512 kernels (this file is compiled with -mavx512f -mavx512vl
+// -mavx512bw -mavx512dq -mfma; run only when the CPU has them, see
+// optimizer.cc). Sixteen fp32 lanes; Lamb's norms accumulate in two
+// eight-lane fp64 registers.
+#define DSM_OPTIM_KERNEL_BODIES
+#include "optim/kernels.hpp"
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// GCC 12's AVX-512 intrinsics fill "undefined" operands with `__m512 __Y = __Y`,
+// which -Wmaybe-uninitialized reports at every inlined call (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+namespace dsm {
+namespace optim {
+namespace {
+
+struct Avx512 {
+    using R = __m512;
+    static constexpr size_t W = 16;
+    static R load(const float *p) { return _mm512_loadu_ps(p); }
+    static void store(float *p, R x) { _mm512_storeu_ps(p, x); }
+    static R set(float x) { return _mm512_set1_ps(x); }
+    static R add(R a, R b) { return _mm512_add_ps(a, b); }
+    static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+    static R div(R a, R b) { return _mm512_div_ps(a, b); }
+    static R sqrt(R a) { return _mm512_sqrt_ps(a); }
+    static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+    static R sign(R x) {
+        const R zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+        const R pos = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), one);
+        const R neg = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), one);
+        return _mm512_sub_ps(pos, neg);
+    }
+    struct D {
+        __m512d lo, hi;
+    };
+    static D dzero() { return {_mm512_setzero_pd(), _mm512_setzero_pd()}; }
+    static D dacc(D acc, R x) {
+        const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(x));
+        const __m512d hi = _mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1));
+        return {_mm512_fmadd_pd(lo, lo, acc.lo), _mm512_fmadd_pd(hi, hi, acc.hi)};
+    }
+    static double dsum(D acc) {
+        alignas(64) double l[8];
+        _mm512_store_pd(l, _mm512_add_pd(acc.lo, acc.hi));
+        return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+    }
+};
+
+} // namespace
+
+namespace avx512 {
+const Kernels *kernels() noexcept { return KernelSet<Avx512>::table("avx512"); }
+} // namespace avx512
+} // namespace optim
+} // namespace dsm
+
+#else // the compiler cannot target AVX-512 here
+
+namespace dsm {
+namespace optim {
+namespace avx512 {
+const Kernels *kernels() noexcept { return nullptr; }
+} // namespace avx512
+} // namespace optim
+} // namespace dsm
+
+#endif

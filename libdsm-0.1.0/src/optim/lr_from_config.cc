@@ -1,0 +1,305 @@
+#include "dsm_config.h"
+
+#include "optim/lr_from_config.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "config/json_reader.hpp"
+#include "core/error.hpp"
+
+namespace dsm {
+namespace optim {
+
+namespace {
+
+using config::Json;
+
+constexpr const char *kPrefix = "scheduler.params.";
+
+[[noreturn]] void bad_value(const char *key, const char *expected, const Json &got) {
+    DSM_FAIL(DSM_ERR_CONFIG, kPrefix, key, ": expected ", expected, ", got ", config::show(got));
+}
+
+// The value of `key`, nullptr when missing or null (the default applies).
+const Json *find(const Json &params, const char *key) {
+    auto it = params.find(key);
+    if (it == params.end() || it->is_null()) return nullptr;
+    return &*it;
+}
+
+void read_int(const Json &params, const char *key, int64_t &out) {
+    const Json *v = find(params, key);
+    if (v == nullptr) return;
+    if (!config::as_int(*v, &out)) bad_value(key, "an integer", *v);
+}
+
+void read_opt_int(const Json &params, const char *key, std::optional<int64_t> &out) {
+    const Json *v = find(params, key);
+    if (v == nullptr) return; // null: unset, as DeepSpeed's None
+    int64_t x = 0;
+    if (!config::as_int(*v, &x)) bad_value(key, "an integer or null", *v);
+    out = x;
+}
+
+void read_number(const Json &params, const char *key, double &out) {
+    const Json *v = find(params, key);
+    if (v == nullptr) return;
+    if (!v->is_number()) bad_value(key, "a number", *v);
+    out = v->get<double>();
+}
+
+// A "float or list" parameter: one number, or one per parameter group.
+void read_list(const Json &params, const char *key, std::vector<double> &out) {
+    const Json *v = find(params, key);
+    if (v == nullptr) return;
+    if (v->is_number()) {
+        out.assign(1, v->get<double>());
+        return;
+    }
+    const char *expected = "a number or a non-empty list of numbers (one per parameter group)";
+    if (!v->is_array() || v->empty()) bad_value(key, expected, *v);
+    std::vector<double> values;
+    values.reserve(v->size());
+    for (const Json &x : *v) {
+        if (!x.is_number()) bad_value(key, expected, *v);
+        values.push_back(x.get<double>());
+    }
+    out = std::move(values);
+}
+
+void read_bool(const Json &params, const char *key, bool &out) {
+    const Json *v = find(params, key);
+    if (v == nullptr) return;
+    if (!v->is_boolean()) bad_value(key, "true or false", *v);
+    out = v->get<bool>();
+}
+
+void read_string(const Json &params, const char *key, std::string &out) {
+    const Json *v = find(params, key);
+    if (v == nullptr) return;
+    if (!v->is_string()) bad_value(key, "a string", *v);
+    out = v->get<std::string>();
+}
+
+void append_values(std::string &out, const std::vector<double> &values) {
+    char buf[40];
+    for (size_t g = 0; g < values.size(); ++g) {
+        std::snprintf(buf, sizeof buf, g == 0 ? "%.10g" : " %.10g", values[g]);
+        out += buf;
+    }
+}
+
+void append_json_values(std::string &out, const std::vector<double> &values) {
+    out += '[';
+    for (size_t g = 0; g < values.size(); ++g) {
+        if (g > 0) out += ',';
+        out += Json(values[g]).dump();
+    }
+    out += ']';
+}
+
+std::string column_labels(const char *name, size_t groups) {
+    if (groups == 1) return name;
+    std::string s;
+    for (size_t g = 0; g < groups; ++g) s += cat(g == 0 ? "" : " ", name, "[", g, "]");
+    return s;
+}
+
+} // namespace
+
+LrScheduleType lr_schedule_type_from_config(config::SchedulerType type) {
+    switch (type) {
+    case config::SchedulerType::WARMUP_LR: return LrScheduleType::WarmupLR;
+    case config::SchedulerType::WARMUP_DECAY_LR: return LrScheduleType::WarmupDecayLR;
+    case config::SchedulerType::WARMUP_COSINE_LR: return LrScheduleType::WarmupCosineLR;
+    case config::SchedulerType::ONE_CYCLE: return LrScheduleType::OneCycle;
+    case config::SchedulerType::LR_RANGE_TEST: return LrScheduleType::LRRangeTest;
+    case config::SchedulerType::NONE: break;
+    }
+    DSM_FAIL(DSM_ERR_CONFIG, "scheduler.type: no scheduler is configured, got ",
+             config::scheduler_name(type));
+}
+
+LrScheduleParams schedule_params_from_json(config::SchedulerType type, const nlohmann::json &params) {
+    LrScheduleParams p;
+    p.type = lr_schedule_type_from_config(type);
+    if (params.is_null()) return p;
+    DSM_REQUIRE(params.is_object(), DSM_ERR_CONFIG, "scheduler.params: expected an object, got ",
+                config::show(params));
+    switch (p.type) {
+    case LrScheduleType::WarmupLR:
+    case LrScheduleType::WarmupDecayLR:
+    case LrScheduleType::WarmupCosineLR:
+        read_int(params, "warmup_num_steps", p.warmup_num_steps);
+        read_string(params, "warmup_type", p.warmup_type);
+        if (p.type != LrScheduleType::WarmupLR) read_opt_int(params, "total_num_steps", p.total_num_steps);
+        if (p.type == LrScheduleType::WarmupCosineLR) {
+            read_number(params, "warmup_min_ratio", p.warmup_min_ratio);
+            read_number(params, "cos_min_ratio", p.cos_min_ratio);
+        } else {
+            read_list(params, "warmup_min_lr", p.warmup_min_lr);
+            read_list(params, "warmup_max_lr", p.warmup_max_lr);
+        }
+        break;
+    case LrScheduleType::OneCycle:
+        read_list(params, "cycle_min_lr", p.cycle_min_lr);
+        read_list(params, "cycle_max_lr", p.cycle_max_lr);
+        read_number(params, "decay_lr_rate", p.decay_lr_rate);
+        read_int(params, "cycle_first_step_size", p.cycle_first_step_size);
+        read_opt_int(params, "cycle_second_step_size", p.cycle_second_step_size);
+        read_int(params, "cycle_first_stair_count", p.cycle_first_stair_count);
+        read_opt_int(params, "cycle_second_stair_count", p.cycle_second_stair_count);
+        read_int(params, "decay_step_size", p.decay_step_size);
+        read_bool(params, "cycle_momentum", p.cycle_momentum);
+        read_list(params, "cycle_min_mom", p.cycle_min_mom);
+        read_list(params, "cycle_max_mom", p.cycle_max_mom);
+        read_number(params, "decay_mom_rate", p.decay_mom_rate);
+        break;
+    case LrScheduleType::LRRangeTest:
+        read_list(params, "lr_range_test_min_lr", p.lr_range_test_min_lr);
+        read_int(params, "lr_range_test_step_size", p.lr_range_test_step_size);
+        read_number(params, "lr_range_test_step_rate", p.lr_range_test_step_rate);
+        read_bool(params, "lr_range_test_staircase", p.lr_range_test_staircase);
+        break;
+    }
+    return p;
+}
+
+int64_t last_batch_iteration_from_json(const nlohmann::json &params) {
+    int64_t last = -1;
+    if (!params.is_object()) return last;
+    read_int(params, "last_batch_iteration", last);
+    if (last < -1) {
+        auto it = params.find("last_batch_iteration");
+        bad_value("last_batch_iteration", "an integer >= -1", *it);
+    }
+    return last;
+}
+
+bool schedule_uses_base_lr(const LrScheduleParams &p) noexcept {
+    return p.type == LrScheduleType::WarmupCosineLR ||
+           (p.type == LrScheduleType::WarmupLR && p.warmup_max_lr.empty());
+}
+
+size_t schedule_groups(const LrScheduleParams &p) noexcept {
+    size_t n = 1;
+    auto take = [&n](const std::vector<double> &v) { n = std::max(n, v.size()); };
+    switch (p.type) {
+    case LrScheduleType::WarmupLR:
+    case LrScheduleType::WarmupDecayLR:
+        take(p.warmup_min_lr);
+        take(p.warmup_max_lr);
+        break;
+    case LrScheduleType::WarmupCosineLR: break;
+    case LrScheduleType::OneCycle:
+        take(p.cycle_min_lr);
+        take(p.cycle_max_lr);
+        if (p.cycle_momentum) {
+            take(p.cycle_min_mom);
+            take(p.cycle_max_mom);
+        }
+        break;
+    case LrScheduleType::LRRangeTest: take(p.lr_range_test_min_lr); break;
+    }
+    return n;
+}
+
+std::vector<double> base_lrs_from_config(const config::Config &cfg) {
+    if (cfg.optimizer.type != config::OptimizerType::NONE) return {cfg.optimizer.lr};
+    DSM_REQUIRE(cfg.scheduler.type != config::SchedulerType::NONE, DSM_ERR_CONFIG,
+                "optimizer: the configuration has no optimizer type and no scheduler, so it "
+                "defines no learning rate (the optimizer is built outside the configuration)");
+    const LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
+    if (schedule_uses_base_lr(p)) {
+        const char *why = p.type == LrScheduleType::WarmupCosineLR
+                              ? "scales the optimizer's lr"
+                              : "without scheduler.params.warmup_max_lr warms up to the optimizer's lr";
+        DSM_FAIL(DSM_ERR_CONFIG, "optimizer: ", lr_schedule_name(p.type), " ", why,
+                 ", but the configuration has no optimizer type (add \"optimizer\": {\"type\": ..., "
+                 "\"params\": {\"lr\": ...}})");
+    }
+    return {0.0}; // ignored by this schedule
+}
+
+std::optional<LrSchedule> schedule_from_config(const config::Config &cfg) {
+    if (cfg.scheduler.type == config::SchedulerType::NONE) return std::nullopt;
+    const LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
+    const int64_t last = last_batch_iteration_from_json(cfg.scheduler.params);
+    const std::vector<double> base = base_lrs_from_config(cfg);
+    LrSchedule s = LrSchedule::create(p, std::vector<double>(schedule_groups(p), base[0]));
+    s.set_last_step(last);
+    return s;
+}
+
+std::string describe_lr(const config::Config &cfg, int64_t steps, bool json) {
+    DSM_REQUIRE(steps >= 0 && steps <= kDescribeLrMaxSteps, DSM_ERR_INVALID_ARGUMENT,
+                "steps: must be in 0..", kDescribeLrMaxSteps, ", got ", steps);
+    std::optional<LrSchedule> sched = schedule_from_config(cfg);
+    const std::vector<double> constant = sched ? std::vector<double>() : base_lrs_from_config(cfg);
+    const size_t groups = sched ? sched->num_groups() : constant.size();
+    const bool has_momentum = sched && !sched->momentum().empty();
+    const char *name = sched ? lr_schedule_name(sched->type()) : "none";
+
+    std::string out;
+    out.reserve(static_cast<size_t>(steps + 1) * (json ? 40 : 20) * (has_momentum ? 2 : 1) + 512);
+    if (json) {
+        out += cat("{\"format\":\"dsm-lr\",\"format_version\":1,\"scheduler\":\"", name,
+                   "\",\"params\":", (sched ? cfg.scheduler.params : Json::object()).dump(),
+                   ",\"groups\":", groups);
+        if (sched) out += cat(",\"last_batch_iteration\":", sched->last_step());
+        out += ",\"steps\":[";
+    } else {
+        if (sched) {
+            out += cat("scheduler ", name, ":");
+            for (auto it = cfg.scheduler.params.begin(); it != cfg.scheduler.params.end(); ++it)
+                out += cat(" ", it.key(), "=", it.value().dump());
+            out += "\n";
+        } else {
+            out += cat("no scheduler: constant lr = optimizer lr (",
+                       config::optimizer_name(cfg.optimizer.type), ", lr=",
+                       Json(cfg.optimizer.lr).dump(), ")\n");
+        }
+        out += cat("parameter groups: ", groups,
+                   "; step 0 = before the first optimizer step, step N = after N optimizer steps",
+                   has_momentum ? "; momentum = beta1 set by OneCycle" : "", "\n");
+        out += cat("step  ", column_labels("lr", groups),
+                   has_momentum ? "  " + column_labels("momentum", groups) : std::string(), "\n");
+    }
+    for (int64_t i = 0; i <= steps; ++i) {
+        if (sched && i > 0) sched->step();
+        const std::vector<double> lr = sched ? sched->lr() : constant;
+        if (json) {
+            out += i == 0 ? "{\"step\":" : ",{\"step\":";
+            out += std::to_string(i);
+            out += ",\"lr\":";
+            append_json_values(out, lr);
+            if (has_momentum) {
+                out += ",\"momentum\":";
+                append_json_values(out, sched->momentum());
+            }
+            out += '}';
+        } else {
+            out += std::to_string(i);
+            out += "  ";
+            append_values(out, lr);
+            if (has_momentum) {
+                out += "  ";
+                append_values(out, sched->momentum());
+            }
+            out += '\n';
+        }
+    }
+    if (json) out += "]}\n";
+    return out;
+}
+
+void check_schedule_params(const config::Config &cfg) {
+    if (cfg.scheduler.type == config::SchedulerType::NONE) return;
+    const LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
+    // Placeholder base lrs: only the parameters are checked here.
+    (void)LrSchedule::create(p, std::vector<double>(schedule_groups(p), 1.0));
+}
+
+} // namespace optim
+} // namespace dsm

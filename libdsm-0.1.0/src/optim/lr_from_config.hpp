@@ -1,0 +1,98 @@
+// The learning-rate schedule of a parsed DeepSpeed configuration: the
+// "scheduler" section turned into LrScheduleParams, the optimizer's lr as the
+// base lr, and a step-by-step listing of the values (dsm-info lr).
+//
+// Parameter groups: a configuration describes one optimizer lr, so the base
+// lrs have one element. A per-group list in "scheduler.params" (n elements)
+// makes schedule_from_config() and describe_lr() use n groups, each with the
+// optimizer's lr as its base lr; lists of different lengths above 1 are
+// DSM_ERR_CONFIG (from LrSchedule::create()).
+//
+// Errors: dsm::Error with DSM_ERR_CONFIG and a message naming
+// "scheduler.params.KEY" and the value found; DSM_ERR_INVALID_ARGUMENT for a
+// bad `steps` in describe_lr().
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.hpp"
+#include "optim/lr_schedule.hpp"
+
+namespace dsm {
+namespace optim {
+
+// describe_lr() lists at most this many steps.
+constexpr int64_t kDescribeLrMaxSteps = 10000000;
+
+// The LrScheduleType of a configured scheduler; DSM_ERR_CONFIG for NONE.
+LrScheduleType lr_schedule_type_from_config(config::SchedulerType type);
+
+// Every parameter of the schedule from a "scheduler.params" object. A key that
+// is missing (or null) keeps the LrScheduleParams default; keys of other
+// schedules and unknown keys are ignored (the configuration reader reports
+// unknown keys). Types: integers (integral floats such as 1e3 count), numbers,
+// "float or list" parameters as a number or a non-empty list of numbers,
+// booleans, warmup_type as a string; cycle_second_step_size and
+// cycle_second_stair_count may be null (unset). Anything else is
+// DSM_ERR_CONFIG "scheduler.params.KEY: expected ..., got VALUE". Ranges are
+// checked by LrSchedule::create().
+LrScheduleParams schedule_params_from_json(config::SchedulerType type, const nlohmann::json &params);
+
+// "scheduler.params.last_batch_iteration" (default -1: not started); an
+// integer >= -1, else DSM_ERR_CONFIG.
+int64_t last_batch_iteration_from_json(const nlohmann::json &params);
+
+// Whether the schedule reads the base lr: WarmupCosineLR always, WarmupLR when
+// warmup_max_lr is empty. The others take their lrs from their own parameters.
+bool schedule_uses_base_lr(const LrScheduleParams &params) noexcept;
+
+// The number of parameter groups the per-group lists of `params` imply: the
+// longest list of the schedule's own "float or list" parameters, 1 when all
+// are scalars.
+size_t schedule_groups(const LrScheduleParams &params) noexcept;
+
+// The base lr of each parameter group: the optimizer's lr (one group), which
+// the configuration reader sets to the optimizer type's default when
+// "optimizer.params.lr" is missing (1e-3; 1e-2 for Adagrad). Without an
+// optimizer type the learning rate belongs to an optimizer built outside the
+// configuration: DSM_ERR_CONFIG when the configured scheduler reads the base
+// lr or there is no scheduler; otherwise {0.0}, a placeholder that the
+// schedule ignores.
+std::vector<double> base_lrs_from_config(const config::Config &cfg);
+
+// Check the ranges of the configured schedule's parameters (what
+// LrSchedule::create() checks), whether or not the optimizer's lr is known:
+// a configuration is rejected when it is read, not when training starts.
+void check_schedule_params(const config::Config &cfg);
+
+// The configured schedule, with schedule_groups() groups and its last_step()
+// at "scheduler.params.last_batch_iteration"; empty without a scheduler.
+std::optional<LrSchedule> schedule_from_config(const config::Config &cfg);
+
+// The learning rate of each parameter group and, for OneCycle with
+// cycle_momentum, the momentum (beta1) at step 0 (before the first optimizer
+// step; the values the schedule sets when it is built) and after each of
+// 1..steps optimizer steps. Without a scheduler the lr is the optimizer's lr
+// at every step. `steps` in 0..kDescribeLrMaxSteps, else
+// DSM_ERR_INVALID_ARGUMENT.
+//
+// JSON (one line):
+//   {"format":"dsm-lr","format_version":1,"scheduler":"WarmupLR" (or "none"),
+//    "params":{...scheduler.params...},"groups":1,"last_batch_iteration":-1,
+//    "steps":[{"step":0,"lr":[...],"momentum":[...]}, ...]}
+// with "momentum" only for OneCycle with cycle_momentum.
+// ("last_batch_iteration": the schedule's last_step() at step 0; only with a
+// scheduler.)
+// Text: two header lines (the schedule and its parameters; the groups and
+// what a step is), a column line starting with "step", then one line per step:
+//   STEP  LR[0] [LR[1] ...]  [MOM[0] [MOM[1] ...]]
+// Data lines, and only they, start with a digit.
+std::string describe_lr(const config::Config &cfg, int64_t steps, bool json);
+
+} // namespace optim
+} // namespace dsm

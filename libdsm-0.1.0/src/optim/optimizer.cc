@@ -1,0 +1,453 @@
+// The CPU optimizers: per-step constants, the choice of kernels and the
+// threading around them (the kernels themselves are in kernels.hpp).
+//
+// A step cuts every segment at multiples of kChunk elements of the partition
+// into work items, and one OpenMP loop with a static schedule runs the items.
+// An element's arithmetic depends only on its item (which lanes are vector
+// body, which scalar tail), never on which thread runs it, so results are
+// the same for every thread count. Lamb's sums are per item, combined in item
+// order after the loop.
+#include "optim/optimizer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "core/error.hpp"
+#include "optim/kernels.hpp"
+
+namespace dsm {
+namespace optim {
+
+using config::OptimizerType;
+
+namespace {
+
+// Elements per work item: 16K fp32 = 64 KiB per array, large enough to
+// amortize the loop and small enough to balance threads.
+constexpr size_t kChunk = 16384;
+
+// ---------------------------------------------------------------- ISA choice
+
+bool cpu_has_avx2() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    // libgcc checks that the OS saves the YMM state (XGETBV) before reporting these.
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
+bool cpu_has_avx512() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+           cpu_has_avx2();
+#else
+    return false;
+#endif
+}
+
+// The kernels of one instruction set when both the build and the CPU have it.
+const Kernels *usable(const std::string &name) noexcept {
+    if (name == "avx512") return cpu_has_avx512() ? avx512::kernels() : nullptr;
+    if (name == "avx2") return cpu_has_avx2() ? avx2::kernels() : nullptr;
+    if (name == "generic") return generic::kernels();
+    return nullptr;
+}
+
+const Kernels *best() noexcept {
+    for (const char *name : {"avx512", "avx2"})
+        if (const Kernels *k = usable(name)) return k;
+    return generic::kernels();
+}
+
+std::atomic<const Kernels *> g_kernels{nullptr};
+std::atomic<int> g_threads{0};
+
+const Kernels &kernels() noexcept {
+    const Kernels *k = g_kernels.load(std::memory_order_acquire);
+    if (k == nullptr) {
+        k = best();
+        g_kernels.store(k, std::memory_order_release);
+    }
+    return *k;
+}
+
+// ---------------------------------------------------------------- work items
+
+struct Item {
+    size_t begin = 0, count = 0;
+    const Segment *seg = nullptr;
+};
+
+// Segments cut at multiples of kChunk; checks that they fit and do not overlap.
+std::vector<Item> items_of(const std::vector<Segment> &segments, size_t n) {
+    for (size_t i = 0; i < segments.size(); ++i) {
+        const Segment &s = segments[i];
+        DSM_REQUIRE(s.offset <= n && s.count <= n - s.offset, DSM_ERR_INVALID_ARGUMENT, "segment ", i,
+                    " [", s.offset, ", ", s.offset + s.count, ") lies outside the partition of ", n,
+                    " elements");
+        DSM_REQUIRE(s.param >= 0, DSM_ERR_INVALID_ARGUMENT, "segment ", i, " has parameter index ",
+                    s.param, " (expected >= 0)");
+    }
+    std::vector<const Segment *> sorted;
+    sorted.reserve(segments.size());
+    for (const Segment &s : segments)
+        if (s.count > 0) sorted.push_back(&s);
+    std::sort(sorted.begin(), sorted.end(),
+              [](const Segment *a, const Segment *b) { return a->offset < b->offset; });
+    for (size_t i = 1; i < sorted.size(); ++i)
+        DSM_REQUIRE(sorted[i - 1]->offset + sorted[i - 1]->count <= sorted[i]->offset,
+                    DSM_ERR_INVALID_ARGUMENT, "segments [", sorted[i - 1]->offset, ", ",
+                    sorted[i - 1]->offset + sorted[i - 1]->count, ") and [", sorted[i]->offset, ", ",
+                    sorted[i]->offset + sorted[i]->count, ") overlap");
+
+    std::vector<Item> items;
+    for (const Segment &s : segments) { // caller's order: Lamb's sums combine in this order
+        size_t b = s.offset;
+        const size_t e = s.offset + s.count;
+        while (b < e) {
+            const size_t stop = std::min(e, (b / kChunk + 1) * kChunk);
+            items.push_back(Item{b, stop - b, &s});
+            b = stop;
+        }
+    }
+    return items;
+}
+
+int threads_for(size_t work_items) noexcept {
+    const int t = num_threads();
+    return static_cast<int>(std::min<size_t>(static_cast<size_t>(t), std::max<size_t>(work_items, 1)));
+}
+
+// f(i) for every item i in one parallel region. f must not throw.
+template <class F> void for_items(size_t count, const F &f) {
+    const int t = threads_for(count);
+    const long long n = static_cast<long long>(count);
+    if (t <= 1) {
+        for (long long i = 0; i < n; ++i) f(static_cast<size_t>(i));
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(t)
+    for (long long i = 0; i < n; ++i) f(static_cast<size_t>(i));
+}
+
+// ---------------------------------------------------------------- constants
+
+// The beta2 of this step: StepArgs::beta2 when set, else the configured one.
+inline double beta2_of(const Hyper &h, const StepArgs &a) { return a.beta2 >= 0 ? a.beta2 : h.beta2; }
+
+double bias(double beta, int64_t step, bool on) {
+    return on ? 1.0 - std::pow(beta, static_cast<double>(step)) : 1.0;
+}
+
+float f32(double x) { return static_cast<float>(x); }
+
+AdamK adam_k(const Hyper &h, const StepArgs &a, bool decay) {
+    const double wd = decay ? h.weight_decay : 0.0;
+    const double bc1 = bias(a.beta1, a.step, h.bias_correction);
+    const double bc2 = bias(beta2_of(h, a), a.step, h.bias_correction);
+    AdamK k{};
+    k.b1 = f32(a.beta1);
+    k.omb1 = f32(1.0 - a.beta1);
+    k.b2 = f32(beta2_of(h, a));
+    k.omb2 = f32(1.0 - beta2_of(h, a));
+    k.eps = f32(h.eps);
+    k.step = f32(-a.lr / bc1);
+    k.ibc2 = f32(1.0 / std::sqrt(bc2));
+    k.l2 = h.adam_w_mode ? 0.0f : f32(wd);
+    k.decay = h.adam_w_mode ? f32(-a.lr * wd) : 0.0f;
+    k.scale = a.grad_scale;
+    return k;
+}
+
+SgdK sgd_k(const Hyper &h, const StepArgs &a, bool decay) {
+    SgdK k{};
+    k.wd = decay ? f32(h.weight_decay) : 0.0f;
+    k.neg_lr = f32(-a.lr);
+    k.scale = a.grad_scale;
+    k.mode = h.momentum == 0.0 ? 0 : (h.nesterov ? 2 : 1);
+    const bool first = a.step == 1; // torch: the buffer starts as a copy of g
+    k.mom = first ? 0.0f : f32(h.momentum);
+    k.damp = first ? 1.0f : f32(1.0 - h.dampening);
+    k.nesterov = f32(h.momentum);
+    return k;
+}
+
+LionK lion_k(const Hyper &h, const StepArgs &a, bool decay) {
+    LionK k{};
+    k.b1 = f32(a.beta1);
+    k.omb1 = f32(1.0 - a.beta1);
+    k.b2 = f32(beta2_of(h, a));
+    k.omb2 = f32(1.0 - beta2_of(h, a));
+    k.neg_lr = f32(-a.lr);
+    k.keep = f32(1.0 - a.lr * (decay ? h.weight_decay : 0.0));
+    k.scale = a.grad_scale;
+    return k;
+}
+
+AdagradK adagrad_k(const Hyper &h, const StepArgs &a, bool decay) {
+    AdagradK k{};
+    k.wd = decay ? f32(h.weight_decay) : 0.0f;
+    k.eps = f32(h.eps);
+    k.neg_clr = f32(-a.lr / (1.0 + static_cast<double>(a.step - 1) * h.lr_decay));
+    k.scale = a.grad_scale;
+    return k;
+}
+
+LambK lamb_k(const Hyper &h, const StepArgs &a, bool decay) {
+    LambK k{};
+    k.b1 = f32(a.beta1);
+    k.omb1 = f32(1.0 - a.beta1);
+    k.b2 = f32(beta2_of(h, a));
+    k.omb2 = f32(1.0 - beta2_of(h, a));
+    k.eps = f32(h.eps);
+    k.wd = decay ? f32(h.weight_decay) : 0.0f;
+    k.scale = a.grad_scale;
+    return k;
+}
+
+// Constants for segments with and without decay, picked per item.
+template <class K> struct Pair {
+    K on, off;
+    const K &of(const Segment &s) const { return s.decay ? on : off; }
+};
+template <class K>
+Pair<K> pair(K (*make)(const Hyper &, const StepArgs &, bool), const Hyper &h, const StepArgs &a) {
+    return Pair<K>{make(h, a, true), make(h, a, false)};
+}
+
+// Lamb: pass 1 over the items, per-parameter sums, `sum`, trust ratios, pass 2.
+void lamb_step(const Kernels &kern, const Hyper &h, const StepArgs &a, float *p, const float *g,
+               float *m, float *v, const std::vector<Item> &items, const std::vector<Segment> &segments,
+               const SumFn &sum) {
+    const Pair<LambK> k = pair(lamb_k, h, a);
+    std::vector<double> partial(2 * items.size(), 0.0);
+    for_items(items.size(), [&](size_t i) {
+        const Item &it = items[i];
+        kern.lamb1(k.of(*it.seg), p + it.begin, g + it.begin, m + it.begin, v + it.begin, it.count,
+                   &partial[2 * i]);
+    });
+
+    int top = -1;
+    for (const Segment &s : segments) top = std::max(top, s.param);
+    const size_t need = 2 * static_cast<size_t>(top + 1);
+    std::vector<double> sums(need, 0.0);
+    for (size_t i = 0; i < items.size(); ++i) { // item order: fixed, whatever the thread count
+        sums[2 * static_cast<size_t>(items[i].seg->param)] += partial[2 * i];
+        sums[2 * static_cast<size_t>(items[i].seg->param) + 1] += partial[2 * i + 1];
+    }
+    if (sum) sum(sums);
+    DSM_REQUIRE(sums.size() >= need, DSM_ERR_INTERNAL, "Lamb's sum function left ", sums.size(),
+                " values; parameters up to ", top, " need ", need);
+
+    const double step_size = h.bias_correction ? a.lr * std::sqrt(bias(beta2_of(h, a), a.step, true)) /
+                                                     bias(a.beta1, a.step, true)
+                                               : a.lr;
+    std::vector<float> neg_coef(static_cast<size_t>(top + 1), 0.0f);
+    for (size_t q = 0; q < neg_coef.size(); ++q) {
+        const double w = std::sqrt(sums[2 * q]), u = std::sqrt(sums[2 * q + 1]);
+        double ratio = 1.0;
+        if (w != 0.0 && u != 0.0) ratio = std::min(std::max(w / u, h.min_coeff), h.max_coeff);
+        neg_coef[q] = f32(-step_size * ratio);
+    }
+    for_items(items.size(), [&](size_t i) {
+        const Item &it = items[i];
+        kern.lamb2(k.of(*it.seg), neg_coef[static_cast<size_t>(it.seg->param)], p + it.begin,
+                   m + it.begin, v + it.begin, it.count);
+    });
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- configuration
+
+Hyper hyper_from_config(const config::OptimizerConfig &cfg) {
+    DSM_REQUIRE(cfg.type != OptimizerType::NONE, DSM_ERR_CONFIG,
+                "optimizer.type: none is configured, and the update needs one (Adam, AdamW, SGD, Lamb, "
+                "Lion or Adagrad)");
+    Hyper h;
+    h.type = cfg.type;
+    h.lr = cfg.lr;
+    h.beta1 = cfg.beta1;
+    h.beta2 = cfg.beta2;
+    h.eps = cfg.eps;
+    h.weight_decay = cfg.weight_decay;
+    h.adam_w_mode = cfg.type == OptimizerType::ADAMW || cfg.adam_w_mode;
+    h.bias_correction = cfg.bias_correction;
+    h.momentum = cfg.momentum;
+    h.dampening = cfg.dampening;
+    h.nesterov = cfg.nesterov;
+    h.max_coeff = cfg.max_coeff;
+    h.min_coeff = cfg.min_coeff;
+    h.lr_decay = cfg.lr_decay;
+    h.initial_accumulator_value = cfg.initial_accumulator_value;
+    return h;
+}
+
+int state_count(OptimizerType type) {
+    switch (type) {
+    case OptimizerType::ADAM:
+    case OptimizerType::ADAMW:
+    case OptimizerType::LAMB: return 2;
+    case OptimizerType::SGD:
+    case OptimizerType::LION:
+    case OptimizerType::ADAGRAD: return 1;
+    case OptimizerType::NONE: return 0;
+    }
+    return 0;
+}
+
+const char *state_name(OptimizerType type, int index) {
+    DSM_REQUIRE(index >= 0 && index < state_count(type), DSM_ERR_INVALID_ARGUMENT, "state index ", index,
+                " out of range for optimizer ", config::optimizer_name(type), " (", state_count(type),
+                " states)");
+    switch (type) {
+    case OptimizerType::SGD: return "momentum_buffer";
+    case OptimizerType::ADAGRAD: return "sum";
+    case OptimizerType::LION: return "exp_avg";
+    default: return index == 0 ? "exp_avg" : "exp_avg_sq";
+    }
+}
+
+const char *active_isa() noexcept { return kernels().name; }
+
+void set_isa(const std::string &name) {
+    if (name == "auto") {
+        g_kernels.store(best(), std::memory_order_release);
+        return;
+    }
+    DSM_REQUIRE(name == "avx512" || name == "avx2" || name == "generic", DSM_ERR_INVALID_ARGUMENT,
+                "instruction set \"", name, "\" is not one of avx512, avx2, generic, auto");
+    const Kernels *k = usable(name);
+    DSM_REQUIRE(k != nullptr, DSM_ERR_NOT_SUPPORTED, "instruction set \"", name,
+                "\" is not supported by this CPU or build (best here: ", best()->name, ")");
+    g_kernels.store(k, std::memory_order_release);
+}
+
+void set_num_threads(int n) {
+    DSM_REQUIRE(n >= 0, DSM_ERR_INVALID_ARGUMENT, "optimizer thread count ", n,
+                " (expected >= 0; 0 = OpenMP's default)");
+    g_threads.store(n, std::memory_order_relaxed);
+}
+
+int num_threads() noexcept {
+    const int n = g_threads.load(std::memory_order_relaxed);
+    if (n > 0) return n;
+#ifdef _OPENMP
+    return std::max(1, omp_get_max_threads());
+#else
+    return 1;
+#endif
+}
+
+// ---------------------------------------------------------------- Optimizer
+
+void Optimizer::Free::operator()(float *p) const noexcept { std::free(p); }
+
+Optimizer::Optimizer(const Hyper &hyper, size_t n) : hyper_(hyper), n_(n) {
+    const int count = state_count(hyper.type);
+    DSM_REQUIRE(count > 0, DSM_ERR_INVALID_ARGUMENT, "optimizer type ", config::optimizer_name(hyper.type),
+                " has no update rule");
+    DSM_REQUIRE(n <= (SIZE_MAX - 64) / sizeof(float), DSM_ERR_INVALID_ARGUMENT, "optimizer size ", n,
+                " elements is too large");
+    // Whole cache lines: aligned_alloc wants a multiple of the alignment.
+    const size_t bytes = ((std::max<size_t>(n, 1) * sizeof(float) + 63) / 64) * 64;
+    const float init =
+        hyper.type == OptimizerType::ADAGRAD ? static_cast<float>(hyper.initial_accumulator_value) : 0.0f;
+    for (int s = 0; s < count; ++s) {
+        std::unique_ptr<float[], Free> a(static_cast<float *>(std::aligned_alloc(64, bytes)));
+        DSM_REQUIRE(a != nullptr, DSM_ERR_OUT_OF_MEMORY, "optimizer state \"", state_name(hyper.type, s),
+                    "\": cannot allocate ", bytes, " bytes");
+        float *d = a.get();
+        // First touch in the threads and chunks of the steps (NUMA placement).
+        for_items((n + kChunk - 1) / kChunk, [&](size_t c) {
+            const size_t b = c * kChunk, e = std::min(n, b + kChunk);
+            std::fill(d + b, d + e, init);
+        });
+        states_.push_back(std::move(a));
+    }
+}
+
+Optimizer::~Optimizer() = default;
+
+void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+                     const SumFn &sum) {
+    DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");
+    const std::vector<Item> items = items_of(segments, n_);
+    if (items.empty() && hyper_.type != OptimizerType::LAMB) return;
+    if (!items.empty()) {
+        DSM_ARG_NOT_NULL(p);
+        DSM_ARG_NOT_NULL(g);
+    }
+    const Kernels &kern = kernels();
+    float *s0 = state(0);
+    switch (hyper_.type) {
+    case OptimizerType::ADAM:
+    case OptimizerType::ADAMW: {
+        const Pair<AdamK> k = pair(adam_k, hyper_, args);
+        float *s1 = state(1);
+        for_items(items.size(), [&](size_t i) {
+            const Item &it = items[i];
+            kern.adam(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, s1 + it.begin, it.count);
+        });
+        break;
+    }
+    case OptimizerType::SGD: {
+        const Pair<SgdK> k = pair(sgd_k, hyper_, args);
+        for_items(items.size(), [&](size_t i) {
+            const Item &it = items[i];
+            kern.sgd(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, it.count);
+        });
+        break;
+    }
+    case OptimizerType::LION: {
+        const Pair<LionK> k = pair(lion_k, hyper_, args);
+        for_items(items.size(), [&](size_t i) {
+            const Item &it = items[i];
+            kern.lion(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, it.count);
+        });
+        break;
+    }
+    case OptimizerType::ADAGRAD: {
+        const Pair<AdagradK> k = pair(adagrad_k, hyper_, args);
+        for_items(items.size(), [&](size_t i) {
+            const Item &it = items[i];
+            kern.adagrad(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, it.count);
+        });
+        break;
+    }
+    case OptimizerType::LAMB:
+        // Two parallel regions: `sum` (an MPI collective) runs between them on
+        // the calling thread, and may throw.
+        lamb_step(kern, hyper_, args, p, g, s0, state(1), items, segments, sum);
+        break;
+    case OptimizerType::NONE: break;
+    }
+}
+
+void adam_update(float *p, const float *g, float *m, float *v, size_t n, const Hyper &h, const StepArgs &a,
+                 bool decay) {
+    DSM_REQUIRE(a.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", a.step, " (expected >= 1)");
+    if (n == 0) return;
+    DSM_ARG_NOT_NULL(p);
+    DSM_ARG_NOT_NULL(g);
+    DSM_ARG_NOT_NULL(m);
+    DSM_ARG_NOT_NULL(v);
+    const Kernels &kern = kernels();
+    const AdamK k = adam_k(h, a, decay);
+    for_items((n + kChunk - 1) / kChunk, [&](size_t c) {
+        const size_t b = c * kChunk, count = std::min(n - b, kChunk);
+        kern.adam(k, p + b, g + b, m + b, v + b, count);
+    });
+}
+
+} // namespace optim
+} // namespace dsm

@@ -1,0 +1,151 @@
+// The CPU optimizers: Adam/AdamW (DeepSpeed's adam_w_mode), SGD (momentum,
+// dampening, nesterov, weight decay), Lamb (trust ratio clamped to
+// [min_coeff, max_coeff]), Lion and Adagrad, applied to one flat fp32
+// partition of master weights in a single fused pass over p, g and the state
+// arrays.
+//
+// Kernels: AVX-512 or AVX2 (chosen at run time from the CPU) with a portable
+// fallback; threaded with OpenMP, one parallel region per step over fixed-size
+// chunks, so results never depend on the thread count (reductions, for Lamb,
+// combine fixed blocks in a fixed order).
+//
+// Formulas follow DeepSpeed's kernels (PyTorch's where DeepSpeed has none);
+// g is the gradient times StepArgs::grad_scale, wd is 0 in segments without
+// decay, bc1 = 1 - b1^step and bc2 = 1 - b2^step (both 1 without
+// bias_correction):
+//   Adam (DeepSpeed cpu_adam): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//     adam_w_mode: p -= lr * (m/bc1 / (sqrt(v/bc2) + eps) + wd p)  (decoupled)
+//     else: g += wd p first (L2), then the same without the wd term.
+//   SGD (torch.optim.SGD): g += wd p; buf = momentum buf + (1-dampening) g
+//     (buf = g on the first step); nesterov: g += momentum buf, else g = buf;
+//     p -= lr g. No momentum: no buffer update, p -= lr g.
+//   Lamb (DeepSpeed FusedLamb, eps outside the sqrt): m and v as Adam's;
+//     u = m / (sqrt(v) + eps) + wd p (no bias correction inside u);
+//     ratio = ||p|| / ||u|| over the whole parameter (all ranks), clamped to
+//     [min_coeff, max_coeff], and 1 when either norm is 0;
+//     p -= lr * sqrt(bc2) / bc1 * ratio * u.
+//   Lion (DeepSpeed cpu_lion): c = b1 m + (1-b1) g; p -= lr (sign(c) + wd p);
+//     m = b2 m + (1-b2) g. sign(0) = 0 as torch.sign (DeepSpeed's kernels
+//     move by lr even there: copysign on CPU, c > 0 ? -lr : lr on GPU).
+//   Adagrad (torch.optim.Adagrad: DeepSpeed's CPU Adagrad has neither
+//     lr_decay nor initial_accumulator_value): g += wd p;
+//     clr = lr / (1 + (step-1) lr_decay); sum += g^2; p -= clr g / (sqrt(sum) + eps).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace dsm {
+namespace optim {
+
+struct Hyper {
+    config::OptimizerType type = config::OptimizerType::ADAMW;
+    double lr = 1e-3;
+    double beta1 = 0.9, beta2 = 0.999;
+    double eps = 1e-8;
+    double weight_decay = 0.0;
+    bool adam_w_mode = true;
+    bool bias_correction = true;
+    double momentum = 0.0, dampening = 0.0;  // SGD
+    bool nesterov = false;
+    double max_coeff = 10.0, min_coeff = 0.01; // Lamb
+    double lr_decay = 0.0;                     // Adagrad
+    double initial_accumulator_value = 0.0;    // Adagrad
+};
+
+// The configured optimizer's hyperparameters (type NONE: DSM_ERR_CONFIG).
+Hyper hyper_from_config(const config::OptimizerConfig &cfg);
+
+// Number of fp32 state arrays per element and their names (PyTorch's state
+// names: "exp_avg", "exp_avg_sq", "momentum_buffer", "sum").
+int state_count(config::OptimizerType type);
+const char *state_name(config::OptimizerType type, int index);
+
+// A piece of one parameter inside the partition: elements
+// [offset, offset + count) of the partition belong to parameter `param`.
+// Elements of the partition that no segment covers (padding) are left alone.
+struct Segment {
+    size_t offset = 0;
+    size_t count = 0;
+    int param = 0;          // parameter index (Lamb computes one trust ratio per parameter)
+    bool decay = true;      // false: weight decay excluded (biases, norms)
+};
+
+// Per-step values that may change from step to step.
+struct StepArgs {
+    int64_t step = 1;        // 1-based count of this parameter's updates (bias correction, SGD's first step)
+    double lr = 1e-3;        // from the LR schedule
+    double beta1 = 0.9;      // from the schedule when OneCycle cycles momentum, else Hyper::beta1
+                             // (Adam, Lamb, Lion; SGD and Adagrad have no betas, so OneCycle never
+                             // cycles them and SGD's momentum is Hyper::momentum)
+    double beta2 = -1.0;     // < 0: Hyper::beta2; LrSchedule::kOneCycleBeta2 while OneCycle
+                             // cycles momentum (DeepSpeed then sets betas = (momentum, 0.99))
+    float grad_scale = 1.0f; // g is multiplied by this first (unscale * clip * 1/accumulation)
+};
+
+// Lamb's per-parameter norms are sums over the ranks that share the
+// parameter: the engine passes a function that sums a vector of doubles over
+// its data-parallel group (identity on one rank). The vector is indexed by
+// parameter: [2 param] = sum of p^2 and [2 param + 1] = sum of u^2 over this
+// rank's segments of `param`, zero for parameters it does not hold; its size
+// is 2 (largest param here + 1), which differs between ranks, so the function
+// may grow it (zeros) to a size common to the group, e.g. 2 * number of
+// parameters, before summing. Sizes below 2 (largest param + 1) afterwards
+// are an error.
+using SumFn = std::function<void(std::vector<double> &)>;
+
+// Which kernel runs: "avx512", "avx2" or "generic".
+const char *active_isa() noexcept;
+// Force a kernel set (benchmarks, tests): "avx512", "avx2", "generic" or
+// "auto"; DSM_ERR_NOT_SUPPORTED when the CPU lacks it, INVALID_ARGUMENT for
+// another name.
+void set_isa(const std::string &name);
+
+// Threads of the kernels: n > 0 threads, 0 (the initial value) OpenMP's
+// default (omp_get_max_threads()); negative: INVALID_ARGUMENT. Results do not
+// depend on it.
+void set_num_threads(int n);
+int num_threads() noexcept; // the count a step uses now (>= 1)
+
+class Optimizer {
+public:
+    // States for `n` elements, zeroed (Adagrad: initial_accumulator_value), 64-byte aligned.
+    Optimizer(const Hyper &hyper, size_t n);
+    ~Optimizer();
+    Optimizer(const Optimizer &) = delete;
+    Optimizer &operator=(const Optimizer &) = delete;
+
+    const Hyper &hyper() const noexcept { return hyper_; }
+    size_t size() const noexcept { return n_; }
+    int num_states() const noexcept { return static_cast<int>(states_.size()); }
+    float *state(int i) noexcept { return states_[static_cast<size_t>(i)].get(); }
+    const float *state(int i) const noexcept { return states_[static_cast<size_t>(i)].get(); }
+
+    // One update of p[0..n) from g[0..n) * args.grad_scale over `segments`.
+    // `sum` is used by Lamb only (may be empty: one rank). Segments must lie
+    // inside [0, n) and not overlap; step >= 1.
+    void step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+              const SumFn &sum = {});
+
+private:
+    Hyper hyper_;
+    size_t n_ = 0;
+    struct Free {
+        void operator()(float *p) const noexcept;
+    };
+    std::vector<std::unique_ptr<float[], Free>> states_;
+};
+
+// The fused kernels, for benchmarks and tests: one update of n elements, all
+// with the same weight decay (threaded, ISA as set).
+void adam_update(float *p, const float *g, float *m, float *v, size_t n, const Hyper &h,
+                 const StepArgs &a, bool decay = true);
+
+} // namespace optim
+} // namespace dsm

@@ -1,0 +1,530 @@
+/*
+ * Checkpoints: round trips at every ZeRO stage and precision continue bit for
+ * bit; loads reshard across rank counts, stages and a sequence-parallel mesh;
+ * `latest`, client state and load flags; every bad file, argument and
+ * injected fault fails every rank with a clear message and changes nothing.
+ */
+#include <hdf5.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mpi_test.h"
+
+enum { NP = 4 };
+static const int64_t shape_w[2] = {7, 5}, shape_b[1] = {5}, shape_s[1] = {1}, shape_e[2] = {3, 3};
+static const int64_t numel[NP] = {35, 5, 1, 9};
+static char dir[256];
+
+static int init_fn(void *user, int index, const char *name, int64_t offset, int64_t count, float *dst) {
+    (void)name;
+    const float bias = user ? *(const float *)user : 0.0f;
+    for (int64_t i = 0; i < count; ++i)
+        dst[i] = bias + 0.05f * (float)(index + 1) + 0.003f * (float)((offset + i) % 11);
+    return 0;
+}
+
+/* w [7,5], b [5], s [1] trainable; e [3,3] frozen. `bias` shifts the initial values. */
+static void params(dsm_param_desc_t d[NP], const float *bias) {
+    memset(d, 0, NP * sizeof d[0]);
+    const char *names[NP] = {"w", "b", "s", "e"};
+    const int64_t *shapes[NP] = {shape_w, shape_b, shape_s, shape_e};
+    const int nd[NP] = {2, 1, 1, 2};
+    for (int i = 0; i < NP; ++i) {
+        d[i].name = names[i];
+        d[i].ndims = nd[i];
+        d[i].shape = shapes[i];
+        d[i].dtype = DSM_FLOAT32;
+        d[i].trainable = i < 3;
+        d[i].no_weight_decay = i == 1;
+        d[i].init_fn = init_fn;
+        d[i].init_user_data = (void *)bias;
+    }
+}
+
+static const char *ADAMW = "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}";
+
+static void config_with(char *buf, size_t len, int stage, const char *optimizer, const char *precision,
+                        const char *extra) {
+    snprintf(buf, len,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 16,"
+             " \"stage3_param_persistence_threshold\": 4}, \"optimizer\": %s,"
+             " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 5,"
+             " \"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.01}}%s%s}",
+             stage, optimizer, precision, extra);
+}
+
+static void config(char *buf, size_t len, int stage, const char *precision, const char *extra) {
+    config_with(buf, len, stage, ADAMW, precision, extra);
+}
+
+static const char *FP32 = "", *FP16 = ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}",
+                  *BF16 = ", \"bf16\": {\"enabled\": true}";
+
+static dsm_engine_t engine_on(MPI_Comm comm, int stage, const char *precision, const char *extra, float bias) {
+    char cfg[1024];
+    config(cfg, sizeof cfg, stage, precision, extra);
+    dsm_param_desc_t d[NP];
+    params(d, &bias);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init_comm(comm, cfg, d, NP, &e));
+    return e;
+}
+
+/* Every parameter as fp32, concatenated (the frozen one included). */
+static void snapshot(dsm_engine_t e, float *out) {
+    dsm_dtype_t dt;
+    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
+    size_t off = 0;
+    for (int i = 0; i < NP; ++i) {
+        const void *v;
+        ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
+        ASSERT_OK(dsm_convert(v, dt, out + off, DSM_FLOAT32, (size_t)numel[i]));
+        ASSERT_OK(dsm_engine_param_release(e, i));
+        off += (size_t)numel[i];
+    }
+}
+#define TOTAL (35 + 5 + 1 + 9)
+
+/* `steps` steps of a fixed quadratic loss whose target depends on the rank
+   and the global step, so that every rank contributes differently. */
+static void train(dsm_engine_t e, MPI_Comm comm, int steps) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    dsm_dtype_t dt;
+    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
+    for (int s = 0; s < steps; ++s) {
+        dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+        ASSERT_OK(dsm_engine_get_step_info(e, &info));
+        double scale = 1;
+        ASSERT_OK(dsm_engine_get_loss_scale(e, &scale));
+        for (int i = 2; i >= 0; --i) { /* backward order */
+            const void *v;
+            void *g;
+            float val[35], grad[35];
+            ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
+            ASSERT_OK(dsm_convert(v, dt, val, DSM_FLOAT32, (size_t)numel[i]));
+            ASSERT_OK(dsm_engine_grad_acquire(e, i, &g));
+            ASSERT_OK(dsm_convert(g, dt, grad, DSM_FLOAT32, (size_t)numel[i]));
+            for (int k = 0; k < numel[i]; ++k)
+                grad[k] += (float)scale * (val[k] - 0.1f * (float)((rank + 1) * (k % 3 + 1)) -
+                                           0.01f * (float)info.global_steps);
+            ASSERT_OK(dsm_convert(grad, DSM_FLOAT32, g, dt, (size_t)numel[i]));
+            ASSERT_OK(dsm_engine_grad_release(e, i));
+            ASSERT_OK(dsm_engine_param_release(e, i));
+        }
+        ASSERT_OK(dsm_step(e, NULL));
+    }
+}
+
+static int file_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void read_latest(const char *d, char *out, size_t len) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/latest", d);
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(out, (int)len, f));
+    fclose(f);
+    out[strcspn(out, "\n")] = 0;
+}
+
+/* Save after 3 steps, go on 2; a new engine loads and goes on 2: the same bits. */
+static void test_round_trip(void **state) {
+    (void)state;
+    const char *precisions[3] = {FP32, FP16, BF16};
+    for (int stage = 0; stage <= 3; ++stage)
+        for (int p = 0; p < 3; ++p) {
+            char tag[32];
+            snprintf(tag, sizeof tag, "rt_s%d_p%d", stage, p);
+            dsm_engine_t a = engine_on(MPI_COMM_WORLD, stage, precisions[p], "", 0.0f);
+            train(a, MPI_COMM_WORLD, 3);
+            float saved[TOTAL], want[TOTAL], got[TOTAL];
+            snapshot(a, saved);
+            ASSERT_OK(dsm_engine_save_checkpoint(a, dir, tag, NULL, 0));
+            dsm_step_info_t ia = DSM_STEP_INFO_INITIALIZER, ib = DSM_STEP_INFO_INITIALIZER;
+            ASSERT_OK(dsm_engine_get_step_info(a, &ia));
+            train(a, MPI_COMM_WORLD, 2);
+            snapshot(a, want);
+            dsm_engine_t b = engine_on(MPI_COMM_WORLD, stage, precisions[p], "", 0.5f);
+            ASSERT_OK(dsm_engine_load_checkpoint(b, dir, tag, 0, NULL, NULL));
+            ASSERT_OK(dsm_engine_get_step_info(b, &ib));
+            assert_int_equal(ib.global_steps, ia.global_steps);
+            assert_int_equal(ib.micro_steps, ia.micro_steps);
+            assert_int_equal(ib.global_samples, ia.global_samples);
+            assert_true(ib.loss_scale == ia.loss_scale && ib.lr == ia.lr);
+            snapshot(b, got);
+            assert_memory_equal(got, saved, sizeof got);
+            train(b, MPI_COMM_WORLD, 2);
+            snapshot(b, got);
+            if (memcmp(got, want, sizeof got) != 0)
+                fail_msg("stage %d precision %d: training after the load differs from training on", stage, p);
+            ASSERT_OK(dsm_engine_free(&a));
+            ASSERT_OK(dsm_engine_free(&b));
+        }
+}
+
+/* Saved at one size and stage, loaded at another: the same values. */
+static void reshard(MPI_Comm save_comm, int save_stage, const char *save_extra, MPI_Comm load_comm,
+                    int load_stage, const char *load_extra, const char *tag) {
+    float saved[TOTAL], got[TOTAL];
+    if (save_comm != MPI_COMM_NULL) {
+        dsm_engine_t a = engine_on(save_comm, save_stage, FP32, save_extra, 0.0f);
+        train(a, save_comm, 2);
+        snapshot(a, saved);
+        ASSERT_OK(dsm_engine_save_checkpoint(a, dir, tag, NULL, 0));
+        ASSERT_OK(dsm_engine_free(&a));
+    }
+    /* Every rank learns the saved values from world rank 0 (a saver). */
+    MPI_Bcast(saved, TOTAL, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (load_comm != MPI_COMM_NULL) {
+        dsm_engine_t b = engine_on(load_comm, load_stage, FP32, load_extra, 0.25f);
+        ASSERT_OK(dsm_engine_load_checkpoint(b, dir, tag, 0, NULL, NULL));
+        snapshot(b, got);
+        if (memcmp(got, saved, sizeof got) != 0)
+            fail_msg("%s: the values loaded (stage %d) differ from the values saved (stage %d)", tag, load_stage,
+                     save_stage);
+        train(b, load_comm, 1); /* the optimizer state is usable */
+        ASSERT_OK(dsm_engine_free(&b));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void test_reshard(void **state) {
+    (void)state;
+    MPI_Comm half = MPI_COMM_NULL; /* the first half of the ranks (all of one rank) */
+    MPI_Comm_split(MPI_COMM_WORLD, test_rank < (test_size + 1) / 2 ? 0 : MPI_UNDEFINED, test_rank, &half);
+    char tag[32];
+    for (int s1 = 0; s1 <= 3; ++s1) {
+        const int s2 = (s1 + 1) % 4, s3 = (s1 + 2) % 4;
+        snprintf(tag, sizeof tag, "rs_a%d", s1);
+        reshard(MPI_COMM_WORLD, s1, "", half, s2, "", tag);
+        snprintf(tag, sizeof tag, "rs_b%d", s1);
+        reshard(half, s1, "", MPI_COMM_WORLD, s3, "", tag);
+    }
+    if (test_size >= 4 && test_size % 2 == 0) { /* data x sequence parallel, 2 wide */
+        const char *sp = ", \"sequence_parallel_size\": 2";
+        reshard(MPI_COMM_WORLD, 3, sp, half, 1, "", "rs_sp_a");
+        reshard(half, 2, "", MPI_COMM_WORLD, 0, sp, "rs_sp_b");
+    }
+    if (half != MPI_COMM_NULL) MPI_Comm_free(&half);
+}
+
+static void test_latest_and_client_state(void **state) {
+    (void)state;
+    dsm_engine_t a = engine_on(MPI_COMM_WORLD, 1, FP32, "", 0.0f);
+    train(a, MPI_COMM_WORLD, 1);
+    ASSERT_OK(dsm_engine_save_checkpoint(a, dir, "one", "first", 5));
+    train(a, MPI_COMM_WORLD, 1);
+    ASSERT_OK(dsm_engine_save_checkpoint(a, dir, NULL, "second!", 7)); /* global_step2 */
+    char latest[64];
+    read_latest(dir, latest, sizeof latest);
+    assert_string_equal(latest, "global_step2");
+    dsm_engine_t b = engine_on(MPI_COMM_WORLD, 2, FP32, "", 0.0f);
+    void *blob = NULL;
+    size_t size = 0;
+    ASSERT_OK(dsm_engine_load_checkpoint(b, dir, NULL, 0, &blob, &size));
+    assert_int_equal(size, 7);
+    assert_memory_equal(blob, "second!", 7);
+    dsm_free(blob);
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    ASSERT_OK(dsm_engine_get_step_info(b, &info));
+    assert_int_equal(info.global_steps, 2);
+    ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "one", 0, &blob, &size));
+    assert_int_equal(size, 5);
+    assert_memory_equal(blob, "first", 5);
+    dsm_free(blob);
+    ASSERT_OK(dsm_engine_get_step_info(b, &info));
+    assert_int_equal(info.global_steps, 1);
+    /* No client state saved: NULL and 0. */
+    ASSERT_OK(dsm_engine_save_checkpoint(a, dir, "none", NULL, 0));
+    blob = (void *)1;
+    ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "none", 0, &blob, &size));
+    assert_null(blob);
+    assert_int_equal(size, 0);
+    ASSERT_OK(dsm_engine_free(&a));
+    ASSERT_OK(dsm_engine_free(&b));
+}
+
+static void test_flags(void **state) {
+    (void)state;
+    dsm_engine_t a = engine_on(MPI_COMM_WORLD, 2, FP32, "", 0.0f);
+    train(a, MPI_COMM_WORLD, 3);
+    float saved[TOTAL], got[TOTAL];
+    snapshot(a, saved);
+    ASSERT_OK(dsm_engine_save_checkpoint(a, dir, "flags", NULL, 0));
+    dsm_step_info_t ia = DSM_STEP_INFO_INITIALIZER, ib = DSM_STEP_INFO_INITIALIZER;
+    ASSERT_OK(dsm_engine_get_step_info(a, &ia));
+
+    /* Module only: the weights, not the counters or the schedule. */
+    dsm_engine_t b = engine_on(MPI_COMM_WORLD, 0, FP32, "", 0.5f);
+    ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "flags", DSM_CKPT_LOAD_MODULE_ONLY, NULL, NULL));
+    snapshot(b, got);
+    assert_memory_equal(got, saved, sizeof got);
+    ASSERT_OK(dsm_engine_get_step_info(b, &ib));
+    assert_int_equal(ib.global_steps, 0);
+    ASSERT_OK(dsm_engine_free(&b));
+
+    /* No LR schedule: the counters move, the schedule stays at its start. */
+    b = engine_on(MPI_COMM_WORLD, 1, FP32, "", 0.5f);
+    dsm_step_info_t fresh = DSM_STEP_INFO_INITIALIZER;
+    ASSERT_OK(dsm_engine_get_step_info(b, &fresh));
+    ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "flags", DSM_CKPT_LOAD_NO_LR_SCHEDULE, NULL, NULL));
+    ASSERT_OK(dsm_engine_get_step_info(b, &ib));
+    assert_int_equal(ib.global_steps, ia.global_steps);
+    assert_true(ib.lr == fresh.lr && ib.lr != ia.lr);
+    /* Unknown flag bits. */
+    ASSERT_FAILS(dsm_engine_load_checkpoint(b, dir, "flags", 0x80u, NULL, NULL), DSM_ERR_INVALID_ARGUMENT, "0x80");
+    ASSERT_OK(dsm_engine_free(&b));
+
+    /* Another optimizer (SGD with momentum): Adam's state is missing unless
+       the load skips the optimizer state. */
+    char cfg[1024];
+    config_with(cfg, sizeof cfg, 1, "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01, \"momentum\": 0.9}}", FP32,
+                "");
+    dsm_param_desc_t d[NP];
+    float bias = 0.5f;
+    params(d, &bias);
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NP, &b));
+    ASSERT_FAILS(dsm_engine_load_checkpoint(b, dir, "flags", 0, NULL, NULL), DSM_ERR_MISMATCH,
+                 "/optimizer/momentum_buffer/w");
+    ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "flags", DSM_CKPT_LOAD_NO_OPTIMIZER, NULL, NULL));
+    snapshot(b, got);
+    assert_memory_equal(got, saved, sizeof got);
+    ASSERT_OK(dsm_engine_free(&b));
+    ASSERT_OK(dsm_engine_free(&a));
+}
+
+/* A copy of `from` with its first `bytes` bytes only (rank 0). */
+static void copy_prefix(const char *from, const char *to, long bytes) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    for (long i = 0; i < bytes; ++i) {
+        const int c = fgetc(in);
+        if (c == EOF) break;
+        fputc(c, out);
+    }
+    fclose(in);
+    fclose(out);
+}
+
+static long file_size(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_size : -1;
+}
+
+/* Every bad file fails every rank with its message; the engine keeps its values. */
+static void expect_bad_load(dsm_engine_t e, const char *d, const char *tag, dsm_status_t status, const char *text) {
+    float before[TOTAL], after[TOTAL];
+    snapshot(e, before);
+    dsm_step_info_t i0 = DSM_STEP_INFO_INITIALIZER, i1 = DSM_STEP_INFO_INITIALIZER;
+    ASSERT_OK(dsm_engine_get_step_info(e, &i0));
+    ASSERT_FAILS(dsm_engine_load_checkpoint(e, d, tag, 0, NULL, NULL), status, text);
+    snapshot(e, after);
+    assert_memory_equal(before, after, sizeof before);
+    ASSERT_OK(dsm_engine_get_step_info(e, &i1));
+    assert_int_equal(i0.global_steps, i1.global_steps);
+}
+
+static void test_bad_files(void **state) {
+    (void)state;
+    char bad[300], path[600], good[600];
+    snprintf(bad, sizeof bad, "%s/bad", dir);
+    dsm_engine_t a = engine_on(MPI_COMM_WORLD, 2, FP32, "", 0.0f);
+    train(a, MPI_COMM_WORLD, 1);
+    ASSERT_OK(dsm_engine_save_checkpoint(a, bad, "good", NULL, 0));
+    snprintf(good, sizeof good, "%s/good.h5", bad);
+    dsm_engine_t e = engine_on(MPI_COMM_WORLD, 1, FP32, "", 0.5f);
+
+    char missing[400];
+    snprintf(missing, sizeof missing, "%s/no_such_dir", dir);
+    expect_bad_load(e, missing, NULL, DSM_ERR_IO, "does not exist");
+    expect_bad_load(e, bad, "absent", DSM_ERR_IO, "absent.h5' does not exist");
+    if (test_rank == 0) {
+        /* latest naming a missing tag */
+        snprintf(path, sizeof path, "%s/latest", bad);
+        FILE *f = fopen(path, "w");
+        fputs("gone\n", f);
+        fclose(f);
+        /* not HDF5 */
+        snprintf(path, sizeof path, "%s/text.h5", bad);
+        f = fopen(path, "w");
+        fputs("this is not an HDF5 file\n", f);
+        fclose(f);
+        /* truncated */
+        snprintf(path, sizeof path, "%s/truncated.h5", bad);
+        copy_prefix(good, path, file_size(good) / 2);
+        /* another format version, and a flipped bit in a tensor */
+        char v2[600], flipped[600];
+        snprintf(v2, sizeof v2, "%s/version2.h5", bad);
+        snprintf(flipped, sizeof flipped, "%s/flipped.h5", bad);
+        copy_prefix(good, v2, file_size(good));
+        copy_prefix(good, flipped, file_size(good));
+        hid_t file = H5Fopen(v2, H5F_ACC_RDWR, H5P_DEFAULT);
+        hid_t attr = H5Aopen(file, "format_version", H5P_DEFAULT);
+        const int64_t two = 2;
+        H5Awrite(attr, H5T_NATIVE_INT64, &two);
+        H5Aclose(attr);
+        H5Fclose(file);
+        file = H5Fopen(flipped, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t dset = H5Dopen2(file, "/params/w", H5P_DEFAULT);
+        const haddr_t offset = H5Dget_offset(dset);
+        H5Dclose(dset);
+        H5Fclose(file);
+        FILE *fb = fopen(flipped, "r+b");
+        fseek(fb, (long)offset + 9, SEEK_SET);
+        const int c = fgetc(fb);
+        fseek(fb, (long)offset + 9, SEEK_SET);
+        fputc(c ^ 0x10, fb);
+        fclose(fb);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    expect_bad_load(e, bad, NULL, DSM_ERR_IO, "names tag 'gone'");
+    expect_bad_load(e, bad, "text", DSM_ERR_IO, "not a readable HDF5 file");
+    expect_bad_load(e, bad, "truncated", DSM_ERR_IO, "truncated.h5");
+    expect_bad_load(e, bad, "version2", DSM_ERR_IO, "format_version 2");
+    expect_bad_load(e, bad, "flipped", DSM_ERR_IO, "checksum mismatch in /params/w");
+
+    /* Parameters that differ from the file's: all differences listed. */
+    static const int64_t other_w[2] = {5, 7};
+    dsm_param_desc_t d[NP];
+    params(d, NULL);
+    d[0].shape = other_w;
+    d[1].name = "bias";
+    char cfg[1024];
+    config(cfg, sizeof cfg, 1, FP32, "");
+    dsm_engine_t m;
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NP, &m));
+    expect_bad_load(m, bad, "good", DSM_ERR_MISMATCH, "unexpected tensor 'b'");
+    ASSERT_FAILS(dsm_engine_load_checkpoint(m, bad, "good", 0, NULL, NULL), DSM_ERR_MISMATCH,
+                 "parameter 'bias' is missing");
+    ASSERT_FAILS(dsm_engine_load_checkpoint(m, bad, "good", 0, NULL, NULL), DSM_ERR_MISMATCH,
+                 "/params/w has shape [7, 5] in the checkpoint but [5, 7] in the engine");
+    ASSERT_OK(dsm_engine_free(&m));
+    /* The engine still works after all that. */
+    ASSERT_OK(dsm_engine_load_checkpoint(e, bad, "good", 0, NULL, NULL));
+    train(e, MPI_COMM_WORLD, 1);
+    ASSERT_OK(dsm_engine_free(&e));
+    ASSERT_OK(dsm_engine_free(&a));
+}
+
+static void test_bad_arguments(void **state) {
+    (void)state;
+    dsm_engine_t e = engine_on(MPI_COMM_WORLD, 1, FP32, ", \"gradient_accumulation_steps\": 2", 0.0f);
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, NULL, "t", NULL, 0), DSM_ERR_NULL_POINTER, "dir is NULL");
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, "", "t", NULL, 0), DSM_ERR_INVALID_ARGUMENT, "directory is empty");
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, dir, "../escape", NULL, 0), DSM_ERR_INVALID_ARGUMENT,
+                 "must not start with '.'");
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, dir, "a/b", NULL, 0), DSM_ERR_INVALID_ARGUMENT, "character '/'");
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, dir, "", NULL, 0), DSM_ERR_INVALID_ARGUMENT, "1..200 characters");
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, dir, "t", NULL, 3), DSM_ERR_NULL_POINTER, "client_state is NULL");
+    ASSERT_FAILS(dsm_engine_load_checkpoint(e, dir, "x/../y", 0, NULL, NULL), DSM_ERR_INVALID_ARGUMENT,
+                 "character '/'");
+    /* Bad on one rank only: every rank fails. */
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, test_rank == test_size - 1 ? NULL : dir, "t", NULL, 0),
+                 DSM_ERR_NULL_POINTER, "dir is NULL");
+    /* Between accumulation boundaries, or with a buffer acquired. */
+    void *g;
+    ASSERT_OK(dsm_engine_grad_acquire(e, 0, &g));
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, dir, "t", NULL, 0), DSM_ERR_STATE, "still acquired");
+    ASSERT_OK(dsm_engine_grad_release(e, 0));
+    ASSERT_OK(dsm_step(e, NULL)); /* micro-step 1 of 2 */
+    ASSERT_FAILS(dsm_engine_save_checkpoint(e, dir, "t", NULL, 0), DSM_ERR_STATE, "between accumulation boundaries");
+    ASSERT_FAILS(dsm_engine_load_checkpoint(e, dir, NULL, 0, NULL, NULL), DSM_ERR_STATE,
+                 "between accumulation boundaries");
+    ASSERT_OK(dsm_step(e, NULL));
+    ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "t", NULL, 0));
+    ASSERT_OK(dsm_engine_free(&e));
+
+    /* Different tags across ranks: rank 0's under "Warn", an error under "Fail". */
+    if (test_size > 1) {
+        char tag[32];
+        snprintf(tag, sizeof tag, "tag_r%d", test_rank);
+        e = engine_on(MPI_COMM_WORLD, 0, FP32, ", \"checkpoint\": {\"tag_validation\": \"Fail\"}", 0.0f);
+        ASSERT_FAILS(dsm_engine_save_checkpoint(e, dir, tag, NULL, 0), DSM_ERR_MISMATCH, "different checkpoint tags");
+        ASSERT_OK(dsm_engine_free(&e));
+        e = engine_on(MPI_COMM_WORLD, 0, FP32, ", \"checkpoint\": {\"tag_validation\": \"Ignore\"}", 0.0f);
+        ASSERT_OK(dsm_engine_save_checkpoint(e, dir, tag, NULL, 0));
+        char latest[64];
+        read_latest(dir, latest, sizeof latest);
+        assert_string_equal(latest, "tag_r0");
+        ASSERT_OK(dsm_engine_free(&e));
+    }
+}
+
+/* A save that fails at any point leaves the previous checkpoint and latest. */
+static void test_faults(void **state) {
+    (void)state;
+    char fdir[300], path[600], latest[64];
+    snprintf(fdir, sizeof fdir, "%s/faults", dir);
+    dsm_engine_t e = engine_on(MPI_COMM_WORLD, 3, FP32, "", 0.0f);
+    train(e, MPI_COMM_WORLD, 1);
+    ASSERT_OK(dsm_engine_save_checkpoint(e, fdir, "before", "old", 3));
+    train(e, MPI_COMM_WORLD, 1);
+    const char *points[3] = {"data", "rename", "latest"};
+    for (int k = 0; k < 3; ++k) {
+        char spec[64], tag[32];
+        snprintf(spec, sizeof spec, "%s:%d", points[k], k == 0 ? test_size - 1 : 0);
+        snprintf(tag, sizeof tag, "fault_%s", points[k]);
+        setenv("DSM_CKPT_FAULT", spec, 1);
+        ASSERT_FAILS(dsm_engine_save_checkpoint(e, fdir, tag, NULL, 0), DSM_ERR_IO, "injected fault");
+        unsetenv("DSM_CKPT_FAULT");
+        snprintf(path, sizeof path, "%s/%s.h5", fdir, tag);
+        /* Before the rename nothing is under the final name; after it the
+           file is complete, but latest was not moved. */
+        assert_int_equal(file_exists(path), k == 2);
+        snprintf(path, sizeof path, "%s/.%s.h5.tmp", fdir, tag);
+        assert_false(file_exists(path));
+        read_latest(fdir, latest, sizeof latest);
+        assert_string_equal(latest, "before");
+    }
+    /* The engine is usable, and the previous checkpoint loads. */
+    void *blob = NULL;
+    size_t size = 0;
+    ASSERT_OK(dsm_engine_load_checkpoint(e, fdir, NULL, 0, &blob, &size));
+    assert_int_equal(size, 3);
+    assert_memory_equal(blob, "old", 3);
+    dsm_free(blob);
+    ASSERT_OK(dsm_engine_load_checkpoint(e, fdir, "fault_latest", 0, NULL, NULL));
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+static int setup(void **state) {
+    (void)state;
+    if (test_rank == 0) {
+        snprintf(dir, sizeof dir, "%s", "/tmp/dsm-test-ckpt-XXXXXX");
+        if (mkdtemp(dir) == NULL) return 1;
+    }
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank == 0) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) return 1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reshard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_latest_and_client_state, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
+    };
+    return RUN_MPI_TESTS("test_checkpoint", tests);
+}

@@ -1,0 +1,462 @@
+/*
+ * The training engine against a single-rank run: the same model, data and
+ * seed trained at N ranks (data parallel, every ZeRO stage, with and without
+ * gradient accumulation, each optimizer, fp32/fp16/bf16, a DP x SP mesh) ends
+ * with the same parameters as an engine on MPI_COMM_SELF that sees the whole
+ * global batch, within fp32 rounding. Also: skipped steps on overflow, the
+ * counters, initialization by callback, and the description.
+ *
+ * The model is a small MLP written here: y = s * (tanh(x W1 + b1) W2 + b2) + f
+ * with W1 [7 x 61] (larger than the reduction buckets the tests configure),
+ * a scalar s and a frozen f; loss = mean over the micro-batch of
+ * 0.5 * |y - t|^2.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "mpi_test.h"
+
+#define NIN 7
+#define NH 61
+#define NOUT 3
+#define NPARAMS 6
+#define MAXSTEPS 8
+
+enum { W1, B1, W2, B2, S, F };
+static const int64_t shape_w1[2] = {NIN, NH}, shape_b1[1] = {NH}, shape_w2[2] = {NH, NOUT}, shape_b2[1] = {NOUT};
+static const size_t numel[NPARAMS] = {NIN * NH, NH, NH * NOUT, NOUT, 1, NOUT};
+#define TOTAL (NIN * NH + NH + NH * NOUT + NOUT + 1 + NOUT)
+
+/* A deterministic value in [-1, 1) from two integers. */
+static float hashf(unsigned a, unsigned b) {
+    unsigned h = a * 2654435761u ^ (b + 0x9e3779b9u + (a << 6) + (a >> 2));
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return (float)(h & 0xffffff) / (float)0x800000 - 1.0f;
+}
+
+static int init_fn(void *user, int index, const char *name, int64_t offset, int64_t count, float *values) {
+    (void)user;
+    (void)name;
+    for (int64_t i = 0; i < count; ++i) {
+        float v = 0.4f * hashf(100u + (unsigned)index, (unsigned)(offset + i));
+        if (index == S) v = 1.0f;
+        values[i] = v;
+    }
+    return 0;
+}
+
+static void describe_params(dsm_param_desc_t d[NPARAMS], const float *init /* TOTAL or NULL */) {
+    static const char *names[NPARAMS] = {"fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "out.scale", "out.frozen"};
+    const int64_t *shapes[NPARAMS] = {shape_w1, shape_b1, shape_w2, shape_b2, NULL, shape_b2};
+    const int ndims[NPARAMS] = {2, 1, 2, 1, 0, 1};
+    size_t off = 0;
+    for (int i = 0; i < NPARAMS; ++i) {
+        memset(&d[i], 0, sizeof d[i]);
+        d[i].name = names[i];
+        d[i].ndims = ndims[i];
+        d[i].shape = shapes[i];
+        d[i].dtype = DSM_FLOAT32;
+        d[i].trainable = i != F;
+        d[i].no_weight_decay = i == B1 || i == B2 || i == S;
+        d[i].init_values = init ? init + off : NULL;
+        d[i].init_fn = init_fn;
+        off += numel[i];
+    }
+}
+
+/* One sample's input and target. */
+static void sample(unsigned idx, float x[NIN], float t[NOUT]) {
+    for (int i = 0; i < NIN; ++i) x[i] = hashf(7u, idx * 31u + (unsigned)i);
+    for (int o = 0; o < NOUT; ++o) t[o] = 0.5f * hashf(9u, idx * 17u + (unsigned)o);
+}
+
+static void to_f32(dsm_engine_t e, const void *src, float *dst, size_t n) {
+    dsm_dtype_t dt;
+    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
+    ASSERT_OK(dsm_convert(src, dt, dst, DSM_FLOAT32, n));
+}
+
+/* grad += g (n elements) in the engine's dtype. */
+static void add_grad(dsm_engine_t e, void *grad, const float *g, size_t n) {
+    dsm_dtype_t dt;
+    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
+    float *cur = malloc(n * sizeof *cur);
+    ASSERT_OK(dsm_convert(grad, dt, cur, DSM_FLOAT32, n));
+    for (size_t i = 0; i < n; ++i) cur[i] += g[i];
+    ASSERT_OK(dsm_convert(cur, DSM_FLOAT32, grad, dt, n));
+    free(cur);
+}
+
+/* Acquire parameter i as fp32 into dst (and release it). */
+static void get_param(dsm_engine_t e, int i, float *dst) {
+    const void *v;
+    ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
+    to_f32(e, v, dst, numel[i]);
+    ASSERT_OK(dsm_engine_param_release(e, i));
+}
+
+/*
+ * One micro-step on samples [first, first + count): forward, backward (the
+ * gradient of the mean loss times `gscale`), into the engine. `poison`: write
+ * an Inf into fc2.bias's gradient.
+ */
+static double micro_step(dsm_engine_t e, unsigned first, int count, float gscale, int poison) {
+    static float w1[NIN * NH], b1[NH], w2[NH * NOUT], b2[NOUT], s, f[NOUT];
+    float *p[NPARAMS] = {w1, b1, w2, b2, &s, f};
+    for (int i = 0; i < NPARAMS; ++i) get_param(e, i, p[i]);
+    static float g[NPARAMS][NIN * NH];
+    memset(g, 0, sizeof g);
+    double loss = 0;
+    double ls = 1.0;
+    ASSERT_OK(dsm_engine_get_loss_scale(e, &ls));
+    for (int n = 0; n < count; ++n) {
+        float x[NIN], t[NOUT], h[NH], z[NOUT], y[NOUT], dy[NOUT], dz[NOUT], dh[NH];
+        sample(first + (unsigned)n, x, t);
+        for (int j = 0; j < NH; ++j) {
+            float a = b1[j];
+            for (int i = 0; i < NIN; ++i) a += x[i] * w1[i * NH + j];
+            h[j] = tanhf(a);
+        }
+        for (int o = 0; o < NOUT; ++o) {
+            float a = b2[o];
+            for (int j = 0; j < NH; ++j) a += h[j] * w2[j * NOUT + o];
+            z[o] = a;
+            y[o] = s * a + f[o];
+            dy[o] = (y[o] - t[o]) * gscale * (float)ls / (float)count;
+            loss += 0.5 * (y[o] - t[o]) * (y[o] - t[o]) / count;
+        }
+        for (int o = 0; o < NOUT; ++o) {
+            g[S][0] += dy[o] * z[o];
+            dz[o] = dy[o] * s;
+            g[B2][o] += dz[o];
+        }
+        for (int j = 0; j < NH; ++j) {
+            float a = 0;
+            for (int o = 0; o < NOUT; ++o) {
+                g[W2][j * NOUT + o] += h[j] * dz[o];
+                a += w2[j * NOUT + o] * dz[o];
+            }
+            dh[j] = a * (1 - h[j] * h[j]);
+            g[B1][j] += dh[j];
+            for (int i = 0; i < NIN; ++i) g[W1][i * NH + j] += x[i] * dh[j];
+        }
+    }
+    if (poison) g[B2][1] = INFINITY;
+    /* Backward order, re-acquiring what backward reads (a ZeRO-3 re-gather). */
+    for (int i = F - 1; i >= 0; --i) {
+        if (i == W2 || i == S) get_param(e, i, p[i]);
+        void *buf;
+        ASSERT_OK(dsm_engine_grad_acquire(e, i, &buf));
+        add_grad(e, buf, g[i], numel[i]);
+        ASSERT_OK(dsm_engine_grad_release(e, i));
+    }
+    return loss;
+}
+
+/* Every parameter, fp32, concatenated. */
+static void read_all(dsm_engine_t e, float *out) {
+    size_t off = 0;
+    for (int i = 0; i < NPARAMS; ++i) {
+        get_param(e, i, out + off);
+        off += numel[i];
+    }
+}
+
+typedef struct {
+    int stage, gas, mb, steps;
+    const char *optimizer; /* the "optimizer" JSON object */
+    const char *extra;     /* more top-level keys, "" or starting with ',' */
+    int use_init_values;
+} run_t;
+
+static void make_config(char *buf, size_t len, const run_t *r, int mb) {
+    snprintf(buf, len,
+             "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
+             " \"steps_per_print\": 1000000%s,"
+             " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 100,"
+             " \"stage3_param_persistence_threshold\": 10, \"stage3_prefetch_bucket_size\": 500},"
+             " \"optimizer\": %s %s}",
+             mb, r->gas, strstr(r->extra, "gradient_clipping") ? "" : ", \"gradient_clipping\": 0.5", r->stage,
+             r->optimizer, r->extra);
+}
+
+/*
+ * Train on `comm` with micro-batch `mb` per data-parallel rank; the global
+ * micro-batch is mb * dp, of which data-parallel rank `dp_rank` takes its
+ * slice. `sp` ranks share each slice and each adds 1/sp of the gradient.
+ */
+static void train(MPI_Comm comm, dsm_mesh_t mesh, const run_t *r, int mb, int dp, int dp_rank, int sp,
+                  float *out, dsm_step_info_t *last) {
+    char cfg[2048];
+    make_config(cfg, sizeof cfg, r, mb);
+    float init[TOTAL];
+    size_t off = 0;
+    for (int i = 0; i < NPARAMS; ++i) {
+        init_fn(NULL, i, NULL, 0, (int64_t)numel[i], init + off);
+        off += numel[i];
+    }
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, r->use_init_values ? init : NULL);
+    dsm_engine_t e = NULL;
+    if (mesh)
+        ASSERT_OK(dsm_engine_init(mesh, cfg, d, NPARAMS, &e));
+    else
+        ASSERT_OK(dsm_engine_init_comm(comm, cfg, d, NPARAMS, &e));
+    const int global_mb = mb * dp;
+    for (int step = 0; step < r->steps; ++step)
+        for (int k = 0; k < r->gas; ++k) {
+            const unsigned m = (unsigned)(step * r->gas + k);
+            micro_step(e, m * (unsigned)global_mb + (unsigned)(dp_rank * mb), mb, 1.0f / (float)sp, 0);
+            dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+            ASSERT_OK(dsm_step(e, &info));
+            assert_int_equal(info.boundary, k == r->gas - 1);
+            if (last) *last = info;
+        }
+    read_all(e, out);
+    ASSERT_OK(dsm_engine_free(&e));
+    assert_null(e);
+}
+
+static void compare(const float *got, const float *want, double tol, const char *what) {
+    double worst = 0;
+    int at = -1;
+    for (int i = 0; i < TOTAL; ++i) {
+        double d = fabs((double)got[i] - (double)want[i]) / (1.0 + fabs((double)want[i]));
+        if (!(d <= worst)) worst = d, at = i;
+    }
+    if (!(worst <= tol))
+        fail_msg("%s: element %d differs: %.9g vs single-rank %.9g (relative %.3g > %.3g)", what, at, got[at],
+                 want[at], worst, tol);
+}
+
+/* The N-rank data-parallel run against the single-rank run. */
+static void check_run(const run_t *r, double tol, const char *what) {
+    float got[TOTAL], want[TOTAL];
+    train(MPI_COMM_WORLD, NULL, r, r->mb, test_size, test_rank, 1, got, NULL);
+    train(MPI_COMM_SELF, NULL, r, r->mb * test_size, 1, 0, 1, want, NULL);
+    compare(got, want, tol, what);
+    /* Every rank holds the same bits. */
+    float mx[TOTAL], mn[TOTAL];
+    MPI_Allreduce(got, mx, TOTAL, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(got, mn, TOTAL, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+    assert_memory_equal(mx, mn, sizeof mx);
+}
+
+static const char *ADAMW = "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.1, \"eps\": 1e-6}}";
+
+static void test_stages(void **state) {
+    (void)state;
+    for (int stage = 0; stage <= 3; ++stage)
+        for (int gas = 1; gas <= 2; ++gas) {
+            run_t r = {stage, gas, 3, 4, ADAMW, "", stage % 2};
+            char what[64];
+            snprintf(what, sizeof what, "stage %d, gas %d", stage, gas);
+            check_run(&r, 2e-5, what);
+        }
+}
+
+static void test_optimizers(void **state) {
+    (void)state;
+    const char *opts[] = {
+        "{\"type\": \"Adam\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.05, \"adam_w_mode\": false, \"eps\": 1e-6}}",
+        "{\"type\": \"Adam\", \"params\": {\"lr\": 0.01, \"bias_correction\": false, \"eps\": 1e-6}}",
+        "{\"type\": \"SGD\", \"params\": {\"lr\": 0.05, \"momentum\": 0.9, \"nesterov\": true, \"weight_decay\": 0.01}}",
+        "{\"type\": \"SGD\", \"params\": {\"lr\": 0.05, \"momentum\": 0.5, \"dampening\": 0.1}}",
+        "{\"type\": \"Lamb\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01, \"eps\": 1e-6}}",
+        "{\"type\": \"Lion\", \"params\": {\"lr\": 0.001, \"weight_decay\": 0.1}}",
+        "{\"type\": \"Adagrad\", \"params\": {\"lr\": 0.05, \"lr_decay\": 0.01, \"eps\": 1e-6}}",
+    };
+    for (size_t k = 0; k < sizeof opts / sizeof opts[0]; ++k)
+        for (int stage = 1; stage <= 3; stage += 2) {
+            run_t r = {stage, 2, 2, 3, opts[k], "", 1};
+            char what[256];
+            snprintf(what, sizeof what, "stage %d, optimizer %s", stage, opts[k]);
+            check_run(&r, 3e-5, what);
+        }
+}
+
+static void test_precision(void **state) {
+    (void)state;
+    const run_t runs[] = {
+        {1, 1, 3, 3, ADAMW, ", \"fp16\": {\"enabled\": true}", 1},
+        {3, 2, 2, 3, ADAMW, ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}", 0},
+        {2, 2, 2, 3, ADAMW, ", \"bf16\": {\"enabled\": true}", 1},
+        {0, 1, 2, 3, ADAMW, ", \"bf16\": {\"enabled\": true}, \"communication_data_type\": \"fp32\"", 1},
+        {2, 1, 2, 3, ADAMW, ", \"communication_data_type\": \"bf16\"", 1},
+    };
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; ++k) {
+        char what[256];
+        snprintf(what, sizeof what, "stage %d%s", runs[k].stage, runs[k].extra);
+        check_run(&runs[k], 2e-2, what);
+    }
+}
+
+static void test_allreduce_semantics(void **state) {
+    (void)state;
+    /* Postscale with a predivide factor and prescale give the mean; "sum" gives
+       dp times the mean gradient: compare SGD (linear in the gradient) runs. */
+    const char *sgd = "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01}}";
+    run_t a = {1, 1, 2, 2, sgd, ", \"gradient_predivide_factor\": 2.0", 1};
+    check_run(&a, 2e-5, "gradient_predivide_factor 2");
+    run_t b = {2, 1, 2, 2, sgd, ", \"prescale_gradients\": true", 1};
+    check_run(&b, 2e-5, "prescale_gradients");
+    if (test_size > 1) {
+        /* "sum" over dp ranks with lr / dp equals the mean with lr (SGD, no clipping). */
+        char sum_sgd[128];
+        snprintf(sum_sgd, sizeof sum_sgd, "{\"type\": \"SGD\", \"params\": {\"lr\": %.17g}}", 0.01 / test_size);
+        run_t c = {2, 1, 2, 2, sum_sgd, ", \"gradient_allreduce_op\": \"sum\", \"gradient_clipping\": 0", 1};
+        run_t m = {2, 1, 2, 2, sgd, ", \"gradient_clipping\": 0", 1};
+        float got[TOTAL], want[TOTAL];
+        train(MPI_COMM_WORLD, NULL, &c, 2, test_size, test_rank, 1, got, NULL);
+        train(MPI_COMM_SELF, NULL, &m, 2 * test_size, 1, 0, 1, want, NULL);
+        compare(got, want, 2e-5, "gradient_allreduce_op sum");
+    }
+}
+
+/*
+ * Overflow on one rank: every rank skips, parameters and lr stay, the scale
+ * halves. WarmupLR holds warmup_min_lr for the first two applied steps (as
+ * DeepSpeed's does: iteration 0 gives gamma 0), so that lr must be non-zero
+ * for the steps to move the parameters.
+ */
+static void test_overflow_skip(void **state) {
+    (void)state;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 1,"
+                      " \"steps_per_print\": 1000000, \"fp16\": {\"enabled\": true, \"initial_scale_power\": 10,"
+                      " \"hysteresis\": 1}, \"zero_optimization\": {\"stage\": 2},"
+                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}},"
+                      " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 10,"
+                      " \"warmup_type\": \"linear\", \"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.01}}}";
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    micro_step(e, (unsigned)test_rank * 2u, 2, 1.0f, 0);
+    ASSERT_OK(dsm_step(e, &info));
+    assert_int_equal(info.skipped, 0);
+    assert_true(info.loss_scale == 1024.0);
+    const double lr1 = info.lr;
+    float before[TOTAL], after[TOTAL];
+    read_all(e, before);
+    micro_step(e, 100u + (unsigned)test_rank * 2u, 2, 1.0f, test_rank == test_size - 1);
+    ASSERT_OK(dsm_step(e, &info));
+    assert_int_equal(info.boundary, 1);
+    assert_int_equal(info.skipped, 1);
+    assert_int_equal(info.skipped_steps, 1);
+    assert_int_equal(info.global_steps, 2);
+    assert_true(info.loss_scale == 512.0);
+    assert_true(info.lr == lr1);
+    assert_false(isfinite(info.grad_norm));
+    read_all(e, after);
+    assert_memory_equal(before, after, sizeof before);
+    /* The next clean step applies. */
+    micro_step(e, 200u + (unsigned)test_rank * 2u, 2, 1.0f, 0);
+    ASSERT_OK(dsm_step(e, &info));
+    assert_int_equal(info.skipped, 0);
+    assert_true(info.lr > lr1);
+    assert_true(isfinite(info.grad_norm) && info.grad_norm > 0);
+    read_all(e, after);
+    assert_memory_not_equal(before, after, sizeof before);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+static void test_counters(void **state) {
+    (void)state;
+    run_t r = {1, 3, 2, 2, ADAMW, "", 0};
+    float out[TOTAL];
+    dsm_step_info_t last = DSM_STEP_INFO_INITIALIZER;
+    train(MPI_COMM_WORLD, NULL, &r, 2, test_size, test_rank, 1, out, &last);
+    assert_int_equal(last.micro_steps, 6);
+    assert_int_equal(last.global_steps, 2);
+    assert_int_equal(last.skipped_steps, 0);
+    assert_int_equal(last.global_samples, 2 * 2 * 3 * test_size);
+    assert_true(last.grad_norm > 0);
+    assert_true(last.loss_scale == 1.0);
+}
+
+/* init_fn and init_values give the same parameters at every stage. */
+static void test_init_paths(void **state) {
+    (void)state;
+    for (int stage = 0; stage <= 3; ++stage) {
+        run_t a = {stage, 1, 1, 0, ADAMW, "", 0}, b = a;
+        b.use_init_values = 1;
+        float x[TOTAL], y[TOTAL];
+        train(MPI_COMM_WORLD, NULL, &a, 1, test_size, test_rank, 1, x, NULL);
+        train(MPI_COMM_WORLD, NULL, &b, 1, test_size, test_rank, 1, y, NULL);
+        assert_memory_equal(x, y, sizeof x);
+        assert_true(x[TOTAL - NOUT - 1] == 1.0f); /* out.scale */
+    }
+}
+
+/* A data_parallel x sequence_parallel mesh: gradients summed over SP. */
+static void test_dp_sp_mesh(void **state) {
+    (void)state;
+    if (test_size % 2 != 0 || test_size < 4) skip();
+    const int sp = 2, dp = test_size / sp;
+    dsm_mesh_t mesh;
+    ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, dp, sp, &mesh));
+    int dp_rank;
+    ASSERT_OK(dsm_mesh_rank(mesh, "data_parallel", &dp_rank));
+    for (int stage = 0; stage <= 3; ++stage) {
+        run_t r = {stage, 2, 2, 3, ADAMW, "", 1};
+        float got[TOTAL], want[TOTAL];
+        train(MPI_COMM_WORLD, mesh, &r, 2, dp, dp_rank, sp, got, NULL);
+        train(MPI_COMM_SELF, NULL, &r, 2 * dp, 1, 0, 1, want, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "dp %d x sp %d, stage %d", dp, sp, stage);
+        compare(got, want, 2e-5, what);
+    }
+    ASSERT_OK(dsm_mesh_free(&mesh));
+}
+
+static void test_describe(void **state) {
+    (void)state;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2},"
+                      " \"optimizer\": {\"type\": \"AdamW\"}}";
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    char *text = NULL;
+    ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
+    assert_non_null(strstr(text, "\"format\":\"dsm-engine\""));
+    assert_non_null(strstr(text, "\"zero_stage\":2"));
+    assert_non_null(strstr(text, "\"zero_formula_bytes_per_parameter\""));
+    char expect[64];
+    snprintf(expect, sizeof expect, "\"data_parallel_size\":%d", test_size);
+    assert_non_null(strstr(text, expect));
+    dsm_free(text);
+    ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_TEXT, &text));
+    assert_non_null(strstr(text, "ZeRO stage 2"));
+    dsm_free(text);
+    int n, idx;
+    ASSERT_OK(dsm_engine_num_params(e, &n));
+    assert_int_equal(n, NPARAMS);
+    ASSERT_OK(dsm_engine_param_index(e, "fc2.weight", &idx));
+    assert_int_equal(idx, W2);
+    int64_t ne;
+    ASSERT_OK(dsm_engine_param_numel(e, W1, &ne));
+    assert_int_equal(ne, NIN * NH);
+    dsm_mesh_t m;
+    ASSERT_OK(dsm_engine_get_mesh(e, &m));
+    int sz;
+    ASSERT_OK(dsm_mesh_size(m, "data_parallel", &sz));
+    assert_int_equal(sz, test_size);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stages),       cmocka_unit_test(test_optimizers),
+        cmocka_unit_test(test_precision),    cmocka_unit_test(test_allreduce_semantics),
+        cmocka_unit_test(test_overflow_skip), cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
+        cmocka_unit_test(test_describe),
+    };
+    return RUN_MPI_TESTS("test_engine", tests);
+}

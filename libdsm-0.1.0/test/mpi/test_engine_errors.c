@@ -1,0 +1,282 @@
+/*
+ * Engine misuse: every bad argument gets a clear status and a message naming
+ * the bad value; misuse on one rank, or that differs across ranks, fails
+ * every rank at the next collective point instead of hanging them; after a
+ * failed collective call the engine only accepts dsm_engine_free().
+ */
+#include <math.h>
+
+#include "mpi_test.h"
+
+static const int64_t shape_a[2] = {5, 3}, shape_b[1] = {17};
+
+static const char *CFG0 = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 0},"
+                          " \"optimizer\": {\"type\": \"AdamW\"}}";
+static const char *CFG2 = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2,"
+                          " \"reduce_bucket_size\": 8}, \"optimizer\": {\"type\": \"AdamW\"}}";
+static const char *CFG3 = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3,"
+                          " \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"SGD\"}}";
+
+static void params(dsm_param_desc_t d[3]) {
+    memset(d, 0, 3 * sizeof d[0]);
+    d[0].name = "a";
+    d[0].ndims = 2;
+    d[0].shape = shape_a;
+    d[0].dtype = DSM_FLOAT32;
+    d[0].trainable = 1;
+    d[1] = d[0];
+    d[1].name = "b";
+    d[1].ndims = 1;
+    d[1].shape = shape_b;
+    d[2] = d[1];
+    d[2].name = "frozen";
+    d[2].trainable = 0;
+}
+
+/* One bad descriptor field on `bad_rank` (-1: every rank) fails every rank. */
+static void expect_bad_desc(void (*spoil)(dsm_param_desc_t *), int bad_rank, dsm_status_t status, const char *text) {
+    dsm_param_desc_t d[3];
+    params(d);
+    if (bad_rank < 0 || bad_rank == test_rank) spoil(d);
+    dsm_engine_t e = (dsm_engine_t)0x1;
+    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), status, text);
+    assert_null(e);
+}
+
+static void no_name(dsm_param_desc_t *d) { d[1].name = NULL; }
+static void empty_name(dsm_param_desc_t *d) { d[1].name = ""; }
+static void space_name(dsm_param_desc_t *d) { d[1].name = "my weight"; }
+static void dup_name(dsm_param_desc_t *d) { d[1].name = "a"; }
+static void bad_ndims(dsm_param_desc_t *d) { d[0].ndims = 9; }
+static void neg_ndims(dsm_param_desc_t *d) { d[0].ndims = -1; }
+static void null_shape(dsm_param_desc_t *d) { d[0].shape = NULL; }
+static void zero_dim(dsm_param_desc_t *d) {
+    static const int64_t s[2] = {5, 0};
+    d[0].shape = s;
+}
+static void bad_dtype(dsm_param_desc_t *d) { d[0].dtype = DSM_INT32; }
+static void bad_trainable(dsm_param_desc_t *d) { d[0].trainable = 2; }
+static void bad_decay(dsm_param_desc_t *d) { d[0].no_weight_decay = -1; }
+static void other_shape(dsm_param_desc_t *d) {
+    static const int64_t s[1] = {18};
+    d[1].shape = s;
+}
+static void other_flag(dsm_param_desc_t *d) { d[1].no_weight_decay = 1; }
+
+static void test_bad_descriptors(void **state) {
+    (void)state;
+    const int last = test_size - 1;
+    expect_bad_desc(no_name, -1, DSM_ERR_NULL_POINTER, "params[1].name is NULL");
+    expect_bad_desc(no_name, last, DSM_ERR_NULL_POINTER, "params[1].name is NULL");
+    expect_bad_desc(empty_name, last, DSM_ERR_INVALID_ARGUMENT, "params[1].name ''");
+    expect_bad_desc(space_name, last, DSM_ERR_INVALID_ARGUMENT, "'my weight' has a space");
+    expect_bad_desc(dup_name, last, DSM_ERR_INVALID_ARGUMENT, "parameter name 'a' is used twice");
+    expect_bad_desc(bad_ndims, last, DSM_ERR_INVALID_ARGUMENT, "ndims is 9");
+    expect_bad_desc(neg_ndims, last, DSM_ERR_INVALID_ARGUMENT, "ndims is -1");
+    expect_bad_desc(null_shape, last, DSM_ERR_NULL_POINTER, "shape is NULL");
+    expect_bad_desc(zero_dim, last, DSM_ERR_INVALID_ARGUMENT, "shape[1] is 0");
+    expect_bad_desc(bad_dtype, last, DSM_ERR_INVALID_ARGUMENT, "dtype 6");
+    expect_bad_desc(bad_trainable, last, DSM_ERR_INVALID_ARGUMENT, "trainable is 2");
+    expect_bad_desc(bad_decay, last, DSM_ERR_INVALID_ARGUMENT, "no_weight_decay is -1");
+    if (test_size > 1) {
+        expect_bad_desc(other_shape, last, DSM_ERR_MISMATCH, "b[18]");
+        expect_bad_desc(other_flag, last, DSM_ERR_MISMATCH, "no_decay");
+    }
+}
+
+static void test_bad_arguments(void **state) {
+    (void)state;
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e = NULL;
+    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, NULL), DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
+    ASSERT_FAILS(dsm_engine_init(NULL, NULL, d, 3, &e), DSM_ERR_NULL_POINTER, "config is NULL");
+    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, NULL, 3, &e), DSM_ERR_NULL_POINTER, "params is NULL");
+    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 0, &e), DSM_ERR_INVALID_ARGUMENT, "nparams is 0");
+    /* only the last rank passes a bad count: all fail */
+    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, test_rank == test_size - 1 ? -3 : 3, &e),
+                 DSM_ERR_INVALID_ARGUMENT, "nparams is -3");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT,
+                 "MPI_COMM_NULL");
+    ASSERT_FAILS(dsm_engine_init(NULL, "{\"train_micro_batch_size_per_gpu\": 1}", d, 3, &e), DSM_ERR_CONFIG,
+                 "optimizer");
+    ASSERT_FAILS(dsm_engine_init(NULL,
+                                 "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
+                                 " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
+                                 d, 3, &e),
+                 DSM_ERR_NOT_SUPPORTED, "offload");
+    ASSERT_FAILS(dsm_engine_init(NULL, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "nonexistent");
+    assert_null(e);
+    ASSERT_FAILS(dsm_engine_free(NULL), DSM_SUCCESS, "");
+    ASSERT_FAILS(dsm_engine_num_params(NULL, NULL), DSM_ERR_NULL_POINTER, "engine is NULL");
+    ASSERT_FAILS(dsm_step(NULL, NULL), DSM_ERR_NULL_POINTER, "engine is NULL");
+    ASSERT_FAILS(dsm_convert(shape_a, DSM_INT64, d, DSM_FLOAT32, 1), DSM_ERR_INVALID_ARGUMENT, "7");
+    /* The dtypes are checked even when there is nothing to convert. */
+    ASSERT_FAILS(dsm_convert(NULL, DSM_FLOAT32, NULL, DSM_INT32, 0), DSM_ERR_INVALID_ARGUMENT, "6");
+    ASSERT_FAILS(dsm_convert(NULL, DSM_FLOAT32, NULL, DSM_BFLOAT16, 0), DSM_SUCCESS, "");
+    /* dsm_engine_init with a NULL mesh names itself in its messages. */
+    ASSERT_FAILS(dsm_engine_init(NULL, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "dsm_engine_init:");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO,
+                 "dsm_engine_init_comm:");
+}
+
+static int failing_init(void *user, int index, const char *name, int64_t offset, int64_t count, float *values) {
+    (void)user;
+    (void)name;
+    (void)offset;
+    for (int64_t i = 0; i < count; ++i) values[i] = 0;
+    return index == 1 && test_rank == test_size - 1 ? -1 : 0;
+}
+
+static void test_init_fn_failure(void **state) {
+    (void)state;
+    dsm_param_desc_t d[3];
+    params(d);
+    for (int i = 0; i < 3; ++i) d[i].init_fn = failing_init;
+    dsm_engine_t e;
+    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, "init_fn returned an error");
+    /* init_fn missing on a rank while the first rank uses it */
+    if (test_size > 1 && test_rank == 1) d[1].init_fn = NULL;
+    if (test_size > 1)
+        ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, "init_fn is NULL here");
+}
+
+static void test_local_misuse(void **state) {
+    (void)state;
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    const void *v;
+    void *g;
+    ASSERT_FAILS(dsm_engine_param_acquire(e, 3, &v), DSM_ERR_INVALID_ARGUMENT, "index 3 is out of range 0..2");
+    ASSERT_FAILS(dsm_engine_param_acquire(e, -1, &v), DSM_ERR_INVALID_ARGUMENT, "index -1");
+    ASSERT_FAILS(dsm_engine_param_acquire(e, 0, NULL), DSM_ERR_NULL_POINTER, "values is NULL");
+    ASSERT_OK(dsm_engine_param_acquire(e, 0, &v));
+    ASSERT_FAILS(dsm_engine_param_acquire(e, 0, &v), DSM_ERR_STATE, "'a' is already acquired");
+    ASSERT_OK(dsm_engine_param_release(e, 0));
+    ASSERT_FAILS(dsm_engine_param_release(e, 0), DSM_ERR_STATE, "'a' is not acquired");
+    ASSERT_FAILS(dsm_engine_grad_acquire(e, 2, &g), DSM_ERR_INVALID_ARGUMENT, "'frozen' is frozen");
+    ASSERT_FAILS(dsm_engine_grad_release(e, 1), DSM_ERR_STATE, "gradient of 'b' is not acquired");
+    ASSERT_OK(dsm_engine_grad_acquire(e, 1, &g));
+    ASSERT_FAILS(dsm_engine_grad_acquire(e, 1, &g), DSM_ERR_STATE, "already acquired");
+    ASSERT_OK(dsm_engine_grad_release(e, 1));
+    int idx;
+    ASSERT_FAILS(dsm_engine_param_index(e, "nope", &idx), DSM_ERR_NOT_FOUND, "'nope'");
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    info.size = 8;
+    ASSERT_FAILS(dsm_step(e, &info), DSM_ERR_INVALID_ARGUMENT, "info->size is 8");
+    ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_STATE, "can only be freed");
+    ASSERT_OK(dsm_engine_free(&e));
+    assert_null(e);
+}
+
+/* A gradient still acquired on one rank at dsm_step: every rank fails. */
+static void test_unreleased_gradient(void **state) {
+    (void)state;
+    const char *cfgs[] = {CFG0, CFG2, CFG3};
+    for (int k = 0; k < 3; ++k) {
+        dsm_param_desc_t d[3];
+        params(d);
+        dsm_engine_t e;
+        ASSERT_OK(dsm_engine_init(NULL, cfgs[k], d, 3, &e));
+        void *g;
+        ASSERT_OK(dsm_engine_grad_acquire(e, 0, &g));
+        ASSERT_OK(dsm_engine_grad_release(e, 0));
+        if (test_rank == test_size - 1) ASSERT_OK(dsm_engine_grad_acquire(e, 1, &g));
+        ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_STATE, "the gradient of 'b' is still acquired");
+        ASSERT_FAILS(dsm_engine_grad_acquire(e, 0, &g), DSM_ERR_STATE, "can only be freed");
+        ASSERT_OK(dsm_engine_free(&e));
+    }
+}
+
+/* ZeRO-2: released gradients differ across ranks -> mismatch at the bucket or the step. */
+static void test_release_mismatch(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    void *g;
+    const int which = test_rank == test_size - 1 ? 1 : 0;
+    ASSERT_OK(dsm_engine_grad_acquire(e, which, &g));
+    dsm_status_t st = dsm_engine_grad_release(e, which); /* a bucket of 8 elements: both flush */
+    if (st == DSM_SUCCESS) st = dsm_step(e, NULL);
+    assert_int_equal(st, DSM_ERR_MISMATCH);
+    assert_non_null(strstr(dsm_get_last_error(), "release the same gradients"));
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+/* ZeRO-3: ranks acquire different parameters -> mismatch, not a hang. */
+static void test_gather_mismatch(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG3, d, 3, &e));
+    const void *v;
+    ASSERT_FAILS(dsm_engine_param_acquire(e, test_rank == 0 ? 0 : 1, &v), DSM_ERR_MISMATCH,
+                 "acquire the same parameters in the same order");
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+/*
+ * One rank frees the engine while the others step: every rank fails with
+ * DSM_ERR_MISMATCH naming both calls, none hangs in the collective frees, and
+ * the others can still free their engine.
+ */
+static void test_free_mismatch(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    if (test_rank == 0) {
+        ASSERT_FAILS(dsm_engine_free(&e), DSM_ERR_MISMATCH, "dsm_engine_free");
+        assert_null(e);
+    } else {
+        ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_MISMATCH, "dsm_engine_free");
+        ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_STATE, "can only be freed");
+        ASSERT_OK(dsm_engine_free(&e));
+        assert_null(e);
+    }
+    /* The ranks are in step again: a new engine works. */
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_step(e, NULL));
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+/* fp16 at its minimum loss scale and still overflowing: DSM_ERR_NUMERIC everywhere. */
+static void test_min_scale(void **state) {
+    (void)state;
+    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
+                      " \"fp16\": {\"enabled\": true, \"initial_scale_power\": 0, \"min_loss_scale\": 1,"
+                      " \"hysteresis\": 1}, \"zero_optimization\": {\"stage\": 1}}";
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, 3, &e));
+    void *g;
+    ASSERT_OK(dsm_engine_grad_acquire(e, 0, &g));
+    if (test_rank == 0) {
+        float inf = INFINITY;
+        ASSERT_OK(dsm_convert(&inf, DSM_FLOAT32, g, DSM_FLOAT16, 1));
+    }
+    ASSERT_OK(dsm_engine_grad_release(e, 0));
+    ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_NUMERIC, "scale");
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+int main(int argc, char **argv) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_descriptors), cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_init_fn_failure), cmocka_unit_test(test_local_misuse),
+        cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
+        cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
+        cmocka_unit_test(test_min_scale),
+    };
+    return RUN_MPI_TESTS("test_engine_errors", tests);
+}

@@ -1,0 +1,108 @@
+#!/bin/sh
+# The exported symbols of libdsm.so against the header and the man pages:
+#   (a) every exported symbol starts with dsm_ (the version node DSM_0 and
+#       other absolute symbols, type A, are not symbols of the library);
+#   (b) every exported dsm_ function has a page doc/man/man3/NAME.3;
+#   (c) every function that include/dsm.h declares is exported;
+#   (d) and has a Fortran binding in fortran/.
+# Run by `make check` as `$(SHELL) test/tools/check_exports.sh` with
+# top_builddir and top_srcdir set. Exit 0: pass, 1: fail, 77: skip (no nm or
+# no shared library).
+set -u
+
+top_builddir=${top_builddir:-.}
+top_srcdir=${top_srcdir:-.}
+lib=$top_builddir/.libs/libdsm.so
+header=$top_srcdir/include/dsm.h
+mandir=$top_srcdir/doc/man/man3
+NM=${NM:-nm}
+
+if ! command -v "$NM" >/dev/null 2>&1; then
+    echo "SKIP: $NM not found"
+    exit 77
+fi
+if [ ! -f "$lib" ]; then
+    echo "SKIP: $lib not found (static-only build?)"
+    exit 77
+fi
+if [ ! -f "$header" ]; then
+    echo "FAIL: $header not found"
+    exit 1
+fi
+
+tmp=${TMPDIR:-/tmp}/check_exports.$$
+mkdir -p "$tmp" || exit 1
+trap 'rm -rf "$tmp"' EXIT
+status=0
+
+# "ADDRESS TYPE NAME[@VERSION]" (or "TYPE NAME" for undefined-address lines):
+# keep TYPE and NAME without its version suffix.
+if ! "$NM" -D --defined-only "$lib" >"$tmp/nm.out" 2>"$tmp/nm.err"; then
+    echo "FAIL: $NM -D --defined-only $lib failed:"
+    cat "$tmp/nm.err"
+    exit 1
+fi
+awk 'NF >= 2 { type = $(NF - 1); name = $NF; sub(/@.*/, "", name); print type, name }' \
+    "$tmp/nm.out" | LC_ALL=C sort -u -k2 >"$tmp/symbols"
+
+# Function symbols: text (T, t), weak (W, w) and indirect (i) symbols.
+awk '$1 ~ /^[TtWwi]$/ { print $2 }' "$tmp/symbols" | LC_ALL=C sort -u >"$tmp/functions"
+
+# (a) Nothing but dsm_ is exported; absolute symbols (the version node DSM_0) are skipped.
+awk '$1 != "A" && $2 !~ /^dsm_/ { print "  " $2 " (type " $1 ")" }' "$tmp/symbols" >"$tmp/foreign"
+if [ -s "$tmp/foreign" ]; then
+    echo "FAIL: $lib exports symbols outside the dsm_ name space:"
+    cat "$tmp/foreign"
+    status=1
+fi
+
+# (b) Every exported dsm_ function has a man page.
+nopage=
+for f in $(grep '^dsm_' "$tmp/functions"); do
+    [ -f "$mandir/$f.3" ] || nopage="$nopage $f"
+done
+if [ -n "$nopage" ]; then
+    echo "FAIL: exported functions without a page in $mandir (run 'make man'):"
+    for f in $nopage; do echo "  $f"; done
+    status=1
+fi
+
+# (c) Every function declared in dsm.h (a line starting with DSM_API; the
+# name is the identifier before the first parenthesis) is exported.
+sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' "$header" |
+    LC_ALL=C sort -u >"$tmp/declared"
+if [ ! -s "$tmp/declared" ]; then
+    echo "FAIL: no DSM_API function declarations found in $header"
+    status=1
+fi
+unexported=$(LC_ALL=C comm -23 "$tmp/declared" "$tmp/functions")
+if [ -n "$unexported" ]; then
+    echo "FAIL: functions declared in dsm.h but not exported by $lib:"
+    for f in $unexported; do echo "  $f"; done
+    status=1
+fi
+
+# (d) Every function declared in dsm.h has a Fortran binding: an interface
+# bind(C, name='NAME') in fortran/dsm.f90, or in fortran/dsm_fshim.c (the
+# functions that take or return a communicator) a shim dsm_f_NAME or a call
+# of NAME.
+fmod=$top_srcdir/fortran/dsm.f90
+fshim=$top_srcdir/fortran/dsm_fshim.c
+unbound=
+for f in $(cat "$tmp/declared"); do
+    grep -q "bind(C, *name *= *'$f')" "$fmod" 2>/dev/null && continue
+    grep -q "^dsm_status_t dsm_f_${f#dsm_}(" "$fshim" 2>/dev/null && continue
+    grep -Eq "(return|=) $f\(" "$fshim" 2>/dev/null && continue
+    unbound="$unbound $f"
+done
+if [ -n "$unbound" ]; then
+    echo "FAIL: functions declared in dsm.h without a Fortran binding in $fmod or $fshim:"
+    for f in $unbound; do echo "  $f"; done
+    status=1
+fi
+
+if [ "$status" -eq 0 ]; then
+    echo "PASS: $(wc -l <"$tmp/declared" | tr -d ' ') functions declared, exported, documented" \
+        "and bound in Fortran; no other symbols exported"
+fi
+exit "$status"

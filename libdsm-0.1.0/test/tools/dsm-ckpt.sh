@@ -1,0 +1,250 @@
+#!/bin/sh
+# dsm-ckpt end to end on checkpoints the library writes: test/tools/make_checkpoint
+# trains a tiny model and saves the tags global_step2 and global_step4 (latest:
+# global_step4). Checks info, verify, export (HDF5 and safetensors, the latter
+# read back with Python's standard library, checksums recomputed there), diff,
+# and every error: the exit status, and one line on stderr naming the problem.
+set -u
+bin=$top_builddir/tools/dsm-ckpt
+maker=$top_builddir/test/tools/make_checkpoint
+# Open MPI does not free its own allocations at exit (see test/mpirun-wrapper.sh.in).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+[ -x "$bin" ] || { echo "SKIP: $bin is not built (libdsm configured without parallel HDF5)"; exit 77; }
+[ -x "$maker" ] || { echo "SKIP: $maker is not built"; exit 77; }
+command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 is needed to read the JSON"; exit 77; }
+tmp=${TMPDIR:-/tmp}/dsm-ckpt-test.$$
+mkdir -p "$tmp" && trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# expect STATUS TEXT COMMAND...: COMMAND exits with STATUS; when TEXT is not
+# empty, its stderr is one line containing TEXT. Its stdout is left in $tmp/out.
+expect() {
+    want=$1 text=$2
+    shift 2
+    "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ "$rc" -eq "$want" ] || { cat "$tmp/err"; fail "'$*' exited $rc, expected $want"; }
+    [ -z "$text" ] && return 0
+    [ "$(wc -l < "$tmp/err")" -eq 1 ] || { cat "$tmp/err"; fail "'$*': expected one line on stderr"; }
+    grep -qF -- "$text" "$tmp/err" || { cat "$tmp/err"; fail "'$*': the message does not say '$text'"; }
+}
+
+ck=$tmp/ckpt
+timeout 300 "$maker" "$ck" > "$tmp/make.log" 2>&1 || { cat "$tmp/make.log"; fail "make_checkpoint exited $?"; }
+[ -f "$ck/global_step2.h5" ] && [ -f "$ck/global_step4.h5" ] || fail "make_checkpoint wrote no global_step2/4"
+
+# ---------------------------------------------------------------- info
+expect 0 "" "$bin" info "$ck"
+grep -q "global_step4" "$tmp/out" && grep -q "^training state" "$tmp/out" || fail "info text: $(cat "$tmp/out")"
+expect 0 "" "$bin" info "$ck" --json
+cp "$tmp/out" "$tmp/info4.json"
+expect 0 "" "$bin" info "$ck" --tag global_step2 --json
+cp "$tmp/out" "$tmp/info2.json"
+expect 0 "" "$bin" info "$ck/global_step4.h5" --json
+cp "$tmp/out" "$tmp/info4f.json"
+python3 - "$tmp/info4.json" "$tmp/info2.json" "$tmp/info4f.json" <<'PY' || fail "info --json content"
+import json, sys
+j4, j2, jf = (json.load(open(p)) for p in sys.argv[1:4])
+for j in (j4, j2, jf):
+    assert j["format"] == "dsm-ckpt-info" and j["format_version"] == 1
+    a = j["attributes"]
+    assert a["format"] == "dsm-checkpoint" and a["format_version"] == 1, a
+    for k in ("global_steps", "micro_steps", "skipped_steps", "global_samples", "optimizer_steps", "loss_scale",
+              "lr_schedule_last_step", "zero_stage", "data_parallel_size", "sequence_parallel_size",
+              "compute_dtype", "optimizer", "libdsm_version", "mesh_shape", "mesh_names"):
+        assert k in a, k
+    assert a["optimizer"] in ("adam", "adamw", "sgd", "lamb", "lion", "adagrad"), a["optimizer"]
+    params = [t for t in j["tensors"] if t["kind"] == "param"]
+    assert params, "no parameters"
+    for t in j["tensors"]:
+        n = 1
+        for d in t["shape"]:
+            n *= d
+        assert t["elements"] == n and t["bytes"] == 4 * n and t["dtype"] == "float32", t
+        assert t["path"].startswith("/params/" if t["kind"] == "param" else "/optimizer/" + t["state"] + "/"), t
+        assert isinstance(t["name"], str), t
+    tot = j["totals"]["params"]
+    assert tot["count"] == len(params) and tot["bytes"] == sum(t["bytes"] for t in params), tot
+    assert j["problems"] == [], j["problems"]
+d = j4["directory"]
+assert "global_step2" in d["tags"] and "global_step4" in d["tags"], d
+assert d["latest"] == "global_step4" and j4["tag"] == "global_step4" and j2["tag"] == "global_step2"
+assert j4["file"].endswith("global_step4.h5") and j2["file"].endswith("global_step2.h5")
+assert j4["attributes"]["tag"] == "global_step4" and j2["attributes"]["tag"] == "global_step2"
+assert j4["attributes"]["global_steps"] > j2["attributes"]["global_steps"]
+assert jf["directory"] is None and jf["attributes"] == j4["attributes"] and jf["tensors"] == j4["tensors"]
+PY
+
+# ---------------------------------------------------------------- verify
+expect 0 "" "$bin" verify "$ck"
+grep -q "^OK: " "$tmp/out" || fail "verify text: $(cat "$tmp/out")"
+expect 0 "" "$bin" verify "$ck" --tag global_step2 --json
+python3 - "$tmp/out" "$tmp/info2.json" <<'PY' || fail "verify --json content"
+import json, sys
+v, info = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert v["format"] == "dsm-ckpt-verify" and v["format_version"] == 1 and v["ok"] is True, v
+assert v["problems"] == [] and all(c["ok"] for c in v["checked"]), v
+paths = {c["path"] for c in v["checked"]}
+assert paths >= {t["path"] for t in info["tensors"]}, paths
+assert (info["client_state"] is None) == ("/client_state" not in paths)
+PY
+
+# ---------------------------------------------------------------- export
+expect 0 "" "$bin" export "$ck" --output "$tmp/w.safetensors" --json
+cp "$tmp/out" "$tmp/export.json"
+python3 - "$tmp/w.safetensors" "$tmp/export.json" "$tmp/info4.json" <<'PY' || fail "safetensors content"
+import json, struct, sys
+data = open(sys.argv[1], "rb").read()
+e, info = json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+assert e["format"] == "dsm-ckpt-export" and e["format_version"] == 1 and e["output_format"] == "safetensors", e
+n, = struct.unpack("<Q", data[:8])
+assert n % 8 == 0 and 8 + n <= len(data), n
+text = data[8:8 + n].decode("utf-8")
+assert text.startswith("{") and text == text.rstrip(" ") + " " * (len(text) - len(text.rstrip(" ")))
+header = json.loads(text)
+meta = header.pop("__metadata__")
+assert meta["format"] == "pt" and all(isinstance(v, str) for v in meta.values()), meta
+params = {t["name"]: t for t in info["tensors"] if t["kind"] == "param"}
+assert set(header) == set(params), (sorted(header), sorted(params))
+buf = data[8 + n:]
+end = 0
+checksums = {t["name"]: int(t["checksum"], 16) for t in e["tensors"]}
+def splitmix64(z):
+    m = (1 << 64) - 1
+    z = (z + 0x9E3779B97F4A7C15) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    return z ^ (z >> 31)
+for name, t in header.items():                     # header order is data order
+    begin, stop = t["data_offsets"]
+    assert t["dtype"] == "F32" and t["shape"] == params[name]["shape"], (name, t)
+    assert begin == end and stop - begin == 4 * params[name]["elements"], (name, t)
+    end = stop
+    # The checkpoint's checksum (doc/checkpoint.md), recomputed here: the writer
+    # and this reader agree on the formula, not only with each other's code.
+    words = struct.unpack("<%dI" % params[name]["elements"], buf[begin:stop])
+    s = sum(splitmix64((i * 0x9E3779B97F4A7C15 + b) & ((1 << 64) - 1)) for i, b in enumerate(words)) % (1 << 64)
+    assert s == checksums[name], (name, hex(s), hex(checksums[name]))
+assert end == len(buf), (end, len(buf))
+assert e["bytes"] == len(buf) and e["file_bytes"] == len(data)
+PY
+expect 0 "" "$bin" export "$ck" --tag global_step2 --output "$tmp/w.h5"
+[ -s "$tmp/w.h5" ] || fail "export wrote no $tmp/w.h5"
+if command -v h5ls >/dev/null 2>&1; then
+    nparams=$(python3 -c "import json,sys; print(sum(t['kind'] == 'param' for t in json.load(open(sys.argv[1]))['tensors']))" "$tmp/info2.json")
+    [ "$(h5ls "$tmp/w.h5" | grep -c Dataset)" -eq "$nparams" ] || fail "the .h5 export holds not $nparams datasets: $(h5ls "$tmp/w.h5")"
+fi
+ls -a "$tmp" | grep -q '\.tmp' && fail "export left a temporary file: $(ls -a "$tmp")"
+
+# ---------------------------------------------------------------- diff
+expect 0 "" "$bin" diff "$ck" "$ck"
+grep -q "^equal" "$tmp/out" || fail "diff of a checkpoint with itself: $(cat "$tmp/out")"
+expect 0 "" "$bin" diff "$ck/global_step4.h5" "$ck" --json
+expect 1 "" "$bin" diff "$ck" "$ck" --tag-a global_step2 --json
+python3 - "$tmp/out" <<'PY' || fail "diff --json content"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["format"] == "dsm-ckpt-diff" and d["format_version"] == 1 and d["equal"] is False, d
+assert d["a"]["tag"] == "global_step2" and d["b"]["tag"] == "global_step4"
+names = {a["name"]: a for a in d["attributes"]}
+assert names["global_steps"]["counted"] is True and names["global_steps"]["a"] < names["global_steps"]["b"]
+assert names["tag"]["counted"] is False
+assert d["only_in_a"] == [] and d["only_in_b"] == []
+assert any(not t["equal"] and t["max_abs_diff"] > 0 for t in d["tensors"] if t["path"].startswith("/params/"))
+PY
+expect 1 "" "$bin" diff "$ck" "$ck" --tag-a global_step2
+grep -q "^different" "$tmp/out" && grep -q "global_steps" "$tmp/out" || fail "diff text: $(cat "$tmp/out")"
+
+# ---------------------------------------------------------------- errors
+expect 1 "$tmp/none: No such file or directory" "$bin" info "$tmp/none"
+expect 1 "$tmp/none" "$bin" verify "$tmp/none"
+echo "not a checkpoint" > "$tmp/junk.h5"
+expect 1 "not an HDF5 file" "$bin" info "$tmp/junk.h5"
+expect 1 "$tmp/junk.h5" "$bin" verify "$tmp/junk.h5"
+size=$(wc -c < "$ck/global_step4.h5")
+head -c $((size / 2)) "$ck/global_step4.h5" > "$tmp/truncated.h5"
+expect 1 "truncated" "$bin" verify "$tmp/truncated.h5"
+expect 1 "truncated" "$bin" export "$tmp/truncated.h5" --output "$tmp/t.safetensors"
+head -c 100 "$ck/global_step4.h5" > "$tmp/short.h5"
+expect 1 "$tmp/short.h5" "$bin" info "$tmp/short.h5"
+
+# latest naming a tag whose file is missing; a directory without latest.
+mkdir "$tmp/lost" && cp "$ck/global_step2.h5" "$tmp/lost/" && echo global_step9 > "$tmp/lost/latest"
+expect 1 "global_step9" "$bin" info "$tmp/lost"
+expect 1 "global_step9" "$bin" verify "$tmp/lost"
+expect 0 "" "$bin" verify "$tmp/lost" --tag global_step2
+rm "$tmp/lost/latest"
+expect 1 "latest" "$bin" info "$tmp/lost"
+expect 1 "no tag 'global_step4'" "$bin" info "$tmp/lost" --tag global_step4
+
+# One flipped bit inside a tensor's data: verify names the dataset, export
+# refuses, diff warns. The data is found in the file by its bytes, taken from
+# the safetensors export (both are little-endian fp32, stored contiguously).
+mkdir "$tmp/flip" && cp "$ck/global_step4.h5" "$tmp/flip/global_step4.h5"
+flipped=$(python3 - "$tmp/flip/global_step4.h5" "$tmp/w.safetensors" "$tmp/export.json" <<'PY'
+import json, struct, sys
+ck, st, exp = sys.argv[1:4]
+b = open(st, "rb").read()
+n, = struct.unpack("<Q", b[:8])
+header, data = json.loads(b[8:8 + n]), b[8 + n:]
+f = bytearray(open(ck, "rb").read())
+for t in sorted(json.load(open(exp))["tensors"], key=lambda t: -t["bytes"]):
+    begin, end = header[t["name"]]["data_offsets"]
+    raw = data[begin:end]
+    if len(raw) >= 8 and f.count(raw) == 1:
+        f[f.find(raw) + len(raw) // 2] ^= 0x01
+        open(ck, "wb").write(f)
+        print(t["dataset"])
+        break
+PY
+)
+[ -n "$flipped" ] || fail "found no tensor data to corrupt"
+expect 1 "$flipped" "$bin" verify "$tmp/flip/global_step4.h5"
+grep -qF "$flipped: checksum mismatch" "$tmp/out" || fail "verify does not report $flipped: $(cat "$tmp/out")"
+expect 1 "$flipped" "$bin" verify "$tmp/flip/global_step4.h5" --json
+python3 -c "
+import json, sys
+v = json.load(open(sys.argv[1]))
+assert v['ok'] is False and [p['path'] for p in v['problems']] == [sys.argv[2]], v['problems']
+" "$tmp/out" "$flipped" || fail "verify --json of the corrupted file"
+expect 1 "checksum mismatch" "$bin" export "$tmp/flip/global_step4.h5" --output "$tmp/flip/w.safetensors"
+[ ! -e "$tmp/flip/w.safetensors" ] || fail "export of a corrupted checkpoint wrote its output"
+ls -a "$tmp/flip" | grep -q '\.tmp' && fail "a failed export left a temporary file"
+expect 1 "" "$bin" diff "$tmp/flip/global_step4.h5" "$ck"
+grep -qF "warning: $flipped: checksum mismatch in A" "$tmp/out" || fail "diff does not warn of the damage: $(cat "$tmp/out")"
+
+# A file of another format: its `format` string patched (same length).
+python3 - "$ck/global_step4.h5" "$tmp/other.h5" <<'PY' || fail "cannot patch the format attribute"
+import sys
+f = open(sys.argv[1], "rb").read()
+assert f.count(b"dsm-checkpoint") >= 1
+open(sys.argv[2], "wb").write(f.replace(b"dsm-checkpoint", b"dsm-checkpoinX", 1))
+PY
+expect 1 "format" "$bin" info "$tmp/other.h5"
+expect 1 "format" "$bin" verify "$tmp/other.h5"
+
+# Usage errors: exit status 2, the message naming the culprit.
+expect 2 "--bogus" "$bin" info "$ck" --bogus
+expect 2 "--tag" "$bin" info "$ck" --tag
+expect 2 "PATH" "$bin" verify
+expect 2 "frobnicate" "$bin" frobnicate "$ck"
+expect 2 "extra" "$bin" info "$ck" extra
+expect 2 "--tag" "$bin" info "$ck/global_step4.h5" --tag global_step4
+expect 2 "../x" "$bin" info "$ck" --tag ../x
+expect 2 "--output" "$bin" export "$ck"
+expect 2 "w.txt" "$bin" export "$ck" --output "$tmp/w.txt"
+expect 2 "--atol" "$bin" diff "$ck" "$ck" --atol -1
+expect 2 "--rtol" "$bin" diff "$ck" "$ck" --rtol x
+expect 2 "B" "$bin" diff "$ck"
+"$bin" > /dev/null 2>&1; [ $? -eq 2 ] || fail "no subcommand must exit 2"
+expect 0 "" "$bin" --help
+grep -q "dsm-ckpt diff" "$tmp/out" || fail "--help"
+for sub in info verify export diff; do
+    expect 0 "" "$bin" $sub --help
+    grep -q "usage: dsm-ckpt $sub" "$tmp/out" || fail "$sub --help"
+done
+expect 0 "" "$bin" --version
+grep -q "libdsm" "$tmp/out" || fail "--version"
+
+echo "PASS: dsm-ckpt"

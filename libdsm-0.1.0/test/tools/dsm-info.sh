@@ -1,0 +1,105 @@
+#!/bin/sh
+# dsm-info end to end: the build description, and `dsm-info mesh --json` on
+# 8 ranks over 2 simulated cyclic nodes, read back with a JSON parser.
+set -u
+bin=$top_builddir/tools/dsm-info
+launcher=${MPIEXEC:-mpiexec}
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1
+# Open MPI does not free its own allocations at exit (see test/mpirun-wrapper.sh.in).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+command -v python3 >/dev/null 2>&1 || { echo "SKIP: python3 is needed to read the JSON"; exit 77; }
+tmp=${TMPDIR:-/tmp}/dsm-info-test.$$
+mkdir -p "$tmp" && trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$bin" --version | grep -q "libdsm" || fail "--version"
+"$bin" | grep -q "DSM_MESH_PLACEMENT" || fail "no parameters in the text output"
+"$bin" --env | grep -q "^environment parameters:" || fail "--env"
+"$bin" --json > "$tmp/info.json" || fail "dsm-info --json exited $?"
+python3 - "$tmp/info.json" <<'PY' || fail "dsm-info --json content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["features"]["mpi"] is True
+names = [p["name"] for p in j["parameters"]]
+assert "DSM_DEBUG" in names and "DSM_SIM_NODES" in names, names
+assert all(p["help"] for p in j["parameters"])
+PY
+
+"$bin" --bogus > /dev/null 2>&1; [ $? -eq 2 ] || fail "an unknown option must exit 2"
+
+DSM_SIM_NODES=2:cyclic timeout 120 $launcher -n 8 "$bin" mesh --shape 2,2,2 --names dp,cp,tp \
+    --flatten dp,cp --json > "$tmp/mesh.json" || fail "dsm-info mesh exited $?"
+python3 - "$tmp/mesh.json" <<'PY' || fail "dsm-info mesh --json content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["format"] == "dsm-mesh" and j["format_version"] == 1
+assert j["shape"] == [2, 2, 2] and j["names"] == ["dp", "cp", "tp"]
+assert j["nnodes"] == 2 and j["within_node"] == {"dp": False, "cp": True, "tp": True}, j["within_node"]
+assert j["groups"] == ["dp", "cp", "tp", "dp_cp"]
+ranks = j["ranks"]
+assert [r["rank"] for r in ranks] == list(range(8))
+for r in ranks:
+    assert r["node"] == r["rank"] % 2          # cyclic launch
+    for g in ("cp", "tp"):                     # inner groups on one node
+        assert all(ranks[m]["node"] == r["node"] for m in r["groups"][g])
+    for g, n in (("dp", 2), ("cp", 2), ("tp", 2), ("dp_cp", 4)):
+        assert len(r["groups"][g]) == n and r["groups"][g] == sorted(r["groups"][g])
+        assert r["rank"] in r["groups"][g]
+PY
+
+DSM_SIM_NODES=2:cyclic timeout 120 $launcher -n 8 "$bin" mesh --shape 2,2,2 --names dp,cp,tp \
+    --slice dp,tp --json > "$tmp/slice.json" || fail "dsm-info mesh --slice exited $?"
+python3 - "$tmp/slice.json" <<'PY' || fail "dsm-info mesh --slice content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["names"] == ["dp", "tp"] and j["shape"] == [2, 2]
+assert j["slice_of"] == {"shape": [2, 2, 2], "names": ["dp", "cp", "tp"]}
+assert all(len(r["coords"]) == 2 for r in j["ranks"])
+PY
+
+# A bad shape: an error naming the value, exit status 1, no hang.
+timeout 120 $launcher -n 4 "$bin" mesh --shape 3,2 > "$tmp/out" 2> "$tmp/err"
+[ $? -ne 0 ] || fail "a wrong shape must fail"
+grep -q "communicator size 4" "$tmp/err" || { cat "$tmp/err"; fail "message does not name the size"; }
+# dsm-info config: a DeepSpeed file resolved for 8 ranks, with and without a mesh.
+cfg=$top_srcdir/test/data/config/zero2_bf16_adamw_warmupdecay.json
+"$bin" config "$cfg" --world-size 8 --json > "$tmp/config.json" || fail "dsm-info config exited $?"
+"$bin" config "$cfg" --world-size 8 --sequence-parallel-size 2 --json > "$tmp/config_sp.json" ||
+  fail "dsm-info config --sequence-parallel-size exited $?"
+python3 - "$tmp/config.json" "$tmp/config_sp.json" <<'PY' || fail "dsm-info config content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["train_micro_batch_size_per_gpu"] == 8 and j["gradient_accumulation_steps"] == 4
+assert j["train_batch_size"] == 8 * 4 * 8, j["train_batch_size"]
+assert j["zero_optimization"]["stage"] == 2 and j["bf16"]["enabled"] is True
+assert j["resolved"]["data_parallel_world_size"] == 8
+k = json.load(open(sys.argv[2]))
+assert k["resolved"]["data_parallel_world_size"] == 4 and k["train_batch_size"] == 8 * 4 * 4
+PY
+"$bin" config "$cfg" --world-size 8 | grep -q "^zero_optimization.stage = 2$" || fail "dsm-info config text"
+"$bin" config '{"train_batch_size": 8, "zero_optimization": {"stage": 4}}' --world-size 2 \
+  > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] || fail "a bad configuration must exit 1"
+grep -q "zero_optimization.stage: expected 0..3, got 4" "$tmp/err" || { cat "$tmp/err"; fail "config message"; }
+"$bin" config "$cfg" > /dev/null 2>&1; [ $? -eq 2 ] || fail "config without --world-size must exit 2"
+
+# dsm-info lr: one entry per step, the warmup reaching its maximum.
+"$bin" lr "$cfg" --steps 600 --json > "$tmp/lr.json" || fail "dsm-info lr exited $?"
+python3 - "$tmp/lr.json" <<'PY' || fail "dsm-info lr content"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["format"] == "dsm-lr" and j["scheduler"] == "WarmupDecayLR"
+steps = j["steps"]
+assert len(steps) == 601 and steps[0]["step"] == 0 and steps[600]["step"] == 600
+lrs = [s["lr"][0] for s in steps]
+assert lrs[0] == 0.0 and max(lrs) <= 3e-4 * (1 + 1e-12)
+assert abs(max(lrs) - 3e-4) < 1e-9, max(lrs)
+peak = lrs.index(max(lrs))
+assert 499 <= peak <= 502, peak
+assert all(a <= b for a, b in zip(lrs[:peak], lrs[1:peak + 1]))   # warmup rises
+assert all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1:]))    # then decays
+PY
+[ "$("$bin" lr "$cfg" --steps 3 | grep -c '^ *[0-9]')" -eq 4 ] || fail "dsm-info lr text: 4 lines for 3 steps"
+
+echo "PASS: dsm-info"

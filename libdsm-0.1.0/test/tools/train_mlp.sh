@@ -1,0 +1,45 @@
+#!/bin/sh
+# The main example end to end: examples/c/train_mlp (or the program
+# $DSM_TRAIN_MLP names: train_mlp_fortran.sh runs its Fortran twin) trains its MLP with each
+# shipped configuration (ZeRO-2 fp32, ZeRO-3 fp16, ZeRO-1 bf16) at 1, 2 and 4
+# ranks; the program itself fails unless the loss falls. Also a bad
+# configuration must fail cleanly on every rank.
+set -u
+bin=${DSM_TRAIN_MLP:-$top_builddir/examples/c/train_mlp}
+launcher=${MPIEXEC:-mpiexec}
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+fail() { echo "FAIL: $*"; exit 1; }
+for cfg in train_mlp.json train_mlp_fp16_zero3.json train_mlp_bf16_zero1.json; do
+    for n in 1 2 4; do
+        out=$(timeout 300 $launcher -n $n "$bin" "$top_srcdir/examples/c/$cfg" 2>&1) ||
+            fail "$cfg at $n ranks: $out"
+        echo "$out" | grep -q "final loss" || fail "$cfg at $n ranks printed no final loss: $out"
+        echo "$cfg at $n ranks: $(echo "$out" | grep 'final loss')"
+    done
+done
+# Checkpoints: 40 steps on 4 ranks saving every 20, then resumed on 2 ranks
+# up to step 60 (skipped when libdsm was built without parallel HDF5).
+ckdir=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$ckdir"' EXIT
+cfg=$top_srcdir/examples/c/train_mlp.json
+out=$(timeout 300 $launcher -n 4 "$bin" "$cfg" --steps 40 --checkpoint "$ckdir" --save-every 20 2>&1)
+rc=$?
+if echo "$out" | grep -q "built without"; then
+    echo "checkpoints: skipped (no parallel HDF5)"
+else
+    [ "$rc" = 0 ] || fail "training with checkpoints: $out"
+    for f in global_step20.h5 global_step40.h5; do [ -f "$ckdir/$f" ] || fail "no $f after 40 steps"; done
+    [ "$(cat "$ckdir/latest")" = global_step40 ] || fail "latest is $(cat "$ckdir/latest")"
+    out=$(timeout 300 $launcher -n 2 "$bin" "$cfg" --steps 60 --checkpoint "$ckdir" --save-every 20 2>&1) ||
+        fail "resuming on 2 ranks: $out"
+    echo "$out" | grep -q "resumed from .* at step 40" || fail "no resume: $out"
+    echo "$out" | grep -q "final loss" || fail "no final loss after the resume: $out"
+    [ "$(cat "$ckdir/latest")" = global_step60 ] || fail "latest after the resume is $(cat "$ckdir/latest")"
+    echo "checkpoints: 40 steps on 4 ranks, resumed on 2 to step 60: $(echo "$out" | grep 'final loss')"
+fi
+out=$(timeout 300 $launcher -n 2 "$bin" "$top_srcdir/examples/c/missing.json" 2>&1) &&
+    fail "a missing configuration must fail"
+echo "$out" | grep -q "missing.json" || fail "the error does not name the file: $out"
+exit 0

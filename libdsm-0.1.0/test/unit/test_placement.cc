@@ -1,0 +1,130 @@
+// Rank placement on synthetic node layouts (no MPI needed).
+#include <vector>
+
+#include "topo/placement.hpp"
+
+// CMocka last: its fail() macro would break the C++ headers.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+extern "C" { // this CMocka header has no C++ guards
+#include <cmocka.h>
+}
+
+using dsm::topo::RankInfo;
+
+// `node_of[r]`: node index of rank r (nodes numbered by lowest rank); numa optional.
+static std::vector<RankInfo> layout(const std::vector<int> &node_of, const std::vector<int> &numa = {},
+                                    int gpus = 0) {
+    std::vector<RankInfo> out(node_of.size());
+    std::vector<int> count(node_of.size(), 0);
+    for (size_t r = 0; r < node_of.size(); ++r) {
+        out[r].rank = static_cast<int>(r);
+        out[r].node = node_of[r];
+        out[r].local_rank = count[static_cast<size_t>(node_of[r])]++;
+        out[r].numa = numa.empty() ? -1 : numa[r];
+        out[r].node_gpus = gpus;
+    }
+    for (auto &ri : out) ri.local_size = count[static_cast<size_t>(ri.node)];
+    return out;
+}
+
+static void test_no_placement_is_identity(void **) {
+    auto ranks = layout({0, 1, 0, 1});
+    auto p = dsm::topo::place(ranks, false);
+    for (int i = 0; i < 4; ++i) {
+        assert_int_equal(p.rank_of_position[static_cast<size_t>(i)], i);
+        assert_int_equal(p.position_of_rank[static_cast<size_t>(i)], i);
+    }
+}
+
+static void test_cyclic_launch_keeps_inner_dims_on_node(void **) {
+    // Slurm cyclic over 2 nodes: ranks alternate nodes.
+    auto ranks = layout({0, 1, 0, 1, 0, 1, 0, 1});
+    auto p = dsm::topo::place(ranks, true);
+    const std::vector<int> expect = {0, 2, 4, 6, 1, 3, 5, 7};
+    for (size_t i = 0; i < expect.size(); ++i) assert_int_equal(p.rank_of_position[i], expect[i]);
+    for (size_t r = 0; r < 8; ++r) assert_int_equal(p.rank_of_position[static_cast<size_t>(p.position_of_rank[r])], static_cast<int>(r));
+    auto within = dsm::topo::dims_within_node({2, 4}, p, ranks);
+    assert_false(within[0]);
+    assert_true(within[1]);
+    within = dsm::topo::dims_within_node({2, 2, 2}, p, ranks);
+    assert_false(within[0]);
+    assert_true(within[1]);
+    assert_true(within[2]);
+    // Without placement the same launch splits every inner group across nodes.
+    auto plain = dsm::topo::place(ranks, false);
+    within = dsm::topo::dims_within_node({2, 4}, plain, ranks);
+    assert_false(within[1]);
+}
+
+static void test_block_launch_unchanged(void **) {
+    auto ranks = layout({0, 0, 0, 0, 1, 1, 1, 1});
+    auto p = dsm::topo::place(ranks, true);
+    for (int i = 0; i < 8; ++i) assert_int_equal(p.rank_of_position[static_cast<size_t>(i)], i);
+    auto within = dsm::topo::dims_within_node({2, 4}, p, ranks);
+    assert_false(within[0]);
+    assert_true(within[1]);
+    // An inner dimension larger than a node cannot stay inside one.
+    within = dsm::topo::dims_within_node({1, 8}, p, ranks);
+    assert_true(within[0]);
+    assert_false(within[1]);
+}
+
+static void test_uneven_nodes(void **) {
+    // 3 + 3 + 2 ranks: pairs (2,3) straddle nodes 0 and 1.
+    auto ranks = layout({0, 0, 0, 1, 1, 1, 2, 2});
+    auto p = dsm::topo::place(ranks, true);
+    auto within = dsm::topo::dims_within_node({4, 2}, p, ranks);
+    assert_false(within[1]);
+    within = dsm::topo::dims_within_node({8}, p, ranks);
+    assert_false(within[0]);
+}
+
+static void test_numa_order_inside_node(void **) {
+    auto ranks = layout({0, 0, 0, 0}, {1, 0, 1, 0});
+    auto p = dsm::topo::place(ranks, true);
+    const std::vector<int> expect = {1, 3, 0, 2};
+    for (size_t i = 0; i < expect.size(); ++i) assert_int_equal(p.rank_of_position[i], expect[i]);
+    // Unknown NUMA (-1) sorts after known domains, by rank.
+    ranks = layout({0, 0, 0}, {-1, 0, -1});
+    p = dsm::topo::place(ranks, true);
+    assert_int_equal(p.rank_of_position[0], 1);
+    assert_int_equal(p.rank_of_position[1], 0);
+    assert_int_equal(p.rank_of_position[2], 2);
+}
+
+static void test_gpu_assignment(void **) {
+    // 4 ranks, 2 GPUs on one node: consecutive positions share a GPU.
+    auto ranks = layout({0, 0, 0, 0}, {}, 2);
+    auto p = dsm::topo::place(ranks, true);
+    const std::vector<int> expect = {0, 0, 1, 1};
+    for (size_t r = 0; r < 4; ++r) assert_int_equal(p.gpu_of_rank[r], expect[r]);
+    // Fewer ranks than GPUs: one GPU each.
+    ranks = layout({0, 0}, {}, 4);
+    p = dsm::topo::place(ranks, true);
+    assert_int_equal(p.gpu_of_rank[0], 0);
+    assert_int_equal(p.gpu_of_rank[1], 1);
+    // No GPUs: -1. Cyclic over 2 nodes with 2 GPUs each: per-node order.
+    ranks = layout({0, 1, 0, 1});
+    p = dsm::topo::place(ranks, true);
+    for (size_t r = 0; r < 4; ++r) assert_int_equal(p.gpu_of_rank[r], -1);
+    ranks = layout({0, 1, 0, 1}, {}, 2);
+    p = dsm::topo::place(ranks, true);
+    const std::vector<int> cyc = {0, 0, 1, 1};
+    for (size_t r = 0; r < 4; ++r) assert_int_equal(p.gpu_of_rank[r], cyc[r]);
+}
+
+int main() {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_placement_is_identity),
+        cmocka_unit_test(test_cyclic_launch_keeps_inner_dims_on_node),
+        cmocka_unit_test(test_block_launch_unchanged),
+        cmocka_unit_test(test_uneven_nodes),
+        cmocka_unit_test(test_numa_order_inside_node),
+        cmocka_unit_test(test_gpu_assignment),
+    };
+    return cmocka_run_group_tests(tests, nullptr, nullptr);
+}

@@ -1,0 +1,394 @@
+// dsm-bench checkpoint: the engine's checkpoint save and load (parallel HDF5,
+// doc/checkpoint.md) of N fp32 parameters with AdamW, next to plain
+// sequential POSIX I/O of the same bytes on the same disk by rank 0, timed in
+// turn within each round so that a noisy neighbour hits both alike.
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <string>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <vector>
+
+#include <mpi.h>
+
+#include "bench.hpp"
+#include "core/error.hpp"
+#include "engine/engine.hpp"
+#include "mesh/mesh.hpp"
+
+namespace dsm {
+namespace bench {
+
+namespace {
+
+const char *const kTag = "dsm-bench";                       // the checkpoint: DIR/dsm-bench.h5
+const char *const kBaseline = ".dsm-bench-baseline.tmp";    // rank 0's plain file in DIR
+const size_t kChunk = size_t(8) << 20;                      // baseline write()/read() size
+
+struct Options {
+    long long params = 16777216;
+    int iters = 3;
+    int stage = 1;
+    std::string dir; // empty: a temporary directory, removed at the end
+    bool json = false;
+};
+
+void usage(FILE *out) {
+    std::fprintf(out,
+                 "usage: mpiexec -n N dsm-bench checkpoint [--params N] [--dir DIR] [--iters N] [--stage S] [--json]\n"
+                 "  One fp32 parameter of N elements (default 16777216) trained one step with AdamW at ZeRO\n"
+                 "  stage S (default 1), so that a checkpoint holds 12 bytes per parameter (params, exp_avg,\n"
+                 "  exp_avg_sq). Times dsm_engine_save_checkpoint and dsm_engine_load_checkpoint (slowest\n"
+                 "  rank, median of --iters, default 3) next to rank 0 writing the same bytes with write() in\n"
+                 "  8 MiB chunks + fsync and reading them back with read(), in the same directory. Before each\n"
+                 "  read the page cache of both files is dropped (posix_fadvise DONTNEED, best-effort).\n"
+                 "  --dir: where to save (kept, under the tag 'dsm-bench'); default a new temporary directory\n"
+                 "  under $TMPDIR or /tmp, removed at the end.\n");
+}
+
+// 0: run; 1: --help; 2: usage error (printed on rank 0).
+int parse(int argc, char **argv, int rank, Options *o) {
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        if (a == "--help" || a == "-h") {
+            if (rank == 0) usage(stdout);
+            return 1;
+        }
+        if (a == "--json") {
+            o->json = true;
+        } else if (a == "--params" || a == "--iters" || a == "--stage" || a == "--dir") {
+            if (i + 1 >= argc) {
+                if (rank == 0) std::fprintf(stderr, "dsm-bench checkpoint: %s needs a value\n", a.c_str());
+                return 2;
+            }
+            const char *v = argv[++i];
+            if (a == "--dir") {
+                if (*v == '\0') {
+                    if (rank == 0) std::fprintf(stderr, "dsm-bench checkpoint: --dir '' is empty\n");
+                    return 2;
+                }
+                o->dir = v;
+                continue;
+            }
+            char *end = nullptr;
+            errno = 0;
+            const long long x = std::strtoll(v, &end, 10);
+            const bool number = end != v && *end == '\0' && errno == 0;
+            const bool ok = number && (a == "--stage" ? x >= 0 && x <= 3
+                                       : a == "--iters" ? x >= 1 && x <= 1000
+                                                        : x >= 1 && x <= LLONG_MAX / 16);
+            if (!ok) {
+                if (rank == 0)
+                    std::fprintf(stderr, "dsm-bench checkpoint: bad %s '%s' (%s)\n", a.c_str(), v,
+                                 a == "--stage" ? "0 to 3" : a == "--iters" ? "1 to 1000" : "a positive integer");
+                return 2;
+            }
+            if (a == "--params") o->params = x;
+            else if (a == "--iters") o->iters = static_cast<int>(x);
+            else o->stage = static_cast<int>(x);
+        } else {
+            if (rank == 0) {
+                std::fprintf(stderr, "dsm-bench checkpoint: unknown option '%s'\n", a.c_str());
+                usage(stderr);
+            }
+            return 2;
+        }
+    }
+    return 0;
+}
+
+// Rank 0 runs f (which returns an error message, empty on success) while the
+// others sleep (not spin, so that they leave the cores to it); every rank
+// returns whether it succeeded. Rank 0 prints the message.
+template <typename F> bool on_rank0(MPI_Comm comm, int rank, F &&f) {
+    int ok = 1;
+    if (rank == 0) {
+        const std::string err = f();
+        if (!err.empty()) {
+            std::fprintf(stderr, "dsm-bench checkpoint: %s\n", err.c_str());
+            ok = 0;
+        }
+    }
+    MPI_Request req;
+    MPI_Ibcast(&ok, 1, MPI_INT, 0, comm, &req);
+    int done = 0;
+    while (!done) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) usleep(2000);
+    }
+    return ok != 0;
+}
+
+std::string errno_text(const char *what, const std::string &path) {
+    return cat(what, " '", path, "': ", std::strerror(errno));
+}
+
+// Baseline: `bytes` written to a new file with write() in 8 MiB chunks, then
+// fsync and close; returns an error message or "".
+std::string plain_write(const std::string &path, const std::vector<char> &chunk, uint64_t bytes, double *seconds) {
+    ::unlink(path.c_str()); // a new file, as every checkpoint save makes (untimed)
+    const double t0 = now_seconds();
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return errno_text("cannot create", path);
+    uint64_t left = bytes;
+    while (left > 0) {
+        const size_t n = static_cast<size_t>(std::min<uint64_t>(left, chunk.size()));
+        const ssize_t w = ::write(fd, chunk.data(), n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            const std::string e = errno_text("cannot write", path);
+            ::close(fd);
+            return e;
+        }
+        left -= static_cast<uint64_t>(w);
+    }
+    if (::fsync(fd) != 0) {
+        const std::string e = errno_text("cannot fsync", path);
+        ::close(fd);
+        return e;
+    }
+    if (::close(fd) != 0) return errno_text("cannot close", path);
+    *seconds = now_seconds() - t0;
+    return "";
+}
+
+// Baseline: the file read back with read() in 8 MiB chunks.
+std::string plain_read(const std::string &path, std::vector<char> &chunk, uint64_t bytes, double *seconds) {
+    const double t0 = now_seconds();
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return errno_text("cannot open", path);
+    uint64_t got = 0;
+    for (;;) {
+        const ssize_t r = ::read(fd, chunk.data(), chunk.size());
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            const std::string e = errno_text("cannot read", path);
+            ::close(fd);
+            return e;
+        }
+        if (r == 0) break;
+        got += static_cast<uint64_t>(r);
+    }
+    ::close(fd);
+    *seconds = now_seconds() - t0;
+    if (got != bytes) return cat("read ", got, " bytes of '", path, "', expected ", bytes);
+    return "";
+}
+
+// Best-effort: flush the file and ask the kernel to drop its cached pages, so
+// that the next read comes from the disk.
+void drop_cache(const std::string &path) {
+    const int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return;
+    (void)::fsync(fd);
+    (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+}
+
+std::string json_string(const std::string &s) {
+    std::string out = "\"";
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += static_cast<char>(c);
+        } else if (c < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", c);
+            out += buf;
+        } else {
+            out += static_cast<char>(c);
+        }
+    }
+    return out + "\"";
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+struct Result {
+    uint64_t bytes = 0;
+    double save = 0, load = 0, write = 0, read = 0; // median seconds
+};
+
+// The rounds: save, baseline write, drop caches, load, drop caches, baseline
+// read. Returns false on a failure already reported; throws dsm::Error for a
+// failure of the engine (agreed by every rank).
+bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir, Result *res) {
+    const int64_t shape[1] = {o.params};
+    dsm_param_desc_t d{};
+    d.name = "weight";
+    d.ndims = 1;
+    d.shape = shape;
+    d.dtype = DSM_FLOAT32;
+    d.trainable = 1;
+    const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
+                                " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", o.stage,
+                                ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}");
+    int size = 0;
+    MPI_Comm_size(world, &size);
+    const int shp[1] = {size};
+    const char *names[1] = {"data_parallel"};
+    auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
+    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true);
+    // One step, so that the optimizer state exists (and is not all zeros).
+    for (int pass = 0; pass < 2; ++pass) {
+        (void)eng->param_acquire(0);
+        eng->param_release(0);
+    }
+    float *g = static_cast<float *>(eng->grad_acquire(0));
+    for (long long i = 0; i < o.params; ++i) g[i] = 1e-3f * static_cast<float>(1 + (i & 7));
+    eng->grad_release(0);
+    eng->step(nullptr);
+
+    const std::string file = dir + "/" + kTag + ".h5";
+    const std::string plain = dir + "/" + kBaseline;
+    std::vector<char> chunk;
+    if (rank == 0) {
+        chunk.resize(kChunk);
+        for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>((i * 2654435761u) >> 13);
+    }
+    auto slowest = [&](double t) {
+        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
+        return t;
+    };
+    std::vector<double> save, load, wr, rd;
+    bool ok = true;
+    for (int it = 0; it < o.iters && ok; ++it) {
+        MPI_Barrier(world);
+        double t0 = now_seconds();
+        eng->save_checkpoint(dir.c_str(), kTag, nullptr, 0);
+        save.push_back(slowest(now_seconds() - t0));
+        if (it == 0) {
+            unsigned long long bytes = 0;
+            ok = on_rank0(world, rank, [&]() -> std::string {
+                struct stat st;
+                if (::stat(file.c_str(), &st) != 0) return errno_text("cannot stat", file);
+                bytes = static_cast<unsigned long long>(st.st_size);
+                return "";
+            });
+            if (!ok) break;
+            MPI_Bcast(&bytes, 1, MPI_UNSIGNED_LONG_LONG, 0, world);
+            res->bytes = bytes;
+        }
+        double t = 0;
+        ok = on_rank0(world, rank, [&] { return plain_write(plain, chunk, res->bytes, &t); });
+        if (!ok) break;
+        wr.push_back(t);
+
+        drop_cache(file); // every rank: on several nodes, each node's cache
+        if (rank == 0) drop_cache(plain);
+        MPI_Barrier(world);
+        t0 = now_seconds();
+        eng->load_checkpoint(dir.c_str(), kTag, 0, nullptr);
+        load.push_back(slowest(now_seconds() - t0));
+
+        drop_cache(file);
+        ok = on_rank0(world, rank, [&] {
+            drop_cache(plain);
+            return plain_read(plain, chunk, res->bytes, &t);
+        });
+        if (!ok) break;
+        rd.push_back(t);
+    }
+    eng->close();
+    res->save = median(save);
+    res->load = median(load);
+    res->write = median(wr);
+    res->read = median(rd);
+    return ok;
+}
+
+} // namespace
+
+int run_checkpoint(int argc, char **argv) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    Options o;
+    const int p = parse(argc, argv, rank, &o);
+    if (p == 1) return 0;
+    if (p != 0) return p;
+
+    // The directory: --dir, or a new one from mkdtemp on rank 0.
+    const bool temporary = o.dir.empty();
+    std::string dir = o.dir;
+    if (temporary) {
+        const bool ok = on_rank0(MPI_COMM_WORLD, rank, [&]() -> std::string {
+            const char *t = std::getenv("TMPDIR");
+            std::string tmpl = cat(t != nullptr && *t != '\0' ? t : "/tmp", "/dsm-bench-ckpt-XXXXXX");
+            std::vector<char> buf(tmpl.begin(), tmpl.end());
+            buf.push_back('\0');
+            if (::mkdtemp(buf.data()) == nullptr) return errno_text("cannot create a directory", tmpl);
+            dir = buf.data();
+            return "";
+        });
+        if (!ok) return 1;
+        int len = static_cast<int>(dir.size());
+        MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        dir.resize(static_cast<size_t>(len));
+        MPI_Bcast(&dir[0], len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    }
+
+    Result r;
+    bool ok = false;
+    try {
+        ok = measure(MPI_COMM_WORLD, rank, o, dir, &r);
+    } catch (const Error &e) {
+        if (rank == 0) std::fprintf(stderr, "dsm-bench checkpoint: %s\n", e.what());
+        ok = false;
+    }
+    // Clean up: our baseline file always; the checkpoint and the directory
+    // only when they are ours.
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+        ::unlink((dir + "/" + kBaseline).c_str());
+        if (temporary) {
+            for (const std::string &f : {cat(kTag, ".h5"), cat(".", kTag, ".h5.tmp"), std::string("latest"),
+                                         std::string(".latest.tmp")})
+                ::unlink((dir + "/" + f).c_str());
+            if (::rmdir(dir.c_str()) != 0)
+                std::fprintf(stderr, "dsm-bench checkpoint: cannot remove '%s': %s\n", dir.c_str(),
+                             std::strerror(errno));
+        }
+    }
+    if (!ok) return 1;
+    if (rank != 0) return 0;
+
+    const double gb = static_cast<double>(r.bytes) / 1e9;
+    auto gbs = [gb](double s) { return gb / std::max(s, 1e-9); };
+    const double save_gbs = gbs(r.save), write_gbs = gbs(r.write), load_gbs = gbs(r.load), read_gbs = gbs(r.read);
+    const double save_ratio = save_gbs / write_gbs, load_ratio = load_gbs / read_gbs;
+    if (o.json) {
+        std::printf("{\"format\":\"dsm-bench-checkpoint\",\"format_version\":1,\"ranks\":%d,\"params\":%lld,"
+                    "\"stage\":%d,\"bytes\":%llu,\"iters\":%d,\"save_seconds\":%.6g,\"save_gbs\":%.6g,"
+                    "\"write_gbs\":%.6g,\"save_ratio\":%.4g,\"load_seconds\":%.6g,\"load_gbs\":%.6g,"
+                    "\"read_gbs\":%.6g,\"load_ratio\":%.4g,\"dir\":%s}\n",
+                    size, o.params, o.stage, static_cast<unsigned long long>(r.bytes), o.iters, r.save, save_gbs,
+                    write_gbs, save_ratio, r.load, load_gbs, read_gbs, load_ratio, json_string(dir).c_str());
+        return 0;
+    }
+    std::printf("dsm-bench checkpoint: %d ranks, %lld parameters, fp32, AdamW, ZeRO stage %d (median of %d, slowest "
+                "rank)\n",
+                size, o.params, o.stage, o.iters);
+    std::printf("checkpoint %s/%s.h5: %llu bytes (%.2f per parameter)%s\n", dir.c_str(), kTag,
+                static_cast<unsigned long long>(r.bytes), static_cast<double>(r.bytes) / static_cast<double>(o.params),
+                temporary ? ", removed" : "");
+    std::printf("%-5s %10s %9s %14s %7s\n", "", "seconds", "GB/s", "baseline GB/s", "ratio");
+    std::printf("%-5s %10.4f %9.3f %14.3f %7.2f\n", "save", r.save, save_gbs, write_gbs, save_ratio);
+    std::printf("%-5s %10.4f %9.3f %14.3f %7.2f\n", "load", r.load, load_gbs, read_gbs, load_ratio);
+    std::printf("save: dsm_engine_save_checkpoint (parallel HDF5, fsync, rename, latest); baseline: rank 0\n"
+                "write() of the same bytes in 8 MiB chunks + fsync. load: dsm_engine_load_checkpoint (checksums\n"
+                "verified); baseline: rank 0 read() in 8 MiB chunks. The page cache of both files is dropped\n"
+                "before each read (posix_fadvise DONTNEED, best-effort). ratio: throughput / baseline's.\n");
+    return 0;
+}
+
+} // namespace bench
+} // namespace dsm

@@ -1,0 +1,332 @@
+// dsm-bench zero: a ZeRO step of the engine split into reduce, optimizer and
+// gather; the bytes this rank sent next to the parameter bytes; this rank's
+// model-state memory next to the ZeRO paper's formula; and, in the same run,
+// PyTorch's DDP-style gradient allreduce + ZeroRedundancyOptimizer(Adam) on
+// gloo for the same parameter count and ranks (when python3 has torch).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <mpi.h>
+
+#include "bench.hpp"
+#include "core/error.hpp"
+#include "engine/engine.hpp"
+#include "mesh/mesh.hpp"
+
+namespace dsm {
+namespace bench {
+
+namespace {
+
+struct Options {
+    long long params = 16777216;
+    int steps = 5;
+    std::vector<int> stages{0, 1, 2, 3};
+    std::string dtype = "fp32";
+    bool torch = true;
+    bool json = false;
+};
+
+void usage(FILE *out) {
+    std::fprintf(out,
+                 "usage: mpiexec -n N dsm-bench zero [--params N] [--steps N] [--stage S|all]\n"
+                 "                                   [--dtype fp32|fp16|bf16] [--no-torch] [--json]\n"
+                 "  One parameter of N elements (default 16777216) trained with AdamW; a step reads\n"
+                 "  the parameter twice (forward, backward), adds its gradient and calls dsm_step.\n"
+                 "  Per stage the median step time split into reduce, optimizer and gather, the bytes each rank\n"
+                 "  sent per step over the parameter bytes, and the model-state bytes per parameter\n"
+                 "  next to the ZeRO formula. With torch in python3 ($DSM_BENCH_PYTHON), rank 0 also times PyTorch's\n"
+                 "  allreduce + ZeroRedundancyOptimizer(Adam) on gloo with the same ranks.\n");
+}
+
+// A line of a /proc/self file ("VmHWM:" of status, "Pss:" of smaps_rollup)
+// in bytes, 0 if unknown.
+size_t status_bytes(const char *file, const char *key) {
+    FILE *f = std::fopen(file, "r");
+    if (!f) return 0;
+    char line[256];
+    size_t kb = 0;
+    const size_t len = std::strlen(key);
+    while (std::fgets(line, sizeof line, f))
+        if (std::strncmp(line, key, len) == 0) kb = std::strtoull(line + len, nullptr, 10);
+    std::fclose(f);
+    return kb * 1024;
+}
+// Peak resident memory of this process (VmHWM), and its current
+// proportional share (Pss: a page shared by k processes, such as the node's
+// shared-memory windows, counts 1/k to each), which adds up over the ranks.
+size_t peak_rss() { return status_bytes("/proc/self/status", "VmHWM:"); }
+size_t current_rss() { return status_bytes("/proc/self/smaps_rollup", "Pss:"); }
+
+const char *kTorchScript = R"PY(
+import os, sys, time, tempfile
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+from torch.distributed.optim import ZeroRedundancyOptimizer
+def run(rank, world, n, steps, path, q):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="file://" + path, rank=rank, world_size=world)
+    p = torch.nn.Parameter(torch.zeros(n))
+    opt = ZeroRedundancyOptimizer([p], optimizer_class=torch.optim.Adam, lr=1e-3)
+    times = []
+    for s in range(steps + 1):
+        p.grad = torch.full((n,), 1e-3 * (rank + 1))
+        dist.barrier()
+        t = time.perf_counter()
+        dist.all_reduce(p.grad)
+        p.grad /= world
+        opt.step()
+        times.append(time.perf_counter() - t)
+    if rank == 0:
+        q.put(sorted(times[1:])[len(times[1:]) // 2])
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    world, n, steps = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+    path = tempfile.mktemp(prefix="dsm-bench-torch-")
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=run, args=(r, world, n, steps, path, q)) for r in range(world)]
+    for p in procs: p.start()
+    t = q.get()
+    for p in procs: p.join()
+    print("TORCH", torch.__version__, t)
+)PY";
+
+// Runs the PyTorch reference on rank 0 while the other ranks sleep (not
+// spin) so that they do not take the cores from it. Returns seconds per
+// step, or -1 (version empty) when torch is not available.
+double torch_reference(int world, long long n, int steps, std::string &version, MPI_Comm comm) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    double t = -1;
+    if (rank == 0) {
+        char path[] = "/tmp/dsm-bench-zero-XXXXXX";
+        int fd = mkstemp(path);
+        if (fd >= 0) {
+            if (write(fd, kTorchScript, std::strlen(kTorchScript)) < 0) t = -1;
+            close(fd);
+            const std::string cmd = cat(python_command(), " ", path, " ", world, " ", n, " ", steps, " 2>/dev/null");
+            if (FILE *p = popen(cmd.c_str(), "r")) {
+                char line[256], ver[64];
+                double v;
+                while (std::fgets(line, sizeof line, p))
+                    if (std::sscanf(line, "TORCH %63s %lf", ver, &v) == 2) t = v, version = ver;
+                pclose(p);
+            }
+            unlink(path);
+        }
+    }
+    // Others wait without spinning.
+    MPI_Request req;
+    MPI_Ibcast(&t, 1, MPI_DOUBLE, 0, comm, &req);
+    int done = 0;
+    while (!done) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) usleep(20000);
+    }
+    return t;
+}
+
+struct Result {
+    int stage;
+    double step, reduce, optimizer, gather;
+    double bytes_ratio; // bytes sent per step / parameter bytes
+    double state_per_param, formula;
+    size_t peak;
+    double rss_per_param; // resident growth of the stage's engine / parameters
+};
+
+Result run_stage(MPI_Comm world, int stage, const Options &o) {
+    const int64_t shape[1] = {o.params};
+    dsm_param_desc_t d{};
+    d.name = "weight";
+    d.ndims = 1;
+    d.shape = shape;
+    d.dtype = DSM_FLOAT32;
+    d.trainable = 1;
+    const std::string prec = o.dtype == "fp16" ? ", \"fp16\": {\"enabled\": true}"
+                             : o.dtype == "bf16" ? ", \"bf16\": {\"enabled\": true}" : "";
+    const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
+                                " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", stage,
+                                ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}",
+                                prec, "}");
+    int size = 0;
+    MPI_Comm_size(world, &size);
+    const int shp[1] = {size};
+    const char *names[1] = {"data_parallel"};
+    const size_t rss0 = current_rss();
+    auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
+    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true);
+    const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
+    std::vector<double> total, red, opt, gat;
+    uint64_t bytes0 = 0;
+    for (int s = 0; s <= o.steps; ++s) {
+        engine::Timers before = eng->timers();
+        bytes0 = eng->bytes_sent();
+        MPI_Barrier(world);
+        // Forward and backward each read the parameter (ZeRO-3 gathers it
+        // twice, as DeepSpeed does), then backward writes the gradient
+        // (untimed: the model's own work).
+        const double t0 = now_seconds();
+        for (int pass = 0; pass < 2; ++pass) {
+            (void)eng->param_acquire(0);
+            eng->param_release(0);
+        }
+        const double ta = now_seconds();
+        void *g = eng->grad_acquire(0);
+        std::memset(g, 0x11, static_cast<size_t>(o.params) * esize); // a small positive value in every dtype
+        const double tb = now_seconds();
+        eng->grad_release(0);
+        eng->step(nullptr);
+        const double t1 = now_seconds();
+        engine::Timers after = eng->timers();
+        if (s == 0) continue; // warm-up
+        total.push_back((ta - t0) + (t1 - tb));
+        red.push_back(after.reduce - before.reduce);
+        opt.push_back(after.optimizer - before.optimizer);
+        gat.push_back(after.gather - before.gather);
+    }
+    const uint64_t bytes_step = eng->bytes_sent() - bytes0;
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v.empty() ? 0.0 : v[v.size() / 2];
+    };
+    Result r;
+    r.stage = stage;
+    r.step = median(total);
+    r.reduce = median(red);
+    r.optimizer = median(opt);
+    r.gather = median(gat);
+    r.bytes_ratio = static_cast<double>(bytes_step) / (static_cast<double>(o.params) * esize);
+    r.state_per_param = static_cast<double>(eng->model_state_bytes()) / static_cast<double>(o.params);
+    r.formula = eng->zero_formula_bytes_per_param();
+    r.peak = peak_rss();
+    const size_t rss1 = current_rss();
+    r.rss_per_param = rss1 > rss0 ? static_cast<double>(rss1 - rss0) / static_cast<double>(o.params) : 0.0;
+    eng->close();
+    return r;
+}
+
+} // namespace
+
+int run_zero(int argc, char **argv) {
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    Options o;
+    for (int i = 0; i < argc; ++i) {
+        const std::string a = argv[i];
+        auto next = [&]() -> const char * { return i + 1 < argc ? argv[++i] : nullptr; };
+        if (a == "--help" || a == "-h") {
+            if (rank == 0) usage(stdout);
+            return 0;
+        } else if (a == "--json") {
+            o.json = true;
+        } else if (a == "--no-torch") {
+            o.torch = false;
+        } else if (a == "--params" || a == "--steps" || a == "--stage" || a == "--dtype") {
+            const char *v = next();
+            if (!v) {
+                if (rank == 0) std::fprintf(stderr, "dsm-bench zero: %s needs a value\n", a.c_str());
+                return 2;
+            }
+            char *end = nullptr;
+            if (a == "--dtype") {
+                o.dtype = v;
+                if (o.dtype != "fp32" && o.dtype != "fp16" && o.dtype != "bf16") {
+                    if (rank == 0) std::fprintf(stderr, "dsm-bench zero: --dtype '%s' is not fp32, fp16 or bf16\n", v);
+                    return 2;
+                }
+            } else if (a == "--stage" && std::string(v) == "all") {
+                o.stages = {0, 1, 2, 3};
+            } else {
+                const long long x = std::strtoll(v, &end, 10);
+                const bool ok = end && *end == '\0' &&
+                                (a == "--stage" ? x >= 0 && x <= 3 : a == "--steps" ? x >= 1 && x <= 1000 : x >= 1);
+                if (!ok) {
+                    if (rank == 0) std::fprintf(stderr, "dsm-bench zero: bad %s '%s'\n", a.c_str(), v);
+                    return 2;
+                }
+                if (a == "--params") o.params = x;
+                else if (a == "--steps") o.steps = static_cast<int>(x);
+                else o.stages = {static_cast<int>(x)};
+            }
+        } else {
+            if (rank == 0) {
+                std::fprintf(stderr, "dsm-bench zero: unknown option '%s'\n", a.c_str());
+                usage(stderr);
+            }
+            return 2;
+        }
+    }
+    std::vector<Result> results;
+    try {
+        for (int s : o.stages) results.push_back(run_stage(MPI_COMM_WORLD, s, o));
+    } catch (const Error &e) {
+        std::fprintf(stderr, "dsm-bench zero: %s\n", e.what());
+        return 1;
+    }
+    std::string torch_version;
+    const double torch_t = o.torch ? torch_reference(size, o.params, o.steps, torch_version, MPI_COMM_WORLD) : -1;
+    // The slowest rank's times.
+    for (Result &r : results) {
+        double v[4] = {r.step, r.reduce, r.optimizer, r.gather};
+        MPI_Allreduce(MPI_IN_PLACE, v, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        r.step = v[0], r.reduce = v[1], r.optimizer = v[2], r.gather = v[3];
+    }
+    if (rank != 0) return 0;
+    // Bytes sent in units of the ZeRO paper, which counts a reduce-scatter or
+    // an allgather of the parameters as 1x (the ring's (n-1)/n taken as 1).
+    auto volume = [size](double ratio) { return size > 1 ? ratio * size / (size - 1) : 0.0; };
+    if (o.json) {
+        std::printf("{\"format\":\"dsm-bench-zero\",\"format_version\":1,\"ranks\":%d,\"params\":%lld,"
+                    "\"dtype\":\"%s\",\"optimizer\":\"adamw\",\"results\":[",
+                    size, o.params, o.dtype.c_str());
+        for (size_t i = 0; i < results.size(); ++i) {
+            const Result &r = results[i];
+            std::printf("%s{\"stage\":%d,\"step_seconds\":%.6g,\"reduce_seconds\":%.6g,\"optimizer_seconds\":%.6g,"
+                        "\"gather_seconds\":%.6g,\"bytes_sent_per_param_byte\":%.4g,"
+                        "\"model_state_bytes_per_param\":%.4g,\"zero_formula_bytes_per_param\":%.4g,"
+                        "\"volume_per_param_byte\":%.4g,\"resident_bytes_per_param\":%.4g,"
+                        "\"peak_rss_bytes\":%zu,\"speedup_vs_torch\":",
+                        i ? "," : "", r.stage, r.step, r.reduce, r.optimizer, r.gather, r.bytes_ratio,
+                        r.state_per_param, r.formula, volume(r.bytes_ratio), r.rss_per_param, r.peak);
+            if (torch_t > 0) std::printf("%.4g}", torch_t / r.step);
+            else std::printf("null}");
+        }
+        std::printf("],\"torch\":");
+        if (torch_t > 0)
+            std::printf("{\"version\":\"%s\",\"what\":\"allreduce + ZeroRedundancyOptimizer(Adam), gloo\","
+                        "\"step_seconds\":%.6g}}\n", torch_version.c_str(), torch_t);
+        else
+            std::printf("null}\n");
+        return 0;
+    }
+    std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW (median of %d steps, slowest rank)\n", size,
+                o.params, o.dtype.c_str(), o.steps);
+    std::printf("%5s %9s %9s %9s %9s %11s %7s %14s %8s %11s %9s\n", "stage", "step s", "reduce s", "optim s",
+                "gather s", "sent/param", "volume", "state B/param", "formula", "PSS B/param", "vs torch");
+    for (const Result &r : results) {
+        char vs[32] = "-";
+        if (torch_t > 0) std::snprintf(vs, sizeof vs, "%.1fx", torch_t / r.step);
+        std::printf("%5d %9.4f %9.4f %9.4f %9.4f %11.3f %6.2fx %14.2f %8.2f %11.2f %9s\n", r.stage, r.step,
+                    r.reduce, r.optimizer, r.gather, r.bytes_ratio, volume(r.bytes_ratio), r.state_per_param,
+                    r.formula, r.rss_per_param, vs);
+    }
+    std::printf("sent/param: bytes each rank sent per step / parameter bytes; volume: the same in the ZeRO\n"
+                "paper's units (a reduce-scatter or allgather of the parameters = 1x); PSS: growth of this\n"
+                "rank's proportional resident memory while the stage's engine lived, per parameter.\n");
+    if (torch_t > 0)
+        std::printf("torch %s allreduce + ZeroRedundancyOptimizer(Adam) on gloo: %.4f s per step\n",
+                    torch_version.c_str(), torch_t);
+    else
+        std::printf("torch: not measured (no python3 with torch, or --no-torch)\n");
+    return 0;
+}
+
+} // namespace bench
+} // namespace dsm
