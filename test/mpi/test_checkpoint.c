@@ -169,6 +169,52 @@ static void test_round_trip(void **state) {
         }
 }
 
+/*
+ * ZeRO-Offload, the device simulated in host memory: a load into the same
+ * engine reaches the device copies (the values read after it are the saved
+ * ones, and training on from there repeats the first continuation bit for
+ * bit); the checkpoint loads into an engine without offload.
+ */
+static void test_offload(void **state) {
+    (void)state;
+    for (int stage = 1; stage <= 3; stage += 2) {
+        char cfg[1024], tag[32];
+        snprintf(cfg, sizeof cfg,
+                 "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000,"
+                 " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 16,"
+                 " \"stage3_param_persistence_threshold\": 4, \"offload_optimizer\": {\"device\": \"cpu\"}%s},"
+                 " \"optimizer\": %s}",
+                 stage, stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "", ADAMW);
+        snprintf(tag, sizeof tag, "offload_s%d", stage);
+        float bias = 0.0f;
+        dsm_param_desc_t d[NP];
+        params(d, &bias);
+        dsm_engine_t a = NULL;
+        setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+        ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NP, &a));
+        unsetenv("DSM_SIM_DEVICE_MEMORY");
+        train(a, MPI_COMM_WORLD, 3);
+        float saved[TOTAL], want[TOTAL], got[TOTAL];
+        snapshot(a, saved);
+        ASSERT_OK(dsm_engine_save_checkpoint(a, dir, tag, NULL, 0));
+        train(a, MPI_COMM_WORLD, 2);
+        snapshot(a, want);
+        assert_true(memcmp(want, saved, sizeof want) != 0);
+        ASSERT_OK(dsm_engine_load_checkpoint(a, dir, tag, 0, NULL, NULL));
+        snapshot(a, got);
+        if (memcmp(got, saved, sizeof got) != 0) fail_msg("stage %d: the values after the load are not the saved ones", stage);
+        train(a, MPI_COMM_WORLD, 2);
+        snapshot(a, got);
+        if (memcmp(got, want, sizeof got) != 0) fail_msg("stage %d: training after the load differs", stage);
+        ASSERT_OK(dsm_engine_free(&a));
+        dsm_engine_t b = engine_on(MPI_COMM_WORLD, stage, FP32, "", 0.5f);
+        ASSERT_OK(dsm_engine_load_checkpoint(b, dir, tag, 0, NULL, NULL));
+        snapshot(b, got);
+        assert_memory_equal(got, saved, sizeof got);
+        ASSERT_OK(dsm_engine_free(&b));
+    }
+}
+
 /* Saved at one size and stage, loaded at another: the same values. */
 static void reshard(MPI_Comm save_comm, int save_stage, const char *save_extra, MPI_Comm load_comm,
                     int load_stage, const char *load_extra, const char *tag) {
@@ -525,6 +571,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_offload, setup, teardown),
     };
     return RUN_MPI_TESTS("test_checkpoint", tests);
 }

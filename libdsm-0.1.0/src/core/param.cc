@@ -42,6 +42,10 @@ const std::vector<Param> &params() {
          "Testing: pretend each rank is bound to this NUMA domain; a domain number per rank, comma "
          "separated."},
         {"DSM_SIM_GPUS", "", "Testing: pretend every node has this many GPUs."},
+        {"DSM_SIM_DEVICE_MEMORY", "0",
+         "Testing: 1 makes an engine that offloads (zero_optimization.offload_optimizer or offload_param "
+         "device \"cpu\") keep its device copies of the parameters and gradients in separate host memory "
+         "instead of on a CUDA device, so the offload path runs without a GPU."},
         {"DSM_CKPT_FAULT", "",
          "Testing: make a checkpoint save fail at a point on one rank: POINT:RANK, or kill:POINT:RANK to "
          "kill that rank with SIGKILL there. POINT is data (every rank, after writing), rename (rank 0, "

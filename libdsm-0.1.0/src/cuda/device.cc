@@ -220,6 +220,17 @@ bool is_device_pointer(const void *p) noexcept {
 #endif
 }
 
+void zero_bytes(void *p, size_t bytes) {
+#if DSM_HAVE_CUDA
+    if (bytes == 0) return;
+    DSM_CHECK_CUDA(cudaMemset(p, 0, bytes));
+    DSM_CHECK_CUDA(cudaStreamSynchronize(nullptr));
+#else
+    (void)p, (void)bytes;
+    no_cuda("cudaMemset");
+#endif
+}
+
 void copy_bytes(void *dst, const void *src, size_t bytes) {
 #if DSM_HAVE_CUDA
     if (bytes == 0 || dst == src) return;
@@ -307,11 +318,22 @@ DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
 }
 
 void DeviceBuffer::reset() noexcept {
-#if DSM_HAVE_CUDA
-    if (ptr_ != nullptr) (void)cudaFree(ptr_);
-#endif
+    free_device(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
+}
+
+void *DeviceBuffer::release() noexcept {
+    bytes_ = 0;
+    return std::exchange(ptr_, nullptr);
+}
+
+void free_device(void *p) noexcept {
+#if DSM_HAVE_CUDA
+    if (p != nullptr) (void)cudaFree(p);
+#else
+    (void)p;
+#endif
 }
 
 PinnedBuffer::PinnedBuffer(size_t bytes) {
@@ -344,11 +366,22 @@ PinnedBuffer &PinnedBuffer::operator=(PinnedBuffer &&o) noexcept {
 }
 
 void PinnedBuffer::reset() noexcept {
-#if DSM_HAVE_CUDA
-    if (ptr_ != nullptr) (void)cudaFreeHost(ptr_);
-#endif
+    free_pinned(ptr_);
     ptr_ = nullptr;
     bytes_ = 0;
+}
+
+void *PinnedBuffer::release() noexcept {
+    bytes_ = 0;
+    return std::exchange(ptr_, nullptr);
+}
+
+void free_pinned(void *p) noexcept {
+#if DSM_HAVE_CUDA
+    if (p != nullptr) (void)cudaFreeHost(p);
+#else
+    (void)p;
+#endif
 }
 
 // ---------------------------------------------------------------- MPI

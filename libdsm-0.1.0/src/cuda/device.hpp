@@ -121,6 +121,15 @@ private:
 // not, for NULL, without a driver, and without CUDA.
 bool is_device_pointer(const void *p) noexcept;
 
+// Set `bytes` of device memory to zero and wait until it is done
+// (cudaMemset). DSM_ERR_CUDA; DSM_ERR_NOT_SUPPORTED without CUDA.
+void zero_bytes(void *p, size_t bytes);
+
+// Free what DeviceBuffer::release() or PinnedBuffer::release() gave up
+// (cudaFree, cudaFreeHost); NULL is ignored. Never throw.
+void free_device(void *p) noexcept;
+void free_pinned(void *p) noexcept;
+
 // Copy `bytes` between any two of host, pinned and device memory
 // (cudaMemcpy with cudaMemcpyDefault: the pointers say which way), waiting
 // until the copy is done. DSM_ERR_CUDA; DSM_ERR_NOT_SUPPORTED without CUDA.
@@ -165,6 +174,8 @@ public:
     void *get() const noexcept { return ptr_; }
     size_t bytes() const noexcept { return bytes_; }
     void reset() noexcept;
+    // Give the memory up: the caller frees it with free_device().
+    void *release() noexcept;
 
 private:
     void *ptr_ = nullptr;
@@ -186,6 +197,8 @@ public:
     void *get() const noexcept { return ptr_; }
     size_t bytes() const noexcept { return bytes_; }
     void reset() noexcept;
+    // Give the memory up: the caller frees it with free_pinned().
+    void *release() noexcept;
 
 private:
     void *ptr_ = nullptr;

@@ -20,6 +20,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "cuda/device.hpp"
 #include "optim/lr_from_config.hpp"
 
 namespace dsm {
@@ -212,11 +213,18 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         DSM_REQUIRE(c.optimizer.type != config::OptimizerType::NONE, DSM_ERR_CONFIG,
                     "optimizer.type: the engine needs an optimizer section (Adam, AdamW, SGD, Lamb, "
                     "Lion or Adagrad)");
-        DSM_REQUIRE(c.zero.offload_optimizer.device == config::OffloadDevice::NONE &&
-                        c.zero.offload_param.device == config::OffloadDevice::NONE,
-                    DSM_ERR_NOT_SUPPORTED,
-                    "zero_optimization.offload_optimizer/offload_param: offloading is not "
-                    "supported by the host-memory engine");
+        const bool off_opt = c.zero.offload_optimizer.device == config::OffloadDevice::CPU;
+        const bool off_param = c.zero.offload_param.device == config::OffloadDevice::CPU;
+        DSM_REQUIRE(!off_param || c.zero.stage == 3, DSM_ERR_CONFIG,
+                    "zero_optimization.offload_param.device \"cpu\": offloading parameters needs ZeRO stage 3, "
+                    "stage is ", c.zero.stage);
+        if (off_opt || off_param) {
+            const std::string why = offload_unavailable();
+            DSM_REQUIRE(why.empty(), DSM_ERR_NOT_SUPPORTED, "zero_optimization.",
+                        off_opt ? "offload_optimizer" : "offload_param",
+                        ".device \"cpu\": ZeRO-Offload keeps the parameters and gradients on a CUDA device, "
+                        "and this rank has ", why);
+        }
         DSM_REQUIRE(c.sequence_parallel_size == 1 || c.sequence_parallel_size == sp_size_,
                     DSM_ERR_CONFIG, "sequence_parallel_size: the configuration says ",
                     c.sequence_parallel_size, " but the mesh's sequence_parallel dimension has ",
@@ -246,14 +254,29 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     dp_ = comm::create_backend(dp_comm_.get(), kind, node);
     if (sp_size_ > 1) sp_ = comm::create_backend(sp_comm_.get(), kind, node);
     allocate();
+    if (cfg_.zero.offload_optimizer.device == config::OffloadDevice::CPU ||
+        cfg_.zero.offload_param.device == config::OffloadDevice::CPU) {
+        // Every rank checked for a device while loading the configuration;
+        // a failure here (a device that cannot be set) is agreed below.
+        std::string err;
+        dsm_status_t status = DSM_SUCCESS;
+        try {
+            mirror_ = std::make_unique<DeviceMirror>(offload_memory(cuda::mesh_hint(st)), params_.size(), dtype_);
+        } catch (const Error &e) {
+            status = e.status();
+            err = e.message();
+        }
+        sync(SyncPoint::INIT, 0, err, status);
+    }
     initialize_values(params);
 
     scaler_ = std::make_unique<amp::LossScaler>(amp::loss_scaler_config(cfg_));
     schedule_ = optim::schedule_from_config(cfg_);
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
-             "reductions, %d data-parallel x %d sequence-parallel ranks, %s backend",
+             "reductions, %d data-parallel x %d sequence-parallel ranks, %s backend%s%s",
              num_params(), layout_.used(), stage_, dtype_name(dtype_), dtype_name(comm_dtype_),
-             dp_size_, sp_size_, dp_->name());
+             dp_size_, sp_size_, dp_->name(), mirror_ ? ", offload: parameters and gradients on " : "",
+             mirror_ ? mirror_->memory().name().c_str() : "");
 }
 
 void Engine::check_params(const dsm_param_desc_t *params, int nparams) const {
@@ -483,6 +506,7 @@ const void *Engine::param_acquire(int index) {
         trace_.push_back(index);
         values = p.gathered.data();
     }
+    if (mirror_) values = mirror_->param(index, values, p.numel, p.persistent || !p.trainable);
     p.param_acquired = true;
     return values;
 }
@@ -491,6 +515,7 @@ void Engine::param_release(int index) {
     Param &p = param(index, "param_release");
     DSM_REQUIRE(p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is not acquired");
     p.param_acquired = false;
+    if (mirror_) mirror_->param_release(index, p.persistent || !p.trainable);
     if (!p.persistent) pool_.give(std::move(p.gathered));
 }
 
@@ -506,6 +531,7 @@ void *Engine::grad_acquire(int index) {
         p.staging = pool_.take(p.numel * esize_, true);
         g = p.staging.data();
     }
+    if (mirror_) g = mirror_->grad(index, g, p.numel);
     p.grad_acquired = true;
     return g;
 }
@@ -513,6 +539,7 @@ void *Engine::grad_acquire(int index) {
 void Engine::grad_release(int index) {
     Param &p = param(index, "grad_release");
     DSM_REQUIRE(p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is not acquired");
+    if (mirror_) mirror_->grad_release(index); // into the host gradient the engine gave
     p.grad_acquired = false;
     if (stage_ < 2) return;
     bucket_elems_ += p.numel;
@@ -556,6 +583,7 @@ void Engine::release(bool abandon) {
         if (sp_) sp_->abandon();
         if (dp_) dp_->abandon();
     }
+    mirror_.reset();
     bucket_.clear();
     pool_.clear();
     for (Param &p : params_) {
@@ -672,6 +700,8 @@ std::string Engine::describe(dsm_format_t format) const {
         {"timers_seconds",
          {{"reduce", timers_.reduce}, {"optimizer", timers_.optimizer}, {"gather", timers_.gather}}},
     };
+    if (mirror_)
+        j["offload"] = {{"device", mirror_->memory().name()}, {"device_bytes", mirror_->device_bytes()}};
     if (format == DSM_FORMAT_JSON) return j.dump() + "\n";
     std::ostringstream os;
     os << "engine: ZeRO stage " << stage_ << ", " << dtype_name(dtype_) << " compute, "
@@ -681,6 +711,9 @@ std::string Engine::describe(dsm_format_t format) const {
        << " of " << layout_.parts() << "\n";
     os << "parameters: " << num_params() << " (" << layout_.used() << " trainable elements, flat "
        << layout_.total() << ", partition " << layout_.part_size() << ")\n";
+    if (mirror_)
+        os << "offload: master weights and optimizer state in host memory; parameters and gradients on "
+           << mirror_->memory().name() << " (" << mirror_->device_bytes() << " bytes now)\n";
     os << "memory on this rank:\n";
     for (auto &kv : buffers.items()) os << "  " << kv.key() << ": " << kv.value().get<size_t>() << " bytes\n";
     char line[160];

@@ -9,6 +9,9 @@
 //   stage 2: params T, grads P (reduced as they are released), master + state P
 //   stage 3: params P (+ the persistent small ones whole), grads P, master + state P
 // With fp32 the master weights are the parameters themselves (no copy).
+// With ZeRO-Offload all of the above stays in host memory; the values the
+// user reads and the gradients the user writes are device copies
+// (DeviceMirror).
 //
 // Collective points (every rank of the engine in the same order): init,
 // param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
@@ -28,6 +31,7 @@
 #include "comm/backend.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
+#include "engine/device_mirror.hpp"
 #include "dsm.h"
 #include "mesh/mesh.hpp"
 #include "optim/lr_schedule.hpp"
@@ -152,6 +156,9 @@ public:
     int dp_size() const noexcept { return dp_size_; }
     int dp_rank() const noexcept { return dp_rank_; }
     int sp_size() const noexcept { return sp_size_; }
+    // ZeRO-Offload: where the user's parameters and gradients live
+    // ("cuda:N", "simulated"); empty without offload.
+    std::string offload_device() const { return mirror_ ? mirror_->memory().name() : std::string(); }
 
     const void *param_acquire(int index);
     void param_release(int index);
@@ -234,6 +241,9 @@ private:
     HostBuffer bucket_recv_;
     size_t bucket_cap_ = 0;        // elements per reduction round
     std::unique_ptr<optim::Optimizer> optimizer_;
+    // ZeRO-Offload: the user's parameters and gradients on the device (null
+    // without offload; device_mirror.hpp).
+    std::unique_ptr<DeviceMirror> mirror_;
     std::unique_ptr<amp::LossScaler> scaler_;
     std::optional<optim::LrSchedule> schedule_;
 

@@ -294,6 +294,7 @@ void Engine::gather(const std::vector<int> &list) {
 // parameters of this partition and gather what the stage keeps whole.
 void Engine::publish() {
     const double t0 = now();
+    if (mirror_) mirror_->invalidate();
     const size_t P = layout_.part_size();
     char *part = stage_ < 3 ? static_cast<char *>(param_flat_.data()) + layout_.part_begin(part_) * esize_
                             : static_cast<char *>(param_part_.data());

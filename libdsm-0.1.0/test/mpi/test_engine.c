@@ -173,15 +173,18 @@ typedef struct {
     int use_init_values;
 } run_t;
 
+/* More zero_optimization keys for every run (test_offload), "" or starting with ','. */
+static const char *zero_extra = "";
+
 static void make_config(char *buf, size_t len, const run_t *r, int mb) {
     snprintf(buf, len,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
              " \"steps_per_print\": 1000000%s,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 100,"
-             " \"stage3_param_persistence_threshold\": 10, \"stage3_prefetch_bucket_size\": 500},"
+             " \"stage3_param_persistence_threshold\": 10, \"stage3_prefetch_bucket_size\": 500%s},"
              " \"optimizer\": %s %s}",
              mb, r->gas, strstr(r->extra, "gradient_clipping") ? "" : ", \"gradient_clipping\": 0.5", r->stage,
-             r->optimizer, r->extra);
+             zero_extra, r->optimizer, r->extra);
 }
 
 /*
@@ -450,13 +453,87 @@ static void test_describe(void **state) {
     ASSERT_OK(dsm_engine_free(&e));
 }
 
+/*
+ * ZeRO-Offload with the device simulated in host memory
+ * (DSM_SIM_DEVICE_MEMORY=1): the parameters the model reads and the
+ * gradients it writes are separate copies, refreshed after every step and
+ * added into the engine's gradients at release, so training ends with the
+ * same bits as without offload, at every stage, with accumulation, in fp32,
+ * bf16 and fp16, and with ZeRO-3 parameter offload.
+ */
+static void test_offload(void **state) {
+    (void)state;
+    const char *opt = ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}";
+    const char *both = ", \"offload_optimizer\": {\"device\": \"cpu\"}, \"offload_param\": {\"device\": \"cpu\"}";
+    const run_t runs[] = {
+        {0, 1, 3, 3, ADAMW, "", 1},
+        {0, 2, 3, 3, ADAMW, "", 0},
+        {1, 2, 2, 3, ADAMW, "", 1},
+        {2, 1, 3, 3, ADAMW, "", 0},
+        {2, 2, 2, 3, ADAMW, "", 1},
+        {3, 2, 2, 3, ADAMW, "", 1},
+        {3, 2, 2, 3, ADAMW, "", 0},
+        {3, 1, 2, 3, ADAMW, "", 1},
+        {2, 1, 2, 3, ADAMW, ", \"bf16\": {\"enabled\": true}", 1},
+        {1, 1, 2, 3, ADAMW, ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}", 1},
+    };
+    const char *offload[] = {opt, opt, opt, opt, opt, opt, both, ", \"offload_param\": {\"device\": \"cpu\"}", opt, opt};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; ++k) {
+        const run_t *r = &runs[k];
+        float got[TOTAL], want[TOTAL];
+        setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+        zero_extra = offload[k];
+        train(MPI_COMM_WORLD, NULL, r, r->mb, test_size, test_rank, 1, got, NULL);
+        unsetenv("DSM_SIM_DEVICE_MEMORY");
+        zero_extra = "";
+        train(MPI_COMM_WORLD, NULL, r, r->mb, test_size, test_rank, 1, want, NULL);
+        for (int i = 0; i < TOTAL; ++i)
+            if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+                fail_msg("offload, stage %d, gas %d%s%s: element %d is %.9g, without offload %.9g", r->stage, r->gas,
+                         r->extra, offload[k], i, got[i], want[i]);
+    }
+
+    /* The description says where the copies are; the values are copies, not the engine's buffers. */
+    setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+    run_t r = {2, 1, 1, 1, ADAMW, "", 1};
+    char cfg[2048];
+    zero_extra = opt;
+    make_config(cfg, sizeof cfg, &r, 1);
+    zero_extra = "";
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    unsetenv("DSM_SIM_DEVICE_MEMORY");
+    char *text = NULL;
+    ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
+    if (strstr(text, "\"offload\":{\"device\":\"simulated\"") == NULL) fail_msg("no offload device in %s", text);
+    dsm_free(text);
+    ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_TEXT, &text));
+    assert_non_null(strstr(text, "offload: master weights and optimizer state in host memory"));
+    dsm_free(text);
+    const void *v1, *v2;
+    void *g;
+    ASSERT_OK(dsm_engine_param_acquire(e, W1, &v1));
+    ASSERT_OK(dsm_engine_grad_acquire(e, W1, &g));
+    assert_true((const void *)g != v1);
+    for (size_t i = 0; i < numel[W1]; ++i) assert_true(((const float *)g)[i] == 0.0f);
+    ((float *)g)[0] = 1.0f;
+    ASSERT_OK(dsm_engine_grad_release(e, W1));
+    ASSERT_OK(dsm_engine_param_release(e, W1));
+    ASSERT_OK(dsm_engine_param_acquire(e, W1, &v2));
+    assert_true(v1 == v2); /* a kept parameter keeps its copy until the next step */
+    ASSERT_OK(dsm_engine_param_release(e, W1));
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),       cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_precision),    cmocka_unit_test(test_allreduce_semantics),
         cmocka_unit_test(test_overflow_skip), cmocka_unit_test(test_counters),
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
-        cmocka_unit_test(test_describe),
+        cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
     };
     return RUN_MPI_TESTS("test_engine", tests);
 }

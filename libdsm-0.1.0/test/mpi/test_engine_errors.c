@@ -5,6 +5,7 @@
  * failed collective call the engine only accepts dsm_engine_free().
  */
 #include <math.h>
+#include <stdlib.h>
 
 #include "mpi_test.h"
 
@@ -100,11 +101,6 @@ static void test_bad_arguments(void **state) {
                  "MPI_COMM_NULL");
     ASSERT_FAILS(dsm_engine_init(NULL, "{\"train_micro_batch_size_per_gpu\": 1}", d, 3, &e), DSM_ERR_CONFIG,
                  "optimizer");
-    ASSERT_FAILS(dsm_engine_init(NULL,
-                                 "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
-                                 " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}",
-                                 d, 3, &e),
-                 DSM_ERR_NOT_SUPPORTED, "offload");
     ASSERT_FAILS(dsm_engine_init(NULL, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "nonexistent");
     assert_null(e);
     ASSERT_FAILS(dsm_engine_free(NULL), DSM_SUCCESS, "");
@@ -118,6 +114,58 @@ static void test_bad_arguments(void **state) {
     ASSERT_FAILS(dsm_engine_init(NULL, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "dsm_engine_init:");
     ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO,
                  "dsm_engine_init_comm:");
+}
+
+/*
+ * ZeRO-Offload's refusals, on every rank: parameter offload below stage 3;
+ * offload without a usable CUDA device (on a machine with one it works and
+ * the engine says where its copies are); a device present on one rank only
+ * (the simulation on rank 0); a bad DSM_SIM_DEVICE_MEMORY.
+ */
+static void test_offload_errors(void **state) {
+    (void)state;
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e = NULL;
+    const char *opt = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
+                      " \"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"cpu\"}}}";
+    const char *par = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
+                      " \"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}";
+    unsetenv("DSM_SIM_DEVICE_MEMORY");
+    ASSERT_FAILS(dsm_engine_init(NULL, par, d, 3, &e), DSM_ERR_CONFIG,
+                 "offload_param.device \"cpu\": offloading parameters needs ZeRO stage 3, stage is 2");
+    int have_cuda = 0;
+    dsm_status_t st = dsm_engine_init(NULL, opt, d, 3, &e);
+    if (st == DSM_SUCCESS) {
+        /* A GPU: the copies are on it. */
+        char *text = NULL;
+        ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
+        if (strstr(text, "\"device\":\"cuda:") == NULL) fail_msg("offload without a device: %s", text);
+        dsm_free(text);
+        ASSERT_OK(dsm_engine_free(&e));
+        have_cuda = 1;
+    } else {
+        ASSERT_FAILS(st, DSM_ERR_NOT_SUPPORTED,
+                     "zero_optimization.offload_optimizer.device \"cpu\": ZeRO-Offload keeps the parameters and "
+                     "gradients on a CUDA device, and this rank has no usable CUDA device (");
+        assert_null(e);
+    }
+    int all_cuda;
+    MPI_Allreduce(&have_cuda, &all_cuda, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!all_cuda && test_size > 1) {
+        /* Only rank 0 has a (simulated) device: every rank fails, with the message of the lowest failing rank. */
+        if (test_rank == 0) setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+        ASSERT_FAILS(dsm_engine_init(NULL, opt, d, 3, &e), DSM_ERR_NOT_SUPPORTED,
+                     "rank 1: zero_optimization.offload_optimizer.device \"cpu\"");
+        ASSERT_FAILS(DSM_ERR_NOT_SUPPORTED, DSM_ERR_NOT_SUPPORTED, "no usable CUDA device");
+        assert_null(e);
+        unsetenv("DSM_SIM_DEVICE_MEMORY");
+    }
+    setenv("DSM_SIM_DEVICE_MEMORY", "yes", 1);
+    ASSERT_FAILS(dsm_engine_init(NULL, opt, d, 3, &e), DSM_ERR_INVALID_ARGUMENT,
+                 "environment DSM_SIM_DEVICE_MEMORY=\"yes\": expected one of 0, 1");
+    assert_null(e);
+    unsetenv("DSM_SIM_DEVICE_MEMORY");
 }
 
 static int failing_init(void *user, int index, const char *name, int64_t offset, int64_t count, float *values) {
@@ -276,7 +324,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_init_fn_failure), cmocka_unit_test(test_local_misuse),
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
-        cmocka_unit_test(test_min_scale),
+        cmocka_unit_test(test_min_scale), cmocka_unit_test(test_offload_errors),
     };
     return RUN_MPI_TESTS("test_engine_errors", tests);
 }

@@ -1,0 +1,168 @@
+// The device side of ZeRO-Offload (see device_mirror.hpp).
+#include "dsm_config.h"
+
+#include "engine/device_mirror.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "core/log.hpp"
+#include "core/param.hpp"
+
+namespace dsm {
+namespace engine {
+
+namespace {
+
+void free_host(void *p) { std::free(p); }
+void free_device(void *p) { cuda::free_device(p); }
+void free_pinned(void *p) { cuda::free_pinned(p); }
+
+MirrorMemory::Block host_block(size_t bytes) {
+    void *p = std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256);
+    DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "allocating ", bytes, " bytes of host memory failed");
+    return MirrorMemory::Block(p, free_host);
+}
+
+// The rank's CUDA device.
+class CudaMemory final : public MirrorMemory {
+public:
+    explicit CudaMemory(int device) : device_(device) {}
+    Block alloc(size_t bytes) override {
+        cuda::set_device(device_);
+        cuda::DeviceBuffer b(bytes);
+        return Block(b.release(), free_device);
+    }
+    Block alloc_host(size_t bytes) override {
+        cuda::PinnedBuffer b(bytes);
+        return Block(b.release(), free_pinned);
+    }
+    void to_device(void *dst, const void *src, size_t bytes) override { cuda::copy_bytes(dst, src, bytes); }
+    void to_host(void *dst, const void *src, size_t bytes) override { cuda::copy_bytes(dst, src, bytes); }
+    void zero(void *p, size_t bytes) override { cuda::zero_bytes(p, bytes); }
+    std::string name() const override { return "cuda:" + std::to_string(device_); }
+
+private:
+    int device_;
+};
+
+// Host memory standing in for a device (DSM_SIM_DEVICE_MEMORY=1): separate
+// buffers and real copies, so the engine's offload path runs as it does on a
+// GPU.
+class SimulatedMemory final : public MirrorMemory {
+public:
+    Block alloc(size_t bytes) override { return host_block(bytes); }
+    Block alloc_host(size_t bytes) override { return host_block(bytes); }
+    void to_device(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void to_host(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void zero(void *p, size_t bytes) override { std::memset(p, 0, bytes); }
+    std::string name() const override { return "simulated"; }
+};
+
+bool simulated() {
+    const std::string v = param_choice("DSM_SIM_DEVICE_MEMORY", {"0", "1"});
+    return v == "1";
+}
+
+// dst[i] += src[i] in `dtype`, each sum rounded once.
+void add_into(void *dst, const void *src, dsm_dtype_t dtype, size_t n) {
+    switch (dtype) {
+    case DSM_FLOAT32: {
+        float *d = static_cast<float *>(dst);
+        const float *s = static_cast<const float *>(src);
+        for (size_t i = 0; i < n; ++i) d[i] += s[i];
+        break;
+    }
+    case DSM_FLOAT16: {
+        uint16_t *d = static_cast<uint16_t *>(dst);
+        const uint16_t *s = static_cast<const uint16_t *>(src);
+        for (size_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(fp16_to_fp32(d[i]) + fp16_to_fp32(s[i]));
+        break;
+    }
+    case DSM_BFLOAT16: {
+        uint16_t *d = static_cast<uint16_t *>(dst);
+        const uint16_t *s = static_cast<const uint16_t *>(src);
+        for (size_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(bf16_to_fp32(d[i]) + bf16_to_fp32(s[i]));
+        break;
+    }
+    default:
+        DSM_FAIL(DSM_ERR_INTERNAL, "offload: gradients of dtype ", static_cast<int>(dtype));
+    }
+}
+
+} // namespace
+
+std::string offload_unavailable() {
+    if (simulated()) return "";
+    const cuda::DeviceCount c = cuda::device_count();
+    return c.count > 0 ? "" : "no usable CUDA device (" + c.reason + ")";
+}
+
+std::unique_ptr<MirrorMemory> offload_memory(const cuda::DeviceHint &hint) {
+    if (simulated()) return std::make_unique<SimulatedMemory>();
+    const std::string why = offload_unavailable();
+    DSM_REQUIRE(why.empty(), DSM_ERR_NOT_SUPPORTED, "ZeRO-Offload: ", why);
+    return std::make_unique<CudaMemory>(cuda::use_device(hint));
+}
+
+DeviceMirror::DeviceMirror(std::unique_ptr<MirrorMemory> memory, size_t nparams, dsm_dtype_t dtype)
+    : memory_(std::move(memory)), slots_(nparams), dtype_(dtype), esize_(dtype_size(dtype)) {}
+
+void DeviceMirror::ensure(MirrorMemory::Block &b, size_t &have, size_t bytes, bool host) {
+    if (b && have >= bytes) return;
+    b.reset();
+    have = 0;
+    b = host ? memory_->alloc_host(bytes) : memory_->alloc(bytes);
+    have = bytes;
+}
+
+const void *DeviceMirror::param(int index, const void *host, size_t numel, bool cached) {
+    Slot &s = slots_[static_cast<size_t>(index)];
+    const size_t bytes = numel * esize_;
+    if (!cached || s.version != version_ || !s.values) {
+        ensure(s.values, s.values_bytes, bytes, false);
+        s.version = 0; // not valid until the copy succeeded
+        memory_->to_device(s.values.get(), host, bytes);
+        s.version = version_;
+    }
+    return s.values.get();
+}
+
+void DeviceMirror::param_release(int index, bool cached) noexcept {
+    if (cached) return;
+    Slot &s = slots_[static_cast<size_t>(index)];
+    s.values.reset();
+    s.values_bytes = 0;
+    s.version = 0;
+}
+
+void *DeviceMirror::grad(int index, void *host, size_t numel) {
+    Slot &s = slots_[static_cast<size_t>(index)];
+    const size_t bytes = numel * esize_;
+    ensure(s.grad, s.grad_bytes, bytes, false);
+    memory_->zero(s.grad.get(), bytes);
+    s.grad_host = host;
+    s.grad_numel = numel;
+    return s.grad.get();
+}
+
+void DeviceMirror::grad_release(int index) {
+    Slot &s = slots_[static_cast<size_t>(index)];
+    const size_t bytes = s.grad_numel * esize_;
+    ensure(staging_, staging_bytes_, bytes, true);
+    memory_->to_host(staging_.get(), s.grad.get(), bytes);
+    add_into(s.grad_host, staging_.get(), dtype_, s.grad_numel);
+    s.grad_host = nullptr;
+}
+
+size_t DeviceMirror::device_bytes() const noexcept {
+    size_t n = 0;
+    for (const Slot &s : slots_) n += s.values_bytes + s.grad_bytes;
+    return n;
+}
+
+} // namespace engine
+} // namespace dsm
