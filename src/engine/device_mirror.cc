@@ -32,7 +32,7 @@ class CudaMemory final : public MirrorMemory {
 public:
     explicit CudaMemory(int device) : device_(device) {}
     Block alloc(size_t bytes) override {
-        cuda::set_device(device_);
+        const cuda::DeviceGuard on(device_);
         cuda::DeviceBuffer b(bytes);
         return Block(b.release(), free_device);
     }
@@ -42,7 +42,10 @@ public:
     }
     void to_device(void *dst, const void *src, size_t bytes) override { cuda::copy_bytes(dst, src, bytes); }
     void to_host(void *dst, const void *src, size_t bytes) override { cuda::copy_bytes(dst, src, bytes); }
-    void zero(void *p, size_t bytes) override { cuda::zero_bytes(p, bytes); }
+    void zero(void *p, size_t bytes) override {
+        const cuda::DeviceGuard on(device_);
+        cuda::zero_bytes(p, bytes);
+    }
     std::string name() const override { return "cuda:" + std::to_string(device_); }
 
 private:

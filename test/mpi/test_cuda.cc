@@ -778,6 +778,79 @@ void test_gpu_mpi_device_buffers(void **) {
 #endif
 }
 
+// ZeRO-Offload on a real device: the values the engine gives are device
+// memory, the gradients written there reach the host optimizer, and training
+// ends with the same bits as the host engine, at every stage. Ranks may share
+// a device.
+void test_gpu_offload_engine(void **) {
+#if !DSM_HAVE_CUDA
+    if (test_rank == 0) print_message("skipped: libdsm was built without CUDA\n");
+    skip();
+#else
+    if (!all_have_devices()) {
+        if (test_rank == 0) print_message("skipped: a rank has no usable CUDA device\n");
+        skip();
+        return;
+    }
+    guarded([] {
+        const int64_t shape[2] = {33, 17};
+        const size_t n = 33 * 17;
+        std::vector<float> init(n);
+        for (size_t i = 0; i < n; ++i) init[i] = 0.01f * static_cast<float>(static_cast<int>(i % 97) - 48);
+        auto train = [&](int stage, bool offload, std::vector<float> &out) {
+            char cfg[512];
+            std::snprintf(cfg, sizeof cfg,
+                          "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2,"
+                          " \"steps_per_print\": 1000000, \"zero_optimization\": {\"stage\": %d,"
+                          " \"reduce_bucket_size\": 100, \"stage3_param_persistence_threshold\": 10%s%s},"
+                          " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}",
+                          stage, offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
+                          offload && stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
+            dsm_param_desc_t d{};
+            d.name = "w";
+            d.ndims = 2;
+            d.shape = shape;
+            d.dtype = DSM_FLOAT32;
+            d.trainable = 1;
+            d.init_values = init.data();
+            dsm_engine_t e = nullptr;
+            CHECK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, &d, 1, &e) == DSM_SUCCESS, "init: ", dsm_get_last_error());
+            if (e == nullptr) return;
+            std::vector<float> v(n), g(n);
+            for (int micro = 0; micro < 6; ++micro) {
+                const void *pv = nullptr;
+                void *pg = nullptr;
+                CHECK(dsm_engine_param_acquire(e, 0, &pv) == DSM_SUCCESS, dsm_get_last_error());
+                CHECK(dsm_engine_grad_acquire(e, 0, &pg) == DSM_SUCCESS, dsm_get_last_error());
+                CHECK(cuda::is_device_pointer(pv) == offload && cuda::is_device_pointer(pg) == offload,
+                      "stage ", stage, ": device pointers ", cuda::is_device_pointer(pv), cuda::is_device_pointer(pg));
+                cuda::copy_bytes(v.data(), pv, n * sizeof(float));
+                cuda::copy_bytes(g.data(), pg, n * sizeof(float));
+                for (size_t i = 0; i < n; ++i)
+                    g[i] += v[i] - 0.1f * static_cast<float>((test_rank + 1) * (i % 5)) + 0.01f * static_cast<float>(micro);
+                cuda::copy_bytes(pg, g.data(), n * sizeof(float));
+                CHECK(dsm_engine_grad_release(e, 0) == DSM_SUCCESS, dsm_get_last_error());
+                CHECK(dsm_engine_param_release(e, 0) == DSM_SUCCESS, dsm_get_last_error());
+                CHECK(dsm_step(e, nullptr) == DSM_SUCCESS, dsm_get_last_error());
+            }
+            const void *pv = nullptr;
+            CHECK(dsm_engine_param_acquire(e, 0, &pv) == DSM_SUCCESS, dsm_get_last_error());
+            out.resize(n);
+            cuda::copy_bytes(out.data(), pv, n * sizeof(float));
+            CHECK(dsm_engine_param_release(e, 0) == DSM_SUCCESS, dsm_get_last_error());
+            CHECK(dsm_engine_free(&e) == DSM_SUCCESS, dsm_get_last_error());
+        };
+        for (int stage = 0; stage <= 3; ++stage) {
+            std::vector<float> host, dev;
+            train(stage, false, host);
+            train(stage, true, dev);
+            CHECK(host.size() == dev.size() && std::memcmp(host.data(), dev.data(), host.size() * sizeof(float)) == 0,
+                  "stage ", stage, ": training with offload on the GPU differs from the host engine");
+        }
+    });
+#endif
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose_device),
@@ -795,6 +868,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_gpu_alltoall_packed),
         cmocka_unit_test(test_gpu_memory_and_errors),
         cmocka_unit_test(test_gpu_mpi_device_buffers),
+        cmocka_unit_test(test_gpu_offload_engine),
     };
     return RUN_MPI_TESTS("test_cuda", tests);
 }
