@@ -667,6 +667,13 @@ typedef struct dsm_step_info {
  * shapes, trainable and weight-decay flags): a rank whose list differs fails
  * every rank with DSM_ERR_MISMATCH naming the first difference.
  *
+ * With zero_optimization.offload_optimizer (or, at stage 3, offload_param)
+ * device "cpu" the engine runs ZeRO-Offload: each rank selects its CUDA
+ * device (DSM_CUDA_DEVICE, else the mesh placement's GPU, else the
+ * node-local rank) and the parameters and gradients it hands out are device
+ * memory; a rank without a usable device fails every rank with
+ * DSM_ERR_NOT_SUPPORTED and the reason.
+ *
  * @param mesh    the mesh, or NULL: build one over MPI_COMM_WORLD as
  *                dsm_engine_init_comm() does. The engine keeps its own
  *                reference: the caller may free @p mesh at once.
@@ -677,7 +684,7 @@ typedef struct dsm_step_info {
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
  * descriptor, naming the parameter and the field; an init_fn that failed);
  * DSM_ERR_IO; DSM_ERR_CONFIG; DSM_ERR_NOT_SUPPORTED; DSM_ERR_MISMATCH;
- * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank returns the same status.
+ * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI; DSM_ERR_CUDA. Every rank returns the same status.
  */
 DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config,
                                      const dsm_param_desc_t *params, int nparams,
@@ -747,8 +754,14 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
  * one in the previous step's order, up to stage3_prefetch_bucket_size
  * elements, in the same collective. Otherwise it is local. Acquiring a
  * parameter twice without release is DSM_ERR_STATE.
+ *
+ * The values are in host memory, or with ZeRO-Offload
+ * (zero_optimization.offload_optimizer / offload_param device "cpu") in
+ * device memory on the rank's CUDA device: a copy made after the last step
+ * or checkpoint load (doc/engine.md, ZeRO-Offload).
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
- * DSM_ERR_STATE; DSM_ERR_MISMATCH; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI.
+ * DSM_ERR_STATE; DSM_ERR_MISMATCH; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI;
+ * DSM_ERR_CUDA (ZeRO-Offload).
  */
 DSM_API dsm_status_t dsm_engine_param_acquire(dsm_engine_t engine, int index, const void **values);
 
@@ -768,8 +781,11 @@ DSM_API dsm_status_t dsm_engine_param_release(dsm_engine_t engine, int index);
  * and 1 the buffer holds the sum of this accumulation window so far; under
  * ZeRO-2 and 3 it starts at zero and its contents are reduced at release.
  * Either way the engine reduces the sum of everything added. Not collective.
+ * With ZeRO-Offload the buffer is zeroed device memory on the rank's CUDA
+ * device, added into the engine's host gradient at release.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (index,
- * or a frozen parameter); DSM_ERR_STATE when already acquired; DSM_ERR_OUT_OF_MEMORY.
+ * or a frozen parameter); DSM_ERR_STATE when already acquired; DSM_ERR_OUT_OF_MEMORY;
+ * DSM_ERR_CUDA (ZeRO-Offload).
  */
 DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, void **grad);
 
@@ -780,8 +796,11 @@ DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, voi
  * (a reduce-scatter to its owners over the data-parallel group) when it holds
  * reduce_bucket_size elements: the call is then collective, and every rank
  * releases the same gradients in the same order. Otherwise it is local.
+ * With ZeRO-Offload the device buffer is first copied back and added into
+ * the engine's host gradient.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
- * DSM_ERR_STATE when not acquired; DSM_ERR_MISMATCH; DSM_ERR_MPI.
+ * DSM_ERR_STATE when not acquired; DSM_ERR_MISMATCH; DSM_ERR_MPI;
+ * DSM_ERR_CUDA (ZeRO-Offload).
  */
 DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
 
