@@ -454,7 +454,10 @@ module dsm
   !>   call dsm_engine_param_acquire(engine, index, values, shape [, ierr])
   !>        values: real(c_float), pointer, dimension(:,:) of the given
   !>        Fortran shape (product(shape) must be numel)
-  !> The values are read-only. values is null on error.
+  !> The values are read-only. values is null on error. With ZeRO-Offload
+  !> (offload_optimizer device "cpu") they are device memory: take the
+  !> type(c_ptr) form and give it to device code (CUDA Fortran, OpenACC
+  !> deviceptr); the same holds for dsm_engine_grad_acquire.
   interface dsm_engine_param_acquire
      module procedure param_acquire_ptr, param_acquire_r1, param_acquire_r2
   end interface dsm_engine_param_acquire
