@@ -269,6 +269,26 @@ void Stream::synchronize() const {
 #endif
 }
 
+bool Stream::idle() const {
+#if DSM_HAVE_CUDA
+    if (stream_ == nullptr) return true;
+    const cudaError_t rc = cudaStreamQuery(stream_);
+    if (rc == cudaErrorNotReady) return false;
+    DSM_CHECK_CUDA(rc);
+#endif
+    return true;
+}
+
+void copy_bytes_async(void *dst, const void *src, size_t bytes, CUstream_st *stream) {
+#if DSM_HAVE_CUDA
+    if (bytes == 0) return;
+    DSM_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+#else
+    (void)dst, (void)src, (void)bytes, (void)stream;
+    no_cuda("cudaMemcpyAsync");
+#endif
+}
+
 void Stream::reset() noexcept {
 #if DSM_HAVE_CUDA
     if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);

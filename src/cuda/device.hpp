@@ -135,6 +135,11 @@ void free_pinned(void *p) noexcept;
 // until the copy is done. DSM_ERR_CUDA; DSM_ERR_NOT_SUPPORTED without CUDA.
 void copy_bytes(void *dst, const void *src, size_t bytes);
 
+// Enqueue a copy of `bytes` on `stream` (cudaMemcpyAsync, cudaMemcpyDefault)
+// and return; it runs asynchronously when the host side is pinned memory.
+// DSM_ERR_CUDA; DSM_ERR_NOT_SUPPORTED without CUDA.
+void copy_bytes_async(void *dst, const void *src, size_t bytes, CUstream_st *stream);
+
 // An owned stream, on the device current at creation. Move-only; empty
 // (NULL) when default-constructed.
 class Stream {
@@ -152,6 +157,9 @@ public:
     CUstream_st *get() const noexcept { return stream_; }
     // cudaStreamSynchronize; DSM_ERR_CUDA.
     void synchronize() const;
+    // Whether everything enqueued so far is done (cudaStreamQuery), without
+    // waiting; DSM_ERR_CUDA for an error of the stream's work.
+    bool idle() const;
     void reset() noexcept;
 
 private:

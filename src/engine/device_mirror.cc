@@ -3,6 +3,7 @@
 
 #include "engine/device_mirror.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -30,7 +31,10 @@ MirrorMemory::Block host_block(size_t bytes) {
 // The rank's CUDA device.
 class CudaMemory final : public MirrorMemory {
 public:
-    explicit CudaMemory(int device) : device_(device) {}
+    explicit CudaMemory(int device) : device_(device) {
+        const cuda::DeviceGuard on(device_);
+        stream_ = cuda::Stream::create();
+    }
     Block alloc(size_t bytes) override {
         const cuda::DeviceGuard on(device_);
         cuda::DeviceBuffer b(bytes);
@@ -41,7 +45,11 @@ public:
         return Block(b.release(), free_pinned);
     }
     void to_device(void *dst, const void *src, size_t bytes) override { cuda::copy_bytes(dst, src, bytes); }
-    void to_host(void *dst, const void *src, size_t bytes) override { cuda::copy_bytes(dst, src, bytes); }
+    void to_host_async(void *dst, const void *src, size_t bytes) override {
+        cuda::copy_bytes_async(dst, src, bytes, stream_.get());
+    }
+    bool idle() override { return stream_.idle(); }
+    void wait() override { stream_.synchronize(); }
     void zero(void *p, size_t bytes) override {
         const cuda::DeviceGuard on(device_);
         cuda::zero_bytes(p, bytes);
@@ -50,6 +58,7 @@ public:
 
 private:
     int device_;
+    cuda::Stream stream_; // a blocking stream: ordered after the user's work on the legacy default stream
 };
 
 // Host memory standing in for a device (DSM_SIM_DEVICE_MEMORY=1): separate
@@ -60,7 +69,11 @@ public:
     Block alloc(size_t bytes) override { return host_block(bytes); }
     Block alloc_host(size_t bytes) override { return host_block(bytes); }
     void to_device(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-    void to_host(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void to_host_async(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    // Copies count as in flight until wait(), so every gradient takes the
+    // deferred path (added in by drain()), the one a busy GPU takes.
+    bool idle() override { return false; }
+    void wait() override {}
     void zero(void *p, size_t bytes) override { std::memset(p, 0, bytes); }
     std::string name() const override { return "simulated"; }
 };
@@ -142,9 +155,19 @@ void DeviceMirror::param_release(int index, bool cached) noexcept {
     s.version = 0;
 }
 
+DeviceMirror::~DeviceMirror() {
+    try {
+        memory_->wait(); // no copy may still write into memory freed below
+    } catch (...) {
+    }
+}
+
 void *DeviceMirror::grad(int index, void *host, size_t numel) {
     Slot &s = slots_[static_cast<size_t>(index)];
     const size_t bytes = numel * esize_;
+    // Acquired again before the last release was added in: finish that first
+    // (its copy reads this buffer, its add reads the staging).
+    if (std::find(pending_.begin(), pending_.end(), index) != pending_.end()) drain();
     ensure(s.grad, s.grad_bytes, bytes, false);
     memory_->zero(s.grad.get(), bytes);
     s.grad_host = host;
@@ -155,15 +178,30 @@ void *DeviceMirror::grad(int index, void *host, size_t numel) {
 void DeviceMirror::grad_release(int index) {
     Slot &s = slots_[static_cast<size_t>(index)];
     const size_t bytes = s.grad_numel * esize_;
-    ensure(staging_, staging_bytes_, bytes, true);
-    memory_->to_host(staging_.get(), s.grad.get(), bytes);
-    add_into(s.grad_host, staging_.get(), dtype_, s.grad_numel);
-    s.grad_host = nullptr;
+    ensure(s.staging, s.staging_bytes, bytes, true);
+    memory_->to_host_async(s.staging.get(), s.grad.get(), bytes);
+    pending_.push_back(index);
+    if (memory_->idle()) add_pending();
+}
+
+void DeviceMirror::drain() {
+    if (pending_.empty()) return;
+    memory_->wait();
+    add_pending();
+}
+
+void DeviceMirror::add_pending() {
+    for (int index : pending_) {
+        Slot &s = slots_[static_cast<size_t>(index)];
+        add_into(s.grad_host, s.staging.get(), dtype_, s.grad_numel);
+        s.grad_host = nullptr;
+    }
+    pending_.clear();
 }
 
 size_t DeviceMirror::device_bytes() const noexcept {
     size_t n = 0;
-    for (const Slot &s : slots_) n += s.values_bytes + s.grad_bytes;
+    for (const Slot &s : slots_) n += s.values_bytes + s.grad_bytes; // staging is host memory
     return n;
 }
 

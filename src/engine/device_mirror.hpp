@@ -11,9 +11,14 @@
 //     load: invalidate()); copies of ZeRO-3 gathered parameters live only
 //     while acquired.
 //   grad(): a zeroed device buffer for the user to add a gradient into;
-//     grad_release() adds it into the host gradient the engine gave
-//     (host += device, in the compute dtype), so accumulation over
-//     micro-steps and every ZeRO stage behave as without offload.
+//     grad_release() enqueues its copy to page-locked host memory on the
+//     mirror's stream and returns, so the copy overlaps the user's next
+//     layers; the copied gradient is added into the host gradient the engine
+//     gave (host += device, in the compute dtype) as soon as the stream is
+//     idle at a later call, and at the latest by drain(), which the engine
+//     calls before it reads its gradients (a bucket flush, the step, a
+//     checkpoint). Accumulation over micro-steps and every ZeRO stage thus
+//     behave as without offload.
 //
 // Where the copies live is a MirrorMemory: a CUDA device, or, for tests on
 // machines without one (DSM_SIM_DEVICE_MEMORY=1), separate host memory that
@@ -40,7 +45,10 @@ public:
     virtual Block alloc(size_t bytes) = 0;                           // uninitialized
     virtual Block alloc_host(size_t bytes) = 0;                      // staging (pinned for CUDA)
     virtual void to_device(void *dst, const void *src, size_t bytes) = 0;
-    virtual void to_host(void *dst, const void *src, size_t bytes) = 0;
+    // Enqueue a copy to host memory from alloc_host(); copies run in order.
+    virtual void to_host_async(void *dst, const void *src, size_t bytes) = 0;
+    virtual bool idle() = 0; // every enqueued copy is done (never waits)
+    virtual void wait() = 0; // until every enqueued copy is done
     virtual void zero(void *p, size_t bytes) = 0;
     virtual std::string name() const = 0;                            // "cuda:0", "simulated"
 };
@@ -59,6 +67,7 @@ std::string offload_unavailable();
 class DeviceMirror {
 public:
     DeviceMirror(std::unique_ptr<MirrorMemory> memory, size_t nparams, dsm_dtype_t dtype);
+    ~DeviceMirror();
     DeviceMirror(const DeviceMirror &) = delete;
     DeviceMirror &operator=(const DeviceMirror &) = delete;
 
@@ -72,9 +81,13 @@ public:
     void param_release(int index, bool cached) noexcept;
 
     // A zeroed device buffer for the gradient of `index`; its sum goes into
-    // `host` at grad_release().
+    // `host` after grad_release(), by drain() at the latest.
     void *grad(int index, void *host, size_t numel);
     void grad_release(int index);
+    // Finish every released gradient: wait for the copies, add them in.
+    void drain();
+    // Released gradients not added in yet.
+    size_t pending() const noexcept { return pending_.size(); }
 
     // The host values changed: refresh every kept copy at its next acquire.
     void invalidate() noexcept { ++version_; }
@@ -89,18 +102,20 @@ private:
         uint64_t version = 0;     // version_ when the values were copied (0: never)
         MirrorMemory::Block grad{nullptr, nullptr};
         size_t grad_bytes = 0;
-        void *grad_host = nullptr; // where grad_release() adds the gradient
+        MirrorMemory::Block staging{nullptr, nullptr}; // the gradient copied back
+        size_t staging_bytes = 0;
+        void *grad_host = nullptr; // where the gradient is added
         size_t grad_numel = 0;
     };
     void ensure(MirrorMemory::Block &b, size_t &have, size_t bytes, bool host);
+    void add_pending(); // add every pending gradient (their copies are done)
 
     std::unique_ptr<MirrorMemory> memory_;
     std::vector<Slot> slots_;
     dsm_dtype_t dtype_;
     size_t esize_;
     uint64_t version_ = 1;
-    MirrorMemory::Block staging_{nullptr, nullptr}; // the gradient copied back, before the add
-    size_t staging_bytes_ = 0;
+    std::vector<int> pending_; // released gradients being copied, in release order
 };
 
 } // namespace engine

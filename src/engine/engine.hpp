@@ -201,6 +201,7 @@ private:
     void reduce_flat_region(size_t begin, size_t end);
     void reduce_boundary();
     void flush_bucket();
+    void drain_offload(dsm_status_t &status, std::string &why);
     void gather(const std::vector<int> &list);
     std::vector<int> prefetch_list(int index);
     float *fp32_grads();

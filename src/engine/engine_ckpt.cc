@@ -121,6 +121,7 @@ void Engine::check_checkpoint_point(const char *what, const std::string &tag) {
                   " per boundary): call it after the dsm_step() that ends a window");
     }
     (void)tag;
+    drain_offload(status, why);
     sync(SyncPoint::CKPT, 0, why, status);
 }
 

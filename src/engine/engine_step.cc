@@ -73,6 +73,19 @@ void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_erro
                                               : ""));
 }
 
+// ZeRO-Offload: add in the gradients released so far before the engine
+// reads them. A failure (a CUDA error of a copy) becomes this rank's error
+// for the sync() that follows, so every rank fails together.
+void Engine::drain_offload(dsm_status_t &status, std::string &why) {
+    if (!mirror_ || status != DSM_SUCCESS) return;
+    try {
+        mirror_->drain();
+    } catch (const Error &e) {
+        status = e.status();
+        why = e.message();
+    }
+}
+
 // ---------------------------------------------------------------- stage 0/1 reductions
 
 // Reduce grad_flat_[begin, end) over the groups: sum over SP, then over DP an
@@ -133,7 +146,10 @@ void Engine::flush_bucket() {
     // The bucket's parameters, in order, must be the same on every rank.
     uint64_t h = 1469598103934665603ull;
     for (const auto &p : bucket_) h = (h ^ static_cast<uint64_t>(p.param + 1)) * 1099511628211ull;
-    sync(SyncPoint::FLUSH, static_cast<int64_t>(h >> 2));
+    std::string why;
+    dsm_status_t status = DSM_SUCCESS;
+    drain_offload(status, why);
+    sync(SyncPoint::FLUSH, static_cast<int64_t>(h >> 2), why, status);
     if (bucket_.empty()) return;
     ++flushes_;
     const double t0 = now();
@@ -348,6 +364,7 @@ void Engine::step(dsm_step_info_t *info) {
             break;
         }
     }
+    drain_offload(status, why);
     try {
         sync(SyncPoint::STEP, micro_steps_, why, status);
         if (window_start_ == 0.0) {

@@ -493,6 +493,34 @@ static void test_offload(void **state) {
                          r->extra, offload[k], i, got[i], want[i]);
     }
 
+    /* A gradient acquired twice in a micro-step (the first copy still pending): both sums count. */
+    for (int stage = 0; stage <= 3; ++stage) {
+        float got[TOTAL], want[TOTAL];
+        for (int off = 0; off <= 1; ++off) {
+            run_t r = {stage, 1, 1, 1, ADAMW, "", 1};
+            char cfg[2048];
+            zero_extra = off ? opt : "";
+            make_config(cfg, sizeof cfg, &r, 1);
+            zero_extra = "";
+            dsm_param_desc_t d[NPARAMS];
+            describe_params(d, NULL);
+            dsm_engine_t e;
+            if (off) setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+            ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+            unsetenv("DSM_SIM_DEVICE_MEMORY");
+            for (int k = 0; k < 2; ++k) {
+                void *g;
+                ASSERT_OK(dsm_engine_grad_acquire(e, B1, &g));
+                for (int i = 0; i < NH; ++i) ((float *)g)[i] += (float)(k + 1) * hashf(5u, (unsigned)(i + test_rank));
+                ASSERT_OK(dsm_engine_grad_release(e, B1));
+            }
+            ASSERT_OK(dsm_step(e, NULL));
+            read_all(e, off ? got : want);
+            ASSERT_OK(dsm_engine_free(&e));
+        }
+        if (memcmp(got, want, sizeof got) != 0) fail_msg("stage %d: a gradient acquired twice differs with offload", stage);
+    }
+
     /* The description says where the copies are; the values are copies, not the engine's buffers. */
     setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
     run_t r = {2, 1, 1, 1, ADAMW, "", 1};
