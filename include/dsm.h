@@ -796,8 +796,11 @@ DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, voi
  * (a reduce-scatter to its owners over the data-parallel group) when it holds
  * reduce_bucket_size elements: the call is then collective, and every rank
  * releases the same gradients in the same order. Otherwise it is local.
- * With ZeRO-Offload the device buffer is first copied back and added into
- * the engine's host gradient.
+ * With ZeRO-Offload the call enqueues the device buffer's copy to host
+ * memory and returns; the engine adds it into its host gradient later (by
+ * the next bucket flush or dsm_step() at the latest). The writes into the
+ * buffer must be complete: work on the legacy default stream is ordered
+ * before the copy; synchronize other streams first.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
  * DSM_ERR_STATE when not acquired; DSM_ERR_MISMATCH; DSM_ERR_MPI;
  * DSM_ERR_CUDA (ZeRO-Offload).
