@@ -10,7 +10,7 @@
 ! The functions that return a string in C (dsm_status_string,
 ! dsm_get_last_error, dsm_dtype_name) are functions returning
 ! character(len=:), allocatable here; dsm_free, void in C, is a subroutine
-! without ierr.
+! whose optional ierr is always DSM_SUCCESS (every subroutine takes one).
 !
 ! Conventions:
 !   - Integers (shapes, ranks, sizes, MPI handles) are default INTEGER,
@@ -1969,10 +1969,12 @@ contains
   !> the type(c_ptr) form of dsm_engine_load_checkpoint). A null pointer is
   !> allowed and does nothing. Not collective. The pointer is not changed:
   !> do not use it afterwards.
-  subroutine dsm_free(ptr)
+  subroutine dsm_free(ptr, ierr)
     type(c_ptr), intent(in) :: ptr
+    integer, intent(out), optional :: ierr
 
     call c_dsm_free(ptr)
+    if (present(ierr)) ierr = DSM_SUCCESS
   end subroutine dsm_free
 
   subroutine convert_ptr(src, src_dtype, dst, dst_dtype, n, ierr)

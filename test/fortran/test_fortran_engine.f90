@@ -327,7 +327,9 @@ contains
     call dsm_convert(c_loc(dbl), DSM_FLOAT64, c_loc(flat), DSM_FLOAT32, -1_c_int64_t, st)
     call check(st == DSM_ERR_INVALID_ARGUMENT, 'dsm_convert of -1 elements gives DSM_ERR_INVALID_ARGUMENT')
     call dsm_free(c_null_ptr)
-    call check(.true., 'dsm_free of a null pointer does nothing')
+    st = -1
+    call dsm_free(c_null_ptr, st)
+    call check(st == DSM_SUCCESS, 'dsm_free of a null pointer does nothing and sets ierr to DSM_SUCCESS')
   end subroutine test_convert
 
   ! ---------------------------------------------------------- gradient accumulation
