@@ -135,20 +135,21 @@ void DeviceMirror::ensure(MirrorMemory::Block &b, size_t &have, size_t bytes, bo
     have = bytes;
 }
 
-const void *DeviceMirror::param(int index, const void *host, size_t numel, bool cached) {
+const void *DeviceMirror::param(int index, const void *host, size_t numel, Keep keep) {
     Slot &s = slots_[static_cast<size_t>(index)];
     const size_t bytes = numel * esize_;
-    if (!cached || s.version != version_ || !s.values) {
+    const uint64_t current = keep == Keep::LOAD ? frozen_version_ : version_;
+    if (keep == Keep::NONE || s.version != current || !s.values) {
         ensure(s.values, s.values_bytes, bytes, false);
         s.version = 0; // not valid until the copy succeeded
         memory_->to_device(s.values.get(), host, bytes);
-        s.version = version_;
+        s.version = current;
     }
     return s.values.get();
 }
 
-void DeviceMirror::param_release(int index, bool cached) noexcept {
-    if (cached) return;
+void DeviceMirror::param_release(int index, Keep keep) noexcept {
+    if (keep != Keep::NONE) return;
     Slot &s = slots_[static_cast<size_t>(index)];
     s.values.reset();
     s.values_bytes = 0;

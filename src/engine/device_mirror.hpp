@@ -7,9 +7,10 @@
 //
 // The mirror is the device side of that arrangement, one slot per parameter:
 //   param(): the device copy of a parameter's values, copied from the host
-//     when the host values changed since the last copy (a step, a checkpoint
-//     load: invalidate()); copies of ZeRO-3 gathered parameters live only
-//     while acquired.
+//     when the host values changed since the last copy: a trainable
+//     parameter's at each step, a frozen one's at a checkpoint load
+//     (invalidate()); copies of ZeRO-3 gathered parameters live only while
+//     acquired.
 //   grad(): a zeroed device buffer for the user to add a gradient into;
 //     grad_release() enqueues its copy to page-locked host memory on the
 //     mirror's stream and returns, so the copy overlaps the user's next
@@ -73,12 +74,15 @@ public:
 
     const MirrorMemory &memory() const noexcept { return *memory_; }
 
+    // How long a device copy of a parameter stays valid.
+    enum class Keep {
+        NONE,  // a ZeRO-3 gather: copied at each acquire, freed at release
+        STEP,  // a kept trainable parameter: until invalidate()
+        LOAD,  // a frozen parameter: until invalidate(true)
+    };
     // The device copy of parameter `index` (`numel` elements at `host`).
-    // `cached`: the host values stay where they are between steps (kept
-    // parameters), so the copy is kept and refreshed only after invalidate();
-    // otherwise (a ZeRO-3 gather) it is copied now and freed at release.
-    const void *param(int index, const void *host, size_t numel, bool cached);
-    void param_release(int index, bool cached) noexcept;
+    const void *param(int index, const void *host, size_t numel, Keep keep);
+    void param_release(int index, Keep keep) noexcept;
 
     // A zeroed device buffer for the gradient of `index`; its sum goes into
     // `host` after grad_release(), by drain() at the latest.
@@ -89,8 +93,13 @@ public:
     // Released gradients not added in yet.
     size_t pending() const noexcept { return pending_.size(); }
 
-    // The host values changed: refresh every kept copy at its next acquire.
-    void invalidate() noexcept { ++version_; }
+    // The trainable parameters' host values changed (a step), and with
+    // `frozen` the frozen ones' too (a checkpoint load): refresh those copies
+    // at their next acquire.
+    void invalidate(bool frozen = false) noexcept {
+        ++version_;
+        if (frozen) ++frozen_version_;
+    }
 
     // Bytes of device memory held now.
     size_t device_bytes() const noexcept;
@@ -99,7 +108,7 @@ private:
     struct Slot {
         MirrorMemory::Block values{nullptr, nullptr};
         size_t values_bytes = 0;
-        uint64_t version = 0;     // version_ when the values were copied (0: never)
+        uint64_t version = 0;     // version_ (frozen_version_) when the values were copied (0: never)
         MirrorMemory::Block grad{nullptr, nullptr};
         size_t grad_bytes = 0;
         MirrorMemory::Block staging{nullptr, nullptr}; // the gradient copied back
@@ -114,7 +123,7 @@ private:
     std::vector<Slot> slots_;
     dsm_dtype_t dtype_;
     size_t esize_;
-    uint64_t version_ = 1;
+    uint64_t version_ = 1, frozen_version_ = 1;
     std::vector<int> pending_; // released gradients being copied, in release order
 };
 

@@ -486,6 +486,14 @@ size_t Engine::numel(int index) const {
     return params_[static_cast<size_t>(index)].numel;
 }
 
+// How long the offload's device copy of a parameter stays valid: a frozen
+// parameter changes only at a checkpoint load, a kept trainable one at each
+// step; a ZeRO-3 gather is copied at each acquire.
+DeviceMirror::Keep Engine::mirror_keep(const Param &p) {
+    if (!p.trainable) return DeviceMirror::Keep::LOAD;
+    return p.persistent ? DeviceMirror::Keep::STEP : DeviceMirror::Keep::NONE;
+}
+
 const void *Engine::param_acquire(int index) {
     Param &p = param(index, "param_acquire");
     DSM_REQUIRE(!p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is already acquired");
@@ -506,7 +514,7 @@ const void *Engine::param_acquire(int index) {
         trace_.push_back(index);
         values = p.gathered.data();
     }
-    if (mirror_) values = mirror_->param(index, values, p.numel, p.persistent || !p.trainable);
+    if (mirror_) values = mirror_->param(index, values, p.numel, mirror_keep(p));
     p.param_acquired = true;
     return values;
 }
@@ -515,7 +523,7 @@ void Engine::param_release(int index) {
     Param &p = param(index, "param_release");
     DSM_REQUIRE(p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is not acquired");
     p.param_acquired = false;
-    if (mirror_) mirror_->param_release(index, p.persistent || !p.trainable);
+    if (mirror_) mirror_->param_release(index, mirror_keep(p));
     if (!p.persistent) pool_.give(std::move(p.gathered));
 }
 

@@ -192,6 +192,7 @@ private:
     double current_lr() const;
     Param &param(int index, const char *what);
     void check_usable() const;
+    static DeviceMirror::Keep mirror_keep(const Param &p);
 
     // Reductions (engine_step.cc).
     enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, CKPT };

@@ -288,6 +288,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     trace_pos_ = 0;
     for (Param &p : params_)
         if (!p.persistent && p.trainable) pool_.give(std::move(p.gathered));
+    if (mirror_) mirror_->invalidate(true); // the frozen parameters were loaded too
     publish();
     if (client) *client = std::move(blob);
     DSM_INFO(ENGINE, "loaded checkpoint %s/%s.h5", dir.c_str(), tag.c_str());

@@ -212,6 +212,19 @@ static void test_offload(void **state) {
         snapshot(b, got);
         assert_memory_equal(got, saved, sizeof got);
         ASSERT_OK(dsm_engine_free(&b));
+        /* Other initial values, the frozen parameter's too, read (so copied to the device) before the load. */
+        bias = 0.5f;
+        params(d, &bias);
+        setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+        ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NP, &b));
+        unsetenv("DSM_SIM_DEVICE_MEMORY");
+        snapshot(b, got);
+        assert_true(memcmp(got, saved, sizeof got) != 0);
+        ASSERT_OK(dsm_engine_load_checkpoint(b, dir, tag, 0, NULL, NULL));
+        snapshot(b, got);
+        if (memcmp(got, saved, sizeof got) != 0)
+            fail_msg("stage %d: after a load into a fresh offloading engine the values are not the saved ones", stage);
+        ASSERT_OK(dsm_engine_free(&b));
     }
 }
 
