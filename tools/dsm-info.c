@@ -107,7 +107,7 @@ static int mesh_main(int argc, char **argv, int json) {
         }
         shape[d] = (int)v;
     }
-    char default_names[MAX_LIST][8];
+    char default_names[MAX_LIST][12];
     const char *names[MAX_LIST];
     if (names_arg != NULL) {
         char *n[MAX_LIST];
