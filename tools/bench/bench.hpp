@@ -3,9 +3,11 @@
 // JSON (--json). MPI is initialized by main() for every subcommand.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace dsm {
 namespace bench {
@@ -24,6 +26,14 @@ int run_alltoall(int argc, char **argv);    // dsm-bench alltoall
 inline std::string python_command() {
     const char *p = std::getenv("DSM_BENCH_PYTHON");
     return p != nullptr && *p != '\0' ? std::string(p) : std::string("python3");
+}
+
+// The median of `v` (the mean of the two middle values for an even count);
+// 0 for none.
+inline double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t k = v.size();
+    return k == 0 ? 0.0 : 0.5 * (v[(k - 1) / 2] + v[k / 2]);
 }
 
 inline double now_seconds() {

@@ -147,11 +147,6 @@ const char *dtype_name(dsm_dtype_t t) {
 
 size_t dtype_bytes(dsm_dtype_t t) { return t == DSM_FLOAT32 ? 4 : 2; }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t m = v.size() / 2;
-    return v.empty() ? 0.0 : v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 
 // The bits of element (b, s, h, d) of tensor `k` of the global tensor: a
 // hash of its position, so that every rank knows every expected value.

@@ -207,10 +207,6 @@ std::string json_string(const std::string &s) {
     return out + "\"";
 }
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-}
 
 struct Result {
     uint64_t bytes = 0;

@@ -345,11 +345,6 @@ int cuda_skipped(const Options &o, const std::string &why) {
 
 #if DSM_BENCH_CUDA
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t k = v.size();
-    return k == 0 ? 0.0 : 0.5 * (v[(k - 1) / 2] + v[k / 2]);
-}
 
 void cuda_check(cudaError_t e, const char *what) {
     if (e != cudaSuccess) DSM_FAIL(DSM_ERR_CUDA, what, ": ", cudaGetErrorString(e));
