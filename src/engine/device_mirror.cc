@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "amp/convert.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
-#include "core/half.hpp"
 #include "core/log.hpp"
 #include "core/param.hpp"
 
@@ -81,32 +81,6 @@ public:
 bool simulated() {
     const std::string v = param_choice("DSM_SIM_DEVICE_MEMORY", {"0", "1"});
     return v == "1";
-}
-
-// dst[i] += src[i] in `dtype`, each sum rounded once.
-void add_into(void *dst, const void *src, dsm_dtype_t dtype, size_t n) {
-    switch (dtype) {
-    case DSM_FLOAT32: {
-        float *d = static_cast<float *>(dst);
-        const float *s = static_cast<const float *>(src);
-        for (size_t i = 0; i < n; ++i) d[i] += s[i];
-        break;
-    }
-    case DSM_FLOAT16: {
-        uint16_t *d = static_cast<uint16_t *>(dst);
-        const uint16_t *s = static_cast<const uint16_t *>(src);
-        for (size_t i = 0; i < n; ++i) d[i] = fp32_to_fp16(fp16_to_fp32(d[i]) + fp16_to_fp32(s[i]));
-        break;
-    }
-    case DSM_BFLOAT16: {
-        uint16_t *d = static_cast<uint16_t *>(dst);
-        const uint16_t *s = static_cast<const uint16_t *>(src);
-        for (size_t i = 0; i < n; ++i) d[i] = fp32_to_bf16(bf16_to_fp32(d[i]) + bf16_to_fp32(s[i]));
-        break;
-    }
-    default:
-        DSM_FAIL(DSM_ERR_INTERNAL, "offload: gradients of dtype ", static_cast<int>(dtype));
-    }
 }
 
 } // namespace
@@ -191,10 +165,19 @@ void DeviceMirror::drain() {
     add_pending();
 }
 
+// host += copied gradient in the compute dtype, each sum rounded once: in
+// fp32 directly, 16-bit through fp32 scratch (as the engine's buckets add).
 void DeviceMirror::add_pending() {
     for (int index : pending_) {
         Slot &s = slots_[static_cast<size_t>(index)];
-        add_into(s.grad_host, s.staging.get(), dtype_, s.grad_numel);
+        if (dtype_ == DSM_FLOAT32) {
+            amp::accumulate(s.staging.get(), dtype_, static_cast<float *>(s.grad_host), s.grad_numel, 1.0f);
+        } else {
+            scratch_.resize(s.grad_numel);
+            amp::convert(s.grad_host, dtype_, scratch_.data(), DSM_FLOAT32, s.grad_numel);
+            amp::accumulate(s.staging.get(), dtype_, scratch_.data(), s.grad_numel, 1.0f);
+            amp::convert(scratch_.data(), DSM_FLOAT32, s.grad_host, dtype_, s.grad_numel);
+        }
         s.grad_host = nullptr;
     }
     pending_.clear();

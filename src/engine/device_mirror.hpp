@@ -125,6 +125,7 @@ private:
     size_t esize_;
     uint64_t version_ = 1, frozen_version_ = 1;
     std::vector<int> pending_; // released gradients being copied, in release order
+    std::vector<float> scratch_; // 16-bit adds in fp32
 };
 
 } // namespace engine

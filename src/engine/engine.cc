@@ -118,6 +118,12 @@ dsm_dtype_t to_dtype(config::Dtype d, dsm_dtype_t fallback) {
     return fallback;
 }
 
+// ZeRO-Offload: an offload_optimizer or offload_param device "cpu".
+bool offloads(const config::Config &c) {
+    return c.zero.offload_optimizer.device == config::OffloadDevice::CPU ||
+           c.zero.offload_param.device == config::OffloadDevice::CPU;
+}
+
 bool init_dtype_ok(dsm_dtype_t t) {
     return t == DSM_FLOAT32 || t == DSM_FLOAT64 || t == DSM_FLOAT16 ||
            t == DSM_BFLOAT16;
@@ -218,7 +224,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         DSM_REQUIRE(!off_param || c.zero.stage == 3, DSM_ERR_CONFIG,
                     "zero_optimization.offload_param.device \"cpu\": offloading parameters needs ZeRO stage 3, "
                     "stage is ", c.zero.stage);
-        if (off_opt || off_param) {
+        if (offloads(c)) {
             const std::string why = offload_unavailable();
             DSM_REQUIRE(why.empty(), DSM_ERR_NOT_SUPPORTED, "zero_optimization.",
                         off_opt ? "offload_optimizer" : "offload_param",
@@ -254,8 +260,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     dp_ = comm::create_backend(dp_comm_.get(), kind, node);
     if (sp_size_ > 1) sp_ = comm::create_backend(sp_comm_.get(), kind, node);
     allocate();
-    if (cfg_.zero.offload_optimizer.device == config::OffloadDevice::CPU ||
-        cfg_.zero.offload_param.device == config::OffloadDevice::CPU) {
+    if (offloads(cfg_)) {
         // Every rank checked for a device while loading the configuration;
         // a failure here (a device that cannot be set) is agreed below.
         std::string err;
