@@ -296,6 +296,91 @@ void Stream::reset() noexcept {
     stream_ = nullptr;
 }
 
+Event Event::create() {
+#if DSM_HAVE_CUDA
+    Event e;
+    DSM_CHECK_CUDA(cudaEventCreateWithFlags(&e.event_, cudaEventDisableTiming));
+    return e;
+#else
+    no_cuda("cudaEventCreateWithFlags");
+#endif
+}
+
+Event::Event(Event &&o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+
+Event &Event::operator=(Event &&o) noexcept {
+    if (this != &o) {
+        reset();
+        event_ = std::exchange(o.event_, nullptr);
+    }
+    return *this;
+}
+
+void Event::record(CUstream_st *stream) {
+#if DSM_HAVE_CUDA
+    DSM_CHECK_CUDA(cudaEventRecord(event_, stream));
+#else
+    (void)stream;
+    no_cuda("cudaEventRecord");
+#endif
+}
+
+void Event::synchronize() const {
+#if DSM_HAVE_CUDA
+    if (event_ != nullptr) DSM_CHECK_CUDA(cudaEventSynchronize(event_));
+#endif
+}
+
+void Event::reset() noexcept {
+#if DSM_HAVE_CUDA
+    if (event_ != nullptr) (void)cudaEventDestroy(event_);
+#endif
+    event_ = nullptr;
+}
+
+HostRegistration::HostRegistration(void *p, size_t bytes) noexcept {
+    if (p == nullptr || bytes == 0) return;
+#if DSM_HAVE_CUDA
+    const cudaError_t rc = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+    if (rc != cudaSuccess) {
+        (void)cudaGetLastError(); // not sticky: the memory stays usable
+        try {
+            reason_ = cat("cudaHostRegister of ", bytes, " bytes failed: ", cudaGetErrorString(rc));
+        } catch (...) {
+        }
+        return;
+    }
+    ptr_ = p;
+    bytes_ = bytes;
+#else
+    try {
+        reason_ = "libdsm was built without CUDA";
+    } catch (...) {
+    }
+#endif
+}
+
+HostRegistration::HostRegistration(HostRegistration &&o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)), reason_(std::move(o.reason_)) {}
+
+HostRegistration &HostRegistration::operator=(HostRegistration &&o) noexcept {
+    if (this != &o) {
+        reset();
+        ptr_ = std::exchange(o.ptr_, nullptr);
+        bytes_ = std::exchange(o.bytes_, 0);
+        reason_ = std::move(o.reason_);
+    }
+    return *this;
+}
+
+void HostRegistration::reset() noexcept {
+#if DSM_HAVE_CUDA
+    if (ptr_ != nullptr) (void)cudaHostUnregister(ptr_);
+#endif
+    ptr_ = nullptr;
+    bytes_ = 0;
+}
+
 DeviceBuffer::DeviceBuffer(size_t bytes, bool zero) {
 #if DSM_HAVE_CUDA
     void *p = nullptr;

@@ -18,6 +18,7 @@
 #include <vector>
 
 struct CUstream_st; // cudaStream_t is CUstream_st *
+struct CUevent_st;  // cudaEvent_t is CUevent_st *
 
 namespace dsm {
 struct MeshState;
@@ -165,6 +166,58 @@ public:
 private:
     explicit Stream(CUstream_st *s) noexcept : stream_(s) {}
     CUstream_st *stream_ = nullptr;
+};
+
+// An owned event marking a point of a stream (cudaEventCreateWithFlags with
+// timing disabled, on the device current at creation). Move-only; empty
+// (NULL) when default-constructed.
+class Event {
+public:
+    Event() = default;
+    // DSM_ERR_CUDA.
+    static Event create();
+    ~Event() { reset(); }
+    Event(Event &&o) noexcept;
+    Event &operator=(Event &&o) noexcept;
+    Event(const Event &) = delete;
+    Event &operator=(const Event &) = delete;
+
+    // Mark the work enqueued on `stream` so far (cudaEventRecord); DSM_ERR_CUDA.
+    void record(CUstream_st *stream);
+    // Wait until the marked work is done (cudaEventSynchronize); DSM_ERR_CUDA
+    // for an error of that work.
+    void synchronize() const;
+    void reset() noexcept;
+
+private:
+    CUevent_st *event_ = nullptr;
+};
+
+// Page-lock existing host memory for the object's lifetime
+// (cudaHostRegister / cudaHostUnregister), so that asynchronous copies from
+// and to it need no staging. Registration may fail (memory the driver cannot
+// lock, a limit on locked memory): registered() is then false and the memory
+// stays usable as ordinary pageable memory; nothing throws. Move-only.
+class HostRegistration {
+public:
+    HostRegistration() = default;
+    HostRegistration(void *p, size_t bytes) noexcept;
+    ~HostRegistration() { reset(); }
+    HostRegistration(HostRegistration &&o) noexcept;
+    HostRegistration &operator=(HostRegistration &&o) noexcept;
+    HostRegistration(const HostRegistration &) = delete;
+    HostRegistration &operator=(const HostRegistration &) = delete;
+
+    bool registered() const noexcept { return ptr_ != nullptr; }
+    size_t bytes() const noexcept { return bytes_; }
+    // Why registration failed ("" when it did not).
+    const std::string &reason() const noexcept { return reason_; }
+    void reset() noexcept;
+
+private:
+    void *ptr_ = nullptr;
+    size_t bytes_ = 0;
+    std::string reason_;
 };
 
 // Device memory (cudaMalloc on the current device), at least 256-byte

@@ -48,6 +48,30 @@ public:
     void to_host_async(void *dst, const void *src, size_t bytes) override {
         cuda::copy_bytes_async(dst, src, bytes, stream_.get());
     }
+    void to_device_async(void *dst, const void *src, size_t bytes) override {
+        const cuda::DeviceGuard on(device_);
+        cuda::copy_bytes_async(dst, src, bytes, stream_.get());
+    }
+    struct EventMark final : Mark {
+        cuda::Event event;
+    };
+    std::unique_ptr<Mark> mark() override {
+        const cuda::DeviceGuard on(device_);
+        auto m = std::make_unique<EventMark>();
+        m->event = cuda::Event::create();
+        return m;
+    }
+    void record(Mark &m) override { static_cast<EventMark &>(m).event.record(stream_.get()); }
+    void wait_mark(Mark &m) override { static_cast<EventMark &>(m).event.synchronize(); }
+    bool pin(void *host, size_t bytes, std::string &why) override {
+        cuda::HostRegistration r(host, bytes);
+        if (!r.registered()) {
+            why = r.reason();
+            return false;
+        }
+        pinned_.push_back(std::move(r));
+        return true;
+    }
     bool idle() override { return stream_.idle(); }
     void wait() override { stream_.synchronize(); }
     void zero(void *p, size_t bytes) override {
@@ -59,23 +83,62 @@ public:
 private:
     int device_;
     cuda::Stream stream_; // a blocking stream: ordered after the user's work on the legacy default stream
+    std::vector<cuda::HostRegistration> pinned_; // unregistered before the stream goes
 };
 
 // Host memory standing in for a device (DSM_SIM_DEVICE_MEMORY=1): separate
 // buffers and real copies, so the engine's offload path runs as it does on a
-// GPU.
+// GPU. Copies to the device are queued and made only when waited for (a mark
+// or the whole stream): a caller that read a device copy without waiting for
+// it would read stale values, as on a busy GPU.
 class SimulatedMemory final : public MirrorMemory {
 public:
     Block alloc(size_t bytes) override { return host_block(bytes); }
     Block alloc_host(size_t bytes) override { return host_block(bytes); }
-    void to_device(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
-    void to_host_async(void *dst, const void *src, size_t bytes) override { std::memcpy(dst, src, bytes); }
+    void to_device(void *dst, const void *src, size_t bytes) override {
+        run(queue_.size()); // stream order: the queued copies come first
+        std::memcpy(dst, src, bytes);
+    }
+    void to_host_async(void *dst, const void *src, size_t bytes) override {
+        run(queue_.size());
+        std::memcpy(dst, src, bytes);
+    }
+    void to_device_async(void *dst, const void *src, size_t bytes) override {
+        queue_.push_back(Copy{dst, src, bytes});
+    }
+    struct Position final : Mark {
+        size_t upto = 0; // copies enqueued in all when recorded
+    };
+    std::unique_ptr<Mark> mark() override { return std::make_unique<Position>(); }
+    void record(Mark &m) override { static_cast<Position &>(m).upto = done_ + queue_.size(); }
+    void wait_mark(Mark &m) override {
+        const size_t upto = static_cast<Position &>(m).upto;
+        if (upto > done_) run(upto - done_);
+    }
+    bool pin(void *, size_t, std::string &) override { return true; }
     // Copies count as in flight until wait(), so every gradient takes the
     // deferred path (added in by drain()), the one a busy GPU takes.
     bool idle() override { return false; }
-    void wait() override {}
-    void zero(void *p, size_t bytes) override { std::memset(p, 0, bytes); }
+    void wait() override { run(queue_.size()); }
+    void zero(void *p, size_t bytes) override {
+        run(queue_.size());
+        std::memset(p, 0, bytes);
+    }
     std::string name() const override { return "simulated"; }
+
+private:
+    struct Copy {
+        void *dst;
+        const void *src;
+        size_t bytes;
+    };
+    void run(size_t n) { // the first n queued copies, in order
+        for (size_t i = 0; i < n; ++i) std::memcpy(queue_[i].dst, queue_[i].src, queue_[i].bytes);
+        queue_.erase(queue_.begin(), queue_.begin() + static_cast<std::ptrdiff_t>(n));
+        done_ += n;
+    }
+    std::vector<Copy> queue_;
+    size_t done_ = 0; // copies made so far
 };
 
 bool simulated() {
@@ -113,13 +176,68 @@ const void *DeviceMirror::param(int index, const void *host, size_t numel, Keep 
     Slot &s = slots_[static_cast<size_t>(index)];
     const size_t bytes = numel * esize_;
     const uint64_t current = keep == Keep::LOAD ? frozen_version_ : version_;
+    if (s.uploading) { // refresh() enqueued this copy: wait for it alone
+        s.uploading = false;
+        try {
+            memory_->wait_mark(*s.upload);
+        } catch (...) {
+            s.version = 0;
+            throw;
+        }
+    }
     if (keep == Keep::NONE || s.version != current || !s.values) {
         ensure(s.values, s.values_bytes, bytes, false);
         s.version = 0; // not valid until the copy succeeded
         memory_->to_device(s.values.get(), host, bytes);
         s.version = current;
+        ++copies_at_acquire_;
     }
+    if (keep == Keep::STEP) s.values_host = host;
     return s.values.get();
+}
+
+void DeviceMirror::settle() noexcept {
+    bool any = false;
+    for (const Slot &s : slots_) any = any || s.uploading;
+    if (!any) return;
+    try {
+        memory_->wait();
+    } catch (...) {
+        // A failed copy: every refreshed copy is stale, made again at its
+        // next acquire (where a broken device reports the error).
+        for (Slot &s : slots_)
+            if (s.uploading) s.version = 0;
+    }
+    for (Slot &s : slots_) s.uploading = false;
+}
+
+void DeviceMirror::invalidate(bool frozen) noexcept {
+    settle(); // the copies read the host values about to change
+    ++version_;
+    if (frozen) ++frozen_version_;
+}
+
+void DeviceMirror::refresh() noexcept {
+    for (Slot &s : slots_) {
+        if (s.values_host == nullptr || !s.values || s.version == version_) continue;
+        try {
+            if (!s.upload) s.upload = memory_->mark();
+            memory_->to_device_async(s.values.get(), s.values_host, s.values_bytes);
+            s.version = version_;
+            s.uploading = true;
+            memory_->record(*s.upload);
+            ++copies_refreshed_;
+        } catch (...) {
+            s.version = 0; // copied at the next acquire, which reports the error
+            s.uploading = false;
+        }
+    }
+}
+
+bool DeviceMirror::pin(void *host, size_t bytes, std::string &why) {
+    if (!memory_->pin(host, bytes, why)) return false;
+    pinned_bytes_ += bytes;
+    return true;
 }
 
 void DeviceMirror::param_release(int index, Keep keep) noexcept {
@@ -160,6 +278,7 @@ void DeviceMirror::grad_release(int index) {
 }
 
 void DeviceMirror::drain() {
+    settle(); // the refresh() copies too: the engine may write the host values next
     if (pending_.empty()) return;
     memory_->wait();
     add_pending();

@@ -6,11 +6,15 @@
 // exactly as without offload.
 //
 // The mirror is the device side of that arrangement, one slot per parameter:
-//   param(): the device copy of a parameter's values, copied from the host
-//     when the host values changed since the last copy: a trainable
-//     parameter's at each step, a frozen one's at a checkpoint load
-//     (invalidate()); copies of ZeRO-3 gathered parameters live only while
-//     acquired.
+//   param(): the device copy of a parameter's values. A kept trainable
+//     parameter's copy, once made, is refreshed by refresh(), which the
+//     engine calls when a step has written the new values: it enqueues the
+//     copies from the host on the mirror's stream and returns, so they run
+//     while the user goes on (its next batch, the forward pass up to the
+//     parameter); param() waits for that parameter's copy alone. A frozen
+//     parameter's copy is made again at its first acquire after a checkpoint
+//     load (invalidate(true)); copies of ZeRO-3 gathered parameters live only
+//     while acquired.
 //   grad(): a zeroed device buffer for the user to add a gradient into;
 //     grad_release() enqueues its copy to page-locked host memory on the
 //     mirror's stream and returns, so the copy overlaps the user's next
@@ -20,10 +24,13 @@
 //     calls before it reads its gradients (a bucket flush, the step, a
 //     checkpoint). Accumulation over micro-steps and every ZeRO stage thus
 //     behave as without offload.
+//   pin(): page-lock the engine's parameter buffer (offload pin_memory), so
+//     that refresh()'s copies run by DMA without the driver staging them.
 //
 // Where the copies live is a MirrorMemory: a CUDA device, or, for tests on
 // machines without one (DSM_SIM_DEVICE_MEMORY=1), separate host memory that
-// stands in for it. Nothing here is collective; errors throw dsm::Error
+// stands in for it, with copies to the device deferred until waited for as a
+// device runs them later. Nothing here is collective; errors throw dsm::Error
 // (DSM_ERR_CUDA, DSM_ERR_OUT_OF_MEMORY).
 #pragma once
 
@@ -46,11 +53,25 @@ public:
     virtual Block alloc(size_t bytes) = 0;                           // uninitialized
     virtual Block alloc_host(size_t bytes) = 0;                      // staging (pinned for CUDA)
     virtual void to_device(void *dst, const void *src, size_t bytes) = 0;
-    // Enqueue a copy to host memory from alloc_host(); copies run in order.
+    // Enqueue copies on the memory's stream; they run in order. The host
+    // side of to_host_async is from alloc_host(); that of to_device_async
+    // may be any host memory (copied without staging where pin()ned).
     virtual void to_host_async(void *dst, const void *src, size_t bytes) = 0;
+    virtual void to_device_async(void *dst, const void *src, size_t bytes) = 0;
+    // A mark in the stream: record() marks the copies enqueued so far,
+    // wait_mark() waits until they are done.
+    struct Mark {
+        virtual ~Mark() = default;
+    };
+    virtual std::unique_ptr<Mark> mark() = 0;
+    virtual void record(Mark &m) = 0;
+    virtual void wait_mark(Mark &m) = 0;
     virtual bool idle() = 0; // every enqueued copy is done (never waits)
     virtual void wait() = 0; // until every enqueued copy is done
     virtual void zero(void *p, size_t bytes) = 0;
+    // Page-lock host memory for the memory's lifetime; false (with the
+    // reason in `why`) where that failed, the memory then staying pageable.
+    virtual bool pin(void *host, size_t bytes, std::string &why) = 0;
     virtual std::string name() const = 0;                            // "cuda:0", "simulated"
 };
 
@@ -80,7 +101,8 @@ public:
         STEP,  // a kept trainable parameter: until invalidate()
         LOAD,  // a frozen parameter: until invalidate(true)
     };
-    // The device copy of parameter `index` (`numel` elements at `host`).
+    // The device copy of parameter `index` (`numel` elements at `host`),
+    // waiting for its refresh() copy when that is still running.
     const void *param(int index, const void *host, size_t numel, Keep keep);
     void param_release(int index, Keep keep) noexcept;
 
@@ -88,18 +110,31 @@ public:
     // `host` after grad_release(), by drain() at the latest.
     void *grad(int index, void *host, size_t numel);
     void grad_release(int index);
-    // Finish every released gradient: wait for the copies, add them in.
+    // Finish every released gradient: wait for the copies, add them in;
+    // wait for the refresh() copies too.
     void drain();
     // Released gradients not added in yet.
     size_t pending() const noexcept { return pending_.size(); }
 
-    // The trainable parameters' host values changed (a step), and with
-    // `frozen` the frozen ones' too (a checkpoint load): refresh those copies
-    // at their next acquire.
-    void invalidate(bool frozen = false) noexcept {
-        ++version_;
-        if (frozen) ++frozen_version_;
-    }
+    // The host values of the trainable parameters are about to change (a
+    // step), and with `frozen` the frozen ones' too (a checkpoint load):
+    // waits for the refresh() copies still reading the host values, and
+    // makes every copy stale. Never throws: a failed copy is made again,
+    // synchronously, at the parameter's next acquire.
+    void invalidate(bool frozen = false) noexcept;
+    // The new host values are in place: enqueue the copies of the kept
+    // trainable parameters that have a device copy. Never throws (as above).
+    void refresh() noexcept;
+    // Page-lock `bytes` of the engine's host parameters at `host`; false with
+    // the reason where that failed (copies then go through the driver's
+    // staging).
+    bool pin(void *host, size_t bytes, std::string &why);
+    // Host bytes page-locked by pin().
+    size_t pinned_bytes() const noexcept { return pinned_bytes_; }
+    // Parameter copies to the device so far: made by param() while the
+    // caller waited, and enqueued by refresh().
+    uint64_t copies_at_acquire() const noexcept { return copies_at_acquire_; }
+    uint64_t copies_refreshed() const noexcept { return copies_refreshed_; }
 
     // Bytes of device memory held now.
     size_t device_bytes() const noexcept;
@@ -109,6 +144,9 @@ private:
         MirrorMemory::Block values{nullptr, nullptr};
         size_t values_bytes = 0;
         uint64_t version = 0;     // version_ (frozen_version_) when the values were copied (0: never)
+        const void *values_host = nullptr; // Keep::STEP: the host values refresh() copies
+        std::unique_ptr<MirrorMemory::Mark> upload; // marks the refresh() copy
+        bool uploading = false;   // that copy may still be running
         MirrorMemory::Block grad{nullptr, nullptr};
         size_t grad_bytes = 0;
         MirrorMemory::Block staging{nullptr, nullptr}; // the gradient copied back
@@ -118,12 +156,15 @@ private:
     };
     void ensure(MirrorMemory::Block &b, size_t &have, size_t bytes, bool host);
     void add_pending(); // add every pending gradient (their copies are done)
+    void settle() noexcept; // wait for the refresh() copies; a failed one is stale
 
     std::unique_ptr<MirrorMemory> memory_;
     std::vector<Slot> slots_;
     dsm_dtype_t dtype_;
     size_t esize_;
     uint64_t version_ = 1, frozen_version_ = 1;
+    size_t pinned_bytes_ = 0;
+    uint64_t copies_at_acquire_ = 0, copies_refreshed_ = 0;
     std::vector<int> pending_; // released gradients being copied, in release order
     std::vector<float> scratch_; // 16-bit adds in fp32
 };

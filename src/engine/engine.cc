@@ -267,6 +267,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         dsm_status_t status = DSM_SUCCESS;
         try {
             mirror_ = std::make_unique<DeviceMirror>(offload_memory(cuda::mesh_hint(st)), params_.size(), dtype_);
+            pin_offload();
         } catch (const Error &e) {
             status = e.status();
             err = e.message();
@@ -489,6 +490,18 @@ size_t Engine::numel(int index) const {
     DSM_REQUIRE(index >= 0 && index < num_params(), DSM_ERR_INVALID_ARGUMENT, "parameter index ", index,
                 " is out of range 0..", num_params() - 1);
     return params_[static_cast<size_t>(index)].numel;
+}
+
+// ZeRO-Offload with pin_memory: page-lock the host parameters the device
+// copies are refreshed from, so that those copies run by DMA while the user
+// computes. Where the driver refuses, the copies go through its staging (the
+// host waits for that part): a note in the log, not an error.
+void Engine::pin_offload() {
+    const bool pin = cfg_.zero.offload_optimizer.pin_memory || cfg_.zero.offload_param.pin_memory;
+    if (!pin || param_flat_.data() == nullptr) return;
+    std::string why;
+    if (!mirror_->pin(param_flat_.data(), param_flat_.bytes(), why))
+        DSM_INFO(ENGINE, "offload pin_memory: the parameters stay in pageable memory: %s", why.c_str());
 }
 
 // How long the offload's device copy of a parameter stays valid: a frozen
@@ -714,7 +727,11 @@ std::string Engine::describe(dsm_format_t format) const {
          {{"reduce", timers_.reduce}, {"optimizer", timers_.optimizer}, {"gather", timers_.gather}}},
     };
     if (mirror_)
-        j["offload"] = {{"device", mirror_->memory().name()}, {"device_bytes", mirror_->device_bytes()}};
+        j["offload"] = {{"device", mirror_->memory().name()},
+                        {"device_bytes", mirror_->device_bytes()},
+                        {"pinned_host_bytes", mirror_->pinned_bytes()},
+                        {"param_copies_at_acquire", mirror_->copies_at_acquire()},
+                        {"param_copies_after_step", mirror_->copies_refreshed()}};
     if (format == DSM_FORMAT_JSON) return j.dump() + "\n";
     std::ostringstream os;
     os << "engine: ZeRO stage " << stage_ << ", " << dtype_name(dtype_) << " compute, "
@@ -726,7 +743,8 @@ std::string Engine::describe(dsm_format_t format) const {
        << layout_.total() << ", partition " << layout_.part_size() << ")\n";
     if (mirror_)
         os << "offload: master weights and optimizer state in host memory; parameters and gradients on "
-           << mirror_->memory().name() << " (" << mirror_->device_bytes() << " bytes now)\n";
+           << mirror_->memory().name() << " (" << mirror_->device_bytes() << " bytes now); "
+           << mirror_->pinned_bytes() << " bytes of host parameters page-locked\n";
     os << "memory on this rank:\n";
     for (auto &kv : buffers.items()) os << "  " << kv.key() << ": " << kv.value().get<size_t>() << " bytes\n";
     char line[160];

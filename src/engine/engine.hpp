@@ -193,6 +193,7 @@ private:
     Param &param(int index, const char *what);
     void check_usable() const;
     static DeviceMirror::Keep mirror_keep(const Param &p);
+    void pin_offload();
 
     // Reductions (engine_step.cc).
     enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, CKPT };

@@ -321,6 +321,7 @@ void Engine::publish() {
         const std::vector<size_t> counts = layout_.counts(0, persist_end_);
         dp_->allgatherv(part, param_flat_.data(), counts, dtype_);
     }
+    if (mirror_) mirror_->refresh(); // the kept parameters' device copies, while the user goes on
     timers_.gather += now() - t0;
 }
 

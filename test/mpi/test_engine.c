@@ -453,6 +453,21 @@ static void test_describe(void **state) {
     ASSERT_OK(dsm_engine_free(&e));
 }
 
+/* A number of the "offload" object of the engine's JSON description. */
+static long long offload_count(dsm_engine_t e, const char *key) {
+    char *text = NULL;
+    ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
+    const char *o = strstr(text, "\"offload\":{");
+    if (o == NULL) fail_msg("no offload object in %s", text);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *k = strstr(o, pat);
+    if (k == NULL) fail_msg("no %s in %s", key, o);
+    const long long n = strtoll(k + strlen(pat), NULL, 10);
+    dsm_free(text);
+    return n;
+}
+
 /*
  * ZeRO-Offload with the device simulated in host memory
  * (DSM_SIM_DEVICE_MEMORY=1): the parameters the model reads and the
@@ -552,6 +567,45 @@ static void test_offload(void **state) {
     ASSERT_OK(dsm_engine_param_acquire(e, W1, &v2));
     assert_true(v1 == v2); /* a kept parameter keeps its copy until the next step */
     ASSERT_OK(dsm_engine_param_release(e, W1));
+    assert_int_equal(offload_count(e, "param_copies_at_acquire"), 1);
+    assert_int_equal(offload_count(e, "param_copies_after_step"), 0);
+    /* pin_memory page-locks the parameters the copies are made from (the simulation always succeeds). */
+    assert_true(offload_count(e, "pinned_host_bytes") >= (long long)(TOTAL * sizeof(float)));
+    /* The step enqueues the new values of the copies it holds (W1 only); the next acquire waits for that copy alone. */
+    ASSERT_OK(dsm_step(e, NULL));
+    assert_int_equal(offload_count(e, "param_copies_after_step"), 1);
+    float after[TOTAL];
+    read_all(e, after);
+    assert_int_equal(offload_count(e, "param_copies_after_step"), 1);
+    assert_int_equal(offload_count(e, "param_copies_at_acquire"), NPARAMS); /* the others, at their first acquire */
+    ASSERT_OK(dsm_engine_param_acquire(e, W1, &v2));
+    assert_true(v1 == v2);
+    ASSERT_OK(dsm_engine_param_release(e, W1));
+    /* A second step refreshes every trainable parameter's copy (the frozen one changes only at a load). */
+    ASSERT_OK(dsm_step(e, NULL));
+    assert_int_equal(offload_count(e, "param_copies_after_step"), 1 + (NPARAMS - 1));
+    ASSERT_OK(dsm_engine_free(&e));
+
+    /* The same two steps without offload: the values the offloading engine gave after the first one. */
+    make_config(cfg, sizeof cfg, &r, 1);
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    ASSERT_OK(dsm_engine_grad_acquire(e, W1, &g));
+    ((float *)g)[0] = 1.0f;
+    ASSERT_OK(dsm_engine_grad_release(e, W1));
+    ASSERT_OK(dsm_step(e, NULL));
+    float want[TOTAL];
+    read_all(e, want);
+    ASSERT_OK(dsm_engine_free(&e));
+    if (memcmp(after, want, sizeof want) != 0) fail_msg("the device copies after a step differ from the engine's values");
+
+    /* Without pin_memory nothing is page-locked. */
+    setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+    zero_extra = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
+    make_config(cfg, sizeof cfg, &r, 1);
+    zero_extra = "";
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    unsetenv("DSM_SIM_DEVICE_MEMORY");
+    assert_int_equal(offload_count(e, "pinned_host_bytes"), 0);
     ASSERT_OK(dsm_engine_free(&e));
 }
 
