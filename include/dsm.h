@@ -757,8 +757,12 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
  *
  * The values are in host memory, or with ZeRO-Offload
  * (zero_optimization.offload_optimizer / offload_param device "cpu") in
- * device memory on the rank's CUDA device: a copy made after the last step
- * or checkpoint load (doc/engine.md, ZeRO-Offload).
+ * device memory on the rank's CUDA device: a copy of the values of the last
+ * step or checkpoint load. dsm_step() enqueues the copies of the parameters
+ * already acquired once and returns; this call waits for this parameter's
+ * copy alone (doc/engine.md, ZeRO-Offload). The device copy must not be read
+ * after dsm_step() by work that is not ordered after the step's copies: work
+ * on the legacy default stream is; synchronize other streams before it.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
  * DSM_ERR_STATE; DSM_ERR_MISMATCH; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI;
  * DSM_ERR_CUDA (ZeRO-Offload).
