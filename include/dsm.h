@@ -760,9 +760,9 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
  * device memory on the rank's CUDA device: a copy of the values of the last
  * step or checkpoint load. dsm_step() enqueues the copies of the parameters
  * already acquired once and returns; this call waits for this parameter's
- * copy alone (doc/engine.md, ZeRO-Offload). The device copy must not be read
- * after dsm_step() by work that is not ordered after the step's copies: work
- * on the legacy default stream is; synchronize other streams before it.
+ * copy alone (doc/engine.md, ZeRO-Offload). Those copies overwrite the
+ * device copy: kernels reading it must be ordered before them, as work on
+ * the legacy default stream is; synchronize other streams before dsm_step().
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT;
  * DSM_ERR_STATE; DSM_ERR_MISMATCH; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI;
  * DSM_ERR_CUDA (ZeRO-Offload).
