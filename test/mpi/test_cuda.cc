@@ -780,8 +780,9 @@ void test_gpu_mpi_device_buffers(void **) {
 
 // ZeRO-Offload on a real device: the values the engine gives are device
 // memory, the gradients written there reach the host optimizer, and training
-// ends with the same bits as the host engine, at every stage. Ranks may share
-// a device.
+// ends with the same bits as the host engine, at every stage, with the
+// parameters' copies after each step made from pageable and from page-locked
+// (pin_memory) host memory. Ranks may share a device.
 void test_gpu_offload_engine(void **) {
 #if !DSM_HAVE_CUDA
     if (test_rank == 0) print_message("skipped: libdsm was built without CUDA\n");
@@ -797,14 +798,17 @@ void test_gpu_offload_engine(void **) {
         const size_t n = 33 * 17;
         std::vector<float> init(n);
         for (size_t i = 0; i < n; ++i) init[i] = 0.01f * static_cast<float>(static_cast<int>(i % 97) - 48);
-        auto train = [&](int stage, bool offload, std::vector<float> &out) {
+        auto train = [&](int stage, bool offload, bool pin, std::vector<float> &out) {
             char cfg[512];
             std::snprintf(cfg, sizeof cfg,
                           "{\"train_micro_batch_size_per_gpu\": 1, \"gradient_accumulation_steps\": 2,"
                           " \"steps_per_print\": 1000000, \"zero_optimization\": {\"stage\": %d,"
                           " \"reduce_bucket_size\": 100, \"stage3_param_persistence_threshold\": 10%s%s},"
                           " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}",
-                          stage, offload ? ", \"offload_optimizer\": {\"device\": \"cpu\"}" : "",
+                          stage,
+                          !offload ? ""
+                          : pin    ? ", \"offload_optimizer\": {\"device\": \"cpu\", \"pin_memory\": true}"
+                                   : ", \"offload_optimizer\": {\"device\": \"cpu\"}",
                           offload && stage == 3 ? ", \"offload_param\": {\"device\": \"cpu\"}" : "");
             dsm_param_desc_t d{};
             d.name = "w";
@@ -841,11 +845,16 @@ void test_gpu_offload_engine(void **) {
             CHECK(dsm_engine_free(&e) == DSM_SUCCESS, dsm_get_last_error());
         };
         for (int stage = 0; stage <= 3; ++stage) {
-            std::vector<float> host, dev;
-            train(stage, false, host);
-            train(stage, true, dev);
-            CHECK(host.size() == dev.size() && std::memcmp(host.data(), dev.data(), host.size() * sizeof(float)) == 0,
-                  "stage ", stage, ": training with offload on the GPU differs from the host engine");
+            std::vector<float> host;
+            train(stage, false, false, host);
+            for (int pin = 0; pin <= 1; ++pin) {
+                std::vector<float> dev;
+                train(stage, true, pin != 0, dev);
+                CHECK(host.size() == dev.size() &&
+                          std::memcmp(host.data(), dev.data(), host.size() * sizeof(float)) == 0,
+                      "stage ", stage, pin ? " (pin_memory)" : "",
+                      ": training with offload on the GPU differs from the host engine");
+            }
         }
     });
 #endif
