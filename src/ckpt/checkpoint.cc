@@ -5,6 +5,7 @@
 #include "ckpt/format.hpp"
 #include "ckpt/h5.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -13,11 +14,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <future>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include <hdf5.h>
@@ -303,6 +307,168 @@ void replace_file(const std::string &dir, const std::string &path, const std::st
     fsync_path(dir, true);
 }
 
+
+std::string host_name() {
+    char host[256] = {0};
+    if (::gethostname(host, sizeof host - 1) != 0) return "(unknown host)";
+    return host;
+}
+
+std::string hex64(uint64_t v) {
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+    return buf;
+}
+
+std::string bcast_text(MPI_Comm comm, std::string s) {
+    int len = static_cast<int>(s.size());
+    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
+    s.resize(static_cast<size_t>(len));
+    if (len) DSM_CHECK_MPI(MPI_Bcast(&s[0], len, MPI_CHAR, 0, comm));
+    return s;
+}
+
+constexpr const char *kDirToken = ".dsm-dircheck-";
+
+// Collective: every rank sees, under its own spelling of `dir`, the
+// directory rank 0 writes to. Rank 0 leaves a token file with a random name
+// there and every other rank reads it back; a rank on which the token is
+// missing (node-local scratch, another path on that rank) fails, and so
+// every rank does, before any collective open of a file in `dir` could
+// hang. The token is removed whatever the outcome.
+void check_shared_dir(MPI_Comm comm, int rank, const std::string &dir) {
+    int size = 1;
+    DSM_CHECK_MPI(MPI_Comm_size(comm, &size));
+    uint64_t nonce = 0;
+    std::string token;
+    agree(comm, [&] {
+        if (rank != 0) return;
+        nonce = std::random_device{}() * 0x100000001ull ^ static_cast<uint64_t>(::getpid()) ^
+                static_cast<uint64_t>(::time(nullptr)) << 20;
+        token = dir + "/" + kDirToken + hex64(nonce);
+        const int fd = ::open(token.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0644);
+        if (fd < 0)
+            DSM_FAIL(DSM_ERR_IO, "cannot create a file in the checkpoint directory '", dir, "' (host ", host_name(),
+                     "): ", std::strerror(errno));
+        const std::string text = hex64(nonce) + "\n";
+        const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+        const int err = errno;
+        ::close(fd);
+        if (!ok) {
+            ::unlink(token.c_str());
+            DSM_FAIL(DSM_ERR_IO, "cannot write a file in the checkpoint directory '", dir, "' (host ", host_name(),
+                     "): ", std::strerror(err));
+        }
+    });
+    if (size == 1) {
+        ::unlink(token.c_str());
+        return;
+    }
+    DSM_CHECK_MPI(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm));
+    const std::string host0 = bcast_text(comm, rank == 0 ? host_name() : std::string());
+    try {
+        agree(comm, [&] {
+            if (rank == 0) return;
+            const std::string mine = dir + "/" + kDirToken + hex64(nonce);
+            std::ifstream f(mine);
+            std::string text;
+            const int err = errno;
+            if (f) std::getline(f, text);
+            if (!f || text != hex64(nonce))
+                DSM_FAIL(DSM_ERR_IO, "on host ", host_name(), " the checkpoint directory '", dir,
+                         "' is not the one rank 0 (host ", host0, ") writes to: the file '", mine,
+                         "' that rank 0 created there ", f ? "has other contents" : cat("cannot be read (", std::strerror(err), ")"),
+                         "; every rank must name one shared directory (node-local storage such as /tmp or "
+                         "TMPDIR on each node, or a different path on some ranks, cannot hold a checkpoint)");
+        });
+    } catch (...) {
+        if (rank == 0) ::unlink(token.c_str());
+        throw;
+    }
+    if (rank == 0) ::unlink(token.c_str());
+}
+
+// Collective: every rank sees `path` as the same file rank 0 sees (same
+// size and modification time), before a collective open of it.
+void check_same_file(MPI_Comm comm, int rank, const std::string &path) {
+    int size = 1;
+    DSM_CHECK_MPI(MPI_Comm_size(comm, &size));
+    if (size == 1) return;
+    long long id[3] = {0, 0, 0}; // size, mtime s, mtime ns (rank 0's)
+    agree(comm, [&] {
+        if (rank != 0) return;
+        struct stat st;
+        if (::stat(path.c_str(), &st) != 0)
+            DSM_FAIL(DSM_ERR_IO, "checkpoint '", path, "': ", std::strerror(errno));
+        if (!S_ISREG(st.st_mode)) DSM_FAIL(DSM_ERR_IO, "checkpoint '", path, "' is not a regular file");
+        id[0] = static_cast<long long>(st.st_size);
+        id[1] = static_cast<long long>(st.st_mtim.tv_sec);
+        id[2] = static_cast<long long>(st.st_mtim.tv_nsec);
+    });
+    DSM_CHECK_MPI(MPI_Bcast(id, 3, MPI_LONG_LONG, 0, comm));
+    const std::string host0 = bcast_text(comm, rank == 0 ? host_name() : std::string());
+    agree(comm, [&] {
+        if (rank == 0) return;
+        struct stat st;
+        const std::string where = cat("on host ", host_name(), " the checkpoint '", path, "' ");
+        const std::string hint = cat("; rank 0 (host ", host0,
+                                     ") reads another file: every rank must name one shared directory");
+        if (::stat(path.c_str(), &st) != 0) DSM_FAIL(DSM_ERR_IO, where, "cannot be read (", std::strerror(errno), ")", hint);
+        if (static_cast<long long>(st.st_size) != id[0] || static_cast<long long>(st.st_mtim.tv_sec) != id[1] ||
+            static_cast<long long>(st.st_mtim.tv_nsec) != id[2])
+            DSM_FAIL(DSM_ERR_IO, where, "has ", static_cast<long long>(st.st_size), " bytes and another modification time than rank 0's (",
+                     id[0], " bytes)", hint);
+    });
+}
+
+// Rank 0, at the start of a save: remove what earlier saves left when they
+// were killed or failed: `.<tag>.h5.tmp` of any tag, `.latest.tmp`, and
+// directory tokens older than an hour.
+void remove_leftovers(const std::string &dir) {
+    DIR *d = ::opendir(dir.c_str());
+    if (d == nullptr) return;
+    const time_t now = ::time(nullptr);
+    std::vector<std::string> doomed;
+    while (const struct dirent *e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name == ".latest.tmp") {
+            doomed.push_back(name);
+        } else if (name.size() > 8 && name[0] == '.' && name.compare(name.size() - 7, 7, ".h5.tmp") == 0) {
+            if (valid_tag(name.substr(1, name.size() - 8))) doomed.push_back(name);
+        } else if (name.rfind(kDirToken, 0) == 0) {
+            struct stat st;
+            if (::stat((dir + "/" + name).c_str(), &st) == 0 && now - st.st_mtime > 3600) doomed.push_back(name);
+        }
+    }
+    ::closedir(d);
+    for (const std::string &name : doomed) {
+        const std::string path = dir + "/" + name;
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+            DSM_FAIL(DSM_ERR_IO, "cannot remove the leftover temporary '", path, "': ", std::strerror(errno));
+    }
+}
+
+// Rank 0, before a save: the file system has room for the file (the data,
+// the client state, and per dataset its header and alignment), so that a
+// full disk is one clear error before any data moves. Quotas and space
+// taken while the save runs are caught by the write agreement instead.
+void check_space(const std::string &dir, const Content &content, size_t client_size) {
+    struct statvfs vfs;
+    if (::statvfs(dir.c_str(), &vfs) != 0) return;
+    const unsigned long long block = std::max<unsigned long long>(vfs.f_bsize, 4096);
+    unsigned long long need = 1ull << 20;
+    need += client_size + block;
+    for (const Tensor &t : content.tensors) {
+        unsigned long long numel = 1;
+        for (int64_t d : t.shape) numel *= static_cast<unsigned long long>(d);
+        need += numel * sizeof(float) + 2048 + block;
+    }
+    const unsigned long long avail = static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize;
+    if (avail < need)
+        DSM_FAIL(DSM_ERR_IO, "no room for the checkpoint in '", dir, "': the file needs about ", need,
+                 " bytes and the file system has ", avail, " bytes free");
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- public helpers
@@ -318,24 +484,58 @@ void check_tag(const std::string &tag) {
                     "': tags use A-Z a-z 0-9 . _ - only (no '/', so a tag cannot leave the directory)");
 }
 
-void fault_point(const char *point, int world_rank) {
+namespace {
+
+// DSM_CKPT_FAULT parsed: [kill:]POINT[:RANK].
+struct FaultSpec {
+    bool set = false, kill = false;
+    std::string point;
+    int rank = 0;
+};
+
+FaultSpec fault_spec() {
+    FaultSpec f;
     const std::string spec = param_string("DSM_CKPT_FAULT");
-    if (spec.empty()) return;
+    if (spec.empty()) return f;
     std::string rest = spec;
-    bool kill = false;
     if (rest.rfind("kill:", 0) == 0) {
-        kill = true;
+        f.kill = true;
         rest = rest.substr(5);
     }
     const size_t colon = rest.find(':');
-    const std::string where = rest.substr(0, colon);
-    const int rank = colon == std::string::npos ? 0 : std::atoi(rest.c_str() + colon + 1);
-    if (where != point || rank != world_rank) return;
-    if (kill) ::raise(SIGKILL);
-    DSM_FAIL(DSM_ERR_IO, "injected fault at checkpoint point '", point, "' (DSM_CKPT_FAULT=", spec, ")");
+    f.point = rest.substr(0, colon);
+    bool ok = f.point == "write" || f.point == "data" || f.point == "rename" || f.point == "latest";
+    if (ok && colon != std::string::npos) {
+        const std::string r = rest.substr(colon + 1);
+        ok = !r.empty() && r.size() <= 9 && r.find_first_not_of("0123456789") == std::string::npos;
+        if (ok) f.rank = std::atoi(r.c_str());
+    }
+    if (!ok)
+        DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "DSM_CKPT_FAULT=", spec,
+                 " is malformed: expected POINT, POINT:RANK or kill:POINT:RANK with POINT write, data, rename or latest "
+                 "and RANK a rank number");
+    f.set = true;
+    return f;
+}
+
+} // namespace
+
+void fault_point(const char *point, int world_rank) {
+    const FaultSpec f = fault_spec();
+    if (!f.set || f.point != point || f.rank != world_rank) return;
+    if (f.kill) ::raise(SIGKILL);
+    DSM_FAIL(DSM_ERR_IO, "injected fault at checkpoint point '", point, "' (DSM_CKPT_FAULT=",
+             param_string("DSM_CKPT_FAULT"), ")");
 }
 
 // ---------------------------------------------------------------- save
+
+static uint64_t attrs_checksum(const Attributes &attrs) {
+    Attributes copy = attrs;
+    copy.erase("attrs_checksum");
+    const std::string text = copy.dump();
+    return checksum_bytes(reinterpret_cast<const unsigned char *>(text.data()), 0, text.size());
+}
 
 void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
           const void *client, size_t client_size) {
@@ -344,21 +544,30 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
     DSM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
     const std::string final_path = file_of(dir, tag), tmp = tmp_of(dir, tag);
 
-    // The directory, and no stale temporary of this tag.
+    // The directory, no leftovers of earlier saves, room for the file; then
+    // every rank must see that directory.
     agree(comm, [&] {
         check_tag(tag);
+        fault_spec();
         if (rank != 0) return;
         make_dirs(dir);
-        if (::unlink(tmp.c_str()) != 0 && errno != ENOENT)
-            DSM_FAIL(DSM_ERR_IO, "cannot remove the stale temporary '", tmp, "': ", std::strerror(errno));
+        remove_leftovers(dir);
+        check_space(dir, content, client_size);
     });
+    check_shared_dir(comm, rank, dir);
+
+    // The root attributes as the file holds them, with their checksum.
+    Attributes attrs = content.attrs;
+    attrs["format"] = kFormat;
+    attrs["format_version"] = kFormatVersion;
+    const uint64_t root_sum = attrs_checksum(attrs);
 
     // Checksums: each element counted once, by its owner. They are computed
     // by a second thread while this one writes the data (neither calls MPI
     // or HDF5 from that thread), and summed over the ranks afterwards; the
     // attributes that hold them are written after the data.
     const size_t n = content.tensors.size();
-    std::vector<uint64_t> sums(n + 2, 0); // tensors, client state, failed ranks
+    std::vector<uint64_t> sums(n + 1, 0); // tensors, client state
     auto local_sums = std::async(std::launch::async, [&] {
         for (size_t i = 0; i < n; ++i) {
             const Tensor &t = content.tensors[i];
@@ -368,32 +577,50 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
             sums[n] = checksum_bytes(static_cast<const unsigned char *>(client), 0, client_size);
     });
 
-    // Every rank makes the same HDF5 calls in the same order; the file is
-    // closed (collectively) before the outcome is agreed.
+    // Every rank makes the same HDF5 calls in the same order. Each rank
+    // writes its own pieces independently (a failed write, such as a full
+    // disk, stays on its rank), and after each step the ranks agree whether
+    // any failed: then all stop making collective calls at the same point
+    // and close the file together. The outcome is agreed after the close.
     std::string failure;
     dsm_status_t status = DSM_SUCCESS;
-    auto record = [&](const Error &e) {
-        if (status != DSM_SUCCESS) return;
-        status = e.status();
-        failure = e.what();
+    bool stopped = false; // some rank failed: no more collective calls
+    auto attempt = [&](const std::function<void()> &fn) {
+        if (!stopped) {
+            try {
+                fn();
+            } catch (const Error &e) {
+                status = e.status();
+                failure = e.what();
+            } catch (const std::bad_alloc &) {
+                status = DSM_ERR_OUT_OF_MEMORY;
+                failure = cat("out of memory for checkpoint '", tmp, "'");
+            }
+        }
+        int bad = status != DSM_SUCCESS ? 1 : 0;
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
+        stopped = bad != 0;
+        return !stopped;
     };
     {
         QuietHdf5 quiet;
-        Id file;
+        Id file, lcpl, dcpl;
         std::vector<Id> dsets;
-        try {
+        dsets.reserve(n + 1);
+        attempt([&] {
             Id fapl = mpio_fapl(comm, dir);
             file = Id(h5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), cat("creating '", tmp, "'")),
                       H5Fclose);
-            write_json_attrs(file.get(), content.attrs);
-            Id lcpl = plist(H5P_LINK_CREATE);
+            write_json_attrs(file.get(), attrs);
+            write_attr(file.get(), "attrs_checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &root_sum);
+            lcpl = plist(H5P_LINK_CREATE);
             h5ok(H5Pset_create_intermediate_group(lcpl.get(), 1), "H5Pset_create_intermediate_group");
-            Id dcpl = plist(H5P_DATASET_CREATE);
+            dcpl = plist(H5P_DATASET_CREATE);
             h5ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
             h5ok(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
-            Id xfer = collective_xfer();
-            dsets.reserve(n + 1);
-            for (size_t i = 0; i < n; ++i) {
+        });
+        for (size_t i = 0; i < n && !stopped; ++i) {
+            attempt([&] {
                 const Tensor &t = content.tensors[i];
                 const std::string path = dataset_path(t);
                 Id space = make_space(hdims(t.shape));
@@ -403,47 +630,37 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
                                    H5Dclose);
                 const hid_t dset = dsets.back().get();
                 write_string_attr(dset, "name", t.name);
+                write_string_attr(dset, "group", t.group);
                 write_int_attr(dset, "trainable", t.trainable ? 1 : 0);
+                if (i == n / 2) fault_point("write", world_rank);
                 Selection sel = selection(t);
-                h5ok(H5Dwrite(dset, H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(), buffer_of(t)),
-                     cat("writing ", path));
-            }
-            if (client_size) {
+                if (t.count)
+                    h5ok(H5Dwrite(dset, H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), H5P_DEFAULT, buffer_of(t)),
+                         cat("writing ", path, " to '", tmp, "'"));
+            });
+        }
+        if (client_size && !stopped) {
+            attempt([&] {
                 const hsize_t len = client_size;
                 Id space(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
                 dsets.emplace_back(h5(H5Dcreate2(file.get(), "/client_state", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
                                                  dcpl.get(), H5P_DEFAULT),
                                       "creating /client_state"),
                                    H5Dclose);
-                Id mem(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
-                if (rank != 0) {
-                    h5ok(H5Sselect_none(space.get()), "H5Sselect_none");
-                    h5ok(H5Sselect_none(mem.get()), "H5Sselect_none");
-                }
-                h5ok(H5Dwrite(dsets.back().get(), H5T_NATIVE_UCHAR, mem.get(), space.get(), xfer.get(),
-                              client != nullptr ? client : static_cast<const void *>(g_empty)),
-                     "writing /client_state");
-            }
-        } catch (const Error &e) {
-            record(e);
+                if (rank == 0)
+                    h5ok(H5Dwrite(dsets.back().get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, client),
+                         cat("writing /client_state to '", tmp, "'"));
+            });
         }
-        // The sums, and whether any rank failed so far: one reduction that
-        // every rank reaches, so no rank goes on to collective HDF5 calls
-        // that a failed rank would never make.
         local_sums.get();
-        sums[n + 1] = status != DSM_SUCCESS ? 1 : 0;
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(n + 2), MPI_UINT64_T, MPI_SUM, comm));
-        if (status == DSM_SUCCESS && sums[n + 1] != 0)
-            record(Error(DSM_ERR_IO, cat("another rank failed while writing '", tmp, "'")));
-        if (status == DSM_SUCCESS) {
-            try {
+        if (!stopped) {
+            DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(n + 1), MPI_UINT64_T, MPI_SUM, comm));
+            attempt([&] {
                 for (size_t i = 0; i < dsets.size(); ++i)
                     write_attr(dsets[i].get(), "checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &sums[i < n ? i : n]);
                 dsets.clear();
                 h5ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), cat("flushing '", tmp, "'"));
-            } catch (const Error &e) {
-                record(e);
-            }
+            });
         }
         dsets.clear();
         file.reset();
@@ -451,7 +668,9 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
     // Agree on the data, then rank 0 commits: flush, rename, directory,
     // `latest`. After a failure before the rename, rank 0 removes the
     // temporary and every rank waits for that, so that no rank returns while
-    // the temporary still exists.
+    // the temporary still exists. A failure after the rename (flushing the
+    // directory, writing `latest`) leaves the new file complete under its
+    // name and `latest` on the previous tag.
     bool renamed = false;
     try {
         agree(comm, [&] {
@@ -471,6 +690,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
         });
     } catch (...) {
         if (rank == 0 && !renamed) ::unlink(tmp.c_str());
+        if (rank == 0) ::unlink((dir + "/.latest.tmp").c_str());
         MPI_Barrier(comm);
         throw;
     }
@@ -514,6 +734,155 @@ std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string
     return chosen;
 }
 
+namespace {
+
+constexpr int64_t kMaxCounter = int64_t(1) << 62;
+
+// The root attributes the format defines, checked as the loader uses them:
+// every one present with its type and in its range (DSM_ERR_IO naming the
+// file, the attribute and its value), and the checksum over them (format
+// version 2) matching.
+void check_root_attrs(const std::string &path, const Attributes &a) {
+    auto bad = [&](const std::string &name, const std::string &why) {
+        DSM_FAIL(DSM_ERR_IO, "'", path, "': attribute '", name, "' ",
+                 a.contains(name) ? cat("is ", a[name].dump(), ", ") : std::string(), why);
+    };
+    const int64_t version = a["format_version"].get<int64_t>();
+    auto integer = [&](const char *name, int64_t lo, int64_t hi) -> int64_t {
+        if (!a.contains(name)) bad(name, "is missing");
+        if (!a[name].is_number_integer()) bad(name, "expected an integer");
+        if (a[name].is_number_unsigned() && a[name].get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+            bad(name, cat("expected ", lo, "..", hi));
+        const int64_t v = a[name].get<int64_t>();
+        if (v < lo || v > hi) bad(name, cat("expected ", lo, "..", hi));
+        return v;
+    };
+    auto text = [&](const char *name) -> std::string {
+        if (!a.contains(name)) bad(name, "is missing");
+        if (!a[name].is_string()) bad(name, "expected a string");
+        return a[name].get<std::string>();
+    };
+    auto one_of = [&](const char *name, std::initializer_list<const char *> allowed) {
+        const std::string v = text(name);
+        std::string list;
+        for (const char *x : allowed) {
+            if (v == x) return;
+            list += cat(list.empty() ? "" : ", ", x);
+        }
+        bad(name, cat("expected one of ", list));
+    };
+    const int64_t global = integer("global_steps", 0, kMaxCounter);
+    const int64_t micro = integer("micro_steps", 0, kMaxCounter);
+    if (micro < global) bad("micro_steps", cat("is less than global_steps ", global));
+    integer("skipped_steps", 0, global);
+    integer("global_samples", 0, kMaxCounter);
+    integer("optimizer_steps", 0, global);
+    const int64_t cur_iter = integer("loss_scale_cur_iter", 0, kMaxCounter);
+    integer("loss_scale_last_overflow_iter", -1, cur_iter);
+    integer("loss_scale_cur_hysteresis", 0, kMaxCounter);
+    integer("lr_schedule_last_step", -1, kMaxCounter);
+    integer("zero_stage", 0, 3);
+    integer("data_parallel_size", 1, INT_MAX);
+    integer("sequence_parallel_size", 1, INT_MAX);
+    if (!a.contains("loss_scale") || !a["loss_scale"].is_number()) bad("loss_scale", "expected a number");
+    const double scale = a["loss_scale"].get<double>();
+    if (!(std::isfinite(scale) && scale > 0)) bad("loss_scale", "expected a positive finite number");
+    text("libdsm_version");
+    if (!valid_tag(text("tag"))) bad("tag", "not a valid tag");
+    one_of("compute_dtype", {"float32", "float16", "bfloat16"});
+    one_of("optimizer", {"adam", "adamw", "sgd", "lamb", "lion", "adagrad"});
+    if (!nlohmann::json::accept(text("config"))) bad("config", "is not valid JSON");
+    const std::string names = text("mesh_names");
+    if (!a.contains("mesh_shape") || !a["mesh_shape"].is_array()) bad("mesh_shape", "expected an integer array");
+    const size_t count = names.empty() ? 0 : std::count(names.begin(), names.end(), ',') + size_t(1);
+    if (a["mesh_shape"].size() != count) bad("mesh_shape", cat("has ", a["mesh_shape"].size(), " sizes for the ", count, " names of mesh_names"));
+    for (const auto &d : a["mesh_shape"])
+        if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > INT_MAX)
+            bad("mesh_shape", "expected sizes >= 1");
+    if (version >= 2) {
+        if (!a.contains("attrs_checksum") || !a["attrs_checksum"].is_number_unsigned())
+            bad("attrs_checksum", "expected the uint64 checksum of the root attributes");
+        if (a["attrs_checksum"].get<uint64_t>() != attrs_checksum(a))
+            DSM_FAIL(DSM_ERR_IO, "'", path, "': checksum mismatch in the root attributes (the file is corrupt)");
+    }
+}
+
+// The link at `path` is a hard link; for a dataset, the only link to it.
+void check_link(hid_t file, const std::string &fname, const std::string &path, bool dataset) {
+    H5L_info_t li;
+    h5ok(H5Lget_info(file, path.c_str(), &li, H5P_DEFAULT), cat("'", fname, "': reading the link ", path));
+    if (li.type != H5L_TYPE_HARD)
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " is a ", li.type == H5L_TYPE_SOFT ? "soft" : li.type == H5L_TYPE_EXTERNAL ? "external" : "user-defined",
+                 " link; a checkpoint holds its ", dataset ? "tensors" : "groups", " directly");
+#if H5_VERSION_GE(1, 12, 0)
+    H5O_info2_t oi;
+    h5ok(H5Oget_info_by_name3(file, path.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT), cat("'", fname, "': ", path));
+#else
+    H5O_info_t oi;
+    h5ok(H5Oget_info_by_name2(file, path.c_str(), &oi, H5O_INFO_BASIC, H5P_DEFAULT), cat("'", fname, "': ", path));
+#endif
+    if (oi.type != (dataset ? H5O_TYPE_DATASET : H5O_TYPE_GROUP))
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " is not a ", dataset ? "dataset" : "group");
+    if (dataset && oi.rc != 1)
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " has ", oi.rc, " links (hard-linked to another tensor)");
+}
+
+// A scalar attribute of a dataset, read after checking its class and size.
+Id scalar_attr(hid_t obj, const std::string &fname, const std::string &path, const char *name, H5T_class_t cls) {
+    if (H5Aexists(obj, name) <= 0) DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " has no attribute '", name, "'");
+    Id attr(h5(H5Aopen(obj, name, H5P_DEFAULT), cat("'", fname, "': ", path, ": opening attribute ", name)), H5Aclose);
+    Id type(h5(H5Aget_type(attr.get()), "H5Aget_type"), H5Tclose);
+    Id space(h5(H5Aget_space(attr.get()), "H5Aget_space"), H5Sclose);
+    if (H5Tget_class(type.get()) != cls || H5Sget_simple_extent_npoints(space.get()) != 1 ||
+        (cls == H5T_INTEGER && H5Tget_size(type.get()) > 8))
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, ": attribute '", name, "' is not a scalar ",
+                 cls == H5T_STRING ? "string" : "integer");
+    return attr;
+}
+
+// The dataset of tensor `t`: reached through hard links only, float32
+// little-endian, stored in the file itself, its `name` and `trainable`
+// attributes those of the tensor, its checksum returned.
+uint64_t check_dataset(hid_t dset, const std::string &fname, const std::string &path, const Tensor &t,
+                       int64_t version) {
+    Id type(h5(H5Dget_type(dset), "H5Dget_type"), H5Tclose);
+    if (H5Tequal(type.get(), H5T_IEEE_F32LE) <= 0)
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " is not 32-bit little-endian float (H5T_IEEE_F32LE)");
+    Id dcpl(h5(H5Dget_create_plist(dset), "H5Dget_create_plist"), H5Pclose);
+    const H5D_layout_t layout = H5Pget_layout(dcpl.get());
+    if (layout == H5D_VIRTUAL || H5Pget_external_count(dcpl.get()) != 0)
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " keeps its data in other files (virtual or external storage)");
+    auto text = [&](const char *name) {
+        Id attr = scalar_attr(dset, fname, path, name, H5T_STRING);
+        Id ftype(h5(H5Aget_type(attr.get()), "H5Aget_type"), H5Tclose);
+        if (H5Tis_variable_str(ftype.get()) > 0 || H5Tget_size(ftype.get()) > (1u << 20))
+            DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, ": attribute '", name, "' is not a fixed-length string");
+        std::string s(H5Tget_size(ftype.get()), '\0');
+        h5ok(H5Aread(attr.get(), ftype.get(), &s[0]), cat("'", fname, "': reading attribute ", name, " of ", path));
+        s.resize(std::strlen(s.c_str()));
+        return s;
+    };
+    const std::string name = text("name");
+    if (name != t.name)
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " holds the tensor named '", name, "' (tensors swapped or renamed)");
+    if (version >= 2) {
+        const std::string group = text("group");
+        if (group != t.group)
+            DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, " holds a tensor of /", group, " (tensors swapped or moved)");
+    }
+    int64_t trainable = -1;
+    h5ok(H5Aread(scalar_attr(dset, fname, path, "trainable", H5T_INTEGER).get(), H5T_NATIVE_INT64, &trainable),
+         cat("'", fname, "': reading 'trainable' of ", path));
+    if (trainable != 0 && trainable != 1)
+        DSM_FAIL(DSM_ERR_IO, "'", fname, "': ", path, ": attribute 'trainable' is ", trainable, ", expected 0 or 1");
+    uint64_t sum = 0;
+    h5ok(H5Aread(scalar_attr(dset, fname, path, "checksum", H5T_INTEGER).get(), H5T_NATIVE_UINT64, &sum),
+         cat("'", fname, "': reading the checksum of ", path));
+    return sum;
+}
+
+} // namespace
+
 void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content &content,
           std::vector<unsigned char> *client) {
     int rank = 0;
@@ -530,114 +899,167 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
         if (ok <= 0)
             DSM_FAIL(DSM_ERR_IO, "'", path, "' is not a readable HDF5 file (missing, truncated or not HDF5)");
     });
+    check_same_file(comm, rank, path);
 
+    // As in the save: every step is agreed, so that a rank that fails stops
+    // the others before they make a collective call it would not make.
     std::string failure;
     dsm_status_t status = DSM_SUCCESS;
-    try {
+    bool stopped = false;
+    auto attempt = [&](const std::function<void()> &fn) {
+        if (!stopped) {
+            try {
+                fn();
+            } catch (const Error &e) {
+                status = e.status();
+                failure = e.what();
+            } catch (const std::bad_alloc &) {
+                status = DSM_ERR_OUT_OF_MEMORY;
+                failure = cat("out of memory for checkpoint '", path, "'");
+            }
+        }
+        int bad = status != DSM_SUCCESS ? 1 : 0;
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
+        stopped = bad != 0;
+        return !stopped;
+    };
+    {
         QuietHdf5 quiet;
-        Id fapl = mpio_fapl(comm, dir);
-        Id file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
-        if (file.get() < 0)
-            DSM_FAIL(DSM_ERR_IO, "'", path, "' cannot be opened as HDF5 (truncated or corrupt?): ", hdf5_reason());
-        content.attrs = read_attrs(file.get());
-        const Attributes &a = content.attrs;
-        if (!a.contains("format") || !a["format"].is_string() || a["format"].get<std::string>() != kFormat)
-            DSM_FAIL(DSM_ERR_IO, "'", path, "' is not a libdsm checkpoint (no format attribute \"", kFormat, "\")");
-        if (!a.contains("format_version") || !a["format_version"].is_number_integer() ||
-            a["format_version"].get<int64_t>() != kFormatVersion)
-            DSM_FAIL(DSM_ERR_IO, "'", path, "' has format_version ",
-                     a.contains("format_version") ? a["format_version"].dump() : std::string("(none)"),
-                     "; this libdsm reads format_version ", kFormatVersion);
+        Id file;
+        attempt([&] {
+            Id fapl = mpio_fapl(comm, dir);
+            file = Id(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.get()), H5Fclose);
+            if (file.get() < 0)
+                DSM_FAIL(DSM_ERR_IO, "'", path, "' cannot be opened as HDF5 (truncated or corrupt?): ", hdf5_reason());
+        });
+        attempt([&] {
+            content.attrs = read_attrs(file.get());
+            const Attributes &a = content.attrs;
+            if (!a.contains("format") || !a["format"].is_string() || a["format"].get<std::string>() != kFormat)
+                DSM_FAIL(DSM_ERR_IO, "'", path, "' is not a libdsm checkpoint (no format attribute \"", kFormat, "\")");
+            if (!a.contains("format_version") || !a["format_version"].is_number_integer() ||
+                a["format_version"].get<int64_t>() < 1 || a["format_version"].get<int64_t>() > kFormatVersion)
+                DSM_FAIL(DSM_ERR_IO, "'", path, "' has format_version ",
+                         a.contains("format_version") ? a["format_version"].dump() : std::string("(none)"),
+                         "; this libdsm reads format_version 1 to ", kFormatVersion);
+            check_root_attrs(path, a);
 
-        // The file's /params against the engine's parameters.
-        std::map<std::string, const Tensor *> want; // escaped name -> tensor
-        for (const Tensor &t : content.tensors)
-            if (t.group == "params") want[escape_name(t.name)] = &t;
-        std::vector<std::string> in_file;
-        if (H5Lexists(file.get(), "/params", H5P_DEFAULT) > 0) {
-            Id g(h5(H5Gopen2(file.get(), "/params", H5P_DEFAULT), "opening /params"), H5Gclose);
-            H5G_info_t gi;
-            h5ok(H5Gget_info(g.get(), &gi), "H5Gget_info");
-            for (hsize_t i = 0; i < gi.nlinks; ++i) {
-                char name[4096];
-                if (H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) >= 0)
-                    in_file.push_back(name);
+            // The file's /params against the engine's parameters.
+            std::map<std::string, const Tensor *> want; // escaped name -> tensor
+            for (const Tensor &t : content.tensors)
+                if (t.group == "params") want[escape_name(t.name)] = &t;
+            std::vector<std::string> in_file;
+            if (H5Lexists(file.get(), "/params", H5P_DEFAULT) > 0) {
+                check_link(file.get(), path, "/params", false);
+                Id g(h5(H5Gopen2(file.get(), "/params", H5P_DEFAULT), "opening /params"), H5Gclose);
+                H5G_info_t gi;
+                h5ok(H5Gget_info(g.get(), &gi), "H5Gget_info");
+                for (hsize_t i = 0; i < gi.nlinks; ++i) {
+                    char name[4096];
+                    if (H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name, sizeof name, H5P_DEFAULT) >= 0)
+                        in_file.push_back(name);
+                }
             }
-        }
-        std::vector<std::string> problems;
-        for (const std::string &f : in_file)
-            if (!want.count(f)) problems.push_back(cat("unexpected tensor '", f, "' in the checkpoint"));
-        std::vector<Tensor *> order;
-        for (Tensor &t : content.tensors) {
-            const std::string p = dataset_path(t);
-            if (H5Lexists(file.get(), ("/" + t.group).c_str(), H5P_DEFAULT) <= 0 ||
-                H5Lexists(file.get(), p.c_str(), H5P_DEFAULT) <= 0) {
-                problems.push_back(t.group == "params" ? cat("parameter '", t.name, "' is missing from the checkpoint")
-                                                       : cat("the checkpoint has no ", p, " (optimizer state)"));
-                continue;
+            std::vector<std::string> problems;
+            for (const std::string &f : in_file)
+                if (!want.count(f)) problems.push_back(cat("unexpected tensor '", f, "' in the checkpoint"));
+            for (Tensor &t : content.tensors) {
+                const std::string p = dataset_path(t);
+                // Each group on the way, then the dataset: hard links only
+                // (a soft or external link is refused before it is followed).
+                bool present = true;
+                std::string at;
+                std::stringstream parts(t.group);
+                std::string part;
+                while (present && std::getline(parts, part, '/')) {
+                    at += "/" + part;
+                    present = H5Lexists(file.get(), at.c_str(), H5P_DEFAULT) > 0;
+                    if (present) check_link(file.get(), path, at, false);
+                }
+                if (!present || H5Lexists(file.get(), p.c_str(), H5P_DEFAULT) <= 0) {
+                    problems.push_back(t.group == "params" ? cat("parameter '", t.name, "' is missing from the checkpoint")
+                                                           : cat("the checkpoint has no ", p, " (optimizer state)"));
+                    continue;
+                }
+                check_link(file.get(), path, p, true);
+                Id d(h5(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), cat("opening ", p)), H5Dclose);
+                Id s(h5(H5Dget_space(d.get()), "H5Dget_space"), H5Sclose);
+                const int nd = H5Sget_simple_extent_ndims(s.get());
+                if (nd < 0 || nd > 32) DSM_FAIL(DSM_ERR_IO, "'", path, "': ", p, " has an unreadable shape");
+                std::vector<hsize_t> dims(static_cast<size_t>(nd));
+                if (nd > 0) H5Sget_simple_extent_dims(s.get(), dims.data(), nullptr);
+                const std::vector<int64_t> shape(dims.begin(), dims.end());
+                if (shape != t.shape)
+                    problems.push_back(cat(p, " has shape ", shape_text(shape), " in the checkpoint but ",
+                                           shape_text(t.shape), " in the engine"));
             }
-            Id d(h5(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), cat("opening ", p)), H5Dclose);
-            Id s(h5(H5Dget_space(d.get()), "H5Dget_space"), H5Sclose);
-            const int nd = H5Sget_simple_extent_ndims(s.get());
-            std::vector<hsize_t> dims(static_cast<size_t>(std::max(nd, 0)));
-            if (nd > 0) H5Sget_simple_extent_dims(s.get(), dims.data(), nullptr);
-            const std::vector<int64_t> shape(dims.begin(), dims.end());
-            if (shape != t.shape)
-                problems.push_back(cat(p, " has shape ", shape_text(shape), " in the checkpoint but ",
-                                       shape_text(t.shape), " in the engine"));
-        }
-        if (!problems.empty()) {
-            std::string all;
-            for (size_t i = 0; i < problems.size() && i < 20; ++i) all += (i ? "; " : "") + problems[i];
-            if (problems.size() > 20) all += cat("; and ", problems.size() - 20, " more");
-            DSM_FAIL(DSM_ERR_MISMATCH, "'", path, "' does not match the engine's parameters: ", all);
-        }
+            if (!problems.empty()) {
+                std::string all;
+                for (size_t i = 0; i < problems.size() && i < 20; ++i) all += (i ? "; " : "") + problems[i];
+                if (problems.size() > 20) all += cat("; and ", problems.size() - 20, " more");
+                DSM_FAIL(DSM_ERR_MISMATCH, "'", path, "' does not match the engine's parameters: ", all);
+            }
+        });
 
         // The data, and the checksums over what was read.
-        Id xfer = collective_xfer();
         const size_t n = content.tensors.size();
         std::vector<uint64_t> got(n, 0), stored(n, 0);
-        for (size_t i = 0; i < n; ++i) {
-            Tensor &t = content.tensors[i];
-            const std::string p = dataset_path(t);
-            Id d(h5(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), cat("opening ", p)), H5Dclose);
-            Id attr(h5(H5Aopen(d.get(), "checksum", H5P_DEFAULT), cat(p, ": no checksum attribute")), H5Aclose);
-            h5ok(H5Aread(attr.get(), H5T_NATIVE_UINT64, &stored[i]), cat("reading the checksum of ", p));
-            Selection sel = selection(t);
-            h5ok(H5Dread(d.get(), H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(),
-                         buffer_of(t)),
-                 cat("reading ", p));
-            if (t.owner && t.count) got[i] = checksum(t.data, t.offset, t.count);
+        Id xfer;
+        attempt([&] { xfer = collective_xfer(); });
+        for (size_t i = 0; i < n && !stopped; ++i) {
+            attempt([&] {
+                Tensor &t = content.tensors[i];
+                const std::string p = dataset_path(t);
+                Id d(h5(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), cat("opening ", p)), H5Dclose);
+                stored[i] = check_dataset(d.get(), path, p, t, content.attrs["format_version"].get<int64_t>());
+                Selection sel = selection(t);
+                h5ok(H5Dread(d.get(), H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(), buffer_of(t)),
+                     cat("'", path, "': reading ", p));
+                if (t.owner && t.count) got[i] = checksum(t.data, t.offset, t.count);
+            });
         }
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(n), MPI_UINT64_T, MPI_SUM, comm));
-        std::vector<std::string> bad;
-        for (size_t i = 0; i < n; ++i)
-            if (got[i] != stored[i]) bad.push_back(dataset_path(content.tensors[i]));
-        if (client) {
-            client->clear();
-            if (H5Lexists(file.get(), "/client_state", H5P_DEFAULT) > 0) {
-                Id d(h5(H5Dopen2(file.get(), "/client_state", H5P_DEFAULT), "opening /client_state"), H5Dclose);
-                Id s(h5(H5Dget_space(d.get()), "H5Dget_space"), H5Sclose);
-                client->resize(static_cast<size_t>(H5Sget_simple_extent_npoints(s.get())));
-                uint64_t want_sum = 0;
-                Id attr(h5(H5Aopen(d.get(), "checksum", H5P_DEFAULT), "/client_state: no checksum attribute"),
-                        H5Aclose);
-                h5ok(H5Aread(attr.get(), H5T_NATIVE_UINT64, &want_sum), "reading the checksum of /client_state");
-                if (!client->empty())
-                    h5ok(H5Dread(d.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, xfer.get(), client->data()),
-                         "reading /client_state");
-                if (checksum_bytes(client->data(), 0, client->size()) != want_sum) bad.push_back("/client_state");
-            }
+        if (!stopped) {
+            DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(n), MPI_UINT64_T, MPI_SUM, comm));
+            attempt([&] {
+                std::vector<std::string> bad;
+                for (size_t i = 0; i < n; ++i)
+                    if (got[i] != stored[i]) bad.push_back(dataset_path(content.tensors[i]));
+                if (client) {
+                    client->clear();
+                    if (H5Lexists(file.get(), "/client_state", H5P_DEFAULT) > 0) {
+                        check_link(file.get(), path, "/client_state", true);
+                        Id d(h5(H5Dopen2(file.get(), "/client_state", H5P_DEFAULT), "opening /client_state"), H5Dclose);
+                        Id type(h5(H5Dget_type(d.get()), "H5Dget_type"), H5Tclose);
+                        Id s(h5(H5Dget_space(d.get()), "H5Dget_space"), H5Sclose);
+                        if (H5Tget_class(type.get()) != H5T_INTEGER || H5Tget_size(type.get()) != 1 ||
+                            H5Sget_simple_extent_ndims(s.get()) != 1)
+                            DSM_FAIL(DSM_ERR_IO, "'", path, "': /client_state is not a 1-D uint8 dataset");
+                        const hssize_t len = H5Sget_simple_extent_npoints(s.get());
+                        struct stat st;
+                        if (len < 0 || ::stat(path.c_str(), &st) != 0 || len > st.st_size)
+                            DSM_FAIL(DSM_ERR_IO, "'", path, "': /client_state claims ", len,
+                                     " bytes, more than the file holds");
+                        client->resize(static_cast<size_t>(len));
+                        uint64_t want_sum = 0;
+                        h5ok(H5Aread(scalar_attr(d.get(), path, "/client_state", "checksum", H5T_INTEGER).get(),
+                                     H5T_NATIVE_UINT64, &want_sum),
+                             "reading the checksum of /client_state");
+                        if (!client->empty())
+                            h5ok(H5Dread(d.get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, xfer.get(), client->data()),
+                                 "reading /client_state");
+                        if (checksum_bytes(client->data(), 0, client->size()) != want_sum) bad.push_back("/client_state");
+                    }
+                }
+                if (!bad.empty()) {
+                    std::string all;
+                    for (size_t i = 0; i < bad.size() && i < 20; ++i) all += (i ? ", " : "") + bad[i];
+                    if (bad.size() > 20) all += cat(" and ", bad.size() - 20, " more");
+                    DSM_FAIL(DSM_ERR_IO, "'", path, "': checksum mismatch in ", all, " (the file is corrupt)");
+                }
+            });
         }
-        if (!bad.empty()) {
-            std::string all;
-            for (size_t i = 0; i < bad.size() && i < 20; ++i) all += (i ? ", " : "") + bad[i];
-            if (bad.size() > 20) all += cat(" and ", bad.size() - 20, " more");
-            DSM_FAIL(DSM_ERR_IO, "'", path, "': checksum mismatch in ", all, " (the file is corrupt)");
-        }
-    } catch (const Error &e) {
-        status = e.status();
-        failure = e.what();
+        xfer.reset();
+        file.reset();
     }
     agree(comm, [&] {
         if (status != DSM_SUCCESS) DSM_FAIL(status, failure);

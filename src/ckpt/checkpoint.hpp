@@ -47,14 +47,22 @@ struct Content {
 };
 
 // Testing: a failure, or a SIGKILL, at a point of the save
-// (DSM_CKPT_FAULT=POINT:RANK or kill:POINT:RANK; POINT is data, flush,
-// rename or latest). Returns normally when no fault is set for here.
+// (DSM_CKPT_FAULT=POINT:RANK or kill:POINT:RANK; POINT is write, data,
+// rename or latest). Returns normally when no fault is set for here; a
+// malformed DSM_CKPT_FAULT is DSM_ERR_INVALID_ARGUMENT.
 void fault_point(const char *point, int world_rank);
 
 // Collective over `comm`. Writes DIR/<tag>.h5 atomically and then DIR/latest
 // (doc/checkpoint.md); the client bytes go to /client_state (none when size
-// is 0). On any failure every rank throws the same error and no file exists
-// under the final name.
+// is 0). Before any collective open, every rank must see the directory
+// rank 0 creates (a token file), and the file system must have room for
+// the file; leftovers of earlier failed saves are removed. Each rank writes
+// its pieces independently and the ranks agree after every tensor, so a
+// write that fails on one rank (a full disk) stops all of them at the same
+// point. On any failure every rank throws the same error; a failure before
+// the rename leaves no file under the final name, one after it (flushing
+// the directory, writing `latest`) leaves the complete new file and
+// `latest` on the previous tag.
 void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
           const void *client, size_t client_size);
 
@@ -63,8 +71,11 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
 // tag whose file is missing.
 std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string &tag);
 
-// Collective over `comm`: open DIR/<tag>.h5, check its format, read the root
-// attributes into content.attrs, and read every tensor's piece into its data,
+// Collective over `comm`: check that every rank sees the same file, open
+// DIR/<tag>.h5, check its format, validate and read the root attributes
+// (types, ranges, and their checksum from format version 2) into
+// content.attrs, refuse soft, external and multiply-linked tensors and
+// tensors whose `name` attribute is another's, and read every tensor's piece into its data,
 // verifying the checksums. `names` are the parameter names the engine has:
 // the file's /params must hold exactly them with the tensors' shapes, else
 // DSM_ERR_MISMATCH listing the differences. Tensors whose group is not

@@ -12,7 +12,7 @@ namespace dsm {
 namespace ckpt {
 
 constexpr const char *kFormat = "dsm-checkpoint"; // root attribute `format`
-constexpr int64_t kFormatVersion = 1;             // root attribute `format_version`
+constexpr int64_t kFormatVersion = 2;             // root attribute `format_version` (1 still read)
 constexpr size_t kMaxTag = 200;                   // longest tag
 
 // A tag as doc/checkpoint.md allows it: 1 to kMaxTag of [A-Za-z0-9._-], no

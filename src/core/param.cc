@@ -48,8 +48,9 @@ const std::vector<Param> &params() {
          "instead of on a CUDA device, so the offload path runs without a GPU."},
         {"DSM_CKPT_FAULT", "",
          "Testing: make a checkpoint save fail at a point on one rank: POINT:RANK, or kill:POINT:RANK to "
-         "kill that rank with SIGKILL there. POINT is data (every rank, after writing), rename (rank 0, "
-         "before the rename) or latest (rank 0, before rewriting latest)."},
+         "kill that rank with SIGKILL there. POINT is write (that rank, in the middle of writing its data), "
+         "data (after writing), rename (rank 0, before the rename) or latest (rank 0, before rewriting "
+         "latest); RANK defaults to 0. A malformed value fails the save on every rank."},
     };
     return table;
 }

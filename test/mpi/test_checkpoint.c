@@ -7,6 +7,7 @@
 #include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -419,16 +420,16 @@ static void test_bad_files(void **state) {
         /* truncated */
         snprintf(path, sizeof path, "%s/truncated.h5", bad);
         copy_prefix(good, path, file_size(good) / 2);
-        /* another format version, and a flipped bit in a tensor */
+        /* a format version this libdsm does not read, and a flipped bit in a tensor */
         char v2[600], flipped[600];
-        snprintf(v2, sizeof v2, "%s/version2.h5", bad);
+        snprintf(v2, sizeof v2, "%s/version3.h5", bad);
         snprintf(flipped, sizeof flipped, "%s/flipped.h5", bad);
         copy_prefix(good, v2, file_size(good));
         copy_prefix(good, flipped, file_size(good));
         hid_t file = H5Fopen(v2, H5F_ACC_RDWR, H5P_DEFAULT);
         hid_t attr = H5Aopen(file, "format_version", H5P_DEFAULT);
-        const int64_t two = 2;
-        H5Awrite(attr, H5T_NATIVE_INT64, &two);
+        const int64_t three = 3;
+        H5Awrite(attr, H5T_NATIVE_INT64, &three);
         H5Aclose(attr);
         H5Fclose(file);
         file = H5Fopen(flipped, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -447,7 +448,7 @@ static void test_bad_files(void **state) {
     expect_bad_load(e, bad, NULL, DSM_ERR_IO, "names tag 'gone'");
     expect_bad_load(e, bad, "text", DSM_ERR_IO, "not a readable HDF5 file");
     expect_bad_load(e, bad, "truncated", DSM_ERR_IO, "truncated.h5");
-    expect_bad_load(e, bad, "version2", DSM_ERR_IO, "format_version 2");
+    expect_bad_load(e, bad, "version3", DSM_ERR_IO, "format_version 3");
     expect_bad_load(e, bad, "flipped", DSM_ERR_IO, "checksum mismatch in /params/w");
 
     /* Parameters that differ from the file's: all differences listed. */
@@ -469,6 +470,144 @@ static void test_bad_files(void **state) {
     /* The engine still works after all that. */
     ASSERT_OK(dsm_engine_load_checkpoint(e, bad, "good", 0, NULL, NULL));
     train(e, MPI_COMM_WORLD, 1);
+    ASSERT_OK(dsm_engine_free(&e));
+    ASSERT_OK(dsm_engine_free(&a));
+}
+
+
+/* Hostile files: copies of a good checkpoint with one thing changed, each
+   refused on every rank with a message naming it, the engine unchanged. */
+static void set_i64(hid_t file, const char *obj, const char *name, int64_t v) {
+    hid_t o = H5Oopen(file, obj, H5P_DEFAULT);
+    hid_t attr = H5Aopen(o, name, H5P_DEFAULT);
+    H5Awrite(attr, H5T_NATIVE_INT64, &v);
+    H5Aclose(attr);
+    H5Oclose(o);
+}
+static void set_f64(hid_t file, const char *name, double v) {
+    hid_t attr = H5Aopen_by_name(file, "/", name, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, H5T_NATIVE_DOUBLE, &v);
+    H5Aclose(attr);
+}
+static void set_str(hid_t file, const char *obj, const char *name, const char *v) {
+    H5Adelete_by_name(file, obj, name, H5P_DEFAULT);
+    hid_t type = H5Tcopy(H5T_C_S1), space = H5Screate(H5S_SCALAR);
+    H5Tset_size(type, strlen(v) + 1);
+    hid_t attr = H5Acreate_by_name(file, obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Awrite(attr, type, v);
+    H5Aclose(attr);
+    H5Sclose(space);
+    H5Tclose(type);
+}
+
+enum hostile {
+    H_NEG_STEPS, H_NEG_OPT_STEPS, H_NAN_SCALE, H_BAD_STAGE, H_STEPS_CHANGED, H_SOFT_LINK, H_HARD_LINK,
+    H_EXTERNAL_LINK, H_SWAPPED, H_RENAMED, H_TRAINABLE, H_CHECKSUM_ARRAY, H_NO_ROOT_SUM, H_DTYPE, H_COUNT
+};
+
+static void make_hostile(const char *good, const char *path, enum hostile h) {
+    copy_prefix(good, path, file_size(good));
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    switch (h) {
+    case H_NEG_STEPS: set_i64(f, "/", "global_steps", -5); break;
+    case H_NEG_OPT_STEPS: set_i64(f, "/", "optimizer_steps", -1); break;
+    case H_NAN_SCALE: set_f64(f, "loss_scale", NAN); break;
+    case H_BAD_STAGE: set_i64(f, "/", "zero_stage", 7); break;
+    case H_STEPS_CHANGED: set_i64(f, "/", "global_steps", 0); set_i64(f, "/", "micro_steps", 0);
+        set_i64(f, "/", "optimizer_steps", 0); break;
+    case H_SOFT_LINK:
+        H5Ldelete(f, "/optimizer/exp_avg/w", H5P_DEFAULT);
+        H5Lcreate_soft("/optimizer/exp_avg_sq/w", f, "/optimizer/exp_avg/w", H5P_DEFAULT, H5P_DEFAULT);
+        break;
+    case H_HARD_LINK:
+        H5Ldelete(f, "/optimizer/exp_avg/w", H5P_DEFAULT);
+        H5Lcreate_hard(f, "/optimizer/exp_avg_sq/w", f, "/optimizer/exp_avg/w", H5P_DEFAULT, H5P_DEFAULT);
+        break;
+    case H_EXTERNAL_LINK:
+        H5Ldelete(f, "/params/w", H5P_DEFAULT);
+        H5Lcreate_external(good, "/params/w", f, "/params/w", H5P_DEFAULT, H5P_DEFAULT);
+        break;
+    case H_SWAPPED: /* two tensors of one shape and name, their links exchanged */
+        H5Lmove(f, "/optimizer/exp_avg/w", f, "/tmp_w", H5P_DEFAULT, H5P_DEFAULT);
+        H5Lmove(f, "/optimizer/exp_avg_sq/w", f, "/optimizer/exp_avg/w", H5P_DEFAULT, H5P_DEFAULT);
+        H5Lmove(f, "/tmp_w", f, "/optimizer/exp_avg_sq/w", H5P_DEFAULT, H5P_DEFAULT);
+        break;
+    case H_RENAMED: set_str(f, "/params/w", "name", "x"); break;
+    case H_TRAINABLE: set_i64(f, "/params/w", "trainable", 5); break;
+    case H_CHECKSUM_ARRAY: {
+        H5Adelete_by_name(f, "/params/w", "checksum", H5P_DEFAULT);
+        const hsize_t two = 2;
+        const uint64_t v[2] = {1, 2};
+        hid_t space = H5Screate_simple(1, &two, NULL);
+        hid_t attr = H5Acreate_by_name(f, "/params/w", "checksum", H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT,
+                                       H5P_DEFAULT);
+        H5Awrite(attr, H5T_NATIVE_UINT64, v);
+        H5Aclose(attr);
+        H5Sclose(space);
+        break;
+    }
+    case H_NO_ROOT_SUM: H5Adelete(f, "attrs_checksum"); break;
+    case H_DTYPE: { /* /params/w rewritten as float64 with the same values and attributes */
+        hid_t d = H5Dopen2(f, "/params/w", H5P_DEFAULT);
+        hid_t space = H5Dget_space(d);
+        const hssize_t n = H5Sget_simple_extent_npoints(space);
+        double *v = malloc((size_t)n * sizeof *v);
+        H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        H5Dclose(d);
+        H5Ldelete(f, "/params/w", H5P_DEFAULT);
+        d = H5Dcreate2(f, "/params/w", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+        H5Dclose(d);
+        H5Sclose(space);
+        free(v);
+        break;
+    }
+    case H_COUNT: break;
+    }
+    H5Fclose(f);
+}
+
+static void test_hostile_files(void **state) {
+    (void)state;
+    static const struct {
+        enum hostile h;
+        const char *tag, *text;
+    } cases[] = {
+        {H_NEG_STEPS, "neg_steps", "attribute 'global_steps' is -5"},
+        {H_NEG_OPT_STEPS, "neg_opt_steps", "attribute 'optimizer_steps' is -1"},
+        {H_NAN_SCALE, "nan_scale", "attribute 'loss_scale'"},
+        {H_BAD_STAGE, "bad_stage", "attribute 'zero_stage' is 7"},
+        {H_STEPS_CHANGED, "steps_changed", "checksum mismatch in the root attributes"},
+        {H_SOFT_LINK, "soft_link", "/optimizer/exp_avg/w is a soft link"},
+        {H_HARD_LINK, "hard_link", "has 2 links"},
+        {H_EXTERNAL_LINK, "external_link", "/params/w is a external link"},
+        {H_SWAPPED, "swapped", "holds a tensor of /optimizer/exp_avg_sq"},
+        {H_RENAMED, "renamed", "holds the tensor named 'x'"},
+        {H_TRAINABLE, "trainable", "attribute 'trainable' is 5"},
+        {H_CHECKSUM_ARRAY, "checksum_array", "attribute 'checksum' is not a scalar"},
+        {H_NO_ROOT_SUM, "no_root_sum", "attribute 'attrs_checksum'"},
+        {H_DTYPE, "dtype", "is not 32-bit little-endian float"},
+    };
+    char bad[300], good[600], path[600];
+    snprintf(bad, sizeof bad, "%s/hostile", dir);
+    dsm_engine_t a = engine_on(MPI_COMM_WORLD, 2, FP32, "", 0.0f);
+    train(a, MPI_COMM_WORLD, 2);
+    ASSERT_OK(dsm_engine_save_checkpoint(a, bad, "good", NULL, 0));
+    snprintf(good, sizeof good, "%s/good.h5", bad);
+    if (test_rank == 0)
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+            snprintf(path, sizeof path, "%s/%s.h5", bad, cases[i].tag);
+            make_hostile(good, path, cases[i].h);
+        }
+    MPI_Barrier(MPI_COMM_WORLD);
+    dsm_engine_t e = engine_on(MPI_COMM_WORLD, 1, FP32, "", 0.5f);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+        expect_bad_load(e, bad, cases[i].tag, DSM_ERR_IO, cases[i].text);
+    /* The engine still loads the good file and steps, then frees locally. */
+    ASSERT_OK(dsm_engine_load_checkpoint(e, bad, "good", 0, NULL, NULL));
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    ASSERT_OK(dsm_engine_get_step_info(e, &info));
+    assert_int_equal(info.global_steps, 2);
     ASSERT_OK(dsm_engine_free(&e));
     ASSERT_OK(dsm_engine_free(&a));
 }
@@ -582,6 +721,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_latest_and_client_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(test_faults, setup, teardown),
         cmocka_unit_test_setup_teardown(test_offload, setup, teardown),

@@ -3,12 +3,17 @@
  * ("fc.weight" [4, 3], "fc.bias" [3]) and a frozen embedding ("emb" [5]),
  * AdamW under ZeRO-1, trained on fixed data.
  *
- *   make_checkpoint DIR [--steps N] [--save-every K] [--resume]
+ *   make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R]
+ *                       [--rank-dir]
  *
  * Trains N steps (default 4), saving DIR/global_step<S>.h5 every K steps
  * (default 2) with the client state "step S". --resume first loads the
- * checkpoint DIR/latest names and prints "resumed TAG at step S". Prints
- * "final step S" and exits 0; on an error prints it and exits 1.
+ * checkpoint DIR/latest names and prints "resumed TAG at step S". --rows
+ * makes fc.weight [R, 3] (default 4), for checkpoints of a given size;
+ * --rank-dir gives each rank its own directory DIR/rank<r> (a job whose
+ * ranks disagree on the directory). Prints "final step S" and exits 0; on
+ * an error prints "rank R: " and the error on every rank that has one and
+ * exits 1.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +27,8 @@
     do {                                                                                   \
         dsm_status_t st_ = (call);                                                         \
         if (st_ != DSM_SUCCESS) {                                                          \
-            fprintf(stderr, "make_checkpoint: %s: %s\n", #call, dsm_get_last_error());    \
+            fprintf(stderr, "make_checkpoint: rank %d: %s: %s\n", rank, #call,           \
+                    dsm_get_last_error());                                                 \
             MPI_Finalize();                                                                \
             return 1;                                                                      \
         }                                                                                  \
@@ -35,28 +41,43 @@ static int init_fn(void *user, int index, const char *name, int64_t offset, int6
     return 0;
 }
 
+static int rank = 0;
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc < 2) {
         fprintf(stderr, "usage: make_checkpoint DIR [--steps N] [--save-every K] [--resume]\n");
         MPI_Finalize();
         return 2;
     }
     const char *dir = argv[1];
-    int steps = 4, every = 2, resume = 0;
+    int steps = 4, every = 2, resume = 0, rank_dir = 0;
+    long rows = 4;
     for (int a = 2; a < argc; ++a) {
         if (!strcmp(argv[a], "--steps") && a + 1 < argc) steps = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--save-every") && a + 1 < argc) every = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--resume")) resume = 1;
+        else if (!strcmp(argv[a], "--rows") && a + 1 < argc) rows = atol(argv[++a]);
+        else if (!strcmp(argv[a], "--rank-dir")) rank_dir = 1;
         else {
             fprintf(stderr, "make_checkpoint: unknown argument '%s'\n", argv[a]);
             MPI_Finalize();
             return 2;
         }
     }
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    static const int64_t w_shape[2] = {4, 3}, b_shape[1] = {3}, e_shape[1] = {5};
+    if (rows < 1) {
+        fprintf(stderr, "make_checkpoint: --rows %ld: expected a positive count\n", rows);
+        MPI_Finalize();
+        return 2;
+    }
+    char own_dir[4096];
+    if (rank_dir) {
+        snprintf(own_dir, sizeof own_dir, "%s/rank%d", dir, rank);
+        dir = own_dir;
+    }
+    const int64_t w_shape[2] = {rows, 3};
+    static const int64_t b_shape[1] = {3}, e_shape[1] = {5};
     dsm_param_desc_t d[3];
     memset(d, 0, sizeof d);
     const char *names[3] = {"fc.weight", "fc.bias", "emb"};
