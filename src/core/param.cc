@@ -46,6 +46,10 @@ const std::vector<Param> &params() {
          "Testing: 1 makes an engine that offloads (zero_optimization.offload_optimizer or offload_param "
          "device \"cpu\") keep its device copies of the parameters and gradients in separate host memory "
          "instead of on a CUDA device, so the offload path runs without a GPU."},
+        {"DSM_CKPT_SPACE_CHECK", "1",
+         "1: before a checkpoint save, rank 0 checks that the file system reports room for the file and "
+         "fails the save on every rank when it does not; 0 skips that check (a file system that reports "
+         "less free space than it has). A write that fails anyway is caught on every rank either way."},
         {"DSM_CKPT_FAULT", "",
          "Testing: make a checkpoint save fail at a point on one rank: POINT:RANK, or kill:POINT:RANK to "
          "kill that rank with SIGKILL there. POINT is write (that rank, in the middle of writing its data), "
