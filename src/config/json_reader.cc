@@ -72,9 +72,9 @@ Json parse_json_text(const std::string &text, const std::string &origin) {
         case Json::parse_event_t::array_start:
             if (stack.size() >= kMaxConfigDepth) {
                 std::string where = stack_path(stack);
-                DSM_FAIL(DSM_ERR_CONFIG, "configuration ", origin, ": objects and arrays nest deeper than the limit of ",
-                         kMaxConfigDepth, " levels", where.empty() ? "" : " (under '", cut(where),
-                         where.empty() ? "" : "')");
+                DSM_FAIL(DSM_ERR_CONFIG, "configuration ", origin,
+                         ": objects and arrays nest deeper than the limit of ", kMaxConfigDepth, " levels",
+                         where.empty() ? "" : " (under '", cut(where), where.empty() ? "" : "')");
             }
             stack.push_back(Frame{event == Json::parse_event_t::object_start, {}, {}});
             break;

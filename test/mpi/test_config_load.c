@@ -253,7 +253,8 @@ static void test_mismatch_names_the_key(void **state) {
     /* A key only one side has (a scheduler's parameters). */
     const char *c = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 1}, "
                     "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 5}}}";
-    snprintf(text, sizeof text, "the first differing key is scheduler: rank 0 has null, rank %d has {\"type\":\"WarmupLR\"",
+    snprintf(text, sizeof text,
+             "the first differing key is scheduler: rank 0 has null, rank %d has {\"type\":\"WarmupLR\"",
              test_size - 1);
     ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? c : a, 0, &cfg), DSM_ERR_MISMATCH, text);
     assert_null(cfg);

@@ -352,7 +352,8 @@ static void test_size_and_depth_limits(void **) {
     Config c = parse(nested(1000));
     assert_int_equal(c.unknown_keys.size(), 1);
     expect_error(nested(1001), DSM_ERR_CONFIG,
-                 "configuration (inline JSON): objects and arrays nest deeper than the limit of 1000 levels (under 'k.k.k");
+                 "configuration (inline JSON): objects and arrays nest deeper than the limit of 1000 levels "
+                 "(under 'k.k.k");
     // Arrays count as levels too.
     std::string arrays = "{\"train_batch_size\": 8, \"a\": " + std::string(999, '[') + std::string(999, ']') + "}";
     parse(arrays);
@@ -405,7 +406,8 @@ static void test_deep_nesting_is_cheap(void **) {
     // Deep down: a duplicate in the innermost object.
     std::string deep = nested(1000, 100);
     deep.insert(deep.find('}'), "\"d\": 1, \"d\": 2");
-    expect_error(deep, DSM_ERR_CONFIG, ("duplicate key '" + std::string(100, 'k') + "." + std::string(100, 'k')).c_str());
+    std::string key(100, 'k');
+    expect_error(deep, DSM_ERR_CONFIG, ("duplicate key '" + key + "." + key + "." + key).c_str());
     unlink(path.c_str());
     rmdir(dir.c_str());
 }
