@@ -8,7 +8,9 @@
 #include <vector>
 
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "config/config.hpp"
@@ -313,6 +315,21 @@ static void test_not_regular_files(void **) {
     expect_error("/dev/zero", DSM_ERR_IO, "cannot read configuration file '/dev/zero': is a character device");
     expect_error("/dev/null", DSM_ERR_IO, "'/dev/null': is a character device");
     assert_true(peak_kib() - before < 64 * 1024);
+    // A socket: refused by its type too (opening one fails with a less clear reason).
+    std::string sock = dir + "/sock.json";
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un addr;
+    std::memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    if (sock.size() < sizeof addr.sun_path) {
+        std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+        assert_int_equal(bind(fd, reinterpret_cast<struct sockaddr *>(&addr), sizeof addr), 0);
+        expect_error(sock, DSM_ERR_IO,
+                     ("'" + sock + "': is a socket; a configuration file must be a regular file").c_str());
+        unlink(sock.c_str());
+    }
+    close(fd);
     // Not readable: the system's reason (unless running as root).
     std::string secret = dir + "/secret.json";
     write_file(secret, "{\"train_batch_size\": 8}");
