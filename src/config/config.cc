@@ -3,14 +3,15 @@
 // unknown keys, then the batch arithmetic (config_batch.cc).
 #include "config/config_internal.hpp"
 
+#include <fcntl.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -49,20 +50,73 @@ Dtype dtype_from(Node &node, const std::string &key, Dtype def, bool allow_none)
 
 namespace {
 
+// What a path that is not a regular file names, for messages.
+const char *file_kind(mode_t mode) {
+    if (S_ISDIR(mode)) return "is a directory";
+    if (S_ISFIFO(mode)) return "is a FIFO (named pipe)";
+    if (S_ISCHR(mode)) return "is a character device";
+    if (S_ISBLK(mode)) return "is a block device";
+    if (S_ISSOCK(mode)) return "is a socket";
+    return "is not a regular file";
+}
+
+[[noreturn]] void too_large(const std::string &origin, const std::string &size) {
+    DSM_FAIL(DSM_ERR_CONFIG, "configuration ", origin, ": ", size, " bytes, larger than the limit of 64 MiB (",
+             kMaxConfigBytes, " bytes) on a configuration");
+}
+
+struct Fd {
+    int fd;
+    ~Fd() {
+        if (fd >= 0) ::close(fd);
+    }
+};
+
+// Read a regular file whole, at most kMaxConfigBytes. Anything else (a FIFO,
+// a device such as /dev/zero, a directory) is refused by its type before it is
+// read: stat() first, then open() without blocking (a FIFO with no writer would
+// block an ordinary open) and fstat() again in case the path changed between.
+std::string read_regular_file(const std::string &path, const std::string &origin) {
+    auto io_fail = [&](const char *why) {
+        DSM_FAIL(DSM_ERR_IO, "cannot read configuration file '", path, "': ", why);
+    };
+    struct stat st;
+    if (::stat(path.c_str(), &st) != 0) io_fail(std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        DSM_FAIL(DSM_ERR_IO, "cannot read configuration file '", path, "': ", file_kind(st.st_mode),
+                 "; a configuration file must be a regular file");
+    Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+    if (f.fd < 0) io_fail(std::strerror(errno));
+    if (::fstat(f.fd, &st) != 0) io_fail(std::strerror(errno));
+    if (!S_ISREG(st.st_mode))
+        DSM_FAIL(DSM_ERR_IO, "cannot read configuration file '", path, "': ", file_kind(st.st_mode),
+                 "; a configuration file must be a regular file");
+    if (static_cast<uint64_t>(st.st_size) > kMaxConfigBytes) too_large(origin, cat(st.st_size));
+    std::string text;
+    text.reserve(static_cast<size_t>(st.st_size));
+    // The size may be wrong (files in /proc say 0) or change: read to the end,
+    // but never more than one byte past the limit.
+    char buf[1 << 16];
+    for (;;) {
+        ssize_t n = ::read(f.fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) io_fail(std::strerror(errno));
+        if (n == 0) break;
+        text.append(buf, static_cast<size_t>(n));
+        if (text.size() > kMaxConfigBytes) too_large(origin, cat("more than ", kMaxConfigBytes));
+    }
+    return text;
+}
+
 std::string load_text(const std::string &text_or_path, std::string *origin) {
     size_t first = text_or_path.find_first_not_of(" \t\r\n");
     if (first != std::string::npos && text_or_path[first] == '{') {
         *origin = "(inline JSON)";
+        if (text_or_path.size() > kMaxConfigBytes) too_large(*origin, cat(text_or_path.size()));
         return text_or_path;
     }
     *origin = "'" + text_or_path + "'";
-    std::ifstream in(text_or_path, std::ios::binary);
-    int err = errno;
-    if (!in) DSM_FAIL(DSM_ERR_IO, "cannot read configuration file '", text_or_path, "': ", std::strerror(err));
-    std::ostringstream os;
-    os << in.rdbuf();
-    if (in.bad()) DSM_FAIL(DSM_ERR_IO, "cannot read configuration file '", text_or_path, "': read error");
-    return os.str();
+    return read_regular_file(text_or_path, *origin);
 }
 
 void read_precision(Node &root, Config &cfg) {

@@ -9,6 +9,7 @@
 // that libdsm does not implement when the configuration enables it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -162,8 +163,17 @@ struct Config {
     std::vector<std::string> unknown_keys;
 };
 
+// Limits on what the reader accepts (doc/configuration.md, "Limits"): the
+// text's size in bytes (a file or inline JSON), and how deeply objects and
+// arrays nest (the top-level object is depth 1). Beyond either, DSM_ERR_CONFIG
+// naming the limit.
+constexpr size_t kMaxConfigBytes = size_t(64) << 20;
+constexpr size_t kMaxConfigDepth = 1000;
+
 // Read a configuration: `text_or_path` is inline JSON when its first
-// non-blank character is '{', else the path of a JSON file.
+// non-blank character is '{', else the path of a JSON file. A path must name
+// a regular file (a directory, FIFO, device or socket is DSM_ERR_IO naming
+// what it is, without opening it for a blocking read).
 Config parse_config(const std::string &text_or_path, const ConfigContext &ctx);
 
 // The resolved configuration as JSON: every key with its effective value and

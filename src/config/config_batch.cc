@@ -24,8 +24,10 @@ int64_t mul(int64_t a, int64_t b) {
     return r;
 }
 
-[[noreturn]] void not_positive(const char *what, int64_t v) {
-    DSM_FAIL(DSM_ERR_CONFIG, what, ": ", v, " has to be greater than 0");
+// DeepSpeed's wording, then the value's origin: the key the user gave
+// ("train_micro_batch_size_per_gpu = -1") or how libdsm derived it.
+[[noreturn]] void not_positive(const char *what, int64_t v, const std::string &origin) {
+    DSM_FAIL(DSM_ERR_CONFIG, what, ": ", v, " has to be greater than 0 (", origin, ")");
 }
 
 } // namespace
@@ -36,20 +38,31 @@ void resolve_batch(Config &cfg, const int64_t *tb, const int64_t *mb, const int6
     cfg.train_micro_batch_size_per_gpu_given = mb != nullptr;
     cfg.gradient_accumulation_steps_given = gas != nullptr;
     int64_t t = tb ? *tb : 0, m = mb ? *mb : 0, g = gas ? *gas : 0;
-    // Where DeepSpeed would divide by zero, report the zero value instead.
+    // A given value that is not positive is reported as given, before it
+    // enters the derivation (where a micro batch of -1 would surface as a
+    // train batch of -W).
+    if (tb && t <= 0) not_positive("Train batch size", t, cat("train_batch_size = ", t));
+    if (mb && m <= 0) not_positive("Micro batch size per gpu", m, cat("train_micro_batch_size_per_gpu = ", m));
+    if (gas && g <= 0) not_positive("Gradient accumulation steps", g, cat("gradient_accumulation_steps = ", g));
+    // How each value came about, for the messages below.
+    std::string t_from = cat("train_batch_size = ", t), m_from = cat("train_micro_batch_size_per_gpu = ", m),
+                g_from = cat("gradient_accumulation_steps = ", g);
     if (tb && mb && gas) {
         // all given: nothing to derive
     } else if (tb && mb) {
-        if (m == 0) not_positive("Micro batch size per gpu", m);
         g = floordiv(floordiv(t, m), w);
+        g_from = cat("derived: gradient_accumulation_steps = train_batch_size ", t,
+                     " // train_micro_batch_size_per_gpu ", m, " // world_size ", w);
     } else if (tb && gas) {
-        if (g == 0) not_positive("Gradient accumulation steps", g);
         m = floordiv(floordiv(t, w), g);
+        m_from = cat("derived: train_micro_batch_size_per_gpu = train_batch_size ", t, " // world_size ", w,
+                     " // gradient_accumulation_steps ", g);
     } else if (mb && gas) {
         t = mul(mul(m, g), w);
     } else if (tb) {
         g = 1;
         m = floordiv(t, w);
+        m_from = cat("derived: train_micro_batch_size_per_gpu = train_batch_size ", t, " // world_size ", w);
     } else if (mb) {
         t = mul(m, w);
         g = 1;
@@ -60,9 +73,9 @@ void resolve_batch(Config &cfg, const int64_t *tb, const int64_t *mb, const int6
     cfg.train_micro_batch_size_per_gpu = m;
     cfg.gradient_accumulation_steps = g;
 
-    if (t <= 0) not_positive("Train batch size", t);
-    if (m <= 0) not_positive("Micro batch size per gpu", m);
-    if (g <= 0) not_positive("Gradient accumulation steps", g);
+    if (t <= 0) not_positive("Train batch size", t, t_from);
+    if (m <= 0) not_positive("Micro batch size per gpu", m, m_from);
+    if (g <= 0) not_positive("Gradient accumulation steps", g, g_from);
     DSM_REQUIRE(t == mul(mul(m, g), w), DSM_ERR_CONFIG,
                 "Check batch related parameters. train_batch_size is not equal to "
                 "micro_batch_per_gpu * gradient_acc_step * world_size ",

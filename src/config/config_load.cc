@@ -2,8 +2,13 @@
 
 #include "config/config_load.hpp"
 
+#include <climits>
 #include <cstdint>
 #include <cstdio>
+#include <map>
+#include <new>
+#include <utility>
+#include <vector>
 
 #include "core/agree.hpp"
 #include "core/comm.hpp"
@@ -27,13 +32,91 @@ std::string digest(const std::string &s) {
     return out;
 }
 
-void flatten(const nlohmann::ordered_json &j, const std::string &path, std::string &out) {
+using Entries = std::vector<std::pair<std::string, std::string>>;
+
+// "key.path" -> value (as JSON) for every leaf, in order. One path string is
+// extended and cut back, never copied per level.
+void flatten(const nlohmann::ordered_json &j, std::string &path, Entries &out) {
     if (j.is_object() && !j.empty()) {
-        for (auto it = j.begin(); it != j.end(); ++it)
-            flatten(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
+        size_t len = path.size();
+        for (auto it = j.begin(); it != j.end(); ++it) {
+            if (len > 0) path += '.';
+            path += it.key();
+            flatten(it.value(), path, out);
+            path.resize(len);
+        }
         return;
     }
-    out += path + " = " + j.dump() + "\n";
+    out.emplace_back(path, j.dump());
+}
+
+Entries entries(const Config &cfg) {
+    Entries out;
+    std::string path;
+    flatten(nlohmann::ordered_json::parse(config_to_json(cfg)), path, out);
+    return out;
+}
+
+std::string shown(const nlohmann::ordered_json &value) {
+    std::string s = value.dump();
+    return s.size() <= 80 ? s : s.substr(0, 77) + "...";
+}
+
+// Broadcast a string from `root` (length, then bytes).
+std::string bcast_string(MPI_Comm comm, int root, const std::string &s) {
+    unsigned long long len = s.size();
+    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, comm));
+    DSM_REQUIRE(len <= static_cast<unsigned long long>(INT_MAX), DSM_ERR_INTERNAL, "configuration text of ", len,
+                " bytes is too long to broadcast");
+    std::string out = s;
+    out.resize(static_cast<size_t>(len));
+    if (len > 0) DSM_CHECK_MPI(MPI_Bcast(&out[0], static_cast<int>(len), MPI_CHAR, root, comm));
+    return out;
+}
+
+// The first key path (in `a`'s order, then the keys only `b` has) whose
+// value differs between rank 0's resolved configuration `a` and rank
+// `rank_b`'s `b` (nullptr: the key is missing), with both values.
+bool first_difference(const nlohmann::ordered_json *a, const nlohmann::ordered_json *b, int rank_b,
+                      std::string &path, std::string &out) {
+    if (a != nullptr && b != nullptr && *a == *b) return false;
+    if (a != nullptr && b != nullptr && a->is_object() && b->is_object()) {
+        size_t len = path.size();
+        auto down = [&](const std::string &key, const nlohmann::ordered_json *x, const nlohmann::ordered_json *y) {
+            if (len > 0) path += '.';
+            path += key;
+            if (first_difference(x, y, rank_b, path, out)) return true;
+            path.resize(len);
+            return false;
+        };
+        for (auto it = a->begin(); it != a->end(); ++it) {
+            auto jt = b->find(it.key());
+            if (down(it.key(), &it.value(), jt == b->end() ? nullptr : &*jt)) return true;
+        }
+        for (auto jt = b->begin(); jt != b->end(); ++jt)
+            if (!a->contains(jt.key()) && down(jt.key(), nullptr, &jt.value())) return true;
+        return false;
+    }
+    out = cat(path, ": rank 0 has ", a ? shown(*a) : "no such key", ", rank ", rank_b, " has ",
+              b ? shown(*b) : "no such key");
+    return true;
+}
+
+// Run `local` as agree() does, turning any other exception (std::bad_alloc
+// from a huge configuration) into an agreed error instead of leaving the
+// other ranks waiting.
+void agree_all(MPI_Comm comm, const std::function<void()> &local) {
+    agree(comm, [&] {
+        try {
+            local();
+        } catch (const Error &) {
+            throw;
+        } catch (const std::bad_alloc &) {
+            DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, "out of memory reading the configuration");
+        } catch (const std::exception &e) {
+            DSM_FAIL(DSM_ERR_INTERNAL, "reading the configuration: ", e.what());
+        }
+    });
 }
 
 } // namespace
@@ -44,19 +127,39 @@ Config load_collective(MPI_Comm comm, const std::string &text_or_path, const Con
     // The caller's communicator may abort on errors: agree on a duplicate.
     Comm own = Comm::dup(comm);
     Config cfg;
-    agree(own.get(), [&] {
+    std::string json, mine;
+    agree_all(own.get(), [&] {
         if (bad_status != DSM_SUCCESS) DSM_FAIL(bad_status, bad_message);
         cfg = parse_config(text_or_path, ctx);
         if (check) check(cfg);
+        json = config_to_json(cfg);
+        mine = digest(json);
     });
-    agree_same(own.get(), "resolved configurations",
-               cat("digest ", digest(config_to_json(cfg))));
-    return cfg;
+    // Ranks compare a digest; only when they differ do rank 0 and the first
+    // differing rank send their whole configuration, to name the key.
+    std::string root = bcast_string(own.get(), 0, mine);
+    int rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(own.get(), &rank));
+    int differs = root == mine ? INT_MAX : rank;
+    int first = INT_MAX;
+    DSM_CHECK_MPI(MPI_Allreduce(&differs, &first, 1, MPI_INT, MPI_MIN, own.get()));
+    if (first == INT_MAX) return cfg;
+    // Both texts go to every rank, so that every rank builds the same message.
+    std::string diff, path;
+    std::string json0 = bcast_string(own.get(), 0, json);
+    std::string json1 = bcast_string(own.get(), first, json);
+    agree_all(own.get(), [&] {
+        nlohmann::ordered_json a = nlohmann::ordered_json::parse(json0), b = nlohmann::ordered_json::parse(json1);
+        first_difference(&a, &b, first, path, diff);
+    });
+    DSM_FAIL(DSM_ERR_MISMATCH, "resolved configurations differ across ranks: ",
+             diff.empty() ? cat("rank 0 has digest ", root, ", rank ", first, " has another")
+                          : "the first differing key is " + diff);
 }
 
 std::string config_to_text(const Config &cfg) {
     std::string out;
-    flatten(nlohmann::ordered_json::parse(config_to_json(cfg)), "", out);
+    for (const auto &e : entries(cfg)) out += e.first + " = " + e.second + "\n";
     return out;
 }
 

@@ -12,16 +12,36 @@ namespace config {
 
 namespace {
 
-// One object or array being parsed: its path, and the keys seen so far.
+// One object or array being parsed: whether it is an object, its last key and
+// the keys seen so far. Its path is not kept: it is built from the stack only
+// when a message needs it, so nesting costs memory linear in the text.
 struct Frame {
     bool is_object;
-    std::string path;
     std::string last_key;
     std::set<std::string> keys;
 };
 
 std::string join(const std::string &path, const std::string &key) {
     return path.empty() ? key : path + "." + key;
+}
+
+// The path of the innermost object or array of `stack` ("a.b", "a[].c").
+std::string stack_path(const std::vector<Frame> &stack) {
+    std::string path;
+    for (size_t i = 0; i + 1 < stack.size(); ++i) {
+        if (stack[i].is_object) {
+            if (!path.empty()) path += '.';
+            path += stack[i].last_key;
+        } else {
+            path += "[]";
+        }
+    }
+    return path;
+}
+
+// A path cut for a message (a deep path of long keys can be megabytes).
+std::string cut(const std::string &s, size_t max = 200) {
+    return s.size() <= max ? s : s.substr(0, max - 3) + "...";
 }
 
 // nlohmann's parse_error text is "[json.exception.parse_error.N] parse error at
@@ -37,20 +57,27 @@ std::string syntax_detail(const std::string &what) {
 } // namespace
 
 Json parse_json_text(const std::string &text, const std::string &origin) {
+    // nlohmann's lexer takes a NUL byte as the end of the text: what follows
+    // would be dropped silently.
+    size_t nul = text.find('\0');
+    DSM_REQUIRE(nul == std::string::npos, DSM_ERR_CONFIG, "configuration ", origin,
+                ": a NUL byte (\\0) at byte offset ", nul, "; a configuration is JSON text");
+    DSM_REQUIRE(text.size() <= kMaxConfigBytes, DSM_ERR_CONFIG, "configuration ", origin, ": ", text.size(),
+                " bytes, larger than the limit of 64 MiB (", kMaxConfigBytes, " bytes) on a configuration");
     std::vector<Frame> stack;
     std::string duplicate;
     auto callback = [&](int, Json::parse_event_t event, Json &parsed) -> bool {
         switch (event) {
         case Json::parse_event_t::object_start:
-        case Json::parse_event_t::array_start: {
-            std::string path;
-            if (!stack.empty()) {
-                const Frame &up = stack.back();
-                path = up.is_object ? join(up.path, up.last_key) : up.path + "[]";
+        case Json::parse_event_t::array_start:
+            if (stack.size() >= kMaxConfigDepth) {
+                std::string where = stack_path(stack);
+                DSM_FAIL(DSM_ERR_CONFIG, "configuration ", origin,
+                         ": objects and arrays nest deeper than the limit of ", kMaxConfigDepth, " levels",
+                         where.empty() ? "" : " (under '", cut(where), where.empty() ? "" : "')");
             }
-            stack.push_back(Frame{event == Json::parse_event_t::object_start, path, {}, {}});
+            stack.push_back(Frame{event == Json::parse_event_t::object_start, {}, {}});
             break;
-        }
         case Json::parse_event_t::object_end:
         case Json::parse_event_t::array_end:
             if (!stack.empty()) stack.pop_back();
@@ -60,7 +87,7 @@ Json parse_json_text(const std::string &text, const std::string &origin) {
                 Frame &f = stack.back();
                 f.last_key = parsed.get<std::string>();
                 if (!f.keys.insert(f.last_key).second && duplicate.empty())
-                    duplicate = join(f.path, f.last_key);
+                    duplicate = join(stack_path(stack), f.last_key);
             }
             break;
         case Json::parse_event_t::value: break;
@@ -75,7 +102,7 @@ Json parse_json_text(const std::string &text, const std::string &origin) {
     } catch (const Json::exception &e) {
         DSM_FAIL(DSM_ERR_CONFIG, "configuration ", origin, ": invalid JSON: ", syntax_detail(e.what()));
     }
-    DSM_REQUIRE(duplicate.empty(), DSM_ERR_CONFIG, "configuration ", origin, ": duplicate key '", duplicate,
+    DSM_REQUIRE(duplicate.empty(), DSM_ERR_CONFIG, "configuration ", origin, ": duplicate key '", cut(duplicate, 1000),
                 "'");
     return out;
 }

@@ -6,6 +6,7 @@
 #include "mpi_test.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static int last(void) { return test_rank == test_size - 1; }
@@ -101,12 +102,162 @@ static void test_one_bad_rank(void **state) {
     ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, good, 0, last() ? NULL : &cfg), DSM_ERR_NULL_POINTER, text);
     snprintf(text, sizeof text, "rank %d: flags is 6", test_size - 1);
     ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, good, last() ? 6u : 0u, &cfg), DSM_ERR_INVALID_ARGUMENT, text);
-    /* Valid on every rank, but different. */
+    /* Valid on every rank, but different: the first differing key is named, with both values and ranks. */
     ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? "{\"train_micro_batch_size_per_gpu\": 4}" : good, 0, &cfg),
                  DSM_ERR_MISMATCH, "resolved configurations differ across ranks");
+    snprintf(text, sizeof text, "train_batch_size: rank 0 has %d, rank %d has %d", test_size, test_size - 1,
+             4 * test_size);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? "{\"train_micro_batch_size_per_gpu\": 4}" : good, 0, &cfg),
+                 DSM_ERR_MISMATCH, text);
     assert_null(cfg);
     ASSERT_OK(dsm_config_load(MPI_COMM_WORLD, good, 0, &cfg)); /* nothing left half done */
     ASSERT_OK(dsm_config_free(&cfg));
+}
+
+/* A temporary directory made by rank 0 and known to every rank (the ranks share a file system). */
+static void shared_temp_dir(char *dir, size_t size) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, size, "%s/dsm-config-load-XXXXXX", tmp != NULL && *tmp ? tmp : "/tmp");
+    if (test_rank == 0) assert_non_null(mkdtemp(dir));
+    MPI_Bcast(dir, (int)size, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+static void write_text(const char *path, const char *text, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(text, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* A directory, a FIFO, a device: refused by what they are, on every rank, without blocking. */
+static void test_not_regular_files(void **state) {
+    (void)state;
+    char dir[256], fifo[300], good[300], text[400];
+    dsm_config_t cfg = NULL;
+    shared_temp_dir(dir, sizeof dir);
+    snprintf(fifo, sizeof fifo, "%s/fifo.json", dir);
+    snprintf(good, sizeof good, "%s/good.json", dir);
+    if (test_rank == 0) {
+        assert_int_equal(mkfifo(fifo, 0600), 0);
+        write_text(good, "{\"train_micro_batch_size_per_gpu\": 1}", 37);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(text, sizeof text, "rank 0: cannot read configuration file '%s': is a directory", dir);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, dir, 0, &cfg), DSM_ERR_IO, text);
+    snprintf(text, sizeof text, "'%s': is a FIFO (named pipe)", fifo);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, fifo, 0, &cfg), DSM_ERR_IO, text);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, "/dev/zero", 0, &cfg), DSM_ERR_IO,
+                 "rank 0: cannot read configuration file '/dev/zero': is a character device");
+    assert_null(cfg);
+    /* Only on the last rank: every rank fails with its message. */
+    snprintf(text, sizeof text, "rank %d: cannot read configuration file '%s': is a FIFO", test_size - 1, fifo);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? fifo : good, 0, &cfg), DSM_ERR_IO, text);
+    snprintf(text, sizeof text, "rank %d: cannot read configuration file '/dev/zero'", test_size - 1);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? "/dev/zero" : good, 0, &cfg), DSM_ERR_IO, text);
+    snprintf(text, sizeof text, "rank %d: cannot read configuration file '%s': is a directory", test_size - 1, dir);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? dir : good, 0, &cfg), DSM_ERR_IO, text);
+    assert_null(cfg);
+    ASSERT_OK(dsm_config_load(MPI_COMM_WORLD, good, 0, &cfg)); /* nothing left half done */
+    ASSERT_OK(dsm_config_free(&cfg));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank == 0) {
+        unlink(fifo);
+        unlink(good);
+        rmdir(dir);
+    }
+}
+
+/* {"train_micro_batch_size_per_gpu": 1, "k": {"k": ... {}}}: `depth` levels in all, keys of `key_len` bytes. */
+static char *nested(size_t depth, size_t key_len) {
+    size_t cap = 64 + depth * (key_len + 8);
+    char *text = malloc(cap), *p = text;
+    assert_non_null(text);
+    p += sprintf(p, "{\"train_micro_batch_size_per_gpu\": 1");
+    for (size_t i = 1; i < depth; ++i) {
+        p += sprintf(p, i == 1 ? ", \"" : "\"");
+        memset(p, 'k', key_len);
+        p += key_len;
+        p += sprintf(p, "\": {");
+    }
+    for (size_t i = 0; i < depth; ++i) *p++ = '}';
+    *p = '\0';
+    return text;
+}
+
+/* A NUL byte, the size limit and the depth limit: errors naming the offset or the limit, on every rank. */
+static void test_nul_and_limits(void **state) {
+    (void)state;
+    char dir[256], path[300], big[300], text[400];
+    dsm_config_t cfg = NULL;
+    shared_temp_dir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/nul.json", dir);
+    snprintf(big, sizeof big, "%s/big.json", dir);
+    if (test_rank == 0) {
+        write_text(path, "{\"train_micro_batch_size_per_gpu\": 1}\0{\"x\": 2}", 46);
+        write_text(big, "{\"train_micro_batch_size_per_gpu\": 1}", 37);
+        assert_int_equal(truncate(big, (off_t)64 * 1024 * 1024 + 1), 0); /* sparse */
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(text, sizeof text, "rank 0: configuration '%s': a NUL byte (\\0) at byte offset 37", path);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, path, 0, &cfg), DSM_ERR_CONFIG, text);
+    snprintf(text, sizeof text, "configuration '%s': 67108865 bytes, larger than the limit of 64 MiB", big);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, big, 0, &cfg), DSM_ERR_CONFIG, text);
+    snprintf(text, sizeof text, "rank %d: configuration '%s': 67108865 bytes", test_size - 1, big);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? big : "{\"train_micro_batch_size_per_gpu\": 1}", 0, &cfg),
+                 DSM_ERR_CONFIG, text);
+
+    /* Depth: exactly at the limit accepted, one level more refused naming the limit. */
+    char *at = nested(1000, 1), *over = nested(1001, 1);
+    ASSERT_OK(dsm_config_load(MPI_COMM_WORLD, at, 0, &cfg));
+    ASSERT_OK(dsm_config_free(&cfg));
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, over, 0, &cfg), DSM_ERR_CONFIG,
+                 "rank 0: configuration (inline JSON): objects and arrays nest deeper than the limit of 1000 levels");
+    snprintf(text, sizeof text, "rank %d: configuration (inline JSON): objects and arrays nest deeper", test_size - 1);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? over : at, 0, &cfg), DSM_ERR_CONFIG, text);
+    free(over);
+    free(at);
+    /* Deep but legal, with long keys: cheap (paths copied per level took 1000 * 1000 / 2 * 4 KB = 2 GB). */
+    at = nested(1000, 4000);
+    double t0 = MPI_Wtime();
+    ASSERT_OK(dsm_config_load(MPI_COMM_WORLD, at, 0, &cfg));
+    assert_true(MPI_Wtime() - t0 < 30.0);
+    ASSERT_OK(dsm_config_free(&cfg));
+    free(at);
+    /* One million levels stop at the limit. */
+    over = nested(1000000, 1);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, over, 0, &cfg), DSM_ERR_CONFIG, "limit of 1000 levels");
+    free(over);
+    assert_null(cfg);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank == 0) {
+        unlink(path);
+        unlink(big);
+        rmdir(dir);
+    }
+}
+
+/* A configuration that resolves differently on one rank: the first differing key, both values, both ranks. */
+static void test_mismatch_names_the_key(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    dsm_config_t cfg = NULL;
+    char text[200];
+    const char *a = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 1}}";
+    const char *b = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2}}";
+    snprintf(text, sizeof text, "the first differing key is zero_optimization.stage: rank 0 has 1, rank %d has 2",
+             test_size - 1);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? b : a, 0, &cfg), DSM_ERR_MISMATCH, text);
+    /* Rank 1 differs first when every rank but 0 differs. */
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, test_rank == 0 ? a : b, 0, &cfg), DSM_ERR_MISMATCH,
+                 "zero_optimization.stage: rank 0 has 1, rank 1 has 2");
+    /* A key only one side has (a scheduler's parameters). */
+    const char *c = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 1}, "
+                    "\"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 5}}}";
+    snprintf(text, sizeof text,
+             "the first differing key is scheduler: rank 0 has null, rank %d has {\"type\":\"WarmupLR\"",
+             test_size - 1);
+    ASSERT_FAILS(dsm_config_load(MPI_COMM_WORLD, last() ? c : a, 0, &cfg), DSM_ERR_MISMATCH, text);
+    assert_null(cfg);
 }
 
 static void test_strict_and_unknown_keys(void **state) {
@@ -171,7 +322,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_inline_and_batch),       cmocka_unit_test(test_file_and_missing_file),
         cmocka_unit_test(test_invalid_everywhere),     cmocka_unit_test(test_one_bad_rank),
         cmocka_unit_test(test_strict_and_unknown_keys), cmocka_unit_test(test_data_parallel_size_from_mesh_and_sp),
-        cmocka_unit_test(test_resolve_and_lr),
+        cmocka_unit_test(test_resolve_and_lr),         cmocka_unit_test(test_not_regular_files),
+        cmocka_unit_test(test_nul_and_limits),         cmocka_unit_test(test_mismatch_names_the_key),
     };
     return RUN_MPI_TESTS("config_load", tests);
 }

@@ -5,6 +5,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include "config/config.hpp"
 #include "core/error.hpp"
@@ -152,8 +159,9 @@ static void test_batch_mb_gas(void **) {
     Config c = parse("{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3}", 4);
     expect_batch(c, 24, 2, 3);
     assert_false(c.train_batch_size_given);
+    // The value the user gave is named, not the train batch of -8 derived from it.
     expect_error("{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": -1}", DSM_ERR_CONFIG,
-                 "Train batch size: -8 has to be greater than 0", 4);
+                 "Gradient accumulation steps: -1 has to be greater than 0 (gradient_accumulation_steps = -1)", 4);
 }
 
 static void test_batch_one_given(void **) {
@@ -170,6 +178,20 @@ static void test_batch_one_given(void **) {
 }
 
 static void test_batch_values(void **) {
+    // A bad given value is named as given, never as a value derived from it.
+    expect_error("{\"train_micro_batch_size_per_gpu\": -1}", DSM_ERR_CONFIG,
+                 "Micro batch size per gpu: -1 has to be greater than 0 (train_micro_batch_size_per_gpu = -1)", 2);
+    expect_error("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": -1}", DSM_ERR_CONFIG,
+                 "train_micro_batch_size_per_gpu = -1", 2);
+    expect_error("{\"train_batch_size\": -4, \"gradient_accumulation_steps\": 2}", DSM_ERR_CONFIG,
+                 "Train batch size: -4 has to be greater than 0 (train_batch_size = -4)", 2);
+    // A derived value that is not positive says how it was derived.
+    expect_error("{\"train_batch_size\": 2, \"train_micro_batch_size_per_gpu\": 4}", DSM_ERR_CONFIG,
+                 "Gradient accumulation steps: 0 has to be greater than 0 (derived: gradient_accumulation_steps = "
+                 "train_batch_size 2 // train_micro_batch_size_per_gpu 4 // world_size 1)");
+    expect_error("{\"train_batch_size\": 2}", DSM_ERR_CONFIG,
+                 "Micro batch size per gpu: 0 has to be greater than 0 (derived: train_micro_batch_size_per_gpu = "
+                 "train_batch_size 2 // world_size 4)", 4);
     expect_error("{\"train_batch_size\": 0}", DSM_ERR_CONFIG, "Train batch size: 0 has to be greater than 0");
     expect_error("{\"train_batch_size\": -8, \"train_micro_batch_size_per_gpu\": 2}", DSM_ERR_CONFIG,
                  "Train batch size: -8 has to be greater than 0");
@@ -251,6 +273,160 @@ static void test_files(void **) {
     std::remove(path);
     // Leading blanks before inline JSON.
     expect_batch(parse("  \n {\"train_batch_size\": 4}"), 4, 4, 1);
+}
+
+// ---------------------------------------------------------------- what the reader refuses to read
+
+// A fresh temporary directory (removed by the caller).
+static std::string temp_dir() {
+    const char *tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp != nullptr && *tmp ? tmp : "/tmp") + "/dsm-test-config-XXXXXX";
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    assert_non_null(mkdtemp(buf.data()));
+    return std::string(buf.data());
+}
+
+static void write_file(const std::string &path, const std::string &text) {
+    FILE *f = std::fopen(path.c_str(), "wb");
+    assert_non_null(f);
+    assert_int_equal(std::fwrite(text.data(), 1, text.size(), f), text.size());
+    assert_int_equal(std::fclose(f), 0);
+}
+
+// Peak resident memory of this process, in KiB.
+static long peak_kib() {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_maxrss;
+}
+
+static void test_not_regular_files(void **) {
+    std::string dir = temp_dir();
+    // A directory is named as one, not reported as a JSON syntax error.
+    expect_error(dir, DSM_ERR_IO, ("cannot read configuration file '" + dir + "': is a directory").c_str());
+    // A FIFO with no writer: refused at once (opening it for reading would block).
+    std::string fifo = dir + "/ds_config.json";
+    assert_int_equal(mkfifo(fifo.c_str(), 0600), 0);
+    expect_error(fifo, DSM_ERR_IO, ("'" + fifo + "': is a FIFO (named pipe)").c_str());
+    assert_int_equal(unlink(fifo.c_str()), 0);
+    // A device that never ends: refused by its type, nothing read.
+    long before = peak_kib();
+    expect_error("/dev/zero", DSM_ERR_IO, "cannot read configuration file '/dev/zero': is a character device");
+    expect_error("/dev/null", DSM_ERR_IO, "'/dev/null': is a character device");
+    assert_true(peak_kib() - before < 64 * 1024);
+    // A socket: refused by its type too (opening one fails with a less clear reason).
+    std::string sock = dir + "/sock.json";
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_un addr;
+    std::memset(&addr, 0, sizeof addr);
+    addr.sun_family = AF_UNIX;
+    if (sock.size() < sizeof addr.sun_path) {
+        std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+        assert_int_equal(bind(fd, reinterpret_cast<struct sockaddr *>(&addr), sizeof addr), 0);
+        expect_error(sock, DSM_ERR_IO,
+                     ("'" + sock + "': is a socket; a configuration file must be a regular file").c_str());
+        unlink(sock.c_str());
+    }
+    close(fd);
+    // Not readable: the system's reason (unless running as root).
+    std::string secret = dir + "/secret.json";
+    write_file(secret, "{\"train_batch_size\": 8}");
+    assert_int_equal(chmod(secret.c_str(), 0), 0);
+    if (geteuid() != 0) expect_error(secret, DSM_ERR_IO, "Permission denied");
+    assert_int_equal(unlink(secret.c_str()), 0);
+    assert_int_equal(rmdir(dir.c_str()), 0);
+}
+
+static void test_nul_byte(void **) {
+    // Text after a NUL byte is not dropped silently: the byte is an error with its offset.
+    std::string text("{\"train_batch_size\": 8}\0{\"x\": 1}", 32);
+    expect_error(text, DSM_ERR_CONFIG, "configuration (inline JSON): a NUL byte (\\0) at byte offset 23");
+    expect_error(std::string("{\"train_batch_size\": 8, \"a\": \"b\0c\"}", 35), DSM_ERR_CONFIG, "byte offset 31");
+    std::string dir = temp_dir(), path = dir + "/nul.json";
+    write_file(path, text);
+    expect_error(path, DSM_ERR_CONFIG, ("configuration '" + path + "': a NUL byte (\\0) at byte offset 23").c_str());
+    unlink(path.c_str());
+    rmdir(dir.c_str());
+}
+
+// {"train_batch_size": 8, "k": {"k": ... {}}} with `depth` levels of objects
+// in all (the top-level object is level 1), keys of `key_len` bytes.
+static std::string nested(size_t depth, size_t key_len = 1) {
+    std::string key = "\"" + std::string(key_len, 'k') + "\": ";
+    std::string text = "{\"train_batch_size\": 8, ";
+    text.reserve(depth * (key.size() + 2) + 32);
+    for (size_t i = 1; i < depth; ++i) text += key + "{";
+    for (size_t i = 1; i < depth; ++i) text += "}";
+    return text + "}";
+}
+
+static void test_size_and_depth_limits(void **) {
+    assert_int_equal(dsm::config::kMaxConfigDepth, 1000);
+    assert_int_equal(dsm::config::kMaxConfigBytes, 64 << 20);
+    // Exactly at the depth limit is accepted, one more level is refused, naming the limit.
+    Config c = parse(nested(1000));
+    assert_int_equal(c.unknown_keys.size(), 1);
+    expect_error(nested(1001), DSM_ERR_CONFIG,
+                 "configuration (inline JSON): objects and arrays nest deeper than the limit of 1000 levels "
+                 "(under 'k.k.k");
+    // Arrays count as levels too.
+    std::string arrays = "{\"train_batch_size\": 8, \"a\": " + std::string(999, '[') + std::string(999, ']') + "}";
+    parse(arrays);
+    arrays = "{\"train_batch_size\": 8, \"a\": " + std::string(1000, '[') + std::string(1000, ']') + "}";
+    expect_error(arrays, DSM_ERR_CONFIG, "nest deeper than the limit of 1000 levels (under 'a[][]");
+    // Far deeper text (1M levels, where quadratic paths took gigabytes) stops at the limit, cheaply.
+    long before = peak_kib();
+    expect_error(nested(1000000), DSM_ERR_CONFIG, "limit of 1000 levels");
+    assert_true(peak_kib() - before < 256 * 1024);
+
+    // The size limit: inline text and files, one byte over is refused before it is parsed.
+    std::string big = "{\"train_batch_size\": 8}" + std::string(dsm::config::kMaxConfigBytes, ' ');
+    expect_error(big, DSM_ERR_CONFIG, "bytes, larger than the limit of 64 MiB (67108864 bytes) on a configuration");
+    big.clear();
+    big.shrink_to_fit();
+    std::string dir = temp_dir(), path = dir + "/big.json";
+    write_file(path, "{\"train_batch_size\": 8}");
+    assert_int_equal(truncate(path.c_str(), static_cast<off_t>(dsm::config::kMaxConfigBytes) + 1), 0); // sparse
+    expect_error(path, DSM_ERR_CONFIG,
+                 ("configuration '" + path + "': 67108865 bytes, larger than the limit of 64 MiB").c_str());
+    // Exactly at the limit is read (NUL bytes of the sparse tail aside: padded with blanks).
+    std::string at_limit = "{\"train_batch_size\": 8}";
+    at_limit += std::string(dsm::config::kMaxConfigBytes - at_limit.size(), ' ');
+    write_file(path, at_limit);
+    at_limit.clear();
+    at_limit.shrink_to_fit();
+    expect_batch(parse(path), 8, 8, 1);
+    unlink(path.c_str());
+    rmdir(dir.c_str());
+}
+
+static void test_deep_nesting_is_cheap(void **) {
+    // 1000 levels of 61,000-byte keys: a 61 MB file at the depth limit. Paths
+    // copied per level would take 1000 * 1000 / 2 * 61 KB = 30 GB.
+    std::string text = nested(1000, 61000);
+    assert_true(text.size() > 60000000 && text.size() < dsm::config::kMaxConfigBytes);
+    std::string dir = temp_dir(), path = dir + "/deep.json";
+    write_file(path, text);
+    long before = peak_kib();
+    Config c = parse(path);
+    expect_batch(c, 8, 8, 1);
+    assert_int_equal(c.unknown_keys.size(), 1);
+    // The text, its keys and the parsed document: a few times 60 MB.
+    long grown = peak_kib() - before;
+    if (grown >= 1024 * 1024) std::fprintf(stderr, "peak memory grew by %ld KiB\n", grown);
+    assert_true(grown < 1024 * 1024);
+    // A duplicate key: its path is built once, when the message needs it, and cut.
+    text.insert(text.size() - 1, ", \"" + std::string(61000, 'k') + "\": 1");
+    expect_error(text, DSM_ERR_CONFIG, ("duplicate key '" + std::string(997, 'k') + "...'").c_str());
+    // Deep down: a duplicate in the innermost object.
+    std::string deep = nested(1000, 100);
+    deep.insert(deep.find('}'), "\"d\": 1, \"d\": 2");
+    std::string key(100, 'k');
+    expect_error(deep, DSM_ERR_CONFIG, ("duplicate key '" + key + "." + key + "." + key).c_str());
+    unlink(path.c_str());
+    rmdir(dir.c_str());
 }
 
 // ---------------------------------------------------------------- types and ranges
@@ -581,6 +757,10 @@ int main(void) {
         cmocka_unit_test(test_syntax_error_position),
         cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_files),
+        cmocka_unit_test(test_not_regular_files),
+        cmocka_unit_test(test_nul_byte),
+        cmocka_unit_test(test_size_and_depth_limits),
+        cmocka_unit_test(test_deep_nesting_is_cheap),
         cmocka_unit_test(test_types_and_ranges),
         cmocka_unit_test(test_fp16_checks),
         cmocka_unit_test(test_zero),
