@@ -48,7 +48,8 @@ typedef enum dsm_status {
     DSM_ERR_INVALID_ARGUMENT = 1,  /**< An argument is out of range or malformed. */
     DSM_ERR_NULL_POINTER = 2,      /**< A required pointer argument is NULL. */
     DSM_ERR_NOT_FOUND = 3,         /**< A name (dimension, group) is not known. */
-    DSM_ERR_MISMATCH = 4,          /**< Ranks passed different arguments to a collective call. */
+    DSM_ERR_MISMATCH = 4,          /**< Ranks passed different arguments to a collective call or are in different
+                                        calls, or a checkpoint does not match the engine (the message says what). */
     DSM_ERR_OUT_OF_MEMORY = 5,     /**< An allocation failed. */
     DSM_ERR_MPI = 6,               /**< An MPI call failed. */
     DSM_ERR_NOT_SUPPORTED = 7,     /**< The feature is not built in or not possible here. */
@@ -901,7 +902,10 @@ DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t forma
  * bad tag or directory); DSM_ERR_STATE (between boundaries, or a buffer
  * acquired); DSM_ERR_MISMATCH (tags differ and tag_validation is Fail);
  * DSM_ERR_IO; DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED (built without HDF5);
- * DSM_ERR_MPI. Every rank returns the same status.
+ * DSM_ERR_MPI. Every rank returns the same status. A save that failed on
+ * every rank leaves the engine usable; DSM_ERR_MISMATCH because the ranks
+ * are in different engine calls (one saves while another steps) leaves the
+ * engine failed on every rank: only dsm_engine_free(), then local, is left.
  */
 DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
                                                 const void *client_state, size_t size);
@@ -929,8 +933,11 @@ DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char 
  * tag or flags); DSM_ERR_STATE; DSM_ERR_IO (missing file or `latest`, not
  * HDF5, truncated, wrong format or version, checksum mismatch);
  * DSM_ERR_MISMATCH (tensors that differ from the engine's parameters, all
- * listed); DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY;
- * DSM_ERR_MPI. Every rank returns the same status.
+ * listed, the message saying what differs); DSM_ERR_HDF5;
+ * DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank
+ * returns the same status. DSM_ERR_MISMATCH because the ranks are in
+ * different engine calls (one loads while another steps) leaves the engine
+ * failed on every rank: only dsm_engine_free(), then local, is left.
  */
 DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
                                                 unsigned flags, void **client_state, size_t *size);

@@ -104,7 +104,8 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
     return out;
 }
 
-void Engine::check_checkpoint_point(const char *what, const std::string &tag) {
+void Engine::check_checkpoint_point(SyncPoint point) {
+    const char *what = point == SyncPoint::SAVE ? "dsm_engine_save_checkpoint" : "dsm_engine_load_checkpoint";
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
     for (const Param &p : params_)
@@ -120,9 +121,8 @@ void Engine::check_checkpoint_point(const char *what, const std::string &tag) {
                   cfg_.gradient_accumulation_steps,
                   " per boundary): call it after the dsm_step() that ends a window");
     }
-    (void)tag;
     drain_offload(status, why);
-    sync(SyncPoint::CKPT, 0, why, status);
+    sync(point, 0, why, status);
 }
 
 void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const void *client, size_t client_size) {
@@ -142,8 +142,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         why = e.what();
     }
     try {
-        sync(SyncPoint::CKPT, 0, why, status);
-        check_checkpoint_point("dsm_engine_save_checkpoint", tag);
+        sync(SyncPoint::SAVE, 0, why, status);
+        check_checkpoint_point(SyncPoint::SAVE);
         // Tag validation (DeepSpeed's checkpoint.tag_validation): every rank
         // should pass the same tag; rank 0's is used.
         int64_t h[2] = {hash_of(tag), -hash_of(tag)};
@@ -198,7 +198,9 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize));
         DSM_INFO(ENGINE, "saved checkpoint %s/%s.h5", dir.c_str(), tag.c_str());
     } catch (...) {
-        // A failed save leaves the engine as it was: no collective state moved.
+        // A failure every rank met in this save leaves the engine as it was:
+        // no collective state moved. Ranks found in different calls were
+        // marked failed by sync() (on every rank), so dsm_engine_free is local.
         throw;
     }
 }
@@ -220,8 +222,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         status = e.status();
         why = e.what();
     }
-    sync(SyncPoint::CKPT, 0, why, status);
-    check_checkpoint_point("dsm_engine_load_checkpoint", tag_arg ? tag_arg : "");
+    sync(SyncPoint::LOAD, 0, why, status);
+    check_checkpoint_point(SyncPoint::LOAD);
     const std::string tag = ckpt::resolve_tag(world_, dir, tag_arg ? tag_arg : "");
 
     const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
@@ -297,14 +299,19 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
 
 #else // no HDF5
 
+// Still collective: every rank fails together, and a rank that saves while
+// another steps fails both instead of leaving the other in its step.
 void Engine::save_checkpoint(const char *, const char *, const void *, size_t) {
     check_usable();
-    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
+    sync(SyncPoint::SAVE, 0, "checkpoints need parallel HDF5: this libdsm was built without it",
+         DSM_ERR_NOT_SUPPORTED);
 }
 
 std::string Engine::load_checkpoint(const char *, const char *, unsigned, std::vector<unsigned char> *) {
     check_usable();
-    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
+    sync(SyncPoint::LOAD, 0, "checkpoints need parallel HDF5: this libdsm was built without it",
+         DSM_ERR_NOT_SUPPORTED);
+    return std::string();
 }
 
 #endif

@@ -32,7 +32,8 @@ const char *point_name(int64_t p) {
     case 3: return "dsm_engine_grad_release (bucket reduction)";
     case 4: return "dsm_step";
     case 5: return "dsm_engine_free";
-    case 6: return "dsm_engine_save_checkpoint / dsm_engine_load_checkpoint";
+    case 6: return "dsm_engine_save_checkpoint";
+    case 7: return "dsm_engine_load_checkpoint";
     }
     return "?";
 }
@@ -43,13 +44,22 @@ const char *point_name(int64_t p) {
 // gives the minimum too), and the lowest failing rank. Then, if any rank
 // failed, the lowest failing rank's message is broadcast and every rank
 // throws it; if the ranks are at different points, every rank throws
-// DSM_ERR_MISMATCH.
+// DSM_ERR_MISMATCH. Ranks at different points are in different engine calls
+// and will not meet at the same collective again: every one of them marks
+// the engine failed, so that its dsm_engine_free is local (a rank that saw
+// the failure in a save or a load as well as one that saw it in a step).
 void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_error, dsm_status_t local_status) {
     const int64_t p = static_cast<int64_t>(point);
     const bool failed = local_status != DSM_SUCCESS;
     int64_t mine[5] = {p, -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1};
     int64_t all[5];
-    DSM_CHECK_MPI(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, world_));
+    try {
+        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, world_));
+    } catch (...) {
+        broken_ = true; // the ranks' states are unknown
+        throw;
+    }
+    if (all[0] != -all[1]) broken_ = true;
     if (all[4] >= 0) {
         const int first = static_cast<int>(INT_MAX - all[4]);
         int st = static_cast<int>(local_status);
