@@ -60,7 +60,8 @@ typedef enum dsm_status {
     DSM_ERR_NCCL = 12,             /**< An NCCL call failed. */
     DSM_ERR_HWLOC = 13,            /**< An hwloc call failed. */
     DSM_ERR_INTERNAL = 14,         /**< A bug in libdsm: please report it. */
-    DSM_ERR_NUMERIC = 15,          /**< Training diverged: the fp16 loss scale is at its minimum and gradients still overflow. */
+    DSM_ERR_NUMERIC = 15,          /**< Training diverged: the fp16 loss scale is at its minimum and gradients still
+                                        overflow, or fp32 gradients are Inf/NaN with fp32_nonfinite_gradients "fail". */
     DSM_ERR_STATE = 16             /**< The call is not valid in the object's current state (a buffer still acquired, released twice). */
 } dsm_status_t;
 
@@ -818,7 +819,9 @@ DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
  * Collective over the engine's ranks. Every gradient and parameter must be
  * released. At the gradient-accumulation boundary (every
  * gradient_accumulation_steps calls): finish the reductions, unscale, check
- * for Inf/NaN on every rank (one rank's overflow makes every rank skip),
+ * for Inf/NaN on every rank (fp16, bf16 with check_grad_overflow: one rank's
+ * overflow makes every rank skip; fp32: as fp32_nonfinite_gradients says,
+ * apply and warn once, skip, or fail on every rank),
  * compute the global gradient norm (fp64), clip to gradient_clipping, run the
  * optimizer on this rank's partition of the fp32 master weights, gather the
  * updated parameters where the stage needs them, step the LR schedule (not
@@ -829,7 +832,8 @@ DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
  * @param[out] info what happened (may be NULL); initialize with DSM_STEP_INFO_INITIALIZER.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_STATE (a buffer still
  * acquired: every rank fails); DSM_ERR_MISMATCH; DSM_ERR_NUMERIC (fp16 loss
- * scale at its minimum and still overflowing); DSM_ERR_MPI.
+ * scale at its minimum and still overflowing, or Inf/NaN fp32 gradients with
+ * fp32_nonfinite_gradients "fail"); DSM_ERR_MPI.
  */
 DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info);
 

@@ -212,6 +212,7 @@ private:
     void gather(const std::vector<int> &list);
     std::vector<int> prefetch_list(int index);
     float *fp32_grads();
+    std::string first_nonfinite(const float *g);
     void zero_grads();
     void log_step(double norm) const;
     std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
@@ -274,6 +275,7 @@ private:
     double grad_norm_ = -1.0;
     bool last_boundary_ = false, last_skipped_ = false;
     bool broken_ = false, closed_ = false;
+    bool warned_nonfinite_ = false; // fp32_nonfinite_gradients "warn": said once
     Timers timers_;
     double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
     int64_t window_samples_ = 0;
