@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <new>
 
 #include "amp/convert.hpp"
+#include "core/agree.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -26,6 +29,19 @@ int64_t hash_of(const std::string &s) {
     uint64_t h = 1469598103934665603ull;
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
     return static_cast<int64_t>(h >> 1);
+}
+
+// Run `prepare` (local allocations) on every rank, then agree: a rank out
+// of memory fails every rank here instead of leaving the others waiting in
+// the checkpoint's collective I/O.
+void agree_prepared(MPI_Comm comm, const char *what, const std::function<void()> &prepare) {
+    agree(comm, [&] {
+        try {
+            prepare();
+        } catch (const std::bad_alloc &) {
+            DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, "cannot allocate ", what);
+        }
+    });
 }
 
 } // namespace
@@ -166,7 +182,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
 
         std::vector<std::unique_ptr<float[]>> frozen32;
         ckpt::Content content;
-        content.tensors = checkpoint_tensors(true, frozen32);
+        agree_prepared(world_, "the fp32 copies of the frozen parameters to save",
+                       [&] { content.tensors = checkpoint_tensors(true, frozen32); });
         const auto &lss = scaler_->state();
         const std::vector<int> shape = mesh_->shape();
         std::string names;
@@ -231,7 +248,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     std::vector<std::unique_ptr<float[]>> staged;
     std::vector<float *> live;
     ckpt::Content content;
-    content.tensors = checkpoint_tensors(with_optimizer, staged, &live);
+    agree_prepared(world_, "the buffers the checkpoint is read into",
+                   [&] { content.tensors = checkpoint_tensors(with_optimizer, staged, &live); });
     std::vector<unsigned char> blob;
     ckpt::load(world_, dir, tag, content, &blob);
 

@@ -384,6 +384,50 @@ static void test_checkpoint_step_mismatch(void **state) {
 }
 
 /*
+ * The same when the others are in a collective acquire or release: a ZeRO-3
+ * gather (dsm_engine_param_acquire) or a ZeRO-2 bucket reduction
+ * (dsm_engine_grad_release) while rank 0 saves or loads.
+ */
+static void test_checkpoint_gather_flush_mismatch(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    int hdf5 = 0;
+    ASSERT_OK(dsm_get_feature("hdf5", &hdf5));
+    char dir[256];
+    temp_dir(dir, sizeof dir);
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG3, d, 3, &e));
+    ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "saved", NULL, 0));
+    const void *v;
+    dsm_status_t st = test_rank == 0 ? dsm_engine_save_checkpoint(e, dir, "rank0", NULL, 0)
+                                     : dsm_engine_param_acquire(e, 1, &v);
+    if (hdf5)
+        ASSERT_FAILS(st, DSM_ERR_MISMATCH,
+                     "some are in dsm_engine_param_acquire (ZeRO-3 gather), others in dsm_engine_save_checkpoint");
+    else
+        ASSERT_FAILS(st, DSM_ERR_NOT_SUPPORTED, "rank 0: checkpoints need parallel HDF5");
+    expect_failed_then_free(&e, dir);
+
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    void *g;
+    if (test_rank == 0) {
+        st = dsm_engine_load_checkpoint(e, dir, "saved", 0, NULL, NULL);
+    } else {
+        ASSERT_OK(dsm_engine_grad_acquire(e, 1, &g)); /* 17 elements: the bucket of 8 is full */
+        st = dsm_engine_grad_release(e, 1);
+    }
+    if (hdf5)
+        ASSERT_FAILS(st, DSM_ERR_MISMATCH,
+                     "some are in dsm_engine_grad_release (bucket reduction), others in dsm_engine_load_checkpoint");
+    else
+        ASSERT_FAILS(st, DSM_ERR_NOT_SUPPORTED, "rank 0: checkpoints need parallel HDF5");
+    expect_failed_then_free(&e, dir);
+    remove_dir(dir);
+}
+
+/*
  * Every rank loads, with the same arguments, a checkpoint of another model:
  * the message says what does not match (not only that something differs),
  * and the engine, which every rank left at the same point, still works.
@@ -441,7 +485,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
         cmocka_unit_test(test_min_scale), cmocka_unit_test(test_offload_errors),
-        cmocka_unit_test(test_checkpoint_step_mismatch), cmocka_unit_test(test_checkpoint_model_mismatch),
+        cmocka_unit_test(test_checkpoint_step_mismatch), cmocka_unit_test(test_checkpoint_gather_flush_mismatch),
+        cmocka_unit_test(test_checkpoint_model_mismatch),
     };
     return RUN_MPI_TESTS("test_engine_errors", tests);
 }
