@@ -48,7 +48,8 @@ typedef enum dsm_status {
     DSM_ERR_INVALID_ARGUMENT = 1,  /**< An argument is out of range or malformed. */
     DSM_ERR_NULL_POINTER = 2,      /**< A required pointer argument is NULL. */
     DSM_ERR_NOT_FOUND = 3,         /**< A name (dimension, group) is not known. */
-    DSM_ERR_MISMATCH = 4,          /**< Ranks passed different arguments to a collective call. */
+    DSM_ERR_MISMATCH = 4,          /**< Ranks passed different arguments to a collective call or are in different
+                                        calls, or a checkpoint does not match the engine (the message says what). */
     DSM_ERR_OUT_OF_MEMORY = 5,     /**< An allocation failed. */
     DSM_ERR_MPI = 6,               /**< An MPI call failed. */
     DSM_ERR_NOT_SUPPORTED = 7,     /**< The feature is not built in or not possible here. */
@@ -59,7 +60,8 @@ typedef enum dsm_status {
     DSM_ERR_NCCL = 12,             /**< An NCCL call failed. */
     DSM_ERR_HWLOC = 13,            /**< An hwloc call failed. */
     DSM_ERR_INTERNAL = 14,         /**< A bug in libdsm: please report it. */
-    DSM_ERR_NUMERIC = 15,          /**< Training diverged: the fp16 loss scale is at its minimum and gradients still overflow. */
+    DSM_ERR_NUMERIC = 15,          /**< Training diverged: the fp16 loss scale is at its minimum and gradients still
+                                        overflow, or fp32 gradients are Inf/NaN with fp32_nonfinite_gradients "fail". */
     DSM_ERR_STATE = 16             /**< The call is not valid in the object's current state (a buffer still acquired, released twice). */
 } dsm_status_t;
 
@@ -817,7 +819,9 @@ DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
  * Collective over the engine's ranks. Every gradient and parameter must be
  * released. At the gradient-accumulation boundary (every
  * gradient_accumulation_steps calls): finish the reductions, unscale, check
- * for Inf/NaN on every rank (one rank's overflow makes every rank skip),
+ * for Inf/NaN on every rank (fp16, bf16 with check_grad_overflow: one rank's
+ * overflow makes every rank skip; fp32: as fp32_nonfinite_gradients says,
+ * apply and warn once, skip, or fail on every rank),
  * compute the global gradient norm (fp64), clip to gradient_clipping, run the
  * optimizer on this rank's partition of the fp32 master weights, gather the
  * updated parameters where the stage needs them, step the LR schedule (not
@@ -828,7 +832,8 @@ DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
  * @param[out] info what happened (may be NULL); initialize with DSM_STEP_INFO_INITIALIZER.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_STATE (a buffer still
  * acquired: every rank fails); DSM_ERR_MISMATCH; DSM_ERR_NUMERIC (fp16 loss
- * scale at its minimum and still overflowing); DSM_ERR_MPI.
+ * scale at its minimum and still overflowing, or Inf/NaN fp32 gradients with
+ * fp32_nonfinite_gradients "fail"); DSM_ERR_MPI.
  */
 DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info);
 
@@ -901,7 +906,10 @@ DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t forma
  * bad tag or directory); DSM_ERR_STATE (between boundaries, or a buffer
  * acquired); DSM_ERR_MISMATCH (tags differ and tag_validation is Fail);
  * DSM_ERR_IO; DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED (built without HDF5);
- * DSM_ERR_MPI. Every rank returns the same status.
+ * DSM_ERR_MPI. Every rank returns the same status. A save that failed on
+ * every rank leaves the engine usable; DSM_ERR_MISMATCH because the ranks
+ * are in different engine calls (one saves while another steps) leaves the
+ * engine failed on every rank: only dsm_engine_free(), then local, is left.
  */
 DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
                                                 const void *client_state, size_t size);
@@ -929,8 +937,11 @@ DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char 
  * tag or flags); DSM_ERR_STATE; DSM_ERR_IO (missing file or `latest`, not
  * HDF5, truncated, wrong format or version, checksum mismatch);
  * DSM_ERR_MISMATCH (tensors that differ from the engine's parameters, all
- * listed); DSM_ERR_HDF5; DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY;
- * DSM_ERR_MPI. Every rank returns the same status.
+ * listed, the message saying what differs); DSM_ERR_HDF5;
+ * DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank
+ * returns the same status. DSM_ERR_MISMATCH because the ranks are in
+ * different engine calls (one loads while another steps) leaves the engine
+ * failed on every rank: only dsm_engine_free(), then local, is left.
  */
 DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
                                                 unsigned flags, void **client_state, size_t *size);

@@ -152,6 +152,9 @@ void read_precision(Node &root, Config &cfg) {
     bf16.finish();
     DSM_REQUIRE(!(f.enabled && b.enabled), DSM_ERR_CONFIG,
                 "fp16.enabled and ", bf16.path(), ".enabled: bfloat16 and fp16 modes cannot be simultaneously enabled");
+    // libdsm's own key (DeepSpeed has none): fp32 steps with Inf/NaN gradients.
+    cfg.fp32_nonfinite_gradients =
+        static_cast<NonfiniteGrads>(root.get_choice("fp32_nonfinite_gradients", 0, {"warn", "skip", "fail"}));
 }
 
 void read_checkpoint(Node &root, Config &cfg) {

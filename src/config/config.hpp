@@ -27,6 +27,9 @@ enum class OffloadDevice { NONE, CPU, NVME };
 enum class OptimizerType { NONE, ADAM, ADAMW, SGD, LAMB, LION, ADAGRAD };
 enum class SchedulerType { NONE, WARMUP_LR, WARMUP_DECAY_LR, WARMUP_COSINE_LR, ONE_CYCLE, LR_RANGE_TEST };
 enum class TagValidation { WARN, IGNORE, FAIL };
+// fp32_nonfinite_gradients (a libdsm extension): what an fp32 step does with
+// Inf/NaN gradients.
+enum class NonfiniteGrads { WARN, SKIP, FAIL };
 
 const char *dtype_name(Dtype d);                 // "fp32", "fp16", "bf16", or "none"
 const char *optimizer_name(OptimizerType t);     // DeepSpeed's lower-case name ("adamw")
@@ -153,6 +156,7 @@ struct Config {
 
     Fp16Config fp16;
     Bf16Config bf16;
+    NonfiniteGrads fp32_nonfinite_gradients = NonfiniteGrads::WARN;
     ZeroConfig zero;
     OptimizerConfig optimizer;
     SchedulerConfig scheduler;

@@ -145,6 +145,8 @@ std::string config_to_json(const Config &c) {
     b["immediate_grad_update"] = c.bf16.immediate_grad_update;
     b["check_grad_overflow"] = c.bf16.check_grad_overflow;
     j["bf16"] = b;
+    static const char *nonfinite[] = {"warn", "skip", "fail"};
+    j["fp32_nonfinite_gradients"] = nonfinite[static_cast<int>(c.fp32_nonfinite_gradients)];
     j["zero_optimization"] = zero_json(c.zero);
     j["optimizer"] = optimizer_json(c.optimizer);
     if (c.scheduler.type == SchedulerType::NONE) {

@@ -15,9 +15,14 @@
 //
 // Collective points (every rank of the engine in the same order): init,
 // param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
-// bucket (ZeRO-2/3), step, and free. Each starts with sync(): one small
-// allreduce that checks that every rank is at the same point, so a rank that
-// diverged fails every rank instead of hanging them.
+// bucket (ZeRO-2/3), step, checkpoint save and load, and free. Each starts
+// with sync(): one small allreduce that checks that every rank is at the same
+// point, so a rank that diverged fails every rank instead of hanging them.
+// Ranks found at different points all mark the engine failed (broken_),
+// whatever call each was in, so that dsm_engine_free is then local on every
+// one of them. A failure agreed at the same point leaves the engine usable
+// for a save or a load (nothing collective moved), and failed for the other
+// points (step, gather, bucket flush), on every rank alike.
 #pragma once
 
 #include <cstdint>
@@ -196,7 +201,7 @@ private:
     void pin_offload();
 
     // Reductions (engine_step.cc).
-    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, CKPT };
+    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD };
     void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
@@ -207,11 +212,12 @@ private:
     void gather(const std::vector<int> &list);
     std::vector<int> prefetch_list(int index);
     float *fp32_grads();
+    std::string first_nonfinite(const float *g);
     void zero_grads();
     void log_step(double norm) const;
     std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
                                                  std::vector<float *> *live = nullptr);
-    void check_checkpoint_point(const char *what, const std::string &tag);
+    void check_checkpoint_point(SyncPoint point);
 
     std::unique_ptr<Mesh> mesh_;
     std::unique_ptr<dsm_mesh_s> mesh_handle_; // what dsm_engine_get_mesh() returns
@@ -269,6 +275,7 @@ private:
     double grad_norm_ = -1.0;
     bool last_boundary_ = false, last_skipped_ = false;
     bool broken_ = false, closed_ = false;
+    bool warned_nonfinite_ = false; // fp32_nonfinite_gradients "warn": said once
     Timers timers_;
     double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
     int64_t window_samples_ = 0;

@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
+#include <new>
 
 #include "amp/convert.hpp"
+#include "core/agree.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -26,6 +29,19 @@ int64_t hash_of(const std::string &s) {
     uint64_t h = 1469598103934665603ull;
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
     return static_cast<int64_t>(h >> 1);
+}
+
+// Run `prepare` (local allocations) on every rank, then agree: a rank out
+// of memory fails every rank here instead of leaving the others waiting in
+// the checkpoint's collective I/O.
+void agree_prepared(MPI_Comm comm, const char *what, const std::function<void()> &prepare) {
+    agree(comm, [&] {
+        try {
+            prepare();
+        } catch (const std::bad_alloc &) {
+            DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, "cannot allocate ", what);
+        }
+    });
 }
 
 } // namespace
@@ -104,7 +120,8 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
     return out;
 }
 
-void Engine::check_checkpoint_point(const char *what, const std::string &tag) {
+void Engine::check_checkpoint_point(SyncPoint point) {
+    const char *what = point == SyncPoint::SAVE ? "dsm_engine_save_checkpoint" : "dsm_engine_load_checkpoint";
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
     for (const Param &p : params_)
@@ -120,9 +137,8 @@ void Engine::check_checkpoint_point(const char *what, const std::string &tag) {
                   cfg_.gradient_accumulation_steps,
                   " per boundary): call it after the dsm_step() that ends a window");
     }
-    (void)tag;
     drain_offload(status, why);
-    sync(SyncPoint::CKPT, 0, why, status);
+    sync(point, 0, why, status);
 }
 
 void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const void *client, size_t client_size) {
@@ -142,8 +158,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         why = e.what();
     }
     try {
-        sync(SyncPoint::CKPT, 0, why, status);
-        check_checkpoint_point("dsm_engine_save_checkpoint", tag);
+        sync(SyncPoint::SAVE, 0, why, status);
+        check_checkpoint_point(SyncPoint::SAVE);
         // Tag validation (DeepSpeed's checkpoint.tag_validation): every rank
         // should pass the same tag; rank 0's is used.
         int64_t h[2] = {hash_of(tag), -hash_of(tag)};
@@ -166,7 +182,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
 
         std::vector<std::unique_ptr<float[]>> frozen32;
         ckpt::Content content;
-        content.tensors = checkpoint_tensors(true, frozen32);
+        agree_prepared(world_, "the fp32 copies of the frozen parameters to save",
+                       [&] { content.tensors = checkpoint_tensors(true, frozen32); });
         const auto &lss = scaler_->state();
         const std::vector<int> shape = mesh_->shape();
         std::string names;
@@ -198,7 +215,9 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize));
         DSM_INFO(ENGINE, "saved checkpoint %s/%s.h5", dir.c_str(), tag.c_str());
     } catch (...) {
-        // A failed save leaves the engine as it was: no collective state moved.
+        // A failure every rank met in this save leaves the engine as it was:
+        // no collective state moved. Ranks found in different calls were
+        // marked failed by sync() (on every rank), so dsm_engine_free is local.
         throw;
     }
 }
@@ -220,8 +239,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         status = e.status();
         why = e.what();
     }
-    sync(SyncPoint::CKPT, 0, why, status);
-    check_checkpoint_point("dsm_engine_load_checkpoint", tag_arg ? tag_arg : "");
+    sync(SyncPoint::LOAD, 0, why, status);
+    check_checkpoint_point(SyncPoint::LOAD);
     const std::string tag = ckpt::resolve_tag(world_, dir, tag_arg ? tag_arg : "");
 
     const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
@@ -229,7 +248,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     std::vector<std::unique_ptr<float[]>> staged;
     std::vector<float *> live;
     ckpt::Content content;
-    content.tensors = checkpoint_tensors(with_optimizer, staged, &live);
+    agree_prepared(world_, "the buffers the checkpoint is read into",
+                   [&] { content.tensors = checkpoint_tensors(with_optimizer, staged, &live); });
     std::vector<unsigned char> blob;
     ckpt::load(world_, dir, tag, content, &blob);
 
@@ -297,14 +317,19 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
 
 #else // no HDF5
 
+// Still collective: every rank fails together, and a rank that saves while
+// another steps fails both instead of leaving the other in its step.
 void Engine::save_checkpoint(const char *, const char *, const void *, size_t) {
     check_usable();
-    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
+    sync(SyncPoint::SAVE, 0, "checkpoints need parallel HDF5: this libdsm was built without it",
+         DSM_ERR_NOT_SUPPORTED);
 }
 
 std::string Engine::load_checkpoint(const char *, const char *, unsigned, std::vector<unsigned char> *) {
     check_usable();
-    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
+    sync(SyncPoint::LOAD, 0, "checkpoints need parallel HDF5: this libdsm was built without it",
+         DSM_ERR_NOT_SUPPORTED);
+    return std::string();
 }
 
 #endif

@@ -32,7 +32,8 @@ const char *point_name(int64_t p) {
     case 3: return "dsm_engine_grad_release (bucket reduction)";
     case 4: return "dsm_step";
     case 5: return "dsm_engine_free";
-    case 6: return "dsm_engine_save_checkpoint / dsm_engine_load_checkpoint";
+    case 6: return "dsm_engine_save_checkpoint";
+    case 7: return "dsm_engine_load_checkpoint";
     }
     return "?";
 }
@@ -43,13 +44,22 @@ const char *point_name(int64_t p) {
 // gives the minimum too), and the lowest failing rank. Then, if any rank
 // failed, the lowest failing rank's message is broadcast and every rank
 // throws it; if the ranks are at different points, every rank throws
-// DSM_ERR_MISMATCH.
+// DSM_ERR_MISMATCH. Ranks at different points are in different engine calls
+// and will not meet at the same collective again: every one of them marks
+// the engine failed, so that its dsm_engine_free is local (a rank that saw
+// the failure in a save or a load as well as one that saw it in a step).
 void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_error, dsm_status_t local_status) {
     const int64_t p = static_cast<int64_t>(point);
     const bool failed = local_status != DSM_SUCCESS;
     int64_t mine[5] = {p, -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1};
     int64_t all[5];
-    DSM_CHECK_MPI(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, world_));
+    try {
+        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, world_));
+    } catch (...) {
+        broken_ = true; // the ranks' states are unknown
+        throw;
+    }
+    if (all[0] != -all[1]) broken_ = true;
     if (all[4] >= 0) {
         const int first = static_cast<int>(INT_MAX - all[4]);
         int st = static_cast<int>(local_status);
@@ -347,6 +357,19 @@ double Engine::current_lr() const {
     return schedule_ ? schedule_->lr().front() : cfg_.optimizer.lr;
 }
 
+// Collective (every rank, after the gradients' non-finite check agreed that
+// some are): " (first in parameter 'NAME')" naming the lowest-index parameter
+// with an Inf or NaN gradient element on any rank, or "" if none is found
+// (the sum of squares overflowed). `g`: this rank's fp32 gradient partition.
+std::string Engine::first_nonfinite(const float *g) {
+    int first = INT_MAX;
+    for (const optim::Segment &s : segments_)
+        if (s.param < first && amp::has_nonfinite(g + s.offset, DSM_FLOAT32, s.count)) first = s.param;
+    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world_));
+    if (first == INT_MAX) return std::string();
+    return cat(" (first in parameter '", params_[static_cast<size_t>(first)].name, "')");
+}
+
 void Engine::step(dsm_step_info_t *info) {
     check_usable();
     std::string why;
@@ -405,16 +428,37 @@ void Engine::step(dsm_step_info_t *info) {
             const double norm = nonfinite ? INFINITY : std::sqrt(tot[0] / copies);
             grad_norm_ = norm;
             const bool check = cfg_.fp16.enabled || (cfg_.bf16.enabled && cfg_.bf16.check_grad_overflow);
-            const bool overflow = check && nonfinite;
+            // fp32: fp32_nonfinite_gradients decides. `nonfinite` is the same
+            // on every rank (one allreduce), so all skip, all fail or all go on.
+            const config::NonfiniteGrads policy = cfg_.fp32_nonfinite_gradients;
+            const bool fp32_nonfinite = dtype_ == DSM_FLOAT32 && nonfinite;
+            std::string culprit;
+            if (fp32_nonfinite && (policy != config::NonfiniteGrads::WARN || !warned_nonfinite_))
+                culprit = first_nonfinite(g);
+            if (fp32_nonfinite && policy == config::NonfiniteGrads::FAIL)
+                DSM_FAIL(DSM_ERR_NUMERIC, "step ", global_steps_ + 1, ": non-finite (Inf or NaN) fp32 gradients",
+                         culprit, "; fp32_nonfinite_gradients is \"fail\" (the step was not applied)");
+            const bool overflow = (check && nonfinite) || (fp32_nonfinite && policy == config::NonfiniteGrads::SKIP);
             ++global_steps_;
             global_samples_ += cfg_.train_batch_size;
+            if (fp32_nonfinite && policy == config::NonfiniteGrads::WARN && !warned_nonfinite_) {
+                warned_nonfinite_ = true;
+                if (world_rank_ == 0)
+                    DSM_WARN(ENGINE, "step %lld: non-finite (Inf or NaN) fp32 gradients%s; the step is applied and "
+                             "the weights may become NaN (fp32_nonfinite_gradients \"warn\", said once; \"skip\" or "
+                             "\"fail\" to stop it)", static_cast<long long>(global_steps_), culprit.c_str());
+            }
             if (overflow) {
                 ++skipped_steps_;
                 last_skipped_ = true;
                 zero_grads();
                 scaler_->update(true);
-                DSM_INFO(ENGINE, "step %lld: gradient overflow, skipped; loss scale now %g",
-                         static_cast<long long>(global_steps_), scaler_->scale());
+                if (fp32_nonfinite)
+                    DSM_INFO(ENGINE, "step %lld: non-finite fp32 gradients%s, skipped (fp32_nonfinite_gradients)",
+                             static_cast<long long>(global_steps_), culprit.c_str());
+                else
+                    DSM_INFO(ENGINE, "step %lld: gradient overflow, skipped; loss scale now %g",
+                             static_cast<long long>(global_steps_), scaler_->scale());
             } else {
                 double coef = 1.0;
                 if (cfg_.gradient_clipping > 0 && std::isfinite(norm)) {

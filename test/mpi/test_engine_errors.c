@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "mpi_test.h"
 
@@ -297,6 +298,165 @@ static void test_free_mismatch(void **state) {
     ASSERT_OK(dsm_engine_free(&e));
 }
 
+/* A fresh directory, the same on every rank (rank 0 makes it). */
+static void temp_dir(char *dir, size_t size) {
+    if (test_rank == 0) {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, size, "%s/dsm-test-engine-errors-XXXXXX", tmp != NULL ? tmp : "/tmp");
+        assert_non_null(mkdtemp(dir));
+    }
+    MPI_Bcast(dir, (int)size, MPI_CHAR, 0, MPI_COMM_WORLD);
+}
+
+static void remove_dir(const char *dir) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank == 0) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
+/* After an agreed failure every rank's engine only accepts free, and its free
+   is local: it returns on every rank, and a new engine works. */
+static void expect_failed_then_free(dsm_engine_t *e, const char *dir) {
+    dsm_param_desc_t d[3];
+    params(d);
+    ASSERT_FAILS(dsm_step(*e, NULL), DSM_ERR_STATE, "can only be freed");
+    ASSERT_FAILS(dsm_engine_save_checkpoint(*e, dir, "again", NULL, 0), DSM_ERR_STATE, "can only be freed");
+    ASSERT_FAILS(dsm_engine_load_checkpoint(*e, dir, NULL, 0, NULL, NULL), DSM_ERR_STATE, "can only be freed");
+    ASSERT_OK(dsm_engine_free(e));
+    assert_null(*e);
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, e));
+    ASSERT_OK(dsm_step(*e, NULL));
+    ASSERT_OK(dsm_engine_free(e));
+}
+
+/*
+ * Rank 0 saves or loads a checkpoint while the others step (or load while
+ * they save, or saves with a bad argument while they step): every rank
+ * fails, every rank's engine is failed, and dsm_engine_free returns on all
+ * of them (it used to wait in a collective on the rank that saved).
+ */
+static void test_checkpoint_step_mismatch(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    int hdf5 = 0;
+    ASSERT_OK(dsm_get_feature("hdf5", &hdf5));
+    char dir[256];
+    temp_dir(dir, sizeof dir);
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    if (hdf5) { /* something to load */
+        ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+        ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "saved", NULL, 0));
+        ASSERT_OK(dsm_engine_free(&e));
+    }
+    /* what rank 0 does: 0 save, 1 load, 2 save with dir NULL; the others step, except in case 3 (they save
+       while rank 0 loads) */
+    for (int k = 0; k < 4; ++k) {
+        ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+        ASSERT_OK(dsm_step(e, NULL)); /* one good step first */
+        dsm_status_t st;
+        if (test_rank == 0)
+            st = k == 0   ? dsm_engine_save_checkpoint(e, dir, "rank0", NULL, 0)
+                 : k == 2 ? dsm_engine_save_checkpoint(e, NULL, "rank0", NULL, 0)
+                          : dsm_engine_load_checkpoint(e, dir, "saved", 0, NULL, NULL);
+        else
+            st = k == 3 ? dsm_engine_save_checkpoint(e, dir, "others", NULL, 0) : dsm_step(e, NULL);
+        const char *mine = test_rank == 0 ? (k == 0 || k == 2 ? "dsm_engine_save_checkpoint" : "dsm_engine_load_checkpoint")
+                                          : (k == 3 ? "dsm_engine_save_checkpoint" : "dsm_step");
+        const char *theirs = test_rank != 0 ? (k == 0 || k == 2 ? "dsm_engine_save_checkpoint" : "dsm_engine_load_checkpoint")
+                                            : (k == 3 ? "dsm_engine_save_checkpoint" : "dsm_step");
+        if (k == 2) {
+            ASSERT_FAILS(st, DSM_ERR_NULL_POINTER, "rank 0: dir is NULL");
+        } else if (!hdf5) {
+            ASSERT_FAILS(st, DSM_ERR_NOT_SUPPORTED, "rank 0: checkpoints need parallel HDF5");
+        } else {
+            ASSERT_FAILS(st, DSM_ERR_MISMATCH, "at different collective points");
+            ASSERT_FAILS(st, DSM_ERR_MISMATCH, mine);
+            ASSERT_FAILS(st, DSM_ERR_MISMATCH, theirs);
+        }
+        expect_failed_then_free(&e, dir);
+    }
+    remove_dir(dir);
+}
+
+/*
+ * The same when the others are in a collective acquire or release: a ZeRO-3
+ * gather (dsm_engine_param_acquire) or a ZeRO-2 bucket reduction
+ * (dsm_engine_grad_release) while rank 0 saves or loads.
+ */
+static void test_checkpoint_gather_flush_mismatch(void **state) {
+    (void)state;
+    if (test_size < 2) skip();
+    int hdf5 = 0;
+    ASSERT_OK(dsm_get_feature("hdf5", &hdf5));
+    char dir[256];
+    temp_dir(dir, sizeof dir);
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG3, d, 3, &e));
+    ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "saved", NULL, 0));
+    const void *v;
+    dsm_status_t st = test_rank == 0 ? dsm_engine_save_checkpoint(e, dir, "rank0", NULL, 0)
+                                     : dsm_engine_param_acquire(e, 1, &v);
+    if (hdf5)
+        ASSERT_FAILS(st, DSM_ERR_MISMATCH,
+                     "some are in dsm_engine_param_acquire (ZeRO-3 gather), others in dsm_engine_save_checkpoint");
+    else
+        ASSERT_FAILS(st, DSM_ERR_NOT_SUPPORTED, "rank 0: checkpoints need parallel HDF5");
+    expect_failed_then_free(&e, dir);
+
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    void *g;
+    if (test_rank == 0) {
+        st = dsm_engine_load_checkpoint(e, dir, "saved", 0, NULL, NULL);
+    } else {
+        ASSERT_OK(dsm_engine_grad_acquire(e, 1, &g)); /* 17 elements: the bucket of 8 is full */
+        st = dsm_engine_grad_release(e, 1);
+    }
+    if (hdf5)
+        ASSERT_FAILS(st, DSM_ERR_MISMATCH,
+                     "some are in dsm_engine_grad_release (bucket reduction), others in dsm_engine_load_checkpoint");
+    else
+        ASSERT_FAILS(st, DSM_ERR_NOT_SUPPORTED, "rank 0: checkpoints need parallel HDF5");
+    expect_failed_then_free(&e, dir);
+    remove_dir(dir);
+}
+
+/*
+ * Every rank loads, with the same arguments, a checkpoint of another model:
+ * the message says what does not match (not only that something differs),
+ * and the engine, which every rank left at the same point, still works.
+ */
+static void test_checkpoint_model_mismatch(void **state) {
+    (void)state;
+    int hdf5 = 0;
+    ASSERT_OK(dsm_get_feature("hdf5", &hdf5));
+    if (!hdf5) skip();
+    char dir[256];
+    temp_dir(dir, sizeof dir);
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_step(e, NULL));
+    ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "model", NULL, 0));
+    ASSERT_OK(dsm_engine_free(&e));
+    static const int64_t longer[1] = {18};
+    d[1].shape = longer;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_FAILS(dsm_engine_load_checkpoint(e, dir, "model", 0, NULL, NULL), DSM_ERR_MISMATCH,
+                 "does not match the engine's parameters: /params/b has shape [17] in the checkpoint but [18] "
+                 "in the engine");
+    ASSERT_OK(dsm_step(e, NULL));
+    ASSERT_OK(dsm_engine_free(&e));
+    remove_dir(dir);
+}
+
 /* fp16 at its minimum loss scale and still overflowing: DSM_ERR_NUMERIC everywhere. */
 static void test_min_scale(void **state) {
     (void)state;
@@ -325,6 +485,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
         cmocka_unit_test(test_min_scale), cmocka_unit_test(test_offload_errors),
+        cmocka_unit_test(test_checkpoint_step_mismatch), cmocka_unit_test(test_checkpoint_gather_flush_mismatch),
+        cmocka_unit_test(test_checkpoint_model_mismatch),
     };
     return RUN_MPI_TESTS("test_engine_errors", tests);
 }

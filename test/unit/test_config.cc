@@ -611,6 +611,35 @@ static void test_checkpoint_and_data_types(void **) {
                  "data_types.grad_accum_dtype: expected \"fp32\", \"fp16\" or \"bf16\", got \"int8\"");
 }
 
+// fp32_nonfinite_gradients (a libdsm extension): "warn" by default, any case;
+// a bad value is an error naming the key and the value.
+static void test_fp32_nonfinite_gradients(void **) {
+    using dsm::config::NonfiniteGrads;
+    assert_true(parse("{\"train_batch_size\": 8}").fp32_nonfinite_gradients == NonfiniteGrads::WARN);
+    assert_true(parse("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"skip\"}").fp32_nonfinite_gradients ==
+                NonfiniteGrads::SKIP);
+    assert_true(parse("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"Fail\"}").fp32_nonfinite_gradients ==
+                NonfiniteGrads::FAIL);
+    assert_true(parse("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"WARN\"}").fp32_nonfinite_gradients ==
+                NonfiniteGrads::WARN);
+    // A known key: no unknown-key warning, and accepted in strict mode.
+    assert_true(parse("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"skip\"}").unknown_keys.empty());
+    parse("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"fail\"}", 1, 0, true);
+    expect_error("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"ignore\"}", DSM_ERR_CONFIG,
+                 "fp32_nonfinite_gradients: expected one of \"warn\", \"skip\", \"fail\", got \"ignore\"");
+    expect_error("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"\"}", DSM_ERR_CONFIG,
+                 "fp32_nonfinite_gradients: expected one of \"warn\", \"skip\", \"fail\", got \"\"");
+    expect_error("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": true}", DSM_ERR_CONFIG,
+                 "fp32_nonfinite_gradients: expected one of \"warn\", \"skip\", \"fail\", got true");
+    expect_error("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": 1}", DSM_ERR_CONFIG,
+                 "fp32_nonfinite_gradients: expected one of \"warn\", \"skip\", \"fail\", got 1");
+    // The resolved configuration says it.
+    Json j = Json::parse(dsm::config::config_to_json(parse("{\"train_batch_size\": 8}")));
+    assert_string_equal(j["fp32_nonfinite_gradients"].get<std::string>().c_str(), "warn");
+    j = Json::parse(dsm::config::config_to_json(parse("{\"train_batch_size\": 8, \"fp32_nonfinite_gradients\": \"SKIP\"}")));
+    assert_string_equal(j["fp32_nonfinite_gradients"].get<std::string>().c_str(), "skip");
+}
+
 static void test_not_supported(void **) {
     const char *cases[][2] = {
         {"\"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\"}}",
@@ -767,6 +796,7 @@ int main(void) {
         cmocka_unit_test(test_optimizer),
         cmocka_unit_test(test_scheduler),
         cmocka_unit_test(test_checkpoint_and_data_types),
+        cmocka_unit_test(test_fp32_nonfinite_gradients),
         cmocka_unit_test(test_not_supported),
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_to_json),
