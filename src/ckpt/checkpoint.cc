@@ -265,6 +265,14 @@ std::string shape_text(const std::vector<int64_t> &shape) {
 
 std::string file_of(const std::string &dir, const std::string &tag) { return dir + "/" + tag + ".h5"; }
 std::string tmp_of(const std::string &dir, const std::string &tag) { return dir + "/." + tag + ".h5.tmp"; }
+std::string reserve_of(const std::string &dir, const std::string &tag) { return dir + "/." + tag + ".h5.reserve"; }
+
+// Room kept aside for HDF5's metadata while the data is written: HDF5
+// writes its metadata when the file is flushed and closed, and a rank whose
+// metadata write fails leaves the others waiting inside HDF5. Rank 0 frees
+// this room just before the flush, and after a failed write also truncates
+// the temporary, so the close always has room for the metadata.
+size_t reserve_size(size_t tensors) { return (size_t(1) << 20) + 8192 * tensors; }
 
 void fsync_path(const std::string &path, bool directory) {
     const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
@@ -435,6 +443,8 @@ void remove_leftovers(const std::string &dir) {
             doomed.push_back(name);
         } else if (name.size() > 8 && name[0] == '.' && name.compare(name.size() - 7, 7, ".h5.tmp") == 0) {
             if (valid_tag(name.substr(1, name.size() - 8))) doomed.push_back(name);
+        } else if (name.size() > 12 && name[0] == '.' && name.compare(name.size() - 11, 11, ".h5.reserve") == 0) {
+            if (valid_tag(name.substr(1, name.size() - 12))) doomed.push_back(name);
         } else if (name.rfind(kDirToken, 0) == 0) {
             struct stat st;
             if (::stat((dir + "/" + name).c_str(), &st) == 0 && now - st.st_mtime > 3600) doomed.push_back(name);
@@ -448,6 +458,16 @@ void remove_leftovers(const std::string &dir) {
     }
 }
 
+// What a failed write adds to its message: the file system's free space
+// when it is (nearly) full.
+std::string space_hint(const std::string &dir) {
+    struct statvfs vfs;
+    if (::statvfs(dir.c_str(), &vfs) != 0 || vfs.f_blocks == 0) return "";
+    const unsigned long long avail = static_cast<unsigned long long>(vfs.f_bavail) * vfs.f_frsize;
+    if (avail >= (64ull << 20)) return "";
+    return cat(" (No space left on device? '", dir, "' has ", avail, " bytes free)");
+}
+
 // Rank 0, before a save: the file system has room for the file (the data,
 // the client state, and per dataset its header and alignment), so that a
 // full disk is one clear error before any data moves. Quotas and space
@@ -459,7 +479,7 @@ void check_space(const std::string &dir, const Content &content, size_t client_s
     // mounts) is not judged by it.
     if (::statvfs(dir.c_str(), &vfs) != 0 || vfs.f_blocks == 0) return;
     const unsigned long long block = std::max<unsigned long long>(vfs.f_bsize, 4096);
-    unsigned long long need = 1ull << 20;
+    unsigned long long need = reserve_size(content.tensors.size());
     need += client_size + block;
     for (const Tensor &t : content.tensors) {
         unsigned long long numel = 1;
@@ -546,7 +566,8 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
     int rank = 0, world_rank = 0;
     DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
     DSM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-    const std::string final_path = file_of(dir, tag), tmp = tmp_of(dir, tag);
+    const std::string final_path = file_of(dir, tag), tmp = tmp_of(dir, tag), reserve = reserve_of(dir, tag);
+    const size_t n = content.tensors.size();
 
     // The directory, no leftovers of earlier saves, room for the file; then
     // every rank must see that directory.
@@ -557,8 +578,24 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
         make_dirs(dir);
         remove_leftovers(dir);
         check_space(dir, content, client_size);
+        const int fd = ::open(reserve.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) return; // the directory check below names the reason
+        const int err = ::posix_fallocate(fd, 0, static_cast<off_t>(reserve_size(n)));
+        ::close(fd);
+        if (err == ENOSPC || err == EDQUOT) {
+            ::unlink(reserve.c_str());
+            DSM_FAIL(DSM_ERR_IO, "no room for the checkpoint in '", dir, "': ", std::strerror(err));
+        }
     });
-    check_shared_dir(comm, rank, dir);
+    auto free_reserve = [&] {
+        if (rank == 0) ::unlink(reserve.c_str());
+    };
+    try {
+        check_shared_dir(comm, rank, dir);
+    } catch (...) {
+        free_reserve();
+        throw;
+    }
 
     // The root attributes as the file holds them, with their checksum.
     Attributes attrs = content.attrs;
@@ -570,7 +607,6 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
     // by a second thread while this one writes the data (neither calls MPI
     // or HDF5 from that thread), and summed over the ranks afterwards; the
     // attributes that hold them are written after the data.
-    const size_t n = content.tensors.size();
     std::vector<uint64_t> sums(n + 1, 0); // tensors, client state
     auto local_sums = std::async(std::launch::async, [&] {
         for (size_t i = 0; i < n; ++i) {
@@ -638,9 +674,9 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
                 write_int_attr(dset, "trainable", t.trainable ? 1 : 0);
                 if (i == n / 2) fault_point("write", world_rank);
                 Selection sel = selection(t);
-                if (t.count)
-                    h5ok(H5Dwrite(dset, H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), H5P_DEFAULT, buffer_of(t)),
-                         cat("writing ", path, " to '", tmp, "'"));
+                if (t.count && H5Dwrite(dset, H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), H5P_DEFAULT,
+                                        buffer_of(t)) < 0)
+                    DSM_FAIL(DSM_ERR_IO, "writing ", path, " to '", tmp, "': ", hdf5_reason(), space_hint(dir));
             });
         }
         if (client_size && !stopped) {
@@ -663,11 +699,19 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
                 for (size_t i = 0; i < dsets.size(); ++i)
                     write_attr(dsets[i].get(), "checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &sums[i < n ? i : n]);
                 dsets.clear();
+                free_reserve();
                 h5ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), cat("flushing '", tmp, "'"));
             });
         }
+        if (stopped && rank == 0) {
+            // The temporary is garbage now: give its room to the metadata
+            // that the close writes.
+            free_reserve();
+            if (::truncate(tmp.c_str(), 0) != 0) { /* the close may still fit */ }
+        }
         dsets.clear();
         file.reset();
+        free_reserve();
     }
     // Agree on the data, then rank 0 commits: flush, rename, directory,
     // `latest`. After a failure before the rename, rank 0 removes the

@@ -50,13 +50,13 @@ every_rank() {
         r=$((r + 1))
     done
 }
-# intact DIR TAG STEP NP: `latest` names TAG, it resumes at STEP, and no
-# temporary is left.
+# intact DIR TAG STEP NP ROWS: `latest` names TAG, it resumes at STEP, and
+# no temporary is left.
 intact() {
     [ "$(cat "$1/latest")" = "$2" ] || fail "latest is '$(cat "$1/latest")', expected $2"
-    run "$4" "$1" --resume --steps 0 --rows "$rows" || fail "resume from $1: $(cat "$out")"
+    run "$4" "$1" --resume --steps 0 --rows "$5" || fail "resume from $1: $(cat "$out")"
     grep -q "resumed step $3 at step $3" "$out" || fail "resume from $1: $(cat "$out")"
-    left=$(ls -A "$1" | grep '\.tmp$\|^\.dsm-dircheck') && fail "leftovers in $1: $left"
+    left=$(ls -A "$1" | grep '\.tmp$\|\.reserve$\|^\.dsm-dircheck') && fail "leftovers in $1: $left"
     return 0
 }
 
@@ -68,14 +68,14 @@ for np in 2 4; do
     run $np "$d" --rows $rows --steps 6 --save-every 1 && fail "$np ranks: a save on a full disk succeeded"
     every_rank $np "no room for the checkpoint in '$d'"
     tag=$(cat "$d/latest")
-    intact "$d" "$tag" "${tag#global_step}" $np
+    intact "$d" "$tag" "${tag#global_step}" $np $rows
     echo "$np ranks: full disk (free-space check): every rank failed, $tag intact"
 
     # The same disk without the check: the writes themselves fail (ENOSPC).
     DSM_CKPT_SPACE_CHECK=0 run $np "$d" --resume --rows $rows --steps 4 --save-every 1 &&
         fail "$np ranks: a save on a full disk succeeded"
     every_rank $np "No space left\|writing\|flushing\|creating"
-    intact "$d" "$tag" "${tag#global_step}" $np
+    intact "$d" "$tag" "${tag#global_step}" $np $rows
     echo "$np ranks: full disk (writes fail): every rank failed, $tag intact"
     umount "$d"
 
@@ -85,7 +85,7 @@ for np in 2 4; do
     DSM_CKPT_FAULT=write:$((np - 1)) run $np "$d" --resume --rows 10 --steps 2 --save-every 2 &&
         fail "$np ranks: an injected write fault succeeded"
     every_rank $np "injected fault at checkpoint point 'write'"
-    intact "$d" global_step2 2 $np
+    intact "$d" global_step2 2 $np 10
     echo "$np ranks: a write failing on rank $((np - 1)): every rank failed, global_step2 intact"
 
     # A directory each rank has of its own (node-local scratch): rank 0
@@ -140,7 +140,7 @@ echo "malformed DSM_CKPT_FAULT values: every rank failed naming them"
 : >"$d/.global_step9.h5.tmp"
 : >"$d/.latest.tmp"
 run 2 "$d" --resume --rows 10 --steps 2 --save-every 2 || fail "save after leftovers: $(cat "$out")"
-intact "$d" global_step4 4 1
+intact "$d" global_step4 4 1 10
 echo "leftover temporaries removed by the next save"
 echo "PASS"
 exit 0
