@@ -890,8 +890,16 @@ DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t forma
  * file is written under a temporary name, flushed, and renamed by rank 0
  * only when every rank succeeded; `latest` is rewritten last (write, flush,
  * rename). A job killed at any point leaves the previous checkpoint and
- * `latest` loadable; a failed save returns the same error on every rank and
- * leaves no file under the final name.
+ * `latest` loadable; a failed save returns the same error on every rank,
+ * never leaves a rank waiting (a write that fails on one rank, such as a
+ * full disk, stops every rank), and leaves no file under the final name,
+ * except a failure after the rename (flushing the directory, rewriting
+ * `latest`), which leaves the complete new file with `latest` on the
+ * previous tag. @p dir must name one directory that every rank sees: a
+ * node-local directory or a different path on some ranks is DSM_ERR_IO on
+ * every rank naming the rank and host. A file system without room for the
+ * file is DSM_ERR_IO before anything is written. Temporaries of earlier
+ * saves that were killed are removed.
  *
  * @param engine       the engine
  * @param dir          the checkpoint directory, created if missing

@@ -189,8 +189,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         std::string names;
         for (const std::string &n : mesh_->dim_names()) names += (names.empty() ? "" : ",") + n;
         content.attrs = {
-            {"format", "dsm-checkpoint"},
-            {"format_version", 1},
+            {"format", ckpt::kFormat},
+            {"format_version", ckpt::kFormatVersion},
             {"libdsm_version", DSM_VERSION_STRING},
             {"tag", tag},
             {"global_steps", global_steps_},
