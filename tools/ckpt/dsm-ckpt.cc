@@ -229,6 +229,8 @@ Json directory_json(const Location &loc) {
                 {"temporary_files", loc.temporary}};
 }
 
+std::optional<std::string> leftover_tag(const std::string &name); // see clean
+
 std::string attr_text(const Checkpoint &ck, const char *name) {
     const Attribute *a = ck.attribute(name);
     return a != nullptr ? a->text() : "-";
@@ -330,8 +332,9 @@ void info_text(const Opened &o) {
                     printable(tags).c_str(), loc.latest ? printable(*loc.latest).c_str() : "(none)");
         if (!loc.latest_problem.empty()) std::printf("           %s\n", printable(loc.latest_problem).c_str());
         for (const std::string &t : loc.temporary)
-            std::printf("           leftover temporary file %s (an interrupted save; dsm-ckpt clean removes it)\n",
-                        printable(t).c_str());
+            std::printf("           leftover temporary file %s (%s)\n", printable(t).c_str(),
+                        leftover_tag(t) ? "an interrupted save; dsm-ckpt clean removes it"
+                                                   : "not left by a save; dsm-ckpt clean keeps it");
     }
     std::printf("format     %s %s, written by libdsm %s, tag %s\n", printable(attr_plain(ck, "format")).c_str(),
                 printable(attr_plain(ck, "format_version")).c_str(),
