@@ -3,7 +3,8 @@
 # trains a tiny model and saves the tags global_step2 and global_step4 (latest:
 # global_step4). Checks info, verify, export (HDF5 and safetensors, the latter
 # read back with Python's standard library, checksums recomputed there), diff,
-# and every error: the exit status, and one line on stderr naming the problem.
+# clean, escaped control characters, non-finite values, and every error: the
+# exit status, and one line on stderr naming the problem.
 set -u
 bin=$top_builddir/tools/dsm-ckpt
 maker=$top_builddir/test/tools/make_checkpoint
@@ -224,6 +225,125 @@ PY
 expect 1 "format" "$bin" info "$tmp/other.h5"
 expect 1 "format" "$bin" verify "$tmp/other.h5"
 
+# Control characters from a file never reach the output raw: an attribute
+# value, a parameter name and a tag (a file name) holding terminal escape
+# sequences are printed escaped (\x1b; a byte that is not UTF-8: \x9b; a C1
+# control: \u009b) in text, and as \u001b in JSON, which is all ASCII.
+mkdir "$tmp/esc"
+python3 - "$ck/global_step4.h5" "$tmp/esc" <<'PY' || fail "cannot write the file with escape sequences"
+import sys
+f = open(sys.argv[1], "rb").read()
+assert f.count(b"adamw") >= 1 and f.count(b"fc.bias") >= 1
+g = f.replace(b"adamw", b"\x1b[2J\x07").replace(b"fc.bias", b"fc\x1b]0;X")   # same lengths
+open(sys.argv[2] + "/global_step4.h5", "wb").write(g)
+open(sys.argv[2].encode() + b"/\x1b[31mevil\x9b\xc2\x9b.h5", "wb").write(g)   # raw CSI, then U+009B (CSI)
+open(sys.argv[2] + "/latest", "w").write("global_step4\n")
+PY
+esc=$(printf '\033')
+for cmd in "info $tmp/esc" "info $tmp/esc --json" "verify $tmp/esc" "verify $tmp/esc --json" \
+           "diff $tmp/esc $ck" "diff $tmp/esc $ck --json" "export $tmp/esc --output $tmp/esc.h5"; do
+    # shellcheck disable=SC2086 # the words of $cmd are the arguments
+    "$bin" $cmd > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ "$rc" -le 2 ] || fail "dsm-ckpt $cmd exited $rc"
+    if grep -q "$esc" "$tmp/out" "$tmp/err"; then fail "dsm-ckpt $cmd printed a raw escape character"; fi
+    if LC_ALL=C grep -q "$(printf '\233')" "$tmp/out" "$tmp/err"; then fail "dsm-ckpt $cmd printed a raw CSI byte"; fi
+done
+expect 0 "" "$bin" info "$tmp/esc"
+grep -qF '"\x1b[2J\x07"' "$tmp/out" && grep -qF '/params/fc\x1b]0;X' "$tmp/out" && grep -qF '\x1b[31mevil\x9b\u009b' "$tmp/out" ||
+    fail "info does not show the escaped text: $(cat "$tmp/out")"
+expect 0 "" "$bin" info "$tmp/esc" --json
+python3 - "$tmp/out" <<'PY' || fail "info --json does not carry the escaped values"
+import json, sys
+text = open(sys.argv[1], "rb").read()
+assert all(b < 0x80 for b in text), "not ASCII"
+j = json.loads(text)
+assert j["attributes"]["optimizer"] == "\x1b[2J\x07", j["attributes"]["optimizer"]
+assert any(t["name"] == "fc\x1b]0;X" for t in j["tensors"])
+PY
+expect 1 'attribute '"'"'optimizer'"'"' is "\x1b[2J\x07"' "$bin" verify "$tmp/esc"
+
+# Non-finite values: make_checkpoint --nonfinite puts a NaN at index 1 and
+# +inf at index 3 of the frozen parameter emb. verify warns (exit status 0);
+# --fail-nonfinite makes it a problem (exit status 1).
+nf=$tmp/nonfinite
+timeout 300 "$maker" "$nf" --nonfinite > "$tmp/make.log" 2>&1 || { cat "$tmp/make.log"; fail "make_checkpoint --nonfinite"; }
+expect 0 "" "$bin" verify "$ck" --fail-nonfinite
+expect 0 "" "$bin" verify "$nf"
+grep -qF "warning: /params/emb: 2 non-finite values (1 NaN, 1 infinite), the first at index 1" "$tmp/out" &&
+    grep -q "^OK: .*1 tensor holds NaN or infinite values" "$tmp/out" || fail "verify of NaN weights: $(cat "$tmp/out")"
+expect 0 "" "$bin" verify "$nf" --json
+python3 - "$tmp/out" <<'PY' || fail "verify --json of NaN weights"
+import json, sys
+v = json.load(open(sys.argv[1]))
+assert v["ok"] is True and v["nonfinite_tensors"] == 1 and v["problems"] == [], v
+c = {c["path"]: c for c in v["checked"]}
+assert c["/params/emb"]["nonfinite"] == 2 and c["/params/emb"]["nan"] == 1 and c["/params/emb"]["inf"] == 1
+assert c["/params/emb"]["first_nonfinite"] == 1 and c["/params/fc.weight"]["nonfinite"] == 0
+assert [w["path"] for w in v["warnings"]] == ["/params/emb"], v["warnings"]
+PY
+expect 1 "/params/emb: 2 non-finite values" "$bin" verify "$nf" --fail-nonfinite
+grep -q "^FAILED: " "$tmp/out" || fail "verify --fail-nonfinite: $(cat "$tmp/out")"
+expect 1 "" "$bin" verify "$nf" --fail-nonfinite --json
+python3 -c "
+import json, sys
+v = json.load(open(sys.argv[1]))
+assert v['ok'] is False and [p['path'] for p in v['problems']] == ['/params/emb'], v
+" "$tmp/out" || fail "verify --fail-nonfinite --json"
+
+# Leftovers of killed saves: .<tag>.h5.tmp and .latest.tmp. info lists them,
+# clean --dry-run lists them and removes nothing, clean removes them and
+# nothing else (not the checkpoints, latest, another .tmp file, a link or a
+# directory with a leftover's name).
+cl=$tmp/clean
+mkdir "$cl" && cp "$ck/global_step2.h5" "$ck/global_step4.h5" "$ck/latest" "$cl/"
+head -c 1000 "$ck/global_step4.h5" > "$cl/.global_step6.h5.tmp"
+echo global_step6 > "$cl/.latest.tmp"
+echo keep > "$cl/.other.tmp"
+echo keep > "$cl/notes.h5.tmp"
+mkdir "$cl/.global_step8.h5.tmp"
+ln -s "$cl/global_step2.h5" "$cl/.global_step9.h5.tmp"
+expect 0 "" "$bin" info "$cl" --json
+python3 -c "
+import json, sys
+t = json.load(open(sys.argv[1]))['directory']['temporary_files']
+assert '.global_step6.h5.tmp' in t and '.latest.tmp' in t, t
+" "$tmp/out" || fail "info does not list the leftovers"
+expect 0 "" "$bin" clean "$cl" --dry-run
+grep -q "would remove $cl/.global_step6.h5.tmp" "$tmp/out" && grep -q "would remove $cl/.latest.tmp" "$tmp/out" ||
+    fail "clean --dry-run: $(cat "$tmp/out")"
+[ -f "$cl/.global_step6.h5.tmp" ] && [ -f "$cl/.latest.tmp" ] || fail "clean --dry-run removed a file"
+expect 0 "" "$bin" clean "$cl" --dry-run --json
+python3 - "$tmp/out" <<'PY' || fail "clean --dry-run --json"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["format"] == "dsm-ckpt-clean" and c["format_version"] == 1 and c["dry_run"] is True, c
+assert [(f["file"], f["kind"], f["tag"], f["removed"]) for f in c["leftovers"]] == [
+    (".global_step6.h5.tmp", "checkpoint", "global_step6", False), (".latest.tmp", "latest", None, False)], c
+assert c["bytes"] == 1000 + len("global_step6\n") and c["removed"] == 0, c
+assert sorted(k["file"] for k in c["kept"]) == [".global_step8.h5.tmp", ".global_step9.h5.tmp"], c["kept"]
+PY
+expect 0 "" "$bin" clean "$cl" --json
+python3 -c "
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c['removed'] == 2 and all(f['removed'] for f in c['leftovers']), c
+" "$tmp/out" || fail "clean --json"
+[ ! -e "$cl/.global_step6.h5.tmp" ] && [ ! -e "$cl/.latest.tmp" ] || fail "clean left a leftover"
+for f in global_step2.h5 global_step4.h5 latest .other.tmp notes.h5.tmp; do
+    [ -f "$cl/$f" ] || fail "clean removed $f"
+done
+[ -d "$cl/.global_step8.h5.tmp" ] && [ -L "$cl/.global_step9.h5.tmp" ] && [ -f "$cl/global_step2.h5" ] ||
+    fail "clean removed a directory or a link, or what it points to"
+expect 0 "" "$bin" clean "$cl"
+grep -q "no leftovers of interrupted saves" "$tmp/out" || fail "clean of a clean directory: $(cat "$tmp/out")"
+expect 0 "" "$bin" verify "$cl"
+expect 2 "not a directory" "$bin" clean "$cl/global_step4.h5"
+expect 1 "$tmp/none" "$bin" clean "$tmp/none"
+expect 2 "--tag" "$bin" clean "$cl" --tag global_step4
+expect 2 "--dry-run" "$bin" verify "$ck" --dry-run
+expect 2 "--fail-nonfinite" "$bin" info "$ck" --fail-nonfinite
+
 # Usage errors: exit status 2, the message naming the culprit.
 expect 2 "--bogus" "$bin" info "$ck" --bogus
 expect 2 "--tag" "$bin" info "$ck" --tag
@@ -240,7 +360,7 @@ expect 2 "B" "$bin" diff "$ck"
 "$bin" > /dev/null 2>&1; [ $? -eq 2 ] || fail "no subcommand must exit 2"
 expect 0 "" "$bin" --help
 grep -q "dsm-ckpt diff" "$tmp/out" || fail "--help"
-for sub in info verify export diff; do
+for sub in info verify export diff clean; do
     expect 0 "" "$bin" $sub --help
     grep -q "usage: dsm-ckpt $sub" "$tmp/out" || fail "$sub --help"
 done

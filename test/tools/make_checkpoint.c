@@ -4,17 +4,19 @@
  * AdamW under ZeRO-1, trained on fixed data.
  *
  *   make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R]
- *                       [--rank-dir]
+ *                       [--rank-dir] [--nonfinite]
  *
  * Trains N steps (default 4), saving DIR/global_step<S>.h5 every K steps
  * (default 2) with the client state "step S". --resume first loads the
  * checkpoint DIR/latest names and prints "resumed TAG at step S". --rows
  * makes fc.weight [R, 3] (default 4), for checkpoints of a given size;
  * --rank-dir gives each rank its own directory DIR/rank<r> (a job whose
- * ranks disagree on the directory). Prints "final step S" and exits 0; on
- * an error prints "rank R: " and the error on every rank that has one and
- * exits 1.
+ * ranks disagree on the directory). --nonfinite: the frozen embedding
+ * starts as [x, NaN, x, +inf, x] (and stays so, being frozen), for the
+ * tools' non-finite checks. Prints "final step S" and exits 0; on an error
+ * prints "rank R: " and the error on every rank that has one and exits 1.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +37,13 @@
     } while (0)
 
 static int init_fn(void *user, int index, const char *name, int64_t offset, int64_t count, float *dst) {
-    (void)user;
-    (void)name;
-    for (int64_t i = 0; i < count; ++i) dst[i] = 0.1f * (float)(index + 1) + 0.01f * (float)(offset + i);
+    const int nonfinite = user != NULL && *(const int *)user;
+    for (int64_t i = 0; i < count; ++i) {
+        const int64_t at = offset + i;
+        dst[i] = 0.1f * (float)(index + 1) + 0.01f * (float)at;
+        if (nonfinite && !strcmp(name, "emb") && at == 1) dst[i] = NAN;
+        if (nonfinite && !strcmp(name, "emb") && at == 3) dst[i] = INFINITY;
+    }
     return 0;
 }
 
@@ -47,19 +53,21 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc < 2) {
-        fprintf(stderr, "usage: make_checkpoint DIR [--steps N] [--save-every K] [--resume]\n");
+        fprintf(stderr, "usage: make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R] [--rank-dir] [--nonfinite]\n");
         MPI_Finalize();
         return 2;
     }
     const char *dir = argv[1];
     int steps = 4, every = 2, resume = 0, rank_dir = 0;
     long rows = 4;
+    static int nonfinite = 0;
     for (int a = 2; a < argc; ++a) {
         if (!strcmp(argv[a], "--steps") && a + 1 < argc) steps = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--save-every") && a + 1 < argc) every = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--resume")) resume = 1;
         else if (!strcmp(argv[a], "--rows") && a + 1 < argc) rows = atol(argv[++a]);
         else if (!strcmp(argv[a], "--rank-dir")) rank_dir = 1;
+        else if (!strcmp(argv[a], "--nonfinite")) nonfinite = 1;
         else {
             fprintf(stderr, "make_checkpoint: unknown argument '%s'\n", argv[a]);
             MPI_Finalize();
@@ -91,6 +99,7 @@ int main(int argc, char **argv) {
         d[i].trainable = i < 2;
         d[i].no_weight_decay = i == 1;
         d[i].init_fn = init_fn;
+        d[i].init_user_data = &nonfinite;
     }
     const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000,"
                       " \"zero_optimization\": {\"stage\": 1},"

@@ -118,15 +118,8 @@ int parse(int argc, char **argv, int rank, Options *o) {
             }
             continue;
         }
-        char *end = nullptr;
-        errno = 0;
-        const long long x = std::strtoll(v.c_str(), &end, 10);
-        const long long most = a == "--iters" ? 1000 : (1LL << 40);
-        if (end == v.c_str() || *end != '\0' || errno != 0 || x < 1 || x > most) {
-            if (rank == 0)
-                std::fprintf(stderr, "dsm-bench alltoall: bad %s '%s' (1 to %lld)\n", a.c_str(), v.c_str(), most);
-            return 2;
-        }
+        long long x = 0;
+        if (!parse_integer("alltoall", a, v.c_str(), 1, a == "--iters" ? 1000 : (1LL << 40), rank == 0, &x)) return 2;
         if (a == "--batch") o->batch = x;
         else if (a == "--seq") o->seq = x;
         else if (a == "--heads") o->heads = x;
@@ -614,10 +607,17 @@ int run_alltoall(int argc, char **argv) {
                                  "int counts of the MPI baselines\n", most);
         return 2;
     }
+    // Per rank: q, k, v in both forms, private and node-shared, and the
+    // baselines' send and receive buffers: about 8 times `most`.
+    if (!fits_memory("alltoall", "the shape", 8.0 * most, MPI_COMM_WORLD, rank == 0)) return 2;
     try {
         return run(o);
     } catch (const Error &e) {
         std::fprintf(stderr, "dsm-bench alltoall: rank %d: %s\n", rank, e.what());
+        return 1;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "dsm-bench alltoall: rank %d: %s\n", rank, e.what());
+        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
         return 1;
     }
 }

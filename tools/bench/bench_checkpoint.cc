@@ -75,19 +75,10 @@ int parse(int argc, char **argv, int rank, Options *o) {
                 o->dir = v;
                 continue;
             }
-            char *end = nullptr;
-            errno = 0;
-            const long long x = std::strtoll(v, &end, 10);
-            const bool number = end != v && *end == '\0' && errno == 0;
-            const bool ok = number && (a == "--stage" ? x >= 0 && x <= 3
-                                       : a == "--iters" ? x >= 1 && x <= 1000
-                                                        : x >= 1 && x <= LLONG_MAX / 16);
-            if (!ok) {
-                if (rank == 0)
-                    std::fprintf(stderr, "dsm-bench checkpoint: bad %s '%s' (%s)\n", a.c_str(), v,
-                                 a == "--stage" ? "0 to 3" : a == "--iters" ? "1 to 1000" : "a positive integer");
-                return 2;
-            }
+            long long x = 0;
+            const long long lo = a == "--stage" ? 0 : 1;
+            const long long hi = a == "--stage" ? 3 : a == "--iters" ? 1000 : (1LL << 50);
+            if (!parse_integer("checkpoint", a, v, lo, hi, rank == 0, &x)) return 2;
             if (a == "--params") o->params = x;
             else if (a == "--iters") o->iters = static_cast<int>(x);
             else o->stage = static_cast<int>(x);
@@ -311,6 +302,10 @@ int run_checkpoint(int argc, char **argv) {
     const int p = parse(argc, argv, rank, &o);
     if (p == 1) return 0;
     if (p != 0) return p;
+    // A rank's engine at stage 0 or 1: the fp32 parameter and its gradient,
+    // AdamW's moments; the load reads as much again.
+    const double need = 24.0 * static_cast<double>(o.params);
+    if (!fits_memory("checkpoint", "--params " + std::to_string(o.params), need, MPI_COMM_WORLD, rank == 0)) return 2;
 
     // The directory: --dir, or a new one from mkdtemp on rank 0.
     const bool temporary = o.dir.empty();
@@ -339,6 +334,9 @@ int run_checkpoint(int argc, char **argv) {
     } catch (const Error &e) {
         if (rank == 0) std::fprintf(stderr, "dsm-bench checkpoint: %s\n", e.what());
         ok = false;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "dsm-bench checkpoint: rank %d: %s\n", rank, e.what());
+        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
     }
     // Clean up: our baseline file always; the checkpoint and the directory
     // only when they are ours.

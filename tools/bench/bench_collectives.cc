@@ -61,16 +61,14 @@ int parse(int argc, char **argv, int rank, Options *o) {
         if (a == "--json") {
             o->json = true;
         } else if ((a == "--count" || a == "--iters") && has_value) {
-            char *end = nullptr;
-            const long long v = std::strtoll(argv[++i], &end, 10);
-            if (*end != '\0' || v < 1) {
-                if (rank == 0) std::fprintf(stderr, "dsm-bench collectives: %s '%s' is not a positive integer\n", a.c_str(), argv[i]);
+            // --count: the raw MPI calls take an int count; --iters: a bound on the run.
+            long long v = 0;
+            if (!parse_integer("collectives", a, argv[++i], 1, a == "--count" ? INT_MAX : 1000000, rank == 0, &v))
                 return 2;
-            }
             if (a == "--count")
                 o->count = static_cast<size_t>(v);
             else
-                o->iters = static_cast<int>(std::min<long long>(v, 1000000));
+                o->iters = static_cast<int>(v);
         } else if (a == "--dtype" && has_value) {
             const std::string d = argv[++i];
             if (d == "fp32") o->dtype = DSM_FLOAT32;
@@ -262,14 +260,26 @@ int run_collectives(int argc, char **argv) {
     const int p = parse(argc, argv, rank, &o);
     if (p == 1) return 0;
     if (p == 2) return 2;
-    if (o.count / static_cast<size_t>(size) > static_cast<size_t>(INT_MAX) || o.count > static_cast<size_t>(INT_MAX)) {
-        if (rank == 0) std::fprintf(stderr, "dsm-bench collectives: --count %zu exceeds the raw MPI calls' int counts\n", o.count);
+    if (o.count < static_cast<size_t>(size)) {
+        if (rank == 0)
+            std::fprintf(stderr, "dsm-bench collectives: --count %zu is less than the %d ranks (reduce-scatter and "
+                                 "allgather need a block per rank)\n", o.count, size);
         return 2;
     }
+    // Six buffers of COUNT elements per rank: the bound's two, the mpi and raw
+    // calls' two, the shm backend's two.
+    const double need = 6.0 * static_cast<double>(o.count) * static_cast<double>(comm::dtype_size(o.dtype));
+    if (!fits_memory("collectives", "--count " + std::to_string(o.count) + " --dtype " + o.dtype_name, need,
+                     MPI_COMM_WORLD, rank == 0))
+        return 2;
     try {
         return run(o);
     } catch (const Error &e) {
         std::fprintf(stderr, "dsm-bench collectives: rank %d: %s\n", rank, e.what());
+        return 1;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "dsm-bench collectives: rank %d: %s\n", rank, e.what());
+        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
         return 1;
     }
 }

@@ -24,6 +24,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <new>
 #include <string>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -88,13 +89,13 @@ void usage(FILE *out) {
                  "  Without the CUDA kernels or a device: \"no CUDA device: skipped\", exit status 0.\n");
 }
 
-bool parse_count(const char *s, long long min, long long &out) {
-    char *end = nullptr;
-    const long long v = std::strtoll(s, &end, 10);
-    if (end == s || *end != '\0' || v < min) return false;
-    out = v;
-    return true;
-}
+// Bounds of the numeric options: the thread count OpenMP is asked for (more
+// than this is a typo, and a hundred thousand threads exhaust the process's
+// memory), the steps, and a parameter count whose four fp32 arrays still have
+// a byte size (the memory check against the machine comes after parsing).
+constexpr long long kMaxThreads = 1024;
+constexpr long long kMaxIters = 100000;
+constexpr long long kMaxParams = (1LL << 58) / 16;
 
 // 0 ok, 2 usage error, -1 --help; messages only where `loud` (rank 0).
 int parse(int argc, char **argv, Options &o, bool loud) {
@@ -122,16 +123,20 @@ int parse(int argc, char **argv, Options &o, bool loud) {
         } else if (a == "--params" || a == "--iters" || a == "--threads") {
             const char *v = value(a.c_str());
             if (v == nullptr) return 2;
-            if (!parse_count(v, a == "--threads" ? 0 : 1, n) || (a == "--threads" && n > 100000)) {
-                say("dsm-bench optimizer: %s '%s' is not a count >= %d\n", a.c_str(), v, a == "--threads" ? 0 : 1);
-                return 2;
-            }
+            const long long lo = a == "--threads" ? 0 : 1;
+            const long long hi = a == "--threads" ? kMaxThreads : a == "--iters" ? kMaxIters : kMaxParams;
+            if (!parse_integer("optimizer", a, v, lo, hi, loud, &n)) return 2;
             if (a == "--params") o.params = n;
             if (a == "--iters") o.iters = n;
             if (a == "--threads") o.threads = static_cast<int>(n);
         } else if (a == "--isa") {
             const char *v = value("--isa");
             if (v == nullptr) return 2;
+            if (std::strcmp(v, "auto") != 0 && std::strcmp(v, "avx512") != 0 && std::strcmp(v, "avx2") != 0 &&
+                std::strcmp(v, "generic") != 0) {
+                say("dsm-bench optimizer: --isa '%s' is not avx512, avx2, generic or auto\n", v);
+                return 2;
+            }
             o.isa = v;
         } else if (a == "--device") {
             const char *v = value("--device");
@@ -533,6 +538,8 @@ int run_cuda(const Options &o) {
 #endif
 }
 
+int run_cpu(const Options &o);
+
 } // namespace
 
 int run_optimizer(int argc, char **argv) {
@@ -543,7 +550,26 @@ int run_optimizer(int argc, char **argv) {
     const int rc = parse(argc, argv, o, rank == 0);
     if (rc != 0) return rc < 0 ? 0 : rc;
     if (rank != 0) return 0; // a one-process benchmark: the other ranks wait in MPI_Finalize
-    if (o.device == "cuda") return run_cuda(o);
+    // Four fp32 arrays on the host (the CUDA run: one host copy of them).
+    const double need = (o.device == "cuda" ? 4.0 : 16.0) * static_cast<double>(o.params);
+    if (!fits_memory("optimizer", "--params " + std::to_string(o.params), need, MPI_COMM_SELF, true)) return 2;
+    try {
+        return o.device == "cuda" ? run_cuda(o) : run_cpu(o);
+    } catch (const Error &e) {
+        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
+        return 1;
+    } catch (const std::bad_alloc &) {
+        std::fprintf(stderr, "dsm-bench optimizer: out of memory (--params %lld)\n", o.params);
+        return 1;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
+        return 1;
+    }
+}
+
+namespace {
+
+int run_cpu(const Options &o) {
 
     try {
         optim::set_num_threads(o.threads);
@@ -663,6 +689,8 @@ int run_optimizer(int argc, char **argv) {
     std::printf("  %s: %.2f of the bandwidth bound (target >= 0.8)\n", selected.c_str(), bound_s / head.seconds);
     return 0;
 }
+
+} // namespace
 
 } // namespace bench
 } // namespace dsm

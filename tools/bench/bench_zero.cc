@@ -23,6 +23,10 @@ namespace bench {
 
 namespace {
 
+// The largest --params: the engine's int64 element counts and their byte
+// sizes stay far from overflow (the memory check against the node comes after).
+constexpr long long kMaxParams = 1LL << 50;
+
 struct Options {
     long long params = 16777216;
     int steps = 5;
@@ -234,7 +238,6 @@ int run_zero(int argc, char **argv) {
                 if (rank == 0) std::fprintf(stderr, "dsm-bench zero: %s needs a value\n", a.c_str());
                 return 2;
             }
-            char *end = nullptr;
             if (a == "--dtype") {
                 o.dtype = v;
                 if (o.dtype != "fp32" && o.dtype != "fp16" && o.dtype != "bf16") {
@@ -244,13 +247,10 @@ int run_zero(int argc, char **argv) {
             } else if (a == "--stage" && std::string(v) == "all") {
                 o.stages = {0, 1, 2, 3};
             } else {
-                const long long x = std::strtoll(v, &end, 10);
-                const bool ok = end && *end == '\0' &&
-                                (a == "--stage" ? x >= 0 && x <= 3 : a == "--steps" ? x >= 1 && x <= 1000 : x >= 1);
-                if (!ok) {
-                    if (rank == 0) std::fprintf(stderr, "dsm-bench zero: bad %s '%s'\n", a.c_str(), v);
-                    return 2;
-                }
+                long long x = 0;
+                const long long lo = a == "--stage" ? 0 : 1;
+                const long long hi = a == "--stage" ? 3 : a == "--steps" ? 1000 : kMaxParams;
+                if (!parse_integer("zero", a, v, lo, hi, rank == 0, &x)) return 2;
                 if (a == "--params") o.params = x;
                 else if (a == "--steps") o.steps = static_cast<int>(x);
                 else o.stages = {static_cast<int>(x)};
@@ -263,11 +263,19 @@ int run_zero(int argc, char **argv) {
             return 2;
         }
     }
+    // A rank's model state at stage 0, the most: the fp32 parameter, its
+    // gradient and AdamW's two moments, plus a 16-bit copy and gradient.
+    const double need = (o.dtype == "fp32" ? 16.0 : 20.0) * static_cast<double>(o.params);
+    if (!fits_memory("zero", "--params " + std::to_string(o.params), need, MPI_COMM_WORLD, rank == 0)) return 2;
     std::vector<Result> results;
     try {
         for (int s : o.stages) results.push_back(run_stage(MPI_COMM_WORLD, s, o));
     } catch (const Error &e) {
         std::fprintf(stderr, "dsm-bench zero: %s\n", e.what());
+        return 1;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "dsm-bench zero: rank %d: %s\n", rank, e.what());
+        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
         return 1;
     }
     std::string torch_version;

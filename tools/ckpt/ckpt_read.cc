@@ -370,6 +370,49 @@ std::string hex64(uint64_t v) {
 }
 
 
+std::string printable(const std::string &s) {
+    std::string out;
+    out.reserve(s.size());
+    auto hex = [&](const char *prefix, unsigned v) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "%s%02x", prefix, v);
+        out += buf;
+    };
+    const auto *b = reinterpret_cast<const unsigned char *>(s.data());
+    const size_t n = s.size();
+    for (size_t i = 0; i < n;) {
+        const unsigned c = b[i];
+        if (c < 0x20 || c == 0x7f) {
+            hex("\\x", c);
+            ++i;
+            continue;
+        }
+        if (c < 0x80) {
+            out += static_cast<char>(c);
+            ++i;
+            continue;
+        }
+        // A UTF-8 sequence: its length from the lead byte, continuation bytes
+        // 10xxxxxx, no overlong form, no surrogate, at most U+10FFFF.
+        size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+        bool ok = len != 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; ++k) ok = (b[i + k] & 0xc0) == 0x80;
+        if (ok && len == 3) ok = !(c == 0xe0 && b[i + 1] < 0xa0) && !(c == 0xed && b[i + 1] >= 0xa0);
+        if (ok && len == 4) ok = !(c == 0xf0 && b[i + 1] < 0x90) && !(c == 0xf4 && b[i + 1] >= 0x90);
+        if (!ok) {
+            hex("\\x", c);
+            ++i;
+        } else if (len == 2 && c == 0xc2 && b[i + 1] < 0xa0) {
+            hex("\\u00", b[i + 1]); // a C1 control (CSI is U+009B)
+            i += 2;
+        } else {
+            out.append(s, i, len);
+            i += len;
+        }
+    }
+    return out;
+}
+
 std::string shape_text(const std::vector<uint64_t> &shape) {
     std::string s = "[";
     for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
@@ -1045,6 +1088,21 @@ void Checkpoint::read_blocks(const Tensor &t, const std::function<void(const Blo
 uint64_t Checkpoint::compute_checksum(const Tensor &t) const {
     Checksum sum;
     read_blocks(t, [&](const Block &b) { sum.add_floats(b.data, b.n); });
+    return sum.value();
+}
+
+uint64_t Checkpoint::compute_checksum(const Tensor &t, NonFinite &nf) const {
+    Checksum sum;
+    nf = NonFinite{};
+    read_blocks(t, [&](const Block &b) {
+        sum.add_floats(b.data, b.n);
+        for (size_t i = 0; i < b.n; ++i) {
+            const float x = b.data[i];
+            if (std::isfinite(x)) continue;
+            if (nf.count() == 0) nf.first = b.offset + i;
+            (std::isnan(x) ? nf.nan : nf.inf) += 1;
+        }
+    });
     return sum.value();
 }
 

@@ -202,6 +202,14 @@ public:
     // 0 of 1), for reading a second tensor in step with read_blocks.
     void read_rows(const Tensor &t, uint64_t row0, uint64_t rows, float *out) const;
     uint64_t compute_checksum(const Tensor &t) const;
+    // The same in one read, also counting the elements that are NaN or
+    // infinite and the row-major index of the first of them.
+    struct NonFinite {
+        uint64_t nan = 0, inf = 0;
+        uint64_t first = 0; // meaningful when count() > 0
+        uint64_t count() const { return nan + inf; }
+    };
+    uint64_t compute_checksum(const Tensor &t, NonFinite &nonfinite) const;
     std::vector<uint8_t> read_client_state() const;
     uint64_t compute_client_checksum() const;
 
@@ -229,6 +237,14 @@ private:
     ClientState client_state_;
     std::vector<Issue> problems_, warnings_;
 };
+
+// Text from a file (names, attribute values, tags, messages quoting them) made
+// safe for a terminal: control characters (bytes below 0x20 and 0x7f, the C1
+// controls U+0080 to U+009F) and bytes that are not UTF-8 become \xNN
+// (\u00NN for a C1 control written as UTF-8), so that no escape sequence,
+// carriage return or line break from a file reaches the output. Valid UTF-8
+// text is kept as it is.
+std::string printable(const std::string &s);
 
 // The shape as "[16, 8]" ("[]" for a scalar).
 std::string shape_text(const std::vector<uint64_t> &shape);

@@ -1,9 +1,10 @@
-// dsm-ckpt: inspect, verify, export and compare libdsm checkpoints.
+// dsm-ckpt: inspect, verify, export, compare and clean libdsm checkpoints.
 //
 //   dsm-ckpt info PATH [--tag TAG] [--json]
-//   dsm-ckpt verify PATH [--tag TAG] [--json]
+//   dsm-ckpt verify PATH [--tag TAG] [--fail-nonfinite] [--json]
 //   dsm-ckpt export PATH [--tag TAG] --output OUT.h5|OUT.safetensors [--json]
 //   dsm-ckpt diff A B [--tag-a TAG] [--tag-b TAG] [--atol X] [--rtol X] [--json]
+//   dsm-ckpt clean DIR [--dry-run] [--json]
 //
 // PATH is a checkpoint directory (DIR/<tag>.h5 and DIR/latest) or one
 // checkpoint file. The tool reads the files with serial HDF5 and needs no MPI
@@ -11,6 +12,9 @@
 //
 // Exit status: 0 success (diff: equal), 1 failure (verify: a problem found;
 // diff: different; any command: an unreadable or invalid file), 2 usage error.
+// Text output escapes the control characters of anything read from a file
+// (printable()); JSON output is ASCII, with \u escapes.
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +25,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <new>
 #include <optional>
 #include <set>
@@ -42,9 +47,10 @@ namespace {
 
 const char *const kUsage =
     "usage: dsm-ckpt info PATH [--tag TAG] [--json]\n"
-    "       dsm-ckpt verify PATH [--tag TAG] [--json]\n"
+    "       dsm-ckpt verify PATH [--tag TAG] [--fail-nonfinite] [--json]\n"
     "       dsm-ckpt export PATH [--tag TAG] --output OUT.h5|OUT.safetensors [--json]\n"
     "       dsm-ckpt diff A B [--tag-a TAG] [--tag-b TAG] [--atol X] [--rtol X] [--json]\n"
+    "       dsm-ckpt clean DIR [--dry-run] [--json]\n"
     "       dsm-ckpt --help | --version\n";
 
 const char *const kInfoHelp =
@@ -58,12 +64,15 @@ const char *const kInfoHelp =
     "  --json      one JSON document (format in doc/dsm-ckpt.md)\n";
 
 const char *const kVerifyHelp =
-    "usage: dsm-ckpt verify PATH [--tag TAG] [--json]\n"
+    "usage: dsm-ckpt verify PATH [--tag TAG] [--fail-nonfinite] [--json]\n"
     "  Recompute the checksum of every tensor and of the client state, and check the\n"
     "  file's structure against the checkpoint format. Prints every problem by dataset\n"
     "  path; exit status 1 when there is one, 0 when the checkpoint is intact.\n"
-    "  --tag TAG   the tag to verify in a directory (default: the one `latest` names)\n"
-    "  --json      one JSON document (format in doc/dsm-ckpt.md)\n";
+    "  Tensors holding NaN or infinite values are reported as warnings (how many, the\n"
+    "  index of the first); they do not fail the verification unless --fail-nonfinite.\n"
+    "  --tag TAG          the tag to verify in a directory (default: the one `latest` names)\n"
+    "  --fail-nonfinite   a tensor with NaN or infinite values is a problem (exit status 1)\n"
+    "  --json             one JSON document (format in doc/dsm-ckpt.md)\n";
 
 const char *const kExportHelp =
     "usage: dsm-ckpt export PATH [--tag TAG] --output OUT [--json]\n"
@@ -87,11 +96,23 @@ const char *const kDiffHelp =
     "  --atol X, --rtol X        tolerances, default 0 (exact)\n"
     "  --json                    one JSON document (format in doc/dsm-ckpt.md)\n";
 
+const char *const kCleanHelp =
+    "usage: dsm-ckpt clean DIR [--dry-run] [--json]\n"
+    "  Remove the leftovers of interrupted saves from a checkpoint directory: the\n"
+    "  temporary files DIR/.<tag>.h5.tmp (a checkpoint being written) and\n"
+    "  DIR/.latest.tmp (`latest` being replaced) that a save killed before its commit\n"
+    "  leaves behind. Nothing else is ever removed: not a checkpoint, not `latest`,\n"
+    "  not another file, not a link or directory with such a name (listed as kept).\n"
+    "  Do not run it while a job is saving into DIR: its temporary file would go.\n"
+    "  --dry-run   list what would be removed, remove nothing\n"
+    "  --json      one JSON document (format in doc/dsm-ckpt.md)\n";
+
 // ---------------------------------------------------------------- arguments
 
 struct Args {
     std::vector<std::string> positional;
     std::map<std::string, std::string> values; // options that take a value
+    std::set<std::string> flags;                // options without one that were given
     bool json = false;
 };
 
@@ -99,7 +120,7 @@ struct Args {
 // "--opt VALUE" or "--opt=VALUE"; "--" ends them (for a PATH starting with -).
 // Returns 0, 2 after printing a usage error, or -1 after printing --help.
 int parse_args(const std::string &cmd, int argc, char **argv, const std::set<std::string> &value_options,
-               size_t positional, const char *help, Args &out) {
+               size_t positional, const char *help, Args &out, const std::set<std::string> &flag_options = {}) {
     bool options = true;
     for (int i = 0; i < argc; ++i) {
         const std::string a = argv[i];
@@ -117,10 +138,12 @@ int parse_args(const std::string &cmd, int argc, char **argv, const std::set<std
             return -1;
         } else if (a == "--json") {
             out.json = true;
+        } else if (flag_options.count(a)) {
+            out.flags.insert(a);
         } else {
             const size_t eq = a.find('=');
             const std::string name = a.substr(0, eq);
-            if (!value_options.count(name)) {
+            if (!value_options.count(name) || flag_options.count(name)) {
                 std::fprintf(stderr, "dsm-ckpt %s: unknown option '%s' (see dsm-ckpt %s --help)\n", cmd.c_str(),
                              name.c_str(), cmd.c_str());
                 return 2;
@@ -167,7 +190,7 @@ bool parse_tolerance(const std::string &cmd, const std::string &opt, const std::
 // A damaged file can hold names that are not UTF-8, which JSON cannot carry:
 // they are printed with U+FFFD in place of the bad bytes rather than failing.
 void print_json(const Json &doc) {
-    std::printf("%s\n", doc.dump(2, ' ', false, Json::error_handler_t::replace).c_str());
+    std::printf("%s\n", doc.dump(2, ' ', true, Json::error_handler_t::replace).c_str());
 }
 
 // ---------------------------------------------------------------- shared pieces
@@ -205,6 +228,8 @@ Json directory_json(const Location &loc) {
                 {"latest_problem", loc.latest_problem.empty() ? Json(nullptr) : Json(loc.latest_problem)},
                 {"temporary_files", loc.temporary}};
 }
+
+std::optional<std::string> leftover_tag(const std::string &name); // see clean
 
 std::string attr_text(const Checkpoint &ck, const char *name) {
     const Attribute *a = ck.attribute(name);
@@ -299,31 +324,34 @@ Json info_json(const Opened &o) {
 void info_text(const Opened &o) {
     const Checkpoint &ck = o.ck;
     const Location &loc = o.loc;
-    std::printf("checkpoint %s\n", ck.file().c_str());
+    std::printf("checkpoint %s\n", printable(ck.file()).c_str());
     if (loc.directory) {
         std::string tags;
         for (const std::string &t : loc.tags) tags += (tags.empty() ? "" : ", ") + t;
-        std::printf("directory  %s: %s %s; latest %s\n", loc.dir.c_str(), loc.tags.size() == 1 ? "tag" : "tags",
-                    tags.c_str(), loc.latest ? loc.latest->c_str() : "(none)");
-        if (!loc.latest_problem.empty()) std::printf("           %s\n", loc.latest_problem.c_str());
+        std::printf("directory  %s: %s %s; latest %s\n", printable(loc.dir).c_str(), loc.tags.size() == 1 ? "tag" : "tags",
+                    printable(tags).c_str(), loc.latest ? printable(*loc.latest).c_str() : "(none)");
+        if (!loc.latest_problem.empty()) std::printf("           %s\n", printable(loc.latest_problem).c_str());
         for (const std::string &t : loc.temporary)
-            std::printf("           leftover temporary file %s (an interrupted save; safe to delete)\n", t.c_str());
+            std::printf("           leftover temporary file %s (%s)\n", printable(t).c_str(),
+                        leftover_tag(t) ? "an interrupted save; dsm-ckpt clean removes it"
+                                                   : "not left by a save; dsm-ckpt clean keeps it");
     }
-    std::printf("format     %s %s, written by libdsm %s, tag %s\n", attr_plain(ck, "format").c_str(),
-                attr_plain(ck, "format_version").c_str(), attr_plain(ck, "libdsm_version").c_str(),
-                attr_plain(ck, "tag").c_str());
+    std::printf("format     %s %s, written by libdsm %s, tag %s\n", printable(attr_plain(ck, "format")).c_str(),
+                printable(attr_plain(ck, "format_version")).c_str(),
+                printable(attr_plain(ck, "libdsm_version")).c_str(),
+                printable(attr_plain(ck, "tag")).c_str());
 
     std::printf("\ntraining state\n");
     for (const std::string &name : training_state_attributes())
-        std::printf("  %-31s %s\n", name.c_str(), attr_text(ck, name.c_str()).c_str());
+        std::printf("  %-31s %s\n", name.c_str(), printable(attr_text(ck, name.c_str())).c_str());
     std::printf("setup\n");
     for (const char *name : {"zero_stage", "data_parallel_size", "sequence_parallel_size", "mesh_shape", "mesh_names",
                              "compute_dtype", "optimizer"})
-        std::printf("  %-31s %s\n", name, attr_text(ck, name).c_str());
+        std::printf("  %-31s %s\n", name, printable(attr_text(ck, name)).c_str());
     if (const Attribute *c = ck.attribute("config"))
         std::printf("  %-31s %s\n", "config",
                     c->kind == Attribute::Kind::String ? (std::to_string(c->s.size()) + " bytes of JSON (--json shows it)").c_str()
-                                                       : c->text().c_str());
+                                                       : printable(c->text()).c_str());
     // Attributes the format does not name: shown, since a newer writer may add some.
     static const std::set<std::string> known = {"format", "format_version", "libdsm_version", "tag", "zero_stage",
                                                 "data_parallel_size", "sequence_parallel_size", "mesh_shape",
@@ -334,7 +362,7 @@ void info_text(const Opened &o) {
         if (known.count(a.name) || std::find(ts.begin(), ts.end(), a.name) != ts.end()) continue;
         if (!header) std::printf("other attributes\n");
         header = true;
-        std::printf("  %-31s %s\n", a.name.c_str(), a.text().c_str());
+        std::printf("  %-31s %s\n", printable(a.name).c_str(), printable(a.text()).c_str());
     }
 
     uint64_t nparams = 0, ntrainable = 0, nstates = 0, elements = 0, bytes = 0;
@@ -346,14 +374,14 @@ void info_text(const Opened &o) {
         if (!t.param()) states.insert(t.state);
         elements += t.elements;
         bytes += t.float32 ? t.bytes() : 0;
-        width = std::max(width, t.path.size());
+        width = std::max(width, printable(t.path).size());
     }
     std::string state_list;
     for (const std::string &s : states) state_list += (state_list.empty() ? "" : ", ") + s;
     std::printf("\ntensors: %s (%llu trainable), %s%s%s%s; %s, %s\n", plural(nparams, "parameter", "parameters").c_str(),
                 static_cast<unsigned long long>(ntrainable),
                 plural(nstates, "optimizer state tensor", "optimizer state tensors").c_str(),
-                states.empty() ? "" : " (", state_list.c_str(), states.empty() ? "" : ")",
+                states.empty() ? "" : " (", printable(state_list).c_str(), states.empty() ? "" : ")",
                 plural(elements, "element", "elements").c_str(), plural(bytes, "byte", "bytes").c_str());
     std::printf("  %-*s  %-16s %12s %14s  %s\n", static_cast<int>(width), "dataset", "shape", "elements", "bytes",
                 "trainable");
@@ -361,10 +389,10 @@ void info_text(const Opened &o) {
         std::string note;
         if (t.name && *t.name != t.link) note = "  name \"" + *t.name + "\"";
         if (!t.float32) note += "  (" + t.unreadable + ")";
-        std::printf("  %-*s  %-16s %12llu %14llu  %s%s\n", static_cast<int>(width), t.path.c_str(),
+        std::printf("  %-*s  %-16s %12llu %14llu  %s%s\n", static_cast<int>(width), printable(t.path).c_str(),
                     shape_text(t.shape).c_str(), static_cast<unsigned long long>(t.elements),
                     static_cast<unsigned long long>(t.float32 ? t.bytes() : 0),
-                    !t.trainable ? "-" : *t.trainable ? "yes" : "no", note.c_str());
+                    !t.trainable ? "-" : *t.trainable ? "yes" : "no", printable(note).c_str());
     }
     const ClientState &cs = ck.client_state();
     if (cs.present) std::printf("client_state: %s\n", plural(cs.bytes, "byte", "bytes").c_str());
@@ -389,21 +417,26 @@ struct Verified {
     std::string path;
     std::optional<uint64_t> stored, computed;
     bool ok = false;
+    Checkpoint::NonFinite nonfinite; // tensors: NaN and infinite elements
 };
 
 int cmd_verify(int argc, char **argv) {
     Args a;
-    if (int rc = parse_args("verify", argc, argv, {"--tag"}, 1, kVerifyHelp, a)) return rc < 0 ? 0 : rc;
+    if (int rc = parse_args("verify", argc, argv, {"--tag"}, 1, kVerifyHelp, a, {"--fail-nonfinite"}))
+        return rc < 0 ? 0 : rc;
+    const bool fail_nonfinite = a.flags.count("--fail-nonfinite") != 0;
     const Opened o = open_checkpoint(a.positional[0], value(a, "--tag"));
     const Checkpoint &ck = o.ck;
     std::vector<Issue> problems = ck.problems();
+    std::vector<Issue> warnings = ck.warnings();
     std::vector<Verified> results;
+    size_t nonfinite_tensors = 0;
     auto check = [&](const std::string &path, const std::optional<uint64_t> &stored, auto compute) {
         Verified v;
         v.path = path;
         v.stored = stored;
         try {
-            v.computed = compute();
+            v.computed = compute(v.nonfinite);
         } catch (const Error &e) {
             // The message names the file and the dataset; the report names them already.
             std::string msg = e.what();
@@ -415,12 +448,22 @@ int cmd_verify(int argc, char **argv) {
         if (v.stored && v.computed && !v.ok)
             problems.push_back({path, "checksum mismatch: stored " + hex64(*v.stored) + ", computed " +
                                           hex64(*v.computed)});
+        if (v.nonfinite.count() > 0) {
+            const Checkpoint::NonFinite &nf = v.nonfinite;
+            ++nonfinite_tensors;
+            (fail_nonfinite ? problems : warnings)
+                .push_back({path, plural(nf.count(), "non-finite value", "non-finite values") + " (" +
+                                      std::to_string(nf.nan) + " NaN, " + std::to_string(nf.inf) +
+                                      " infinite), the first at index " + std::to_string(nf.first)});
+        }
         results.push_back(v);
     };
     for (const Tensor &t : ck.tensors())
-        if (t.float32) check(t.path, t.checksum, [&] { return ck.compute_checksum(t); });
+        if (t.float32)
+            check(t.path, t.checksum, [&](Checkpoint::NonFinite &nf) { return ck.compute_checksum(t, nf); });
     const ClientState &cs = ck.client_state();
-    if (cs.present && cs.readable) check("/client_state", cs.checksum, [&] { return ck.compute_client_checksum(); });
+    if (cs.present && cs.readable)
+        check("/client_state", cs.checksum, [&](Checkpoint::NonFinite &) { return ck.compute_client_checksum(); });
     // In the order found: the structure's problems, then the data's.
     const bool ok = problems.empty();
     size_t verified = 0;
@@ -432,32 +475,42 @@ int cmd_verify(int argc, char **argv) {
             checked.push_back({{"path", v.path},
                                {"stored", v.stored ? Json(hex64(*v.stored)) : Json(nullptr)},
                                {"computed", v.computed ? Json(hex64(*v.computed)) : Json(nullptr)},
-                               {"ok", v.ok}});
+                               {"ok", v.ok},
+                               {"nonfinite", v.nonfinite.count()},
+                               {"nan", v.nonfinite.nan},
+                               {"inf", v.nonfinite.inf},
+                               {"first_nonfinite", v.nonfinite.count() ? Json(v.nonfinite.first) : Json(nullptr)}});
         print_json(Json{{"format", "dsm-ckpt-verify"},
                         {"format_version", 1},
                         {"path", o.loc.directory ? o.loc.dir : o.loc.file},
                         {"file", ck.file()},
                         {"tag", o.loc.directory ? Json(o.loc.tag) : Json(nullptr)},
                         {"ok", ok},
+                        {"fail_nonfinite", fail_nonfinite},
+                        {"nonfinite_tensors", nonfinite_tensors},
                         {"checked", checked},
                         {"problems", issues_json(problems)},
-                        {"warnings", issues_json(ck.warnings())}});
+                        {"warnings", issues_json(warnings)}});
     } else {
-        for (const Issue &i : problems) std::printf("%s: %s\n", i.path.c_str(), i.message.c_str());
-        for (const Issue &i : ck.warnings()) std::printf("warning: %s: %s\n", i.path.c_str(), i.message.c_str());
+        for (const Issue &i : problems) std::printf("%s: %s\n", printable(i.path).c_str(), printable(i.message).c_str());
+        for (const Issue &i : warnings) std::printf("warning: %s: %s\n", printable(i.path).c_str(), printable(i.message).c_str());
         if (ok)
-            std::printf("OK: %s: %s verified\n", ck.file().c_str(),
-                        plural(verified, "checksum", "checksums").c_str());
+            std::printf("OK: %s: %s verified%s\n", printable(ck.file()).c_str(),
+                        plural(verified, "checksum", "checksums").c_str(),
+                        nonfinite_tensors == 0 ? ""
+                                               : ("; " + plural(nonfinite_tensors, "tensor holds", "tensors hold") +
+                                                  " NaN or infinite values (--fail-nonfinite fails on them)")
+                                                     .c_str());
         else
-            std::printf("FAILED: %s: %s (%zu of %s verified)\n", ck.file().c_str(),
+            std::printf("FAILED: %s: %s (%zu of %s verified)\n", printable(ck.file()).c_str(),
                         plural(problems.size(), "problem", "problems").c_str(), verified,
                         plural(results.size(), "checksum", "checksums").c_str());
     }
     if (!ok) {
         std::fflush(stdout);
-        std::fprintf(stderr, "dsm-ckpt verify: %s: %s, the first: %s: %s\n", ck.file().c_str(),
-                     plural(problems.size(), "problem", "problems").c_str(), problems[0].path.c_str(),
-                     problems[0].message.c_str());
+        std::fprintf(stderr, "dsm-ckpt verify: %s: %s, the first: %s: %s\n", printable(ck.file()).c_str(),
+                     plural(problems.size(), "problem", "problems").c_str(), printable(problems[0].path).c_str(),
+                     printable(problems[0].message).c_str());
     }
     return ok ? 0 : 1;
 }
@@ -615,7 +668,7 @@ int cmd_export(int argc, char **argv) {
 
     // Replacing the checkpoint with its weights would lose it.
     struct stat in_st, out_st;
-    if (stat(ck.file().c_str(), &in_st) == 0 && stat(out->c_str(), &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
+    if (stat(printable(ck.file()).c_str(), &in_st) == 0 && stat(out->c_str(), &out_st) == 0 && in_st.st_dev == out_st.st_dev &&
         in_st.st_ino == out_st.st_ino)
         throw Error(*out + ": is the checkpoint being exported; choose another --output");
 
@@ -703,7 +756,7 @@ int cmd_export(int argc, char **argv) {
         std::printf("exported %s (%s, %s of fp32 data, checksums verified) from %s to %s (%s)\n",
                     plural(params.size(), "parameter", "parameters").c_str(),
                     plural(elements, "element", "elements").c_str(), plural(bytes, "byte", "bytes").c_str(),
-                    ck.file().c_str(), out->c_str(), kind_name);
+                    printable(ck.file()).c_str(), printable(*out).c_str(), kind_name);
     }
     return 0;
 }
@@ -935,30 +988,31 @@ int cmd_diff(int argc, char **argv) {
         return equal ? 0 : 1;
     }
 
-    std::printf("A %s\nB %s\n", ca.file().c_str(), cb.file().c_str());
+    std::printf("A %s\nB %s\n", printable(ca.file()).c_str(), printable(cb.file()).c_str());
     for (const AttrDiff &d : attrs) {
-        std::printf("attribute %s: %s (A) vs %s (B)%s\n", d.name.c_str(), short_text(d.a).c_str(),
-                    short_text(d.b).c_str(), d.counted ? "" : "  [setup, not counted]");
+        std::printf("attribute %s: %s (A) vs %s (B)%s\n", printable(d.name).c_str(), printable(short_text(d.a)).c_str(),
+                    printable(short_text(d.b)).c_str(), d.counted ? "" : "  [setup, not counted]");
         constexpr size_t kMaxKeys = 20;
         for (size_t k = 0; k < d.keys.size() && k < kMaxKeys; ++k) {
             const KeyDiff &kd = d.keys[k];
             const std::string va = kd.in_a ? kd.a.dump(-1, ' ', false, Json::error_handler_t::replace) : "absent";
             const std::string vb = kd.in_b ? kd.b.dump(-1, ' ', false, Json::error_handler_t::replace) : "absent";
-            std::printf("  %s.%s: %s (A) vs %s (B)\n", d.name.c_str(), kd.key.c_str(), va.c_str(), vb.c_str());
+            std::printf("  %s.%s: %s (A) vs %s (B)\n", printable(d.name).c_str(), printable(kd.key).c_str(),
+                        printable(va).c_str(), printable(vb).c_str());
         }
         if (d.keys.size() > kMaxKeys) std::printf("  ... and %zu more keys (--json lists them)\n", d.keys.size() - kMaxKeys);
     }
-    for (const std::string &p : only_a) std::printf("only in A: %s\n", p.c_str());
-    for (const std::string &p : only_b) std::printf("only in B: %s\n", p.c_str());
+    for (const std::string &p : only_a) std::printf("only in A: %s\n", printable(p).c_str());
+    for (const std::string &p : only_b) std::printf("only in B: %s\n", printable(p).c_str());
     for (const TensorDiff &d : diffs) {
         if (d.equal) continue;
         if (d.shape_a != d.shape_b)
-            std::printf("%s: shape %s (A) vs %s (B)\n", d.path.c_str(), shape_text(d.shape_a).c_str(),
+            std::printf("%s: shape %s (A) vs %s (B)\n", printable(d.path).c_str(), shape_text(d.shape_a).c_str(),
                         shape_text(d.shape_b).c_str());
         else if (!d.compared)
-            std::printf("%s: not compared (unreadable, see the warning)\n", d.path.c_str());
+            std::printf("%s: not compared (unreadable, see the warning)\n", printable(d.path).c_str());
         else
-            std::printf("%s: %llu of %llu elements differ%s; max abs diff %s, max rel diff %s\n", d.path.c_str(),
+            std::printf("%s: %llu of %llu elements differ%s; max abs diff %s, max rel diff %s\n", printable(d.path).c_str(),
                         static_cast<unsigned long long>(d.differing), static_cast<unsigned long long>(d.elements),
                         d.nan_mismatches ? (" (" + std::to_string(d.nan_mismatches) + " NaN)").c_str() : "",
                         short_number(d.max_abs).c_str(), short_number(d.max_rel).c_str());
@@ -967,7 +1021,7 @@ int cmd_diff(int argc, char **argv) {
         std::printf("client_state: %s (A) vs %s (B), contents differ\n",
                     csa.present ? plural(csa.bytes, "byte", "bytes").c_str() : "absent",
                     csb.present ? plural(csb.bytes, "byte", "bytes").c_str() : "absent");
-    for (const Issue &w : warnings) std::printf("warning: %s: %s\n", w.path.c_str(), w.message.c_str());
+    for (const Issue &w : warnings) std::printf("warning: %s: %s\n", printable(w.path).c_str(), printable(w.message).c_str());
     const std::string tol = "atol " + number_text(atol) + ", rtol " + number_text(rtol);
     if (equal)
         std::printf("equal: %s compared (%s)\n", plural(diffs.size(), "tensor", "tensors").c_str(), tol.c_str());
@@ -977,6 +1031,122 @@ int cmd_diff(int argc, char **argv) {
                     plural(attrs_counted, "training-state attribute differs", "training-state attributes differ").c_str(),
                     tol.c_str());
     return equal ? 0 : 1;
+}
+
+// ---------------------------------------------------------------- clean
+
+// What a save leaves when it is killed before its commit (src/ckpt: the file
+// of tag T is written as DIR/.T.h5.tmp and renamed; `latest` is written as
+// DIR/.latest.tmp and renamed): the tag of such a name, "" for .latest.tmp,
+// nullopt for any other name.
+std::optional<std::string> leftover_tag(const std::string &name) {
+    if (name == ".latest.tmp") return std::string();
+    const std::string suffix = ".h5.tmp";
+    if (name.size() <= 1 + suffix.size() || name[0] != '.' ||
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        return std::nullopt;
+    const std::string tag = name.substr(1, name.size() - 1 - suffix.size());
+    if (!valid_tag(tag)) return std::nullopt;
+    return tag;
+}
+
+int cmd_clean(int argc, char **argv) {
+    Args a;
+    if (int rc = parse_args("clean", argc, argv, {}, 1, kCleanHelp, a, {"--dry-run"})) return rc < 0 ? 0 : rc;
+    const bool dry = a.flags.count("--dry-run") != 0;
+    const std::string dir = a.positional[0];
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0) throw Error(dir + ": " + std::strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        throw UsageError(dir + " is not a directory: clean takes a checkpoint directory and removes only the "
+                               "temporary files of interrupted saves in it");
+    struct Entry {
+        std::string name, tag;
+        uint64_t bytes = 0;
+        bool removed = false;
+        std::string why_kept; // a name of ours that is not a regular file
+    };
+    std::vector<Entry> found;
+    {
+        std::unique_ptr<DIR, int (*)(DIR *)> d(opendir(dir.c_str()), closedir);
+        if (!d) throw Error(dir + ": cannot list: " + std::strerror(errno));
+        for (struct dirent *e = readdir(d.get()); e != nullptr; e = readdir(d.get())) {
+            const std::string name = e->d_name;
+            const std::optional<std::string> tag = leftover_tag(name);
+            if (!tag) continue;
+            Entry en;
+            en.name = name;
+            en.tag = *tag;
+            struct stat fst;
+            // lstat: a link with such a name is not followed, and not removed.
+            if (lstat((dir + "/" + name).c_str(), &fst) != 0) continue; // gone meanwhile
+            if (S_ISREG(fst.st_mode)) en.bytes = static_cast<uint64_t>(fst.st_size);
+            else en.why_kept = S_ISLNK(fst.st_mode) ? "a symbolic link" : S_ISDIR(fst.st_mode) ? "a directory"
+                                                                                                 : "not a regular file";
+            found.push_back(en);
+        }
+    }
+    std::sort(found.begin(), found.end(), [](const Entry &x, const Entry &y) { return x.name < y.name; });
+    uint64_t bytes = 0;
+    size_t removed = 0, listed = 0;
+    std::string failure;
+    for (Entry &en : found) {
+        if (!en.why_kept.empty()) continue;
+        ++listed;
+        bytes += en.bytes;
+        if (dry) continue;
+        const std::string path = dir + "/" + en.name;
+        if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+            if (failure.empty()) failure = path + ": cannot remove: " + std::strerror(errno);
+            continue;
+        }
+        en.removed = true;
+        ++removed;
+    }
+    if (a.json) {
+        Json files = Json::array(), kept = Json::array();
+        for (const Entry &en : found) {
+            if (!en.why_kept.empty()) {
+                kept.push_back({{"file", en.name}, {"reason", en.why_kept}});
+                continue;
+            }
+            files.push_back({{"file", en.name},
+                             {"kind", en.tag.empty() ? "latest" : "checkpoint"},
+                             {"tag", en.tag.empty() ? Json(nullptr) : Json(en.tag)},
+                             {"bytes", en.bytes},
+                             {"removed", en.removed}});
+        }
+        print_json(Json{{"format", "dsm-ckpt-clean"},
+                        {"format_version", 1},
+                        {"path", dir},
+                        {"dry_run", dry},
+                        {"leftovers", files},
+                        {"kept", kept},
+                        {"bytes", bytes},
+                        {"removed", removed}});
+    } else {
+        for (const Entry &en : found) {
+            const std::string path = printable(dir + "/" + en.name);
+            if (!en.why_kept.empty())
+                std::printf("kept %s: %s, not a file a save leaves\n", path.c_str(), en.why_kept.c_str());
+            else
+                std::printf("%s %s (%s, %s)\n", dry ? "would remove" : en.removed ? "removed" : "could not remove",
+                            path.c_str(),
+                            en.tag.empty() ? "an interrupted update of latest"
+                                           : ("an interrupted save of tag " + printable(en.tag)).c_str(),
+                            plural(en.bytes, "byte", "bytes").c_str());
+        }
+        if (listed == 0)
+            std::printf("%s: no leftovers of interrupted saves\n", printable(dir).c_str());
+        else if (dry)
+            std::printf("%s: %s of interrupted saves (%s) would be removed\n", printable(dir).c_str(),
+                        plural(listed, "leftover", "leftovers").c_str(), plural(bytes, "byte", "bytes").c_str());
+        else
+            std::printf("%s: removed %zu of %s of interrupted saves\n", printable(dir).c_str(), removed,
+                        plural(listed, "leftover", "leftovers").c_str());
+    }
+    if (!failure.empty()) throw Error(failure);
+    return 0;
 }
 
 } // namespace
@@ -1003,9 +1173,10 @@ int main(int argc, char **argv) {
                                : sub == "verify" ? cmd_verify
                                : sub == "export" ? cmd_export
                                : sub == "diff"   ? cmd_diff
+                               : sub == "clean"  ? cmd_clean
                                                  : nullptr;
     if (cmd == nullptr) {
-        std::fprintf(stderr, "dsm-ckpt: unknown subcommand '%s' (info, verify, export, diff; see dsm-ckpt --help)\n",
+        std::fprintf(stderr, "dsm-ckpt: unknown subcommand '%s' (info, verify, export, diff, clean; see dsm-ckpt --help)\n",
                      sub.c_str());
         return 2;
     }
@@ -1016,16 +1187,16 @@ int main(int argc, char **argv) {
     try {
         return cmd(argc - 2, argv + 2);
     } catch (const UsageError &e) {
-        std::fprintf(stderr, "dsm-ckpt %s: %s\n", sub.c_str(), e.what());
+        std::fprintf(stderr, "dsm-ckpt %s: %s\n", printable(sub).c_str(), printable(e.what()).c_str());
         return 2;
     } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-ckpt %s: %s\n", sub.c_str(), e.what());
+        std::fprintf(stderr, "dsm-ckpt %s: %s\n", printable(sub).c_str(), printable(e.what()).c_str());
         return 1;
     } catch (const std::bad_alloc &) {
         std::fprintf(stderr, "dsm-ckpt %s: out of memory\n", sub.c_str());
         return 1;
     } catch (const std::exception &e) {
-        std::fprintf(stderr, "dsm-ckpt %s: %s\n", sub.c_str(), e.what());
+        std::fprintf(stderr, "dsm-ckpt %s: %s\n", printable(sub).c_str(), printable(e.what()).c_str());
         return 1;
     }
 }

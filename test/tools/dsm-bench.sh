@@ -1,0 +1,131 @@
+#!/bin/sh
+# dsm-bench refuses every bad numeric option of every subcommand: garbage
+# text, a sign, an empty value, overflow, out of range, sizes whose bytes
+# overflow or exceed the machine's memory. Each refusal: exit status 2, no
+# signal, no sanitizer report, one line on stderr naming the option and the
+# value; under mpiexec with 2 ranks every rank refuses (the job ends, nonzero,
+# without hanging). Nothing here runs a benchmark.
+set -u
+# shellcheck disable=SC2154 # set by the test harness (AM_TESTS_ENVIRONMENT)
+bin=$top_builddir/tools/dsm-bench
+launcher=${MPIEXEC:-mpiexec}
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+[ -x "$bin" ] || { echo "SKIP: $bin is not built"; exit 77; }
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$tmp"' EXIT
+checked=0
+
+# refused SUB TEXT ARGS...: 'dsm-bench SUB ARGS...' (one process) exits 2 with
+# one line on stderr that contains TEXT (by default the last two arguments,
+# "OPTION 'VALUE'"), and prints nothing on stdout.
+refused() {
+    sub=$1 text=$2
+    shift 2
+    timeout 60 "$bin" "$sub" "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "'dsm-bench $sub $*' exited $rc, expected 2"; }
+    grep -q "AddressSanitizer\|runtime error" "$tmp/err" && { cat "$tmp/err"; fail "'dsm-bench $sub $*': sanitizer report"; }
+    [ "$(wc -l < "$tmp/err")" -eq 1 ] || { cat "$tmp/err"; fail "'dsm-bench $sub $*': expected one line on stderr"; }
+    grep -qF -- "$text" "$tmp/err" || { cat "$tmp/err"; fail "'dsm-bench $sub $*': the message does not say \"$text\""; }
+    [ ! -s "$tmp/out" ] || { cat "$tmp/out"; fail "'dsm-bench $sub $*' printed on stdout"; }
+    checked=$((checked + 1))
+}
+
+# bad SUB OPTION VALUE...: each VALUE of OPTION is refused, the message naming both.
+bad() {
+    sub=$1 opt=$2
+    shift 2
+    for v in "$@"; do refused "$sub" "$opt '$v'" "$opt" "$v"; done
+}
+
+# What no numeric option takes: garbage, signs and spaces, other bases, an
+# empty value, values beyond 64 bits. Every option is read by the same
+# function: the first option of each subcommand gets the whole list, the
+# others a sample (each run starts MPI, which takes a while).
+garbage="abc 12x 1e3 0x10 1.5 +-1 -- ' 4' '4 ' '' 99999999999999999999 -99999999999999999999 18446744073709551616"
+sample="x '' 99999999999999999999"
+
+for_each() { # for_each SUB OPTION EXTRA...: the garbage and EXTRA values
+    sub=$1 opt=$2
+    shift 2
+    eval "bad $sub $opt $garbage" '"$@"'
+}
+some() { # some SUB OPTION EXTRA...: a sample of the garbage and EXTRA values
+    sub=$1 opt=$2
+    shift 2
+    eval "bad $sub $opt $sample" '"$@"'
+}
+
+# ---------------------------------------------------------------- optimizer
+for_each optimizer --params 0 -1 -4611686018427387904 4611686018427387904 9223372036854775807
+some optimizer --iters 0 -5 100001
+some optimizer --threads -1 1025 100000 2147483648
+# Within range but beyond this machine's memory: 2^44 parameters are 256 TiB.
+refused optimizer "--params 17592186044416" --params 17592186044416
+refused optimizer "--isa 'sse9'" --isa sse9
+refused optimizer "--device 'tpu'" --device tpu
+refused optimizer "--params needs a value" --params
+
+# ---------------------------------------------------------------- collectives
+for_each collectives --count 0 -1 2147483648 9223372036854775807
+some collectives --iters 0 -1 1000001
+
+# ---------------------------------------------------------------- zero
+for_each zero --params 0 -1 1125899906842625 9223372036854775807
+some zero --steps 0 -1 1001
+some zero --stage -1 4 2147483651
+refused zero "--params 1125899906842624" --params 1125899906842624 --no-torch
+
+# ---------------------------------------------------------------- checkpoint
+for_each checkpoint --params 0 -1 1125899906842625 9223372036854775807
+some checkpoint --iters 0 -1 1001
+some checkpoint --stage -1 4
+refused checkpoint "--params 1125899906842624" --params 1125899906842624
+
+# ---------------------------------------------------------------- alltoall
+for_each alltoall --batch 0 -1 1099511627777 9223372036854775807
+for opt in --seq --heads --head-dim; do
+    some alltoall $opt 0 -1 1099511627777
+done
+some alltoall --iters 0 -1 1001
+# Each dimension in range, their product beyond the MPI baselines' int counts.
+refused alltoall "beyond the int counts" --batch 1099511627776 --seq 1099511627776 --heads 1099511627776
+
+# The collectives' memory check, where this machine has less than the
+# 96 GiB that 2^31 - 1 fp64 elements in six buffers need.
+mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null)
+if [ -n "$mem_kb" ] && [ "$mem_kb" -lt 100000000 ]; then
+    refused collectives "--count 2147483647 --dtype fp64" --count 2147483647 --dtype fp64
+fi
+
+# ---------------------------------------------------------------- 2 ranks
+# Every rank refuses: the job ends, nonzero, within the timeout, and rank 0
+# names the value. (A rank that went on would wait for the others forever.)
+on2() { # on2 TEXT SUB ARGS...
+    text=$1
+    shift
+    # shellcheck disable=SC2086 # MPIEXEC may carry options
+    timeout 120 $launcher -n 2 "$bin" "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && [ "$rc" -lt 128 ] ||
+        { cat "$tmp/err"; fail "'mpiexec -n 2 dsm-bench $*' exited $rc, expected a usage error"; }
+    grep -qF -- "$text" "$tmp/err" || { cat "$tmp/err"; fail "'mpiexec -n 2 dsm-bench $*': no \"$text\" on stderr"; }
+    grep -q "AddressSanitizer\|Segmentation\|signal" "$tmp/err" && { cat "$tmp/err"; fail "'mpiexec -n 2 dsm-bench $*' crashed"; }
+    checked=$((checked + 1))
+}
+if command -v "${launcher%% *}" > /dev/null 2>&1; then
+    on2 "--params '4611686018427387904'" optimizer --params 4611686018427387904
+    on2 "--threads '100000'" optimizer --threads 100000
+    on2 "--count 'x'" collectives --count x
+    on2 "--count 1 is less than the 2 ranks" collectives --count 1
+    on2 "--steps '0'" zero --steps 0
+    on2 "--params 1125899906842624" zero --params 1125899906842624 --no-torch
+    on2 "--stage '9'" checkpoint --stage 9
+    on2 "--seq 3 is not a multiple" alltoall --seq 3
+    on2 "--head-dim '-2'" alltoall --head-dim -2
+fi
+
+echo "PASS: dsm-bench refused $checked bad option values"
