@@ -50,7 +50,7 @@ j4, j2, jf = (json.load(open(p)) for p in sys.argv[1:4])
 for j in (j4, j2, jf):
     assert j["format"] == "dsm-ckpt-info" and j["format_version"] == 1
     a = j["attributes"]
-    assert a["format"] == "dsm-checkpoint" and a["format_version"] == 1, a
+    assert a["format"] == "dsm-checkpoint" and a["format_version"] == 2 and "attrs_checksum" in a, a
     for k in ("global_steps", "micro_steps", "skipped_steps", "global_samples", "optimizer_steps", "loss_scale",
               "lr_schedule_last_step", "zero_stage", "data_parallel_size", "sequence_parallel_size",
               "compute_dtype", "optimizer", "libdsm_version", "mesh_shape", "mesh_names"):
@@ -224,6 +224,16 @@ open(sys.argv[2], "wb").write(f.replace(b"dsm-checkpoint", b"dsm-checkpoinX", 1)
 PY
 expect 1 "format" "$bin" info "$tmp/other.h5"
 expect 1 "format" "$bin" verify "$tmp/other.h5"
+
+# A root attribute changed (the tag, same length): the checksum over the
+# root attributes (format version 2) no longer matches.
+python3 - "$ck/global_step4.h5" "$tmp/retag.h5" <<'PY' || fail "cannot patch the tag attribute"
+import sys
+f = open(sys.argv[1], "rb").read()
+assert f.count(b"global_step4") >= 1
+open(sys.argv[2], "wb").write(f.replace(b"global_step4", b"global_step5", 1))
+PY
+expect 1 "checksum mismatch in the root attributes" "$bin" verify "$tmp/retag.h5"
 
 # Control characters from a file never reach the output raw: an attribute
 # value, a parameter name and a tag (a file name) holding terminal escape

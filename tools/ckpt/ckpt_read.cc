@@ -665,8 +665,40 @@ void Checkpoint::require_format() const {
         throw Error(file_ + ": not a libdsm checkpoint (format is \"" + f->s + "\", expected \"dsm-checkpoint\")");
     if (v == nullptr || v->kind != Attribute::Kind::Int)
         throw Error(file_ + ": no integer attribute 'format_version'");
-    if (v->i != 1)
-        throw Error(file_ + ": format_version " + v->text() + " is not supported (this dsm-ckpt reads version 1)");
+    if (v->i < 1 || v->i > dsm::ckpt::kFormatVersion)
+        throw Error(file_ + ": format_version " + v->text() + " is not supported (this dsm-ckpt reads versions 1 to " +
+                    std::to_string(dsm::ckpt::kFormatVersion) + ")");
+}
+
+int64_t Checkpoint::format_version() const {
+    const Attribute *v = attribute("format_version");
+    return v != nullptr && v->kind == Attribute::Kind::Int ? v->i : 1;
+}
+
+// The root attributes other than attrs_checksum as the library checksums
+// them (doc/checkpoint.md): one JSON object, nlohmann::json's dump().
+uint64_t Checkpoint::root_attributes_checksum() const {
+    Json all = Json::object();
+    for (const Attribute &a : attributes_) {
+        if (a.name == "attrs_checksum") continue;
+        switch (a.kind) {
+        case Attribute::Kind::Int:
+            all[a.name] = a.is_unsigned ? Json(static_cast<uint64_t>(a.i)) : Json(a.i);
+            break;
+        case Attribute::Kind::Float: all[a.name] = a.f; break;
+        case Attribute::Kind::String: all[a.name] = a.s; break;
+        case Attribute::Kind::IntArray: {
+            Json arr = Json::array();
+            for (int64_t x : a.ints) arr.push_back(a.is_unsigned ? Json(static_cast<uint64_t>(x)) : Json(x));
+            all[a.name] = arr;
+            break;
+        }
+        case Attribute::Kind::FloatArray: all[a.name] = a.floats; break;
+        default: break;
+        }
+    }
+    const std::string text = all.dump();
+    return dsm::ckpt::checksum_bytes(reinterpret_cast<const unsigned char *>(text.data()), 0, text.size());
 }
 
 void Checkpoint::check_root_attributes() {
@@ -774,6 +806,15 @@ void Checkpoint::check_root_attributes() {
                              std::to_string(shape->ints.size()) + " dimensions of 'mesh_shape'");
         for (int64_t s : shape->ints)
             if (s < 1) problem("/", "attribute 'mesh_shape' has a size " + std::to_string(s) + " < 1");
+    }
+    // Format version 2: the checksum over the root attributes.
+    if (format_version() >= 2) {
+        const Attribute *sum = attribute("attrs_checksum");
+        if (sum == nullptr) problem("/", "missing attribute 'attrs_checksum'");
+        else if (sum->kind != K::Int || sum->bits != 64 || !sum->is_unsigned)
+            problem("/", "attribute 'attrs_checksum' is " + sum->type + ", expected uint64");
+        else if (static_cast<uint64_t>(sum->i) != root_attributes_checksum())
+            problem("/", "checksum mismatch in the root attributes (the file is corrupt)");
     }
 }
 
@@ -919,6 +960,14 @@ void Checkpoint::read_tensor_group(hid_t group, const std::string &prefix, const
             const std::optional<Attribute> name = find_attribute(ds.get(), "name");
             const std::optional<Attribute> trainable = find_attribute(ds.get(), "trainable");
             const std::optional<Attribute> checksum = find_attribute(ds.get(), "checksum");
+            if (format_version() >= 2) {
+                const std::string want = state.empty() ? std::string("params") : "optimizer/" + state;
+                const std::optional<Attribute> group = find_attribute(ds.get(), "group");
+                if (!group) problem(t.path, "missing attribute 'group'");
+                else if (group->kind != Attribute::Kind::String || group->s != want)
+                    problem(t.path, "attribute 'group' is " + group->text() + ", expected \"" + want +
+                                        "\" (a tensor moved or swapped)");
+            }
             if (!name) problem(t.path, "missing attribute 'name'");
             else if (name->kind != Attribute::Kind::String) problem(t.path, "attribute 'name' is " + name->type + ", expected a string");
             else {

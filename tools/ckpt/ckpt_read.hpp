@@ -193,6 +193,10 @@ public:
     // Throws Error unless `format` is "dsm-checkpoint" and `format_version` 1:
     // nothing else in a file is meaningful without them.
     void require_format() const;
+    // format_version as the file gives it (1 when missing or not an integer).
+    int64_t format_version() const;
+    // The checksum format version 2 keeps in `attrs_checksum`.
+    uint64_t root_attributes_checksum() const;
 
     // Calls fn with consecutive blocks of at most about block_elements
     // elements (at least one row), read as native floats. Throws Error.
