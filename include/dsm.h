@@ -674,6 +674,12 @@ typedef struct dsm_step_info {
  * memory; a rank without a usable device fails every rank with
  * DSM_ERR_NOT_SUPPORTED and the reason.
  *
+ * With several ranks on a node the engine keeps its flat buffers in shared
+ * memory (/dev/shm). When they do not fit there on some node, every rank
+ * falls back to the mpi backend (private memory), with a warning on rank 0
+ * naming /dev/shm, the bytes needed and the bytes available; the decision is
+ * the same on every rank.
+ *
  * @param mesh    the mesh, or NULL: build one over MPI_COMM_WORLD as
  *                dsm_engine_init_comm() does. The engine keeps its own
  *                reference: the caller may free @p mesh at once.
@@ -1051,9 +1057,13 @@ DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank);
  * and the other transforms that lie in such memory on every rank of a node
  * are read in place by the peers: no packing, no intermediate buffer, no
  * kernel copy; others go through the node's shared window or MPI.
+ * The shared window lives in /dev/shm: when the node's ranks together ask
+ * for more than it has room for (one rank's request is enough), every rank
+ * returns DSM_ERR_OUT_OF_MEMORY, with a message naming /dev/shm, the bytes
+ * needed and the bytes available, and nothing is allocated.
  * @param bytes 0 is allowed (a valid pointer to no bytes)
- * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_OUT_OF_MEMORY;
- * DSM_ERR_MPI.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_OUT_OF_MEMORY (on
+ * every rank when one fails); DSM_ERR_MPI.
  */
 DSM_API dsm_status_t dsm_sp_alloc(dsm_sp_t sp, size_t bytes, void **ptr);
 

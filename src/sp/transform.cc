@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <set>
 #include <sstream>
 #include <string>
@@ -515,11 +516,24 @@ void *Context::alloc(size_t bytes, bool have_output) {
     // too small fails every rank); the mpi backend's private memory may fail
     // on one rank: agree, and give back what the others got.
     void *p = nullptr;
+    std::exception_ptr failure;
     try {
-        agree(backend_->comm(), [&] { p = backend_->alloc_shared(bytes); });
-    } catch (...) {
-        if (p != nullptr) backend_->free_shared(p);
-        throw;
+        p = backend_->alloc_shared(bytes);
+    } catch (const Error &) {
+        failure = std::current_exception();
+    }
+    int failed[2] = {failure ? 1 : 0, failure ? -1 : 0}; // all failed, any failed
+    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, failed, 2, MPI_INT, MPI_MIN, backend_->comm()));
+    if (failed[0] == 1) std::rethrow_exception(failure); // agreed already: the same error everywhere
+    if (failed[1] == -1) {
+        try {
+            agree(backend_->comm(), [&] {
+                if (failure) std::rethrow_exception(failure);
+            });
+        } catch (...) {
+            if (p != nullptr) backend_->free_shared(p); // private memory: not collective
+            throw;
+        }
     }
     allocations_.insert(p);
     return p;
