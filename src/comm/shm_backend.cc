@@ -6,10 +6,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <sys/mman.h>
 #include <sys/statvfs.h>
@@ -362,12 +362,41 @@ namespace {
 #endif
 
 // Where the MPI library keeps the files behind shared windows: Open MPI's
-// osc_sm_backing_directory (default /dev/shm on Linux; its MCA variable, not
-// a libdsm parameter, so it is read here as Open MPI reads it); MPICH and
-// others use POSIX shared memory, which is /dev/shm too.
-std::string backing_directory() {
-    const char *d = std::getenv("OMPI_MCA_osc_sm_backing_directory");
-    return d != nullptr && *d != '\0' ? std::string(d) : std::string("/dev/shm");
+// control variable osc_sm_backing_directory (default /dev/shm on Linux),
+// read through the MPI tool interface so that --mca, OMPI_MCA_ variables and
+// parameter files all count (not an environment variable of libdsm's);
+// MPICH and others use POSIX shared memory, which is /dev/shm too.
+std::string read_backing_directory() {
+    std::string dir = "/dev/shm";
+#if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
+    int provided = 0;
+    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return dir;
+    int index = -1;
+    if (MPI_T_cvar_get_index("osc_sm_backing_directory", &index) == MPI_SUCCESS && index >= 0) {
+        char name[256];
+        char desc[8];
+        int name_len = sizeof name, desc_len = sizeof desc, verbosity = 0, bind = 0, scope = 0;
+        MPI_Datatype type = MPI_DATATYPE_NULL;
+        MPI_T_enum enumtype = MPI_T_ENUM_NULL;
+        MPI_T_cvar_handle handle = MPI_T_CVAR_HANDLE_NULL;
+        int count = 0;
+        if (MPI_T_cvar_get_info(index, name, &name_len, &verbosity, &type, &enumtype, desc, &desc_len, &bind,
+                                &scope) == MPI_SUCCESS &&
+            type == MPI_CHAR && MPI_T_cvar_handle_alloc(index, nullptr, &handle, &count) == MPI_SUCCESS) {
+            std::vector<char> buf(static_cast<size_t>(std::max(count, 0)) + 1, '\0');
+            if (count > 0 && MPI_T_cvar_read(handle, buf.data()) == MPI_SUCCESS && buf[0] != '\0')
+                dir.assign(buf.data());
+            MPI_T_cvar_handle_free(&handle);
+        }
+    }
+    MPI_T_finalize();
+#endif
+    return dir;
+}
+
+const std::string &backing_directory() {
+    static const std::string dir = read_backing_directory();
+    return dir;
 }
 
 size_t page_bytes() {
