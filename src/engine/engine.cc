@@ -384,7 +384,12 @@ void Engine::allocate_or_fall_back(int node) {
         }
     };
     attempt();
-    int no_room = status == DSM_ERR_OUT_OF_MEMORY && std::strcmp(dp_->name(), "shm") == 0 ? 1 : 0, any = 0;
+    // The shm backend's own failure (not a private buffer's): its message says "shared memory".
+    int no_room = status == DSM_ERR_OUT_OF_MEMORY && std::strcmp(dp_->name(), "shm") == 0 &&
+                          err.find("shared memory: ") != std::string::npos
+                      ? 1
+                      : 0,
+        any = 0;
     DSM_CHECK_MPI(MPI_Allreduce(&no_room, &any, 1, MPI_INT, MPI_MAX, world_));
     if (any != 0) {
         if (world_rank_ == 0)

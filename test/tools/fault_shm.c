@@ -4,8 +4,8 @@
  * with "rank R:", and the script reads them; the program exits 0 when it got
  * through (expected errors included) and 1 on an unexpected one.
  *
- *   fault_shm engine NUMEL STEPS
- *       A ZeRO-2 engine over MPI_COMM_WORLD with one fp32 parameter of NUMEL
+ *   fault_shm engine NUMEL STEPS [STAGE]
+ *       A ZeRO engine (stage STAGE, default 2) over MPI_COMM_WORLD with one fp32 parameter of NUMEL
  *       elements, trained STEPS steps with a constant gradient:
  *       "rank R: engine init STATUS MESSAGE", then "rank R: trained S steps,
  *       norm N" (or "rank R: step STATUS MESSAGE").
@@ -41,7 +41,7 @@ static int fail(const char *what) {
     return 1;
 }
 
-static int run_engine(long long numel, int steps) {
+static int run_engine(long long numel, int steps, int stage) {
     const int64_t shape[1] = {numel};
     dsm_param_desc_t d;
     memset(&d, 0, sizeof d);
@@ -50,8 +50,11 @@ static int run_engine(long long numel, int steps) {
     d.shape = shape;
     d.dtype = DSM_FLOAT32;
     d.trainable = 1;
-    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 2},"
-                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}";
+    char cfg[256];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": %d},"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}",
+             stage);
     dsm_engine_t e = NULL;
     dsm_status_t st = dsm_engine_init_comm(MPI_COMM_WORLD, cfg, &d, 1, &e);
     report("engine init", st);
@@ -102,7 +105,8 @@ static int run_sp(size_t bytes, size_t part) {
     size_t ns = 0, nh = 0;
     if (dsm_sp_counts(sp, &t, &ns, &nh) != DSM_SUCCESS) return fail("dsm_sp_counts");
     float *in = NULL;
-    if (dsm_sp_alloc(sp, (ns + nh + ns) * sizeof(float), (void **)&in) != DSM_SUCCESS) return fail("small dsm_sp_alloc");
+    if (dsm_sp_alloc(sp, (ns + nh + ns) * sizeof(float), (void **)&in) != DSM_SUCCESS)
+        return fail("small dsm_sp_alloc");
     float *mid = in + ns, *back = mid + nh;
     for (size_t i = 0; i < ns; ++i) in[i] = (float)(rank * 1000 + (int)i);
     if (dsm_sp_seq_to_head(sp, &t, in, ns, mid, nh) != DSM_SUCCESS) return fail("dsm_sp_seq_to_head");
@@ -120,12 +124,12 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int rc = 2;
-    if (argc == 4 && strcmp(argv[1], "engine") == 0)
-        rc = run_engine(atoll(argv[2]), atoi(argv[3]));
+    if ((argc == 4 || argc == 5) && strcmp(argv[1], "engine") == 0)
+        rc = run_engine(atoll(argv[2]), atoi(argv[3]), argc == 5 ? atoi(argv[4]) : 2);
     else if (argc == 4 && strcmp(argv[1], "sp") == 0)
         rc = run_sp((size_t)strtoull(argv[2], NULL, 10), (size_t)strtoull(argv[3], NULL, 10));
     else if (rank == 0)
-        fprintf(stderr, "usage: fault_shm engine NUMEL STEPS | fault_shm sp BYTES PART\n");
+        fprintf(stderr, "usage: fault_shm engine NUMEL STEPS [STAGE] | fault_shm sp BYTES PART\n");
     MPI_Finalize();
     return rc;
 }

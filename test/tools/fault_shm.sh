@@ -7,7 +7,7 @@
 # timeout, so a hang fails the test instead of stalling the suite:
 # - a ZeRO-2 engine whose shared buffers (160 MB) do not fit: every rank
 #   falls back to the mpi backend with a warning naming /dev/shm, and
-#   training works;
+#   training works (ZeRO-1 and ZeRO-3 too, at 4 ranks);
 # - dsm_sp_alloc() too large on one rank only: every rank gets
 #   DSM_ERR_OUT_OF_MEMORY (5) naming /dev/shm, the bytes needed and the
 #   bytes available;
@@ -29,7 +29,8 @@ if [ "${DSM_FAULT_SHM_INSIDE:-}" != 1 ]; then
 fi
 
 # Inside the private mount namespace from here on.
-mount -t tmpfs -o size=${shm_mb}m tmpfs /dev/shm 2>/dev/null || { echo "SKIP: cannot mount a tmpfs on /dev/shm"; exit 77; }
+mount -t tmpfs -o size=${shm_mb}m tmpfs /dev/shm 2>/dev/null ||
+    { echo "SKIP: cannot mount a tmpfs on /dev/shm"; exit 77; }
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
@@ -62,6 +63,15 @@ for n in 2 4; do
     every "$n" "trained 2 steps, norm ok" "training after the fallback"
     printf '%s\n' "$out" | grep "need 640000000\|need [0-9]* bytes in /dev/shm" | grep "mpi backend" >/dev/null ||
         fail "$n ranks: no warning naming /dev/shm, the bytes and the mpi backend"
+
+    if [ "$n" = 4 ]; then
+        # The other stages' shared buffers: ZeRO-1's flat gradients, ZeRO-3's partitions (4 x 40 MB).
+        for stage in 1 3; do
+            run "$n" engine 40000000 1 "$stage"
+            every "$n" "engine init 0 -" "ZeRO-$stage falls back"
+            every "$n" "trained 1 steps, norm ok" "ZeRO-$stage training after the fallback"
+        done
+    fi
 
     # 128 MiB on the last rank; then twice 40 MiB over the node.
     part=$((40 * 1024 * 1024 / n))
