@@ -676,6 +676,12 @@ typedef struct dsm_step_info {
  * memory; a rank without a usable device fails every rank with
  * DSM_ERR_NOT_SUPPORTED and the reason.
  *
+ * With several ranks on a node the engine keeps its flat buffers in shared
+ * memory (/dev/shm). When they do not fit there on some node, every rank
+ * falls back to the mpi backend (private memory), with a warning on rank 0
+ * naming /dev/shm, the bytes needed and the bytes available; the decision is
+ * the same on every rank.
+ *
  * @param mesh    the mesh, or NULL: build one over MPI_COMM_WORLD as
  *                dsm_engine_init_comm() does. The engine keeps its own
  *                reference: the caller may free @p mesh at once.
@@ -958,8 +964,14 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
  * @brief Convert @p n elements between FLOAT32, FLOAT64, FLOAT16 and
  * BFLOAT16 (round to nearest even; Inf and NaN kept).
  *
+ * @p src and @p dst must not overlap, except that @p src == @p dst with the
+ * same dtype is allowed (and does nothing): the conversion runs in blocks
+ * on several threads, so an in-place change of dtype would read elements
+ * another block has already written.
+ *
  * Not collective. Thread safe. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
- * DSM_ERR_INVALID_ARGUMENT for another dtype.
+ * DSM_ERR_INVALID_ARGUMENT for another dtype, or for @p src and @p dst that
+ * overlap (naming both, with their bytes and dtypes).
  */
 DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst,
                                  dsm_dtype_t dst_dtype, size_t n);
@@ -1064,9 +1076,13 @@ DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank);
  * and the other transforms that lie in such memory on every rank of a node
  * are read in place by the peers: no packing, no intermediate buffer, no
  * kernel copy; others go through the node's shared window or MPI.
+ * The shared window lives in /dev/shm: when the node's ranks together ask
+ * for more than it has room for (one rank's request is enough), every rank
+ * returns DSM_ERR_OUT_OF_MEMORY, with a message naming /dev/shm, the bytes
+ * needed and the bytes available, and nothing is allocated.
  * @param bytes 0 is allowed (a valid pointer to no bytes)
- * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_OUT_OF_MEMORY;
- * DSM_ERR_MPI.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_OUT_OF_MEMORY (on
+ * every rank when one fails); DSM_ERR_MPI.
  */
 DSM_API dsm_status_t dsm_sp_alloc(dsm_sp_t sp, size_t bytes, void **ptr);
 
@@ -1112,10 +1128,10 @@ DSM_API dsm_status_t dsm_sp_counts(dsm_sp_t sp, const dsm_sp_tensor_t *t, size_t
  * all-to-all; the layout permutation is done while packing and unpacking.
  * @p in holds @p in_count elements (the sequence-sharded count of
  * dsm_sp_counts()), @p out @p out_count (the head-sharded count); they must
- * not overlap.
+ * not overlap (DSM_ERR_INVALID_ARGUMENT "in and out overlap").
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
  * shape, s not a multiple of P, a wrong count: naming the value and the
- * expected one); DSM_ERR_MISMATCH when ranks pass different shapes
+ * expected one; overlapping in and out); DSM_ERR_MISMATCH when ranks pass different shapes
  * (detected before any data moves); DSM_ERR_MPI. Every rank returns the
  * same status.
  */
@@ -1140,14 +1156,22 @@ DSM_API dsm_status_t dsm_sp_head_to_seq(dsm_sp_t sp, const dsm_sp_tensor_t *t, c
  * @brief dsm_sp_seq_to_head() of @p n tensors in one all-to-all (q, k and v
  * of attention together: n = 3, the shapes may differ, e.g. in heads).
  *
- * @p in, @p in_count, @p out, @p out_count are arrays of @p n. Errors as
- * dsm_sp_seq_to_head(), naming the tensor's index.
+ * @p in, @p in_count, @p out, @p out_count are arrays of @p n. Each output
+ * must be disjoint from every input and from every other output (the
+ * outputs are written while the inputs are still read, in any order); the
+ * inputs may share memory (the same tensor sent twice). Errors as
+ * dsm_sp_seq_to_head(), naming the tensor's index; overlapping buffers are
+ * DSM_ERR_INVALID_ARGUMENT naming both ("in[1] and out[0] overlap",
+ * "out[0] and out[1] overlap").
  */
 DSM_API dsm_status_t dsm_sp_seq_to_head_n(dsm_sp_t sp, int n, const dsm_sp_tensor_t t[],
                                           const void *const in[], const size_t in_count[],
                                           void *const out[], const size_t out_count[]);
 
-/** @brief dsm_sp_head_to_seq() of @p n tensors in one all-to-all; see dsm_sp_seq_to_head_n(). */
+/**
+ * @brief dsm_sp_head_to_seq() of @p n tensors in one all-to-all; arrays,
+ * disjoint outputs and errors as dsm_sp_seq_to_head_n().
+ */
 DSM_API dsm_status_t dsm_sp_head_to_seq_n(dsm_sp_t sp, int n, const dsm_sp_tensor_t t[],
                                           const void *const in[], const size_t in_count[],
                                           void *const out[], const size_t out_count[]);

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -379,8 +380,15 @@ void convert(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_t
     if (n == 0) return;
     DSM_ARG_NOT_NULL(src);
     DSM_ARG_NOT_NULL(dst);
+    // In place is a no-op for one dtype; any other overlap would be read
+    // after it is written (by another thread's block, or by memcpy).
+    const uintptr_t s0 = reinterpret_cast<uintptr_t>(src), d0 = reinterpret_cast<uintptr_t>(dst);
+    const size_t sbytes = n * elem_size(src_type), dbytes = n * elem_size(dst_type);
+    if (src_type == dst_type && s0 == d0) return;
+    DSM_REQUIRE(s0 + sbytes <= d0 || d0 + dbytes <= s0, DSM_ERR_INVALID_ARGUMENT, "src (", src, ", ", sbytes,
+                " bytes of ", dtype_name(src_type), ") and dst (", dst, ", ", dbytes, " bytes of ",
+                dtype_name(dst_type), ") overlap; only src == dst with the same dtype may share memory");
     if (src_type == dst_type) {
-        if (src == dst) return;
         const size_t es = elem_size(src_type);
         auto *d = static_cast<char *>(dst);
         const auto *s = static_cast<const char *>(src);

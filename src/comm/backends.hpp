@@ -237,10 +237,20 @@ private:
 // for, which may differ between the ranks and may be zero, kept in a
 // passive-target epoch (lock_all) for MPI_Win_sync. Freeing is collective
 // over the node.
+//
+// Creation is collective over `group` (the node when MPI_COMM_NULL), which
+// must contain the node, and safe when the filesystem behind the window
+// (/dev/shm, or Open MPI's osc_sm_backing_directory) is too small: the node
+// compares its total with the room there before asking MPI (whose own check
+// fails on one rank and leaves the others waiting), and each rank allocates
+// its pages with MADV_POPULATE_WRITE before they are touched (a store to a
+// page a full tmpfs cannot give is SIGBUS). Every rank of `group` then
+// throws the same DSM_ERR_OUT_OF_MEMORY naming the directory, the bytes
+// needed and the bytes available.
 class SharedWindow {
 public:
     SharedWindow() = default;
-    SharedWindow(MPI_Comm node, size_t bytes);
+    SharedWindow(MPI_Comm node, size_t bytes, MPI_Comm group = MPI_COMM_NULL);
     ~SharedWindow() { reset(); }
     SharedWindow(SharedWindow &&o) noexcept;
     SharedWindow &operator=(SharedWindow &&o) noexcept;

@@ -259,7 +259,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     const int node = st.ranks[static_cast<size_t>(st.rank)].node;
     dp_ = comm::create_backend(dp_comm_.get(), kind, node);
     if (sp_size_ > 1) sp_ = comm::create_backend(sp_comm_.get(), kind, node);
-    allocate();
+    allocate_or_fall_back(node);
     if (offloads(cfg_)) {
         // Every rank checked for a device while loading the configuration;
         // a failure here (a device that cannot be set) is agreed below.
@@ -360,6 +360,57 @@ void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
     segments_ = layout_.segments(part_);
 }
 
+// The shm backend keeps the engine's shared buffers in /dev/shm, which
+// containers often make small (64 MB). When they do not fit there on some
+// node, every rank of the world learns it (the backend agrees over its
+// group, the allreduce below over the world) and all of them free what they
+// got and fall back to the mpi backend, whose buffers are private memory:
+// the same decision on every rank, with a warning. Any other failure, or one
+// with the mpi backend, is agreed over the world and returned.
+void Engine::allocate_or_fall_back(int node) {
+    dsm_status_t status = DSM_SUCCESS;
+    std::string err;
+    const auto attempt = [&] {
+        status = DSM_SUCCESS;
+        err.clear();
+        try {
+            allocate();
+        } catch (const Error &e) {
+            status = e.status();
+            err = e.message();
+        } catch (const std::bad_alloc &) {
+            status = DSM_ERR_OUT_OF_MEMORY;
+            err = "out of memory allocating the engine's buffers";
+        }
+    };
+    attempt();
+    // The shm backend's own failure (not a private buffer's): its message says "shared memory".
+    int no_room = status == DSM_ERR_OUT_OF_MEMORY && std::strcmp(dp_->name(), "shm") == 0 &&
+                          err.find("shared memory: ") != std::string::npos
+                      ? 1
+                      : 0,
+        any = 0;
+    DSM_CHECK_MPI(MPI_Allreduce(&no_room, &any, 1, MPI_INT, MPI_MAX, world_));
+    if (any != 0) {
+        if (world_rank_ == 0)
+            DSM_WARN(ENGINE, "%s: the engine uses the mpi backend (private memory) on every rank instead",
+                     no_room != 0 ? err.c_str()
+                                  : "another data-parallel group's shared buffers do not fit in /dev/shm");
+        // Collective frees over each data-parallel group, in the same order
+        // on its ranks (their allocations were agreed, so they hold the same).
+        bucket_send_.reset();
+        grad_flat_.reset();
+        param_part_.reset();
+        param_flat_.reset();
+        dp_.reset();
+        dp_ = comm::create_backend(dp_comm_.get(), comm::Kind::MPI, node);
+        attempt();
+    }
+    agree(world_, [&] {
+        if (status != DSM_SUCCESS) DSM_FAIL(status, err);
+    });
+}
+
 void Engine::allocate() {
     const size_t T = layout_.total(), P = layout_.part_size();
     // Shared buffers are collective allocations: every rank of the group
@@ -373,10 +424,12 @@ void Engine::allocate() {
     if (stage_ < 2)
         grad_flat_ = SharedBuffer(dp_.get(), T * esize_);
     else {
-        grad_part_ = HostBuffer(P * esize_);
+        // The shared (collective) allocations first: a private one that fails
+        // on one rank must not leave its group waiting in the next.
         const int64_t want = std::max<int64_t>(cfg_.zero.reduce_bucket_size, 1);
         bucket_cap_ = std::min<size_t>(static_cast<size_t>(want), std::max<size_t>(layout_.used(), 1));
         bucket_send_ = SharedBuffer(dp_.get(), bucket_cap_ * dtype_bytes(comm_dtype_));
+        grad_part_ = HostBuffer(P * esize_);
         bucket_recv_ = HostBuffer(bucket_cap_ * dtype_bytes(comm_dtype_));
     }
     if (stage_ < 2 && comm_dtype_ != dtype_) {

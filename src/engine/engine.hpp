@@ -192,6 +192,7 @@ private:
     void check_params(const dsm_param_desc_t *params, int nparams) const;
     void build_params(const dsm_param_desc_t *params, int nparams);
     void allocate();
+    void allocate_or_fall_back(int node);
     void initialize_values(const dsm_param_desc_t *params);
     void publish();                       // master -> compute params (+ gathers)
     double current_lr() const;

@@ -12,10 +12,14 @@
 #include "sp/transform.hpp"
 
 #include <climits>
+#include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "core/agree.hpp"
 #include "core/dtype.hpp"
@@ -26,6 +30,15 @@ namespace dsm {
 namespace sp {
 
 namespace {
+
+// A byte range [at, at + bytes); empty ranges overlap nothing.
+struct Span {
+    uintptr_t at = 0;
+    size_t bytes = 0;
+    bool overlaps(const Span &o) const noexcept {
+        return bytes != 0 && o.bytes != 0 && at < o.at + o.bytes && o.at < at + bytes;
+    }
+};
 
 constexpr size_t kAlign = 64;
 
@@ -278,11 +291,28 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
                         fwd ? "[b, s, its heads, d]" : "[b, s/P, H, d]", ")");
             DSM_REQUIRE(want_in == 0 || in[k] != nullptr, DSM_ERR_NULL_POINTER, what, ": in is NULL");
             DSM_REQUIRE(want_out == 0 || out[k] != nullptr, DSM_ERR_NULL_POINTER, what, ": out is NULL");
+        }
+        // Outputs are written while inputs are still read (by this rank and
+        // its peers) and in any order: every out must be disjoint from every
+        // in and every other out. Inputs may share memory.
+        std::vector<Span> ins(static_cast<size_t>(n)), outs(static_cast<size_t>(n));
+        for (int k = 0; k < n; ++k) {
             const size_t esize = dtype_size(t[k].dtype);
-            const char *a = static_cast<const char *>(in[k]);
-            const char *b = static_cast<const char *>(out[k]);
-            DSM_REQUIRE(want_in == 0 || want_out == 0 || a + want_in * esize <= b || b + want_out * esize <= a,
-                        DSM_ERR_INVALID_ARGUMENT, what, ": in and out overlap");
+            ins[static_cast<size_t>(k)] = Span{reinterpret_cast<uintptr_t>(in[k]), in_count[k] * esize};
+            outs[static_cast<size_t>(k)] = Span{reinterpret_cast<uintptr_t>(out[k]), out_count[k] * esize};
+        }
+        for (int k = 0; k < n; ++k) {
+            const Span o = outs[static_cast<size_t>(k)];
+            for (int j = 0; j < n; ++j) {
+                const std::string in_j = n == 1 ? std::string("in") : cat("in[", j, "]");
+                const std::string out_k = n == 1 ? std::string("out") : cat("out[", k, "]");
+                DSM_REQUIRE(!o.overlaps(ins[static_cast<size_t>(j)]), DSM_ERR_INVALID_ARGUMENT,
+                            n == 1 ? std::string("the tensor") : cat("tensor ", k), ": ", in_j, " and ", out_k,
+                            " overlap (outputs must not share memory with any input or other output)");
+                DSM_REQUIRE(j >= k || !o.overlaps(outs[static_cast<size_t>(j)]), DSM_ERR_INVALID_ARGUMENT,
+                            "tensor ", k, ": out[", j, "] and out[", k,
+                            "] overlap (outputs must not share memory with any input or other output)");
+            }
         }
     };
     // Agreement in one allreduce: the lowest failing rank, and the fingerprint's
@@ -482,7 +512,29 @@ void *Context::alloc(size_t bytes, bool have_output) {
         DSM_REQUIRE(bytes <= static_cast<size_t>(PTRDIFF_MAX) / 2, DSM_ERR_INVALID_ARGUMENT, "bytes is ", bytes,
                     " (too large to allocate)");
     });
-    void *p = backend_->alloc_shared(bytes);
+    // The shm backend agrees on its own failures (a node whose /dev/shm is
+    // too small fails every rank); the mpi backend's private memory may fail
+    // on one rank: agree, and give back what the others got.
+    void *p = nullptr;
+    std::exception_ptr failure;
+    try {
+        p = backend_->alloc_shared(bytes);
+    } catch (const Error &) {
+        failure = std::current_exception();
+    }
+    int failed[2] = {failure ? 1 : 0, failure ? -1 : 0}; // all failed, any failed
+    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, failed, 2, MPI_INT, MPI_MIN, backend_->comm()));
+    if (failed[0] == 1) std::rethrow_exception(failure); // agreed already: the same error everywhere
+    if (failed[1] == -1) {
+        try {
+            agree(backend_->comm(), [&] {
+                if (failure) std::rethrow_exception(failure);
+            });
+        } catch (...) {
+            if (p != nullptr) backend_->free_shared(p); // private memory: not collective
+            throw;
+        }
+    }
     allocations_.insert(p);
     return p;
 }

@@ -8,6 +8,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "mpi_test.h"
 
@@ -396,6 +397,32 @@ static void test_bad_arguments(void **state) {
         dsm_sp_tensor_t two[2] = {t, t};
         two[1].heads = 0;
         ASSERT_FAILS(dsm_sp_seq_to_head_n(sp, 2, two, ins, ic, outs, oc), DSM_ERR_INVALID_ARGUMENT, "tensor 1");
+    }
+    {
+        /* outputs must be disjoint from each other and from every input (on one
+           rank only: all fail); inputs may share memory */
+        memset(in, 0, sizeof in);
+        const void *ins[2] = {in, in};
+        void *outs[2] = {out, out + 2048};
+        size_t ic[2] = {ns, ns}, oc[2] = {nh, nh};
+        dsm_sp_tensor_t two[2] = {t, t};
+        ASSERT_OK(dsm_sp_seq_to_head_n(sp, 2, two, ins, ic, outs, oc));
+        ASSERT_OK(dsm_sp_head_to_seq_n(sp, 2, two, ins, oc, outs, ic));
+        if (r == P - 1) outs[1] = out + 4;
+        ASSERT_FAILS(dsm_sp_seq_to_head_n(sp, 2, two, ins, ic, outs, oc), DSM_ERR_INVALID_ARGUMENT,
+                     "out[0] and out[1] overlap");
+        ASSERT_FAILS(dsm_sp_head_to_seq_n(sp, 2, two, ins, oc, outs, ic), DSM_ERR_INVALID_ARGUMENT,
+                     "out[0] and out[1] overlap");
+        outs[1] = out + 2048;
+        if (r == 0) ins[1] = out + 2048 + nh - 1;
+        ASSERT_FAILS(dsm_sp_seq_to_head_n(sp, 2, two, ins, ic, outs, oc), DSM_ERR_INVALID_ARGUMENT,
+                     "in[1] and out[1] overlap");
+        ins[1] = out + 1;
+        ASSERT_FAILS(dsm_sp_head_to_seq_n(sp, 2, two, ins, oc, outs, ic), DSM_ERR_INVALID_ARGUMENT,
+                     "in[1] and out[0] overlap");
+        ins[1] = in;
+        ASSERT_FAILS(dsm_sp_head_to_seq(sp, &t, out + 3, nh, out, ns), DSM_ERR_INVALID_ARGUMENT,
+                     "in and out overlap");
     }
     ASSERT_FAILS(dsm_sp_counts(sp, NULL, &ns, &nh), DSM_ERR_NULL_POINTER, "t");
     /* still usable after every failure */

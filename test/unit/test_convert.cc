@@ -17,6 +17,7 @@
 #endif
 
 #include "amp/convert.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 
@@ -291,6 +292,33 @@ static void test_copy_and_in_place(void **) {
     }
 }
 
+// In place only for one dtype and the same pointer; any other overlap is an
+// error naming src and dst (threads would read what another already wrote).
+static void test_overlap(void **) {
+    std::vector<char> buf(64 * 1024, 0);
+    char *p = buf.data();
+    const size_t n = 1000;
+    for (dsm_dtype_t s : kTypes)
+        for (dsm_dtype_t d : kTypes) {
+            if (s == d) {
+                dsm::amp::convert(p, s, p, d, n); // a no-op
+                expect_error_at([&] { dsm::amp::convert(p, s, p + esize(s), d, n); }, DSM_ERR_INVALID_ARGUMENT,
+                                {"src", "dst", "overlap"}, __LINE__);
+                continue;
+            }
+            expect_error_at([&] { dsm::amp::convert(p, s, p, d, n); }, DSM_ERR_INVALID_ARGUMENT,
+                            {"src", "dst", "overlap", dsm::dtype_name(s), dsm::dtype_name(d)}, __LINE__);
+            // dst's tail reaching into src, and src's tail into dst
+            expect_error_at([&] { dsm::amp::convert(p + n * esize(d) - 1, s, p, d, n); },
+                            DSM_ERR_INVALID_ARGUMENT, {"overlap"}, __LINE__);
+            expect_error_at([&] { dsm::amp::convert(p, s, p + n * esize(s) - 1, d, n); },
+                            DSM_ERR_INVALID_ARGUMENT, {"overlap"}, __LINE__);
+            // adjacent is fine
+            dsm::amp::convert(p, s, p + n * esize(s), d, n);
+            dsm::amp::convert(p + n * esize(d), s, p, d, n);
+        }
+}
+
 // --- accumulate, scale_inplace -------------------------------------------------------------
 
 static void test_accumulate(void **) {
@@ -475,6 +503,7 @@ int main() {
         cmocka_unit_test(test_all_pairs),
         cmocka_unit_test(test_fp64_rounding),
         cmocka_unit_test(test_copy_and_in_place),
+        cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_scale_inplace),
         cmocka_unit_test(test_norm_part),
