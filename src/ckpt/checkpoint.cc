@@ -429,6 +429,44 @@ void check_same_file(MPI_Comm comm, int rank, const std::string &path) {
     });
 }
 
+// The steps of a save or a load, each agreed: run() runs one on this rank
+// unless a rank has failed before, then the ranks agree whether any failed
+// (one small allreduce), so that all of them stop making collective calls
+// at the same point. The first failure of this rank is kept for the final
+// agreement.
+class Steps {
+public:
+    Steps(MPI_Comm comm, std::string file) : comm_(comm), file_(std::move(file)) {}
+    bool run(const std::function<void()> &fn) {
+        if (!stopped_) {
+            try {
+                fn();
+            } catch (const Error &e) {
+                status_ = e.status();
+                failure_ = e.what();
+            } catch (const std::bad_alloc &) {
+                status_ = DSM_ERR_OUT_OF_MEMORY;
+                failure_ = cat("out of memory for checkpoint '", file_, "'");
+            }
+        }
+        int bad = status_ != DSM_SUCCESS ? 1 : 0;
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm_));
+        stopped_ = bad != 0;
+        return !stopped_;
+    }
+    bool stopped() const noexcept { return stopped_; }
+    // This rank's failure, if it had one (for agree()).
+    void rethrow() const {
+        if (status_ != DSM_SUCCESS) DSM_FAIL(status_, failure_);
+    }
+
+private:
+    MPI_Comm comm_;
+    std::string file_, failure_;
+    dsm_status_t status_ = DSM_SUCCESS;
+    bool stopped_ = false;
+};
+
 // Rank 0, at the start of a save: remove what earlier saves left when they
 // were killed or failed: `.<tag>.h5.tmp` of any tag, `.latest.tmp`, and
 // directory tokens older than an hour.
@@ -622,26 +660,8 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
     // disk, stays on its rank), and after each step the ranks agree whether
     // any failed: then all stop making collective calls at the same point
     // and close the file together. The outcome is agreed after the close.
-    std::string failure;
-    dsm_status_t status = DSM_SUCCESS;
-    bool stopped = false; // some rank failed: no more collective calls
-    auto attempt = [&](const std::function<void()> &fn) {
-        if (!stopped) {
-            try {
-                fn();
-            } catch (const Error &e) {
-                status = e.status();
-                failure = e.what();
-            } catch (const std::bad_alloc &) {
-                status = DSM_ERR_OUT_OF_MEMORY;
-                failure = cat("out of memory for checkpoint '", tmp, "'");
-            }
-        }
-        int bad = status != DSM_SUCCESS ? 1 : 0;
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
-        stopped = bad != 0;
-        return !stopped;
-    };
+    Steps steps(comm, tmp);
+    auto attempt = [&](const std::function<void()> &fn) { return steps.run(fn); };
     {
         QuietHdf5 quiet;
         Id file, lcpl, dcpl;
@@ -659,7 +679,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
             h5ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
             h5ok(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
         });
-        for (size_t i = 0; i < n && !stopped; ++i) {
+        for (size_t i = 0; i < n && !steps.stopped(); ++i) {
             attempt([&] {
                 const Tensor &t = content.tensors[i];
                 const std::string path = dataset_path(t);
@@ -679,7 +699,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
                     DSM_FAIL(DSM_ERR_IO, "writing ", path, " to '", tmp, "': ", hdf5_reason(), space_hint(dir));
             });
         }
-        if (client_size && !stopped) {
+        if (client_size && !steps.stopped()) {
             attempt([&] {
                 const hsize_t len = client_size;
                 Id space(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
@@ -693,7 +713,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
             });
         }
         local_sums.get();
-        if (!stopped) {
+        if (!steps.stopped()) {
             DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(n + 1), MPI_UINT64_T, MPI_SUM, comm));
             attempt([&] {
                 for (size_t i = 0; i < dsets.size(); ++i)
@@ -703,7 +723,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
                 h5ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), cat("flushing '", tmp, "'"));
             });
         }
-        if (stopped && rank == 0) {
+        if (steps.stopped() && rank == 0) {
             // The temporary is garbage now: give its room to the metadata
             // that the close writes.
             free_reserve();
@@ -722,7 +742,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
     bool renamed = false;
     try {
         agree(comm, [&] {
-            if (status != DSM_SUCCESS) DSM_FAIL(status, failure);
+            steps.rethrow();
             fault_point("data", world_rank);
         });
         agree(comm, [&] {
@@ -951,26 +971,8 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
 
     // As in the save: every step is agreed, so that a rank that fails stops
     // the others before they make a collective call it would not make.
-    std::string failure;
-    dsm_status_t status = DSM_SUCCESS;
-    bool stopped = false;
-    auto attempt = [&](const std::function<void()> &fn) {
-        if (!stopped) {
-            try {
-                fn();
-            } catch (const Error &e) {
-                status = e.status();
-                failure = e.what();
-            } catch (const std::bad_alloc &) {
-                status = DSM_ERR_OUT_OF_MEMORY;
-                failure = cat("out of memory for checkpoint '", path, "'");
-            }
-        }
-        int bad = status != DSM_SUCCESS ? 1 : 0;
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm));
-        stopped = bad != 0;
-        return !stopped;
-    };
+    Steps steps(comm, path);
+    auto attempt = [&](const std::function<void()> &fn) { return steps.run(fn); };
     {
         QuietHdf5 quiet;
         Id file;
@@ -1054,7 +1056,7 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
         std::vector<uint64_t> got(n, 0), stored(n, 0);
         Id xfer;
         attempt([&] { xfer = collective_xfer(); });
-        for (size_t i = 0; i < n && !stopped; ++i) {
+        for (size_t i = 0; i < n && !steps.stopped(); ++i) {
             attempt([&] {
                 Tensor &t = content.tensors[i];
                 const std::string p = dataset_path(t);
@@ -1066,7 +1068,7 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
                 if (t.owner && t.count) got[i] = checksum(t.data, t.offset, t.count);
             });
         }
-        if (!stopped) {
+        if (!steps.stopped()) {
             DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, got.data(), static_cast<int>(n), MPI_UINT64_T, MPI_SUM, comm));
             attempt([&] {
                 std::vector<std::string> bad;
@@ -1110,7 +1112,7 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
         file.reset();
     }
     agree(comm, [&] {
-        if (status != DSM_SUCCESS) DSM_FAIL(status, failure);
+        steps.rethrow();
     });
 }
 
