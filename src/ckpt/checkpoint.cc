@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -427,6 +428,94 @@ void check_same_file(MPI_Comm comm, int rank, const std::string &path) {
             DSM_FAIL(DSM_ERR_IO, where, "has ", static_cast<long long>(st.st_size), " bytes and another modification time than rank 0's (",
                      id[0], " bytes)", hint);
     });
+}
+
+
+// Rank 0, before the collective open of a load: read the metadata the load
+// will read (the root attributes, every object under /params, /optimizer
+// and /client_state, each with its attributes) in a child process, so that
+// a corrupt file on which HDF5 itself crashes or loops fails the load on
+// every rank with DSM_ERR_IO instead of killing or hanging the job. HDF5's
+// own errors are left to the load, which reports them. The child makes no
+// MPI call and leaves with _exit(). DSM_CKPT_PRECHECK=0 skips it (a system
+// where a process that uses MPI must not fork).
+void precheck_metadata(const std::string &path) {
+    if (param_choice("DSM_CKPT_PRECHECK", {"1", "0"}) == std::string("0")) return;
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) return; // no child: the load goes on without the pre-check
+    if (pid == 0) {
+        H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+        const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+        if (file < 0) ::_exit(0);
+        auto attrs = [](hid_t obj) {
+            H5Aiterate2(
+                obj, H5_INDEX_NAME, H5_ITER_INC, nullptr,
+                [](hid_t loc, const char *name, const H5A_info_t *, void *) -> herr_t {
+                    const hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+                    if (a < 0) return 0;
+                    const hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
+                    const hssize_t n = sp >= 0 ? H5Sget_simple_extent_npoints(sp) : -1;
+                    const size_t size = t >= 0 ? H5Tget_size(t) : 0;
+                    if (t >= 0 && n >= 0 && size > 0 && H5Tis_variable_str(t) <= 0 &&
+                        static_cast<unsigned long long>(n) * size <= (64ull << 20)) {
+                        std::vector<unsigned char> buf(static_cast<size_t>(std::max<hssize_t>(n, 1)) * size);
+                        H5Aread(a, t, buf.data());
+                    }
+                    if (sp >= 0) H5Sclose(sp);
+                    if (t >= 0) H5Tclose(t);
+                    H5Aclose(a);
+                    return 0;
+                },
+                nullptr);
+        };
+        attrs(file);
+#if H5_VERSION_GE(1, 12, 0)
+        using ObjInfo = H5O_info2_t;
+#else
+        using ObjInfo = H5O_info_t;
+#endif
+        herr_t (*const visit)(hid_t, const char *, const ObjInfo *, void *) = [](hid_t root, const char *name,
+                                                                                const ObjInfo *, void *data) -> herr_t {
+            const hid_t o = H5Oopen(root, name, H5P_DEFAULT);
+            if (o < 0) return 0;
+            (*static_cast<decltype(attrs) *>(data))(o);
+            if (H5Iget_type(o) == H5I_DATASET) {
+                const hid_t t = H5Dget_type(o), sp = H5Dget_space(o), pl = H5Dget_create_plist(o);
+                if (t >= 0) H5Tclose(t);
+                if (sp >= 0) H5Sclose(sp);
+                if (pl >= 0) H5Pclose(pl);
+            }
+            H5Oclose(o);
+            return 0;
+        };
+#if H5_VERSION_GE(1, 12, 0)
+        H5Ovisit3(file, H5_INDEX_NAME, H5_ITER_INC, visit, &attrs, H5O_INFO_BASIC);
+#else
+        H5Ovisit2(file, H5_INDEX_NAME, H5_ITER_INC, visit, &attrs, H5O_INFO_BASIC);
+#endif
+        H5Fclose(file);
+        ::_exit(0);
+    }
+    // The parent: wait for the child, at most DSM_CKPT_PRECHECK_TIMEOUT.
+    const long limit = std::atol(param_string("DSM_CKPT_PRECHECK_TIMEOUT").c_str());
+    int wstatus = 0;
+    pid_t got = 0;
+    for (long waited_ms = 0; (got = ::waitpid(pid, &wstatus, WNOHANG)) == 0; waited_ms += 10) {
+        if (limit > 0 && waited_ms >= limit * 1000) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &wstatus, 0);
+            DSM_FAIL(DSM_ERR_IO, "'", path, "': reading its HDF5 metadata did not finish in ", limit,
+                     " s (the file is corrupt; DSM_CKPT_PRECHECK_TIMEOUT sets the limit)");
+        }
+        ::usleep(10000);
+    }
+    if (got == pid && WIFSIGNALED(wstatus))
+        DSM_FAIL(DSM_ERR_IO, "'", path, "': HDF5 crashed reading its metadata (signal ", WTERMSIG(wstatus),
+                 " in a child process): the file is corrupt");
+    if (got == pid && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) != 0)
+        DSM_FAIL(DSM_ERR_IO, "'", path, "': reading its HDF5 metadata failed (exit status ", WEXITSTATUS(wstatus),
+                 " in a child process): the file is corrupt");
 }
 
 // The steps of a save or a load, each agreed: run() runs one on this rank
@@ -966,6 +1055,7 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
 #endif
         if (ok <= 0)
             DSM_FAIL(DSM_ERR_IO, "'", path, "' is not a readable HDF5 file (missing, truncated or not HDF5)");
+        precheck_metadata(path);
     });
     check_same_file(comm, rank, path);
 

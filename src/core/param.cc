@@ -50,6 +50,13 @@ const std::vector<Param> &params() {
          "1: before a checkpoint save, rank 0 checks that the file system reports room for the file and "
          "fails the save on every rank when it does not; 0 skips that check (a file system that reports "
          "less free space than it has). A write that fails anyway is caught on every rank either way."},
+        {"DSM_CKPT_PRECHECK", "1",
+         "1: before a checkpoint load opens the file collectively, rank 0 reads its HDF5 metadata in a "
+         "child process, so that a corrupt file on which HDF5 crashes or loops fails the load on every "
+         "rank instead of killing or hanging the job; 0 skips that (where a process using MPI must not fork)."},
+        {"DSM_CKPT_PRECHECK_TIMEOUT", "120",
+         "Seconds the load's metadata pre-check (DSM_CKPT_PRECHECK) may take before the file is declared "
+         "corrupt; 0 waits for ever."},
         {"DSM_CKPT_FAULT", "",
          "Testing: make a checkpoint save fail at a point on one rank: POINT:RANK, or kill:POINT:RANK to "
          "kill that rank with SIGKILL there. POINT is write (that rank, in the middle of writing its data), "
