@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace dsm {
 namespace ckpt {
@@ -39,6 +40,34 @@ uint64_t checksum(const float *data, size_t offset, size_t count) noexcept;
 
 // The same over bytes (b_i: the byte's value), from byte `offset` on.
 uint64_t checksum_bytes(const unsigned char *data, size_t offset, size_t size) noexcept;
+
+// ---------------------------------------------------------------- integrity record
+//
+// A checkpoint of format version 2 starts with an HDF5 user block (which
+// HDF5 skips) holding a record of the file as libdsm wrote it: its size, the
+// extents of its datasets' data, and a checksum of every other byte, which
+// is HDF5's metadata. Checking it before HDF5 reads the file means HDF5
+// never parses metadata that libdsm did not write, so a corrupt file is an
+// error, never a crash inside HDF5. Layout (little-endian, doc/checkpoint.md):
+//   "DSMCKPT1" | u64 user block size | u64 file size | u64 extent count N |
+//   N x (u64 offset, u64 length) | u64 metadata checksum | u64 record checksum
+struct Extent {
+    uint64_t offset = 0, length = 0;
+};
+
+// The user block that holds the record of `datasets` extents: a power of
+// two of at least `block` and 4096 bytes.
+uint64_t userblock_size(size_t datasets, uint64_t block) noexcept;
+
+// Write the record into the user block of the closed file `path`
+// (user block of `ub` bytes). Returns "" or why it failed.
+std::string write_integrity(const std::string &path, uint64_t ub, const std::vector<Extent> &extents);
+
+// Check the record of `path`: Absent when the file has none (format version
+// 1, or a file rewritten by another program), Verified when the file is as
+// libdsm wrote it; Corrupt otherwise, with the reason in `why`.
+enum class Integrity { Absent, Verified, Corrupt };
+Integrity check_integrity(const std::string &path, std::string &why);
 
 } // namespace ckpt
 } // namespace dsm

@@ -225,15 +225,19 @@ PY
 expect 1 "format" "$bin" info "$tmp/other.h5"
 expect 1 "format" "$bin" verify "$tmp/other.h5"
 
-# A root attribute changed (the tag, same length): the checksum over the
-# root attributes (format version 2) no longer matches.
-python3 - "$ck/global_step4.h5" "$tmp/retag.h5" <<'PY' || fail "cannot patch the tag attribute"
+# A root attribute changed (the tag, same length): the integrity record in
+# the user block (format version 2) no longer matches the HDF5 metadata;
+# without the record, the checksum over the root attributes still does not.
+python3 - "$ck/global_step4.h5" "$tmp/retag.h5" "$tmp/retag-norecord.h5" <<'PY' || fail "cannot patch the tag attribute"
 import sys
 f = open(sys.argv[1], "rb").read()
-assert f.count(b"global_step4") >= 1
-open(sys.argv[2], "wb").write(f.replace(b"global_step4", b"global_step5", 1))
+assert f[:8] == b"DSMCKPT1" and f.count(b"global_step4") >= 1
+g = f.replace(b"global_step4", b"global_step5", 1)
+open(sys.argv[2], "wb").write(g)
+open(sys.argv[3], "wb").write(bytes(8) + g[8:])
 PY
-expect 1 "checksum mismatch in the root attributes" "$bin" verify "$tmp/retag.h5"
+expect 1 "checksum mismatch in its HDF5 metadata" "$bin" verify "$tmp/retag.h5"
+expect 1 "checksum mismatch in the root attributes" "$bin" verify "$tmp/retag-norecord.h5"
 
 # Control characters from a file never reach the output raw: an attribute
 # value, a parameter name and a tag (a file name) holding terminal escape
@@ -245,6 +249,7 @@ import sys
 f = open(sys.argv[1], "rb").read()
 assert f.count(b"adamw") >= 1 and f.count(b"fc.bias") >= 1
 g = f.replace(b"adamw", b"\x1b[2J\x07").replace(b"fc.bias", b"fc\x1b]0;X")   # same lengths
+g = bytes(8) + g[8:]   # no integrity record: the edited attributes are what verify reports first
 open(sys.argv[2] + "/global_step4.h5", "wb").write(g)
 open(sys.argv[2].encode() + b"/\x1b[31mevil\x9b\xc2\x9b.h5", "wb").write(g)   # raw CSI, then U+009B (CSI)
 open(sys.argv[2] + "/latest", "w").write("global_step4\n")

@@ -612,6 +612,12 @@ Checkpoint::Checkpoint(const std::string &file) : file_(file) {
     if (stat(file.c_str(), &st) != 0) throw Error(file + ": " + std::strerror(errno));
     if (S_ISDIR(st.st_mode)) throw Error(file + ": is a directory, not a checkpoint file");
     if (st.st_size == 0) throw Error(file + ": not an HDF5 file (empty)");
+    // The integrity record (format version 2) before HDF5 parses anything:
+    // a mismatch is a problem; the file is still read for the report (under
+    // the crash guard).
+    std::string why;
+    const dsm::ckpt::Integrity integrity = dsm::ckpt::check_integrity(file, why);
+    if (integrity == dsm::ckpt::Integrity::Corrupt) problem("/", why);
     const htri_t is = H5Fis_hdf5(file.c_str());
     if (is == 0) throw Error(file + ": not an HDF5 file");
     if (is < 0) throw Error(file + ": cannot read: " + hdf5_message());
@@ -622,6 +628,8 @@ Checkpoint::Checkpoint(const std::string &file) : file_(file) {
     read_objects();
     check_root_attributes();
     check_optimizer_states();
+    if (integrity == dsm::ckpt::Integrity::Absent && format_version() >= 2)
+        warning("/", "no integrity record in the user block (the file was rewritten by another program?)");
 }
 
 const Attribute *Checkpoint::attribute(const std::string &name) const {
