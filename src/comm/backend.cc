@@ -6,7 +6,10 @@
 
 #include <climits>
 
-#include "comm/backends.hpp"
+#include "comm/common.hpp"
+#include "comm/mpi_backend.hpp"
+#include "comm/nccl_backend.hpp"
+#include "comm/shm_backend.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 

@@ -1,11 +1,13 @@
 // The "nccl" backend: NCCL collectives on device memory. The contract is in
-// backends.hpp (NcclBackend); here, how each collective maps onto NCCL and
+// nccl_backend.hpp (NcclBackend); here, how each collective maps onto NCCL and
 // how a call waits without waiting for ever. Built when configure found CUDA
 // and NCCL (DSM_HAVE_NCCL_BACKEND); otherwise create_backend(Kind::NCCL)
 // fails with DSM_ERR_NOT_SUPPORTED and this file is empty.
 #include "dsm_config.h"
 
-#include "comm/backends.hpp"
+#include "comm/nccl_backend.hpp"
+#include "comm/common.hpp"
+#include "comm/shm_backend.hpp" // node_comm()
 
 #if DSM_HAVE_NCCL_BACKEND
 
