@@ -54,8 +54,8 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(Comm::dup(comm)) {
     DSM_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
 }
 
-
-void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) {
+void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
+    drain(queue);
     check_reduce(dtype, op);
     const size_t esize = dtype_size(dtype);
     const size_t bytes = checked_bytes(count, esize, "allreduce count");
@@ -74,7 +74,8 @@ void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
 }
 
 void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
-                                 dsm_dtype_t dtype, Op op) {
+                                 dsm_dtype_t dtype, Op op, Queue queue) {
+    drain(queue);
     check_reduce(dtype, op);
     const size_t esize = dtype_size(dtype);
     size_t total = 0;
@@ -109,7 +110,9 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
     mpi_reduce_scatterv(comm_.get(), send, recv, counts, type, mop, esize);
 }
 
-void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype) {
+void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
+                            Queue queue) {
+    drain(queue);
     const size_t esize = dtype_size(dtype);
     size_t total = 0;
     const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
@@ -133,7 +136,8 @@ void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size
 
 void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_counts,
                            const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
-                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) {
+                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype, Queue queue) {
+    drain(queue);
     const size_t esize = dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     if (device_.on_device(send, recv) && !device_.cuda_aware()) {
@@ -151,7 +155,8 @@ void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
                   esize);
 }
 
-void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
+void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
+    drain(queue);
     const size_t esize = dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     if (device_.on_device(buf) && !device_.cuda_aware()) {
@@ -166,7 +171,8 @@ void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 
-void MpiBackend::barrier() {
+void MpiBackend::barrier(Queue queue) {
+    drain(queue);
     ++stats_.calls;
     DSM_CHECK_MPI(MPI_Barrier(comm_.get()));
 }

@@ -55,16 +55,19 @@ public:
     int size() const noexcept override { return size_; }
     int rank() const noexcept override { return rank_; }
     MPI_Comm comm() const noexcept override { return comm_.get(); }
+    // Host and device memory; complete before returning (a device queue: after its earlier work).
+    Capabilities capabilities() const noexcept override { return capabilities_of(Kind::MPI); }
 
-    void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) override;
+    void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue = {}) override;
     void reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
-                         Op op) override;
-    void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype) override;
+                         Op op, Queue queue = {}) override;
+    void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
+                    Queue queue = {}) override;
     void alltoallv(const void *send, const std::vector<size_t> &send_counts, const std::vector<size_t> &send_displs,
                    void *recv, const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
-                   dsm_dtype_t dtype) override;
-    void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) override;
-    void barrier() override;
+                   dsm_dtype_t dtype, Queue queue = {}) override;
+    void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) override;
+    void barrier(Queue queue = {}) override;
     void *alloc_shared(size_t bytes) override;
     void free_shared(void *ptr) override;
     void abandon() noexcept override;

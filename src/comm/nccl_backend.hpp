@@ -26,15 +26,23 @@ namespace comm {
 // broadcasts it, and ncclCommInitRankConfig builds a non-blocking
 // communicator. NCCL refuses two members on one device (DSM_ERR_NCCL).
 //
+// split(color, key): the communicators of a mesh's dimensions come from one
+// communicator, split by ncclCommSplit (NCCL >= 2.18, which shares the
+// parent's resources and needs no new unique id), rather than one
+// ncclCommInitRank per group; with an older NCCL each group builds its own.
+//
 // Buffers: every pointer is CUDA device or managed memory, checked per call
 // (DSM_ERR_INVALID_ARGUMENT naming the argument); alloc_shared() returns
 // zeroed cudaMalloc memory and is local. In-place forms as in Backend.
 //
-// Synchronous, like every backend: a call enqueues its NCCL operations on the
-// backend's stream (stream(): a blocking stream, so work the caller put on
-// the legacy default stream is ordered before the call; work on other streams
-// must be complete) and returns once the stream has run them. An asynchronous
-// variant would return once the operations are enqueued (see Impl::wait()).
+// Stream-ordered: on a device queue (Queue(stream)) a call enqueues its NCCL
+// operations on that stream and returns once NCCL has accepted them; the
+// caller calls synchronize(queue) before it reads the results on the host or
+// reuses the buffers outside the stream. On the host queue (the default) a
+// call enqueues on the backend's own stream (stream(): a blocking stream, so
+// work the caller put on the legacy default stream is ordered before the
+// call; work on other streams must be complete) and returns once the stream
+// has run them, as the host backends do.
 // Collectives map onto NCCL: allreduce, bcast and equal reduce-scatter and
 // allgather directly; uneven reduce_scatterv as one ncclReduce per member and
 // uneven allgatherv as one ncclBroadcast per member, each in one NCCL group;
@@ -48,7 +56,8 @@ namespace comm {
 // pointers into the backend's staging buffers. They may copy synchronously
 // (cudaMemcpy) or enqueue work on stream() (a kernel, cudaMemcpyAsync): the
 // backend's sends follow on the stream, and the call returns once the stream
-// has run what the unpacks enqueued. Failures behave as in Backend (pack
+// has run what the unpacks enqueued, on every queue (the staging buffers are
+// reused by the next call). Failures behave as in Backend (pack
 // failures agreed over MPI before any data moves). alltoall_direct: the
 // default (false: the caller packs).
 //
@@ -72,24 +81,45 @@ public:
     int size() const noexcept override { return size_; }
     int rank() const noexcept override { return rank_; }
     MPI_Comm comm() const noexcept override { return comm_.get(); }
+    // Device memory, stream-ordered.
+    Capabilities capabilities() const noexcept override { return capabilities_of(Kind::NCCL); }
+    // Waits for the work enqueued on `queue` (a host queue: nothing to wait
+    // for), with the checks and the timeout of every NCCL wait.
+    void synchronize(Queue queue = {}) override;
     // This member's CUDA device and the backend's stream (a cudaStream_t).
     int device() const noexcept { return device_; }
     CUstream_st *stream() const noexcept;
 
-    void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) override;
+    // The backend of this member's group after MPI_Comm_split(comm(), color,
+    // key) (a mesh dimension's group: ranks with equal color), its NCCL
+    // communicator split from this one (ncclCommSplit, NCCL >= 2.18; else
+    // built as by the constructor). Collective over comm(); color < 0: this
+    // member joins no group and gets NULL. Every member fails alike.
+    std::unique_ptr<NcclBackend> split(int color, int key);
+
+    void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue = {}) override;
     void reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
-                         Op op) override;
-    void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype) override;
+                         Op op, Queue queue = {}) override;
+    void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
+                    Queue queue = {}) override;
     void alltoallv(const void *send, const std::vector<size_t> &send_counts, const std::vector<size_t> &send_displs,
                    void *recv, const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
-                   dsm_dtype_t dtype) override;
+                   dsm_dtype_t dtype, Queue queue = {}) override;
     void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
-                         const PackFn &pack, const UnpackFn &unpack) override;
-    void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) override;
-    void barrier() override;
+                         const PackFn &pack, const UnpackFn &unpack, Queue queue = {}) override;
+    void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) override;
+    void barrier(Queue queue = {}) override;
     void *alloc_shared(size_t bytes) override;
     void free_shared(void *ptr) override;
     void abandon() noexcept override;
+
+private:
+    struct SplitTag {};
+
+public:
+    // split()'s child: `comm` (owned) and this member's device; split() sets
+    // the rest. Public for make_unique; only split() can name the tag.
+    NcclBackend(SplitTag, Comm comm, int device);
 
 private:
     struct Impl; // the NCCL communicator, the stream and the device memory

@@ -256,7 +256,8 @@ const char *ShmBackend::lane_partial(int v, const std::vector<size_t> &offs, con
 
 // ---------------------------------------------------------------- collectives
 
-void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) {
+void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
+    drain(queue);
     check_reduce(dtype, op);
     const size_t esize = dtype_size(dtype);
     const size_t bytes = checked_bytes(count, esize, "allreduce count");
@@ -321,7 +322,8 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
 }
 
 void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
-                                 dsm_dtype_t dtype, Op op) {
+                                 dsm_dtype_t dtype, Op op, Queue queue) {
+    drain(queue);
     check_reduce(dtype, op);
     const size_t esize = dtype_size(dtype);
     size_t total = 0;
@@ -367,7 +369,9 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
     node_sync(); // the peers are done reading this rank's input
 }
 
-void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype) {
+void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
+                            Queue queue) {
+    drain(queue);
     const size_t esize = dtype_size(dtype);
     size_t total = 0;
     const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
@@ -415,7 +419,8 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
 // All-to-all and broadcast move each byte once whatever the transport: MPI.
 void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_counts,
                            const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
-                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) {
+                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype, Queue queue) {
+    drain(queue);
     const size_t esize = dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     ++stats_.calls;
@@ -429,7 +434,8 @@ void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
 }
 
 void ShmBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
-                                 const PackFn &pack, const UnpackFn &unpack) {
+                                 const PackFn &pack, const UnpackFn &unpack, Queue queue) {
+    drain(queue);
     check_packed(size_, rank_, send_bytes, recv_bytes, pack, unpack);
     ++stats_.calls;
     for (int r = 0; r < size_; ++r) {
@@ -527,7 +533,8 @@ void ShmBackend::alltoall_packed_node(const std::vector<size_t> &send_bytes, con
     unpacked.rethrow_if_failed();
 }
 
-void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
+void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
+    drain(queue);
     const size_t esize = dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     ++stats_.calls;
@@ -536,7 +543,8 @@ void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 
-void ShmBackend::barrier() {
+void ShmBackend::barrier(Queue queue) {
+    drain(queue);
     ++stats_.calls;
     DSM_CHECK_MPI(MPI_Barrier(comm_.get()));
 }

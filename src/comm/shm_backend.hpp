@@ -171,6 +171,8 @@ public:
     int size() const noexcept override { return size_; }
     int rank() const noexcept override { return rank_; }
     MPI_Comm comm() const noexcept override { return comm_.get(); }
+    // Host memory; complete before returning (a device queue: after its earlier work).
+    Capabilities capabilities() const noexcept override { return capabilities_of(Kind::SHM); }
     int nodes() const noexcept { return nodes_; }
     int local_size() const noexcept { return local_size_; }
     // alltoall_direct: the peers this member has, so far, read from and
@@ -185,18 +187,19 @@ public:
     // every member before the first alltoall_direct.
     void refuse_cma() noexcept { refuse_cma_ = true; }
 
-    void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) override;
+    void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue = {}) override;
     void reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
-                         Op op) override;
-    void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype) override;
+                         Op op, Queue queue = {}) override;
+    void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
+                    Queue queue = {}) override;
     void alltoallv(const void *send, const std::vector<size_t> &send_counts, const std::vector<size_t> &send_displs,
                    void *recv, const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
-                   dsm_dtype_t dtype) override;
+                   dsm_dtype_t dtype, Queue queue = {}) override;
     void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
-                         const PackFn &pack, const UnpackFn &unpack) override;
-    bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan) override;
-    void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) override;
-    void barrier() override;
+                         const PackFn &pack, const UnpackFn &unpack, Queue queue = {}) override;
+    bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan, Queue queue = {}) override;
+    void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) override;
+    void barrier(Queue queue = {}) override;
     void *alloc_shared(size_t bytes) override;
     void free_shared(void *ptr) override;
     void abandon() noexcept override;

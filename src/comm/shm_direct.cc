@@ -427,7 +427,8 @@ bool should_push(const std::vector<Backend::Piece> &pieces) {
 
 } // namespace
 
-bool ShmBackend::alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan) {
+bool ShmBackend::alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan, Queue queue) {
+    drain(queue);
     if (nodes_ > 1) return false;
     std::string why;
     dsm_status_t before = check_direct(exposed, plan, &why);
