@@ -1,24 +1,35 @@
 // What every backend shares: the equal-block forms, the MPI form of
-// alltoall_packed, kind names, and the collective choice of a backend.
+// alltoall_packed, kind names and capabilities, and the collective choice of
+// a backend (create_backend, and make_backend from DSM_COMM_BACKEND).
 #include "dsm_config.h"
 
 #include "comm/backend.hpp"
 
 #include <climits>
 
-#include "comm/backends.hpp"
+#if DSM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "comm/common.hpp"
+#include "comm/mpi_backend.hpp"
+#include "comm/nccl_backend.hpp"
+#include "comm/shm_backend.hpp"
+#include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/param.hpp"
+#include "cuda/device.hpp"
 
 namespace dsm {
 namespace comm {
 
-void Backend::reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) {
-    reduce_scatterv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype, op);
+void Backend::reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
+    reduce_scatterv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype, op, queue);
 }
 
-void Backend::allgather(const void *send, void *recv, size_t count, dsm_dtype_t dtype) {
-    allgatherv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype);
+void Backend::allgather(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Queue queue) {
+    allgatherv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype, queue);
 }
 
 // ---------------------------------------------------------------- alltoall_packed over MPI
@@ -30,8 +41,25 @@ struct Backend::PackedBuffers {
 Backend::Backend() = default;
 Backend::~Backend() = default;
 
+// Host backends complete every call before returning: nothing to wait for.
+void Backend::synchronize(Queue) {}
+
+void Backend::drain(Queue queue) {
+    if (queue.is_host()) return;
+#if DSM_HAVE_CUDA
+    const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(queue.handle()));
+    if (e == cudaSuccess) return;
+    (void)cudaGetLastError();
+    // No device or driver: nothing can have been enqueued.
+    if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return;
+    DSM_FAIL(DSM_ERR_CUDA, "cudaStreamSynchronize of the call's queue: CUDA error ", cudaGetErrorString(e), " (",
+             cudaGetErrorName(e), ")");
+#endif
+}
+
 void Backend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
-                              const PackFn &pack, const UnpackFn &unpack) {
+                              const PackFn &pack, const UnpackFn &unpack, Queue queue) {
+    drain(queue);
     check_packed(size(), rank(), send_bytes, recv_bytes, pack, unpack);
     ++stats_.calls;
     for (int r = 0; r < size(); ++r)
@@ -86,7 +114,7 @@ void Backend::alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const s
 
 // No single-copy path: every member of a group has the same backend class,
 // so all return false without communicating.
-bool Backend::alltoall_direct(const std::vector<Exposed> &, const PlanFn &) { return false; }
+bool Backend::alltoall_direct(const std::vector<Exposed> &, const PlanFn &, Queue) { return false; }
 
 Kind kind_from_name(const std::string &name) {
     if (name == "auto") return Kind::AUTO;
@@ -96,6 +124,37 @@ Kind kind_from_name(const std::string &name) {
     DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "communication backend \"", name,
              "\" is not known: use \"auto\", \"mpi\", \"shm\" or \"nccl\"");
 }
+
+const char *kind_name(Kind kind) noexcept {
+    switch (kind) {
+    case Kind::AUTO: return "auto";
+    case Kind::MPI: return "mpi";
+    case Kind::SHM: return "shm";
+    case Kind::NCCL: return "nccl";
+    }
+    return "unknown";
+}
+
+Capabilities capabilities_of(Kind kind) noexcept {
+    Capabilities c;
+    switch (kind) {
+    case Kind::MPI:
+        c.host_memory = c.device_memory = c.multi_node = true;
+        break;
+    case Kind::SHM:
+        c.host_memory = c.multi_node = true;
+        break;
+    case Kind::NCCL:
+        c.device_memory = c.stream_ordered = c.multi_node = true;
+        break;
+    case Kind::AUTO: break;
+    }
+    return c;
+}
+
+Kind kind_from_param() { return kind_from_name(param_choice("DSM_COMM_BACKEND", {"auto", "mpi", "shm", "nccl"})); }
+
+bool nccl_built() noexcept { return DSM_HAVE_NCCL_BACKEND != 0; }
 
 namespace {
 
@@ -136,6 +195,54 @@ std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color
     }
     }
     DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "backend kind ", static_cast<int>(kind), " is not AUTO, MPI, SHM or NCCL");
+}
+
+namespace {
+
+const char *space_name(Space s) noexcept { return s == Space::HOST ? "host" : "device"; }
+
+// Whether every rank of `comm` sees a CUDA device (the same answer on all);
+// *why: this rank's reason when it sees none.
+bool every_rank_has_a_device(MPI_Comm comm, std::string *why) {
+    const cuda::DeviceCount dc = cuda::device_count();
+    int mine = dc.count > 0 ? 1 : 0, all = 0;
+    DSM_CHECK_MPI(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm));
+    *why = dc.count > 0 ? std::string("another rank has no CUDA device") : dc.reason;
+    return all == 1;
+}
+
+} // namespace
+
+std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color) {
+    DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
+    DSM_REQUIRE(space == Space::HOST || space == Space::DEVICE, DSM_ERR_INVALID_ARGUMENT, "memory space ",
+                static_cast<int>(space), " is not HOST or DEVICE");
+    const Comm c = Comm::dup(comm); // MPI_ERRORS_RETURN for the agreement
+    Kind kind = Kind::AUTO;
+    agree(c.get(), [&] { kind = kind_from_param(); });
+    agree_same(c.get(), "DSM_COMM_BACKEND", kind_name(kind));
+    std::string why;
+    if (kind == Kind::AUTO) {
+        if (space == Space::DEVICE) {
+            // Collective: every rank takes the same branch.
+            if (nccl_built() && every_rank_has_a_device(c.get(), &why))
+                return create_backend(comm, Kind::NCCL, node_color);
+            DSM_INFO(INIT, "comm: device memory without the nccl backend (%s): using the mpi backend",
+                     nccl_built() ? why.c_str() : "not built");
+            return create_backend(comm, Kind::MPI, node_color);
+        }
+        return create_backend(comm, Kind::AUTO, node_color);
+    }
+    DSM_REQUIRE(capabilities_of(kind).accepts(space), DSM_ERR_NOT_SUPPORTED, "DSM_COMM_BACKEND=", kind_name(kind),
+                ": the ", kind_name(kind), " backend does not take ", space_name(space), " memory");
+    if (kind == Kind::NCCL) {
+        DSM_REQUIRE(nccl_built(), DSM_ERR_NOT_SUPPORTED,
+                    "DSM_COMM_BACKEND=nccl: the nccl backend is not built: libdsm was configured without ",
+                    DSM_HAVE_CUDA ? "NCCL" : "CUDA");
+        DSM_REQUIRE(every_rank_has_a_device(c.get(), &why), DSM_ERR_NOT_SUPPORTED,
+                    "DSM_COMM_BACKEND=nccl: the nccl backend needs a CUDA device on every rank: ", why);
+    }
+    return create_backend(comm, kind, node_color);
 }
 
 } // namespace comm

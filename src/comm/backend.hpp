@@ -1,6 +1,19 @@
 // The communication layer: one Backend interface for every collective the
-// engine and the layers above it need, with implementations per transport
-// (MPI now; NCCL behind the same interface later).
+// engine and the layers above it need, with one implementation per transport:
+// "mpi" (mpi_backend.hpp), "shm" (shm_backend.hpp) and "nccl"
+// (nccl_backend.hpp). make_backend() picks one from DSM_COMM_BACKEND and the
+// buffers' memory space.
+//
+// Queues: every collective takes the Queue its work is ordered on. The host
+// queue (Queue{}, the default) means "complete before returning": every
+// backend honours it. A device queue carries a CUDA stream (a cudaStream_t
+// as void *, so no CUDA header leaks here): a stream-ordered backend
+// (Capabilities::stream_ordered, "nccl") enqueues the work on that stream
+// and returns, and the caller calls synchronize(queue) where it needs the
+// results on the host; host backends ("mpi", "shm") only wait for the work
+// already on a device queue (which may write the call's buffers), then run
+// on the host and complete before returning, so synchronize() costs them
+// nothing.
 //
 // Semantics shared by every backend:
 // - Collective over the backend's group: every member calls with the same
@@ -41,6 +54,37 @@ namespace comm {
 
 enum class Op { SUM, MAX, MIN };
 
+// The stream a collective's work is ordered on: an opaque handle, null for
+// the host queue (work completes before the call returns). For CUDA the
+// handle is a cudaStream_t (cudaStreamLegacy or cudaStreamPerThread for the
+// default streams: the null handle is the host queue, not stream 0).
+class Queue {
+public:
+    constexpr Queue() noexcept = default;
+    constexpr explicit Queue(void *stream) noexcept : stream_(stream) {}
+    static constexpr Queue host() noexcept { return Queue(); }
+    constexpr void *handle() const noexcept { return stream_; }
+    constexpr bool is_host() const noexcept { return stream_ == nullptr; }
+    constexpr bool operator==(const Queue &o) const noexcept { return stream_ == o.stream_; }
+    constexpr bool operator!=(const Queue &o) const noexcept { return stream_ != o.stream_; }
+
+private:
+    void *stream_ = nullptr;
+};
+
+// Where the buffers given to a backend live (the engine's and sp's buffers:
+// host memory, or CUDA device memory).
+enum class Space { HOST, DEVICE };
+
+// What a backend can do, known before one is created (capabilities_of()).
+struct Capabilities {
+    bool host_memory = false;    // buffers in host memory
+    bool device_memory = false;  // buffers in CUDA device memory
+    bool stream_ordered = false; // enqueues on a device queue and returns (else completes before returning)
+    bool multi_node = false;     // a group that spans nodes
+    bool accepts(Space s) const noexcept { return s == Space::HOST ? host_memory : device_memory; }
+};
+
 // What one member moved, for the benchmarks and the engine's report.
 // bytes_sent: the logical volume this rank sends, the same in every backend
 // (the volume of a bandwidth-optimal algorithm: (n-1)/n of the buffer for a
@@ -75,34 +119,42 @@ public:
     virtual int rank() const noexcept = 0;
     // The group's communicator (MPI_ERRORS_RETURN; owned by the backend).
     virtual MPI_Comm comm() const noexcept = 0;
+    // What this backend accepts and how it completes (capabilities_of(kind)).
+    virtual Capabilities capabilities() const noexcept = 0;
+
+    // Wait until the work enqueued on `queue` by this backend's calls has
+    // completed (the caller's sync point). Local. Host backends: nothing to
+    // wait for (their calls complete before returning); a host queue: the
+    // same in every backend.
+    virtual void synchronize(Queue queue = {});
 
     // recv[i] = op over members of send[i], i < count. send == recv: in place.
-    virtual void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) = 0;
+    virtual void allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue = {}) = 0;
 
     // send holds sum(counts) elements: the block for member r starts at
     // counts[0] + ... + counts[r-1]. recv (counts[rank()] elements) = op over
     // members of their block for this member. counts.size() == size().
     // In place: recv == (char*)send + offset of this member's block.
     virtual void reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
-                                 dsm_dtype_t dtype, Op op) = 0;
+                                 dsm_dtype_t dtype, Op op, Queue queue = {}) = 0;
 
     // Equal blocks of `count` elements (send holds size()*count).
-    virtual void reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op);
+    virtual void reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue = {});
 
     // recv holds sum(counts) elements: member r's send_count == counts[r]
     // elements land at counts[0] + ... + counts[r-1]. In place: send == recv
     // + offset of this member's block.
     virtual void allgatherv(const void *send, void *recv, const std::vector<size_t> &counts,
-                            dsm_dtype_t dtype) = 0;
+                            dsm_dtype_t dtype, Queue queue = {}) = 0;
 
     // Equal blocks of `count` elements.
-    virtual void allgather(const void *send, void *recv, size_t count, dsm_dtype_t dtype);
+    virtual void allgather(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Queue queue = {});
 
     // MPI_Alltoallv semantics with element counts and displacements.
     virtual void alltoallv(const void *send, const std::vector<size_t> &send_counts,
                            const std::vector<size_t> &send_displs, void *recv,
                            const std::vector<size_t> &recv_counts,
-                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype) = 0;
+                           const std::vector<size_t> &recv_displs, dsm_dtype_t dtype, Queue queue = {}) = 0;
 
     // An all-to-all whose blocks the caller packs and unpacks, so that a
     // layout permutation is done in the same pass as the copy: pack(peer, buf)
@@ -138,7 +190,7 @@ public:
     using PackFn = std::function<void(int peer, void *buf)>;
     using UnpackFn = std::function<void(int peer, const void *buf)>;
     virtual void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
-                                 const PackFn &pack, const UnpackFn &unpack);
+                                 const PackFn &pack, const UnpackFn &unpack, Queue queue = {});
 
     // A single-copy all-to-all: every member exposes buffers (its inputs); then
     // each member copies, from each peer, the pieces plan(peer, pieces) lists,
@@ -179,11 +231,11 @@ public:
         size_t bytes;
     };
     using PlanFn = std::function<void(int peer, std::vector<Piece> &pieces)>;
-    virtual bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan);
+    virtual bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan, Queue queue = {});
 
-    virtual void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) = 0;
+    virtual void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) = 0;
 
-    virtual void barrier() = 0;
+    virtual void barrier(Queue queue = {}) = 0;
 
     // Memory for buffers that collectives read and write (the engine's flat
     // parameter and gradient buffers, the Ulysses transforms' tensors).
@@ -214,6 +266,12 @@ protected:
         stats_.bytes_off_node += bytes;
     }
 
+    // The start of a host backend's call on `queue`: wait for the work
+    // already enqueued on a device queue (which may write the call's
+    // buffers); nothing for the host queue, or without a CUDA device (no
+    // work can be on the queue). DSM_ERR_CUDA for an error of that work.
+    static void drain(Queue queue);
+
     // The data movement of the default alltoall_packed() over comm(), after
     // the checks and the Stats.
     void alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
@@ -227,14 +285,30 @@ private:
 };
 
 enum class Kind {
-    AUTO, // "shm" when the group has two or more ranks on some node, else "mpi"
+    AUTO, // create_backend(): "shm" when the group has two or more ranks on some node, else "mpi"
     MPI,
     SHM,  // shared memory inside each node + MPI between node leaders
-    NCCL, // NCCL on CUDA device memory (NcclBackend); AUTO never picks it
+    NCCL, // NCCL on CUDA device memory (NcclBackend); create_backend(AUTO) never picks it
 };
 
 // Kind from its name ("auto", "mpi", "shm", "nccl"); DSM_ERR_INVALID_ARGUMENT otherwise.
 Kind kind_from_name(const std::string &name);
+const char *kind_name(Kind kind) noexcept;
+
+// The capabilities of a backend kind, without creating one (AUTO: none).
+//   mpi:  host and device memory (device buffers staged through the host where
+//         MPI is not CUDA-aware), completes before returning, any nodes;
+//   shm:  host memory, completes before returning, any nodes (lanes between them);
+//   nccl: device memory, stream-ordered, any nodes.
+Capabilities capabilities_of(Kind kind) noexcept;
+
+// The kind DSM_COMM_BACKEND asks for ("auto", "mpi", "shm" or "nccl",
+// case-insensitive). Local; a bad value: DSM_ERR_INVALID_ARGUMENT naming the
+// variable, the value and the choices.
+Kind kind_from_param();
+
+// Whether this build has the nccl backend (configured with CUDA and NCCL).
+bool nccl_built() noexcept;
 
 // Collective over `comm` (not freed, not kept: the backend dups it).
 // `node_color` names this rank's node (ranks with equal colors are on one
@@ -243,6 +317,21 @@ Kind kind_from_name(const std::string &name);
 // that share a color are further split by MPI_COMM_TYPE_SHARED so a window is
 // only ever shared where memory is.
 std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color = -1);
+
+// The one factory: the backend DSM_COMM_BACKEND names for buffers in `space`.
+// Collective over `comm` (as create_backend()); every rank returns the same
+// kind or throws the same error:
+// - a bad DSM_COMM_BACKEND value on some rank: DSM_ERR_INVALID_ARGUMENT
+//   naming the variable; valid values that differ between the ranks:
+//   DSM_ERR_MISMATCH;
+// - auto: for device memory "nccl" when NCCL is built and every rank sees a
+//   CUDA device; else create_backend(AUTO) for host memory ("shm" when some
+//   node holds two or more of the group's ranks and windows work, else
+//   "mpi"), and "mpi" for device memory (shm reads host memory only);
+// - a kind that does not accept `space` (shm or nccl for the other space), or
+//   nccl without NCCL built or without a CUDA device on some rank:
+//   DSM_ERR_NOT_SUPPORTED naming the reason.
+std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color = -1);
 
 } // namespace comm
 } // namespace dsm

@@ -1,11 +1,13 @@
 // The "nccl" backend: NCCL collectives on device memory. The contract is in
-// backends.hpp (NcclBackend); here, how each collective maps onto NCCL and
+// nccl_backend.hpp (NcclBackend); here, how each collective maps onto NCCL and
 // how a call waits without waiting for ever. Built when configure found CUDA
 // and NCCL (DSM_HAVE_NCCL_BACKEND); otherwise create_backend(Kind::NCCL)
 // fails with DSM_ERR_NOT_SUPPORTED and this file is empty.
 #include "dsm_config.h"
 
-#include "comm/backends.hpp"
+#include "comm/nccl_backend.hpp"
+#include "comm/common.hpp"
+#include "comm/shm_backend.hpp" // node_comm()
 
 #if DSM_HAVE_NCCL_BACKEND
 
@@ -154,8 +156,16 @@ struct NcclBackend::Impl {
     // result of the last) and, when `stream_too`, until the stream has run
     // them. Fails (aborting the communicator) on an NCCL or CUDA error or
     // after DSM_NCCL_TIMEOUT.
-    void wait(ncclResult_t issued, const char *what, bool stream_too);
-    void finish(ncclResult_t issued, const char *what) { wait(issued, what, true); }
+    void wait(ncclResult_t issued, const char *what, bool stream_too, cudaStream_t s);
+    // The stream of `q`: the backend's own for the host queue.
+    cudaStream_t on(Queue q) const noexcept {
+        return q.is_host() ? stream.get() : static_cast<cudaStream_t>(q.handle());
+    }
+    // The end of a collective on `q`: on the host queue, once its stream has
+    // run the operations; on a device queue, once NCCL has enqueued them.
+    void finish(ncclResult_t issued, const char *what, Queue q) {
+        wait(issued, what, q.is_host(), q.is_host() ? stream.get() : nullptr);
+    }
     // A CUDA call of an operation: an error fails like NCCL's.
     void check_cuda(cudaError_t e, const char *what) {
         if (e != cudaSuccess) fail_cuda(e, what);
@@ -183,10 +193,10 @@ void NcclBackend::Impl::init(const ncclUniqueId &id, int size, int rank) {
     ncclComm_t c = nullptr;
     const ncclResult_t r = ncclCommInitRankConfig(&c, size, id, rank, &config);
     nccl = c;
-    wait(r, "ncclCommInitRankConfig", false);
+    wait(r, "ncclCommInitRankConfig", false, nullptr);
 }
 
-void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_too) {
+void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_too, cudaStream_t s) {
     if (!issued_ok(issued)) fail_nccl(issued, what);
     const Clock::time_point start = Clock::now();
     for (;;) {
@@ -198,11 +208,10 @@ void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_
         if (q != ncclSuccess) fail_nccl(q, "ncclCommGetAsyncError");
         if (!issued_ok(state)) fail_nccl(state, what);
         if (state == ncclSuccess) {
-            // Enqueued on the stream. An asynchronous variant of the backend
-            // would return here, recording an event on the stream for the
-            // caller to wait on (with this loop's checks).
+            // Enqueued on the stream: a call on a device queue returns here,
+            // and synchronize() waits for the stream with this loop's checks.
             if (!stream_too) return;
-            const cudaError_t e = cudaStreamQuery(stream.get());
+            const cudaError_t e = cudaStreamQuery(s);
             if (e == cudaSuccess) return;
             if (e != cudaErrorNotReady) fail_cuda(e, what);
         }
@@ -304,11 +313,72 @@ NcclBackend::NcclBackend(MPI_Comm comm, int node_color)
     DSM_INFO(COMM, "nccl backend: member %d of %d on CUDA device %d", rank_, size_, device_);
 }
 
+NcclBackend::NcclBackend(SplitTag, Comm comm, int device)
+    : comm_(std::move(comm)), device_(device), impl_(std::make_unique<Impl>()) {
+    DSM_CHECK_MPI(MPI_Comm_rank(comm_.get(), &rank_));
+    DSM_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
+}
+
 NcclBackend::~NcclBackend() = default;
+
+std::unique_ptr<NcclBackend> NcclBackend::split(int color, int key) {
+    MPI_Comm c = MPI_COMM_NULL;
+    DSM_CHECK_MPI(MPI_Comm_split(comm_.get(), color < 0 ? MPI_UNDEFINED : color, key, &c));
+    Comm sub(c);
+    if (c != MPI_COMM_NULL) DSM_CHECK_MPI(MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN));
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    // One split of this communicator for every group: NCCL reuses its
+    // resources and needs no unique id per group. What can fail on one
+    // member is agreed first, then NCCL's split, as in the constructor.
+    const cuda::DeviceGuard on(device_);
+    std::unique_ptr<NcclBackend> child;
+    agree(comm_.get(), [&] {
+        impl_->require_usable();
+        if (sub.get() == MPI_COMM_NULL) return;
+        child = std::make_unique<NcclBackend>(SplitTag{}, std::move(sub), device_);
+        child->impl_->timeout_s = impl_->timeout_s;
+        child->impl_->stream = cuda::Stream::create();
+        child->impl_->one = cuda::DeviceBuffer(sizeof(float), true);
+    });
+    try {
+        agree(comm_.get(), [&] {
+            ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+            config.blocking = 0; // as the parent: wait() polls
+            ncclComm_t nc = nullptr;
+            const ncclResult_t r = ncclCommSplit(impl_->nccl, child ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &config);
+            if (!child) {
+                impl_->wait(r, "ncclCommSplit", false, nullptr);
+                return;
+            }
+            child->impl_->nccl = nc;
+            child->impl_->wait(r, "ncclCommSplit", false, nullptr);
+        });
+    } catch (...) {
+        if (child) child->impl_->abort();
+        throw;
+    }
+    if (child) DSM_INFO(COMM, "nccl backend: split member %d of %d (color %d) on CUDA device %d", child->rank_,
+                        child->size_, color, device_);
+    return child;
+#else
+    // NCCL before 2.18 has no ncclCommSplit: each group builds its own
+    // communicator (collective over the group only).
+    agree(comm_.get(), [&] { impl_->require_usable(); });
+    if (sub.get() == MPI_COMM_NULL) return nullptr;
+    return std::make_unique<NcclBackend>(sub.get(), -1);
+#endif
+}
 
 CUstream_st *NcclBackend::stream() const noexcept { return impl_->stream.get(); }
 
-void NcclBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op) {
+void NcclBackend::synchronize(Queue queue) {
+    if (queue.is_host()) return; // every call on the host queue completed before returning
+    impl_->require_usable();
+    const cuda::DeviceGuard on(device_);
+    impl_->wait(ncclSuccess, "synchronize", true, impl_->on(queue));
+}
+
+void NcclBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     check_reduce(dtype, op);
     const size_t bytes = checked_bytes(count, dtype_size(dtype), "allreduce count");
     impl_->require_usable();
@@ -318,12 +388,12 @@ void NcclBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtyp
     count_sent(ring_share(2 * bytes, size_));
     if (count == 0) return;
     const cuda::DeviceGuard on(device_);
-    impl_->finish(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), impl_->nccl, impl_->stream.get()),
-                  "ncclAllReduce");
+    impl_->finish(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), impl_->nccl, impl_->on(queue)),
+                  "ncclAllReduce", queue);
 }
 
 void NcclBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
-                                  dsm_dtype_t dtype, Op op) {
+                                  dsm_dtype_t dtype, Op op, Queue queue) {
     check_reduce(dtype, op);
     const size_t esize = dtype_size(dtype);
     size_t total = 0;
@@ -340,8 +410,8 @@ void NcclBackend::reduce_scatterv(const void *send, void *recv, const std::vecto
     const ncclRedOp_t rop = nccl_op(op);
     if (all_equal(counts)) {
         // In place when recv is this member's block of send, as NCCL defines it.
-        impl_->finish(ncclReduceScatter(send, recv, counts[0], type, rop, impl_->nccl, impl_->stream.get()),
-                      "ncclReduceScatter");
+        impl_->finish(ncclReduceScatter(send, recv, counts[0], type, rop, impl_->nccl, impl_->on(queue)),
+                      "ncclReduceScatter", queue);
         return;
     }
     // Uneven blocks: one reduction per member, rooted at the block's owner
@@ -350,11 +420,12 @@ void NcclBackend::reduce_scatterv(const void *send, void *recv, const std::vecto
     for (size_t j = 0; j < counts.size() && g.ok(); ++j)
         if (counts[j] > 0)
             g.call(ncclReduce(at(send, offs[j], esize), recv, counts[j], type, rop, static_cast<int>(j), impl_->nccl,
-                              impl_->stream.get()));
-    impl_->finish(g.end(), "ncclReduce");
+                              impl_->on(queue)));
+    impl_->finish(g.end(), "ncclReduce", queue);
 }
 
-void NcclBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype) {
+void NcclBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
+                             Queue queue) {
     const size_t esize = dtype_size(dtype);
     size_t total = 0;
     const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
@@ -368,7 +439,8 @@ void NcclBackend::allgatherv(const void *send, void *recv, const std::vector<siz
     const cuda::DeviceGuard on(device_);
     const ncclDataType_t type = nccl_type(dtype);
     if (all_equal(counts)) {
-        impl_->finish(ncclAllGather(send, recv, counts[0], type, impl_->nccl, impl_->stream.get()), "ncclAllGather");
+        impl_->finish(ncclAllGather(send, recv, counts[0], type, impl_->nccl, impl_->on(queue)), "ncclAllGather",
+                      queue);
         return;
     }
     // Uneven blocks: each member broadcasts its block to its place in recv
@@ -378,15 +450,15 @@ void NcclBackend::allgatherv(const void *send, void *recv, const std::vector<siz
         if (counts[j] == 0) continue;
         char *dst = at(recv, offs[j], esize);
         const void *src = static_cast<int>(j) == rank_ ? send : dst;
-        g.call(ncclBroadcast(src, dst, counts[j], type, static_cast<int>(j), impl_->nccl, impl_->stream.get()));
+        g.call(ncclBroadcast(src, dst, counts[j], type, static_cast<int>(j), impl_->nccl, impl_->on(queue)));
     }
-    impl_->finish(g.end(), "ncclBroadcast");
+    impl_->finish(g.end(), "ncclBroadcast", queue);
 }
 
 void NcclBackend::alltoallv(const void *send, const std::vector<size_t> &send_counts,
                             const std::vector<size_t> &send_displs, void *recv,
                             const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
-                            dsm_dtype_t dtype) {
+                            dsm_dtype_t dtype, Queue queue) {
     const size_t esize = dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     const size_t me = static_cast<size_t>(rank_);
@@ -405,7 +477,7 @@ void NcclBackend::alltoallv(const void *send, const std::vector<size_t> &send_co
     // posted on either side: send_counts[q] here equals recv_counts[me] on q).
     if (send_counts[me] > 0)
         impl_->check_cuda(cudaMemcpyAsync(at(recv, recv_displs[me], esize), at(send, send_displs[me], esize),
-                                          send_counts[me] * esize, cudaMemcpyDeviceToDevice, impl_->stream.get()),
+                                          send_counts[me] * esize, cudaMemcpyDeviceToDevice, impl_->on(queue)),
                           "cudaMemcpyAsync");
     Group g;
     for (size_t q = 0; q < send_counts.size() && g.ok(); ++q) {
@@ -413,16 +485,16 @@ void NcclBackend::alltoallv(const void *send, const std::vector<size_t> &send_co
         const int peer = static_cast<int>(q);
         if (recv_counts[q] > 0)
             g.call(ncclRecv(at(recv, recv_displs[q], esize), recv_counts[q], type, peer, impl_->nccl,
-                            impl_->stream.get()));
+                            impl_->on(queue)));
         if (send_counts[q] > 0 && g.ok())
             g.call(ncclSend(at(send, send_displs[q], esize), send_counts[q], type, peer, impl_->nccl,
-                            impl_->stream.get()));
+                            impl_->on(queue)));
     }
-    impl_->finish(g.end(), "ncclSend/ncclRecv");
+    impl_->finish(g.end(), "ncclSend/ncclRecv", queue);
 }
 
 void NcclBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
-                                  const PackFn &pack, const UnpackFn &unpack) {
+                                  const PackFn &pack, const UnpackFn &unpack, Queue queue) {
     check_packed(size_, rank_, send_bytes, recv_bytes, pack, unpack);
     impl_->require_usable();
     ++stats_.calls;
@@ -467,11 +539,11 @@ void NcclBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const s
         if (q == me) continue;
         const int peer = static_cast<int>(q);
         if (recv_counts[q] > 0)
-            g.call(ncclRecv(rbuf + recv_displs[q], recv_counts[q], ncclUint8, peer, impl_->nccl, impl_->stream.get()));
+            g.call(ncclRecv(rbuf + recv_displs[q], recv_counts[q], ncclUint8, peer, impl_->nccl, impl_->on(queue)));
         if (send_bytes[q] > 0 && g.ok())
-            g.call(ncclSend(sbuf + send_displs[q], send_bytes[q], ncclUint8, peer, impl_->nccl, impl_->stream.get()));
+            g.call(ncclSend(sbuf + send_displs[q], send_bytes[q], ncclUint8, peer, impl_->nccl, impl_->on(queue)));
     }
-    impl_->finish(g.end(), "ncclSend/ncclRecv (alltoall_packed)");
+    impl_->finish(g.end(), "ncclSend/ncclRecv (alltoall_packed)", queue);
 
     // Unpack; an exception from unpack is rethrown once the stream has run
     // what the earlier unpacks enqueued.
@@ -483,11 +555,12 @@ void NcclBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const s
             if (recv_bytes[q]) unpack(static_cast<int>(q), rbuf + recv_displs[q]);
         }
     });
-    impl_->finish(ncclSuccess, "alltoall_packed (unpack)");
+    // On every queue: the staging buffers are reused by the next call.
+    impl_->wait(ncclSuccess, "alltoall_packed (unpack)", true, impl_->on(queue));
     unpacked.rethrow_if_failed();
 }
 
-void NcclBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
+void NcclBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
     const size_t esize = dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     impl_->require_usable();
@@ -496,17 +569,17 @@ void NcclBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root) {
     if (rank_ == root && size_ > 1) count_sent(count * esize);
     if (count == 0) return;
     const cuda::DeviceGuard on(device_);
-    impl_->finish(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, impl_->nccl, impl_->stream.get()),
-                  "ncclBroadcast");
+    impl_->finish(ncclBroadcast(buf, buf, count, nccl_type(dtype), root, impl_->nccl, impl_->on(queue)),
+                  "ncclBroadcast", queue);
 }
 
-void NcclBackend::barrier() {
+void NcclBackend::barrier(Queue queue) {
     impl_->require_usable();
     ++stats_.calls;
     const cuda::DeviceGuard on(device_);
     void *one = impl_->one.get();
-    impl_->finish(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, impl_->nccl, impl_->stream.get()),
-                  "ncclAllReduce (barrier)");
+    impl_->finish(ncclAllReduce(one, one, 1, ncclFloat32, ncclSum, impl_->nccl, impl_->on(queue)),
+                  "ncclAllReduce (barrier)", queue);
 }
 
 void *NcclBackend::alloc_shared(size_t bytes) {

@@ -26,6 +26,12 @@ const std::vector<Param> &params() {
         {"DSM_BIND", "none",
          "CPU binding at mesh creation when the caller leaves it to the environment: none, spread "
          "(an even share of the node's cores per rank) or gpu (the cores nearest the rank's GPU)."},
+        {"DSM_COMM_BACKEND", "auto",
+         "The communication backend of the engine and sequence parallelism: auto, mpi, shm or nccl. "
+         "auto: nccl for buffers in device memory when NCCL is built and every rank sees a GPU, else "
+         "shm when some node holds two or more ranks of a group (node-shared memory, MPI between "
+         "nodes), else mpi. nccl takes device memory only, shm host memory only; a backend that cannot "
+         "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank."},
         {"DSM_CUDA_DEVICE", "",
          "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
          "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "

@@ -255,10 +255,11 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     build_params(params, nparams);
 
     // Local allocations may fail on one rank: agree before anything collective uses them.
-    comm::Kind kind = comm::Kind::AUTO;
+    // The engine's flat buffers are host memory: DSM_COMM_BACKEND picks among
+    // the backends that take it (auto: shm within a node, else mpi).
     const int node = st.ranks[static_cast<size_t>(st.rank)].node;
-    dp_ = comm::create_backend(dp_comm_.get(), kind, node);
-    if (sp_size_ > 1) sp_ = comm::create_backend(sp_comm_.get(), kind, node);
+    dp_ = comm::make_backend(dp_comm_.get(), comm::Space::HOST, node);
+    if (sp_size_ > 1) sp_ = comm::make_backend(sp_comm_.get(), comm::Space::HOST, node);
     allocate_or_fall_back(node);
     if (offloads(cfg_)) {
         // Every rank checked for a device while loading the configuration;

@@ -255,7 +255,7 @@ Counts counts(const dsm_sp_tensor_t &t, int size, int rank) {
 // ---------------------------------------------------------------- context
 
 Context::Context(MPI_Comm comm, int node_color)
-    : backend_(comm::create_backend(comm, comm::Kind::AUTO, node_color)) {
+    : backend_(comm::make_backend(comm, comm::Space::HOST, node_color)) {
     size_ = backend_->size();
     rank_ = backend_->rank();
 }

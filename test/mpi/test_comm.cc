@@ -9,11 +9,15 @@
 // windows, failing callbacks), alltoall_direct (permuting plans with many
 // and empty pieces, from private memory and from alloc_shared memory of
 // sizes that differ between members, with and without cross-memory attach;
-// which path ran; false where it cannot run; failures), and argument errors.
+// which path ran; false where it cannot run; failures), argument errors, the
+// backend factory (DSM_COMM_BACKEND and the memory space), capabilities,
+// queues (host backends accept and ignore one) and the nccl split (skipped
+// without a GPU).
 //
 // A failed check is recorded, not asserted at once, so that every rank goes
 // on through the same collectives; each test ends by agreeing on failures.
 #include <algorithm>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,10 +29,14 @@
 #include <vector>
 
 #include "comm/backend.hpp"
-#include "comm/backends.hpp"
+#include "comm/common.hpp"
+#include "comm/mpi_backend.hpp"
+#include "comm/nccl_backend.hpp"
+#include "comm/shm_backend.hpp"
 #include "comm/reduce.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "cuda/device.hpp"
 
 // CMocka (through mpi_test.h) last: its fail() macro would break the C++ headers.
 #include "mpi_test.h"
@@ -1213,6 +1221,190 @@ void test_choice_and_stats(void **state) {
     });
 }
 
+// ---------------------------------------------------------------- factory, capabilities, queues
+
+using dsm::comm::Capabilities;
+using dsm::comm::Queue;
+using dsm::comm::Space;
+
+// Whether every rank sees a CUDA device (the same answer on all).
+bool every_rank_has_a_gpu() {
+    int mine = dsm::cuda::device_count().count > 0 ? 1 : 0, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1;
+}
+
+// DSM_COMM_BACKEND for this rank; NULL unsets it.
+void set_backend_env(const char *v) {
+    if (v)
+        setenv("DSM_COMM_BACKEND", v, 1);
+    else
+        unsetenv("DSM_COMM_BACKEND");
+}
+
+std::string made(Space space, int color = -1) { return dsm::comm::make_backend(MPI_COMM_WORLD, space, color)->name(); }
+
+void test_factory(void **state) {
+    (void)state;
+    guarded([] {
+        const bool nccl = dsm::comm::nccl_built() && every_rank_has_a_gpu();
+        const std::string host_auto = test_size > 1 ? "shm" : "mpi";
+        // Unset, empty and "auto" (any case): the choice create_backend(AUTO) makes for host memory.
+        for (const char *v : {static_cast<const char *>(nullptr), "", "auto", "AUTO"}) {
+            set_backend_env(v);
+            const std::string label = v ? dsm::cat("\"", v, "\"") : std::string("unset");
+            CHECK(made(Space::HOST) == host_auto, label, ": host memory on one host gives ", made(Space::HOST));
+            CHECK(made(Space::HOST, test_rank) == "mpi", label, ": a node per rank gives ",
+                  made(Space::HOST, test_rank));
+            CHECK(made(Space::DEVICE) == (nccl ? "nccl" : "mpi"), label, ": device memory gives ",
+                  made(Space::DEVICE));
+        }
+        set_backend_env("mpi");
+        CHECK(made(Space::HOST) == "mpi", "mpi for host memory");
+        CHECK(made(Space::DEVICE) == "mpi", "mpi for device memory (staged)");
+        set_backend_env("Shm");
+        CHECK(made(Space::HOST) == "shm", "shm for host memory");
+        CHECK(made(Space::HOST, test_rank) == "shm", "shm with a node per rank");
+        EXPECT_ERROR(made(Space::DEVICE), DSM_ERR_NOT_SUPPORTED, "does not take device memory");
+        set_backend_env("nccl");
+        EXPECT_ERROR(made(Space::HOST), DSM_ERR_NOT_SUPPORTED, "does not take host memory");
+        if (nccl) {
+            CHECK(made(Space::DEVICE) == "nccl", "nccl for device memory");
+        } else if (!dsm::comm::nccl_built()) {
+            EXPECT_ERROR(made(Space::DEVICE), DSM_ERR_NOT_SUPPORTED, "the nccl backend is not built");
+        } else {
+            // Refused cleanly, on every rank, before NCCL is touched.
+            EXPECT_ERROR(made(Space::DEVICE), DSM_ERR_NOT_SUPPORTED, "needs a CUDA device on every rank");
+        }
+        // Bad values: DSM_ERR_INVALID_ARGUMENT naming the variable, on every rank.
+        for (const char *v : {"bogus", "gpu", "mpi,shm"}) {
+            set_backend_env(v);
+            EXPECT_ERROR(made(Space::HOST), DSM_ERR_INVALID_ARGUMENT, "DSM_COMM_BACKEND");
+            EXPECT_ERROR(made(Space::DEVICE), DSM_ERR_INVALID_ARGUMENT, dsm::cat("\"", v, "\""));
+        }
+        if (test_size > 1) {
+            // A bad value on one rank only: every rank fails alike, none hangs.
+            set_backend_env(test_rank == test_size - 1 ? "bogus" : "mpi");
+            EXPECT_ERROR(made(Space::HOST), DSM_ERR_INVALID_ARGUMENT, "DSM_COMM_BACKEND");
+            // Valid values that differ: a mismatch on every rank.
+            set_backend_env(test_rank == 0 ? "mpi" : "shm");
+            EXPECT_ERROR(made(Space::HOST), DSM_ERR_MISMATCH, "DSM_COMM_BACKEND");
+        }
+        set_backend_env(nullptr);
+        EXPECT_ERROR(dsm::comm::make_backend(MPI_COMM_NULL, Space::HOST), DSM_ERR_INVALID_ARGUMENT, "MPI_COMM_NULL");
+        EXPECT_ERROR(dsm::comm::make_backend(MPI_COMM_WORLD, static_cast<Space>(5)), DSM_ERR_INVALID_ARGUMENT,
+                     "space 5");
+    });
+    set_backend_env(nullptr);
+}
+
+bool same_caps(const Capabilities &a, const Capabilities &b) {
+    return a.host_memory == b.host_memory && a.device_memory == b.device_memory &&
+           a.stream_ordered == b.stream_ordered && a.multi_node == b.multi_node;
+}
+
+void test_capabilities(void **state) {
+    (void)state;
+    guarded([] {
+        const Capabilities m = dsm::comm::capabilities_of(Kind::MPI), s = dsm::comm::capabilities_of(Kind::SHM),
+                           n = dsm::comm::capabilities_of(Kind::NCCL), a = dsm::comm::capabilities_of(Kind::AUTO);
+        CHECK(m.host_memory && m.device_memory && !m.stream_ordered && m.multi_node, "mpi capabilities");
+        CHECK(s.host_memory && !s.device_memory && !s.stream_ordered && s.multi_node, "shm capabilities");
+        CHECK(!n.host_memory && n.device_memory && n.stream_ordered && n.multi_node, "nccl capabilities");
+        CHECK(!a.host_memory && !a.device_memory && !a.stream_ordered && !a.multi_node, "auto has none");
+        CHECK(m.accepts(Space::HOST) && m.accepts(Space::DEVICE), "mpi accepts both spaces");
+        CHECK(s.accepts(Space::HOST) && !s.accepts(Space::DEVICE), "shm accepts host memory only");
+        CHECK(!n.accepts(Space::HOST) && n.accepts(Space::DEVICE), "nccl accepts device memory only");
+        for (Kind k : {Kind::AUTO, Kind::MPI, Kind::SHM, Kind::NCCL})
+            CHECK(dsm::comm::kind_from_name(dsm::comm::kind_name(k)) == k, "kind_name round trip ",
+                  dsm::comm::kind_name(k));
+        // A backend reports its kind's capabilities.
+        const auto mpi = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
+        const auto shm = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::SHM, test_rank / 2);
+        CHECK(same_caps(mpi->capabilities(), m), "mpi backend capabilities");
+        CHECK(same_caps(shm->capabilities(), s), "shm backend capabilities");
+    });
+}
+
+void test_queue(void **state) {
+    (void)state;
+    guarded([] {
+        static_assert(Queue().is_host() && Queue::host().handle() == nullptr, "the default queue is the host's");
+        // cudaStreamPerThread: a valid stream handle wherever CUDA runs.
+        void *const per_thread = reinterpret_cast<void *>(uintptr_t(0x2));
+        const Queue dev(per_thread);
+        CHECK(!dev.is_host() && dev.handle() == per_thread && dev != Queue() && dev == Queue(per_thread),
+              "a device queue");
+        // Host backends accept a device queue (waiting for its earlier work)
+        // and complete before returning: the same results as on the host
+        // queue; synchronize() returns.
+        const size_t n = static_cast<size_t>(test_size);
+        for (const Config &c : {kConfigs[0], kConfigs[1], kConfigs[2]}) {
+            const auto be = make(c);
+            CHECK(!be->capabilities().stream_ordered, c.label, " is not stream-ordered");
+            std::vector<float> a(8 * n), b(8 * n), ra(8 * n), rb(8 * n);
+            for (size_t i = 0; i < a.size(); ++i)
+                a[i] = b[i] = static_cast<float>(test_rank * 100 + static_cast<int>(i));
+            be->allreduce(a.data(), ra.data(), a.size(), DSM_FLOAT32, Op::SUM);
+            be->allreduce(b.data(), rb.data(), b.size(), DSM_FLOAT32, Op::SUM, dev);
+            CHECK(ra == rb, c.label, " allreduce on a queue");
+            be->reduce_scatter(a.data(), ra.data(), 8, DSM_FLOAT32, Op::MAX);
+            be->reduce_scatter(b.data(), rb.data(), 8, DSM_FLOAT32, Op::MAX, dev);
+            CHECK(std::equal(ra.begin(), ra.begin() + 8, rb.begin()), c.label, " reduce_scatter on a queue");
+            be->allgather(a.data(), ra.data(), 8, DSM_FLOAT32);
+            be->allgather(b.data(), rb.data(), 8, DSM_FLOAT32, dev);
+            CHECK(ra == rb, c.label, " allgather on a queue");
+            std::vector<size_t> counts(n, 8), displs(n);
+            for (size_t q = 0; q < n; ++q) displs[q] = 8 * q;
+            be->alltoallv(a.data(), counts, displs, ra.data(), counts, displs, DSM_FLOAT32);
+            be->alltoallv(b.data(), counts, displs, rb.data(), counts, displs, DSM_FLOAT32, dev);
+            CHECK(ra == rb, c.label, " alltoallv on a queue");
+            std::vector<float> x(4, static_cast<float>(test_rank));
+            be->bcast(x.data(), x.size(), DSM_FLOAT32, test_size - 1, dev);
+            CHECK(x[3] == static_cast<float>(test_size - 1), c.label, " bcast on a queue");
+            std::vector<size_t> bytes(n, 4);
+            std::vector<int> got(n, -1);
+            be->alltoall_packed(
+                bytes, bytes, [&](int, void *buf) { std::memcpy(buf, &test_rank, 4); },
+                [&](int peer, const void *buf) { std::memcpy(&got[static_cast<size_t>(peer)], buf, 4); }, dev);
+            for (size_t q = 0; q < n; ++q) CHECK(got[q] == static_cast<int>(q), c.label, " alltoall_packed on a queue");
+            be->barrier(dev);
+            be->synchronize(dev);
+            be->synchronize();
+        }
+    });
+}
+
+// NCCL communicators per mesh dimension, split from one: needs a GPU per rank.
+void test_nccl_split(void **state) {
+    (void)state;
+    if (!dsm::comm::nccl_built()) {
+        if (test_rank == 0) print_message("skipped: libdsm was built without CUDA and NCCL\n");
+        skip();
+    }
+    if (!every_rank_has_a_gpu()) {
+        if (test_rank == 0) print_message("skipped: a rank has no CUDA device\n");
+        skip();
+    }
+    guarded([] {
+        auto world = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::NCCL);
+        auto *nccl = dynamic_cast<dsm::comm::NcclBackend *>(world.get());
+        CHECK(nccl != nullptr, "the nccl backend");
+        if (nccl == nullptr) return;
+        // A (rows, 2) mesh: the row groups (consecutive pairs) and the column groups.
+        const int cols = test_size > 1 ? 2 : 1;
+        auto row = nccl->split(test_rank / cols, test_rank % cols);
+        auto col = nccl->split(test_rank % cols, test_rank / cols);
+        auto none = nccl->split(test_rank == 0 ? 0 : -1, 0);
+        CHECK(row && row->size() == cols && row->rank() == test_rank % cols, "row group");
+        CHECK(col && col->size() == test_size / cols + (test_rank % cols < test_size % cols ? 1 : 0) &&
+                  col->rank() == test_rank / cols,
+              "column group");
+        CHECK((test_rank == 0) == (none != nullptr), "color < 0 joins no group");
+        CHECK(row && row->capabilities().stream_ordered, "a split backend is stream-ordered");
+    });
+}
+
 // Bad arguments fail locally (on every rank alike) with a message naming the value.
 void test_errors(void **state) {
     (void)state;
@@ -1277,6 +1469,10 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_choice_and_stats),
+        cmocka_unit_test(test_factory),
+        cmocka_unit_test(test_capabilities),
+        cmocka_unit_test(test_queue),
+        cmocka_unit_test(test_nccl_split),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_chunked_beyond_count_limit),
         cmocka_unit_test(test_alltoall_direct),

@@ -16,6 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$bin" --version | grep -q "libdsm" || fail "--version"
 "$bin" | grep -q "DSM_MESH_PLACEMENT" || fail "no parameters in the text output"
 "$bin" --env | grep -q "^environment parameters:" || fail "--env"
+"$bin" --env | grep -q "DSM_COMM_BACKEND" || fail "--env lacks DSM_COMM_BACKEND"
 "$bin" --json > "$tmp/info.json" || fail "dsm-info --json exited $?"
 python3 - "$tmp/info.json" <<'PY' || fail "dsm-info --json content"
 import json, sys

@@ -29,7 +29,10 @@
 
 #include "bench.hpp"
 #include "comm/backend.hpp"
-#include "comm/backends.hpp"
+#include "comm/common.hpp"
+#include "comm/mpi_backend.hpp"
+#include "comm/nccl_backend.hpp"
+#include "comm/shm_backend.hpp"
 #include "core/error.hpp"
 #include "mesh/mesh.hpp"
 #include "sp/transform.hpp"

@@ -18,7 +18,10 @@
 
 #include "bench.hpp"
 #include "comm/backend.hpp"
-#include "comm/backends.hpp"
+#include "comm/common.hpp"
+#include "comm/mpi_backend.hpp"
+#include "comm/nccl_backend.hpp"
+#include "comm/shm_backend.hpp"
 #include "comm/reduce.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
