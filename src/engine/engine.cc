@@ -26,75 +26,6 @@
 namespace dsm {
 namespace engine {
 
-// ---------------------------------------------------------------- buffers
-
-void HostBuffer::Free::operator()(void *p) const noexcept { std::free(p); }
-
-HostBuffer::HostBuffer(size_t bytes) : bytes_(bytes) {
-    if (bytes == 0) return;
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    void *p = std::aligned_alloc(64, rounded);
-    if (p == nullptr) throw std::bad_alloc();
-    std::memset(p, 0, rounded);
-    ptr_.reset(p);
-    capacity_ = rounded;
-}
-
-HostBuffer BufferPool::take(size_t bytes, bool zero) {
-    size_t best = idle_.size();
-    for (size_t i = 0; i < idle_.size(); ++i) {
-        const size_t c = idle_[i].capacity();
-        if (c >= bytes && c / 2 <= bytes && (best == idle_.size() || c < idle_[best].capacity())) best = i;
-    }
-    if (best == idle_.size()) return HostBuffer(bytes); // zeroed
-    HostBuffer b = std::move(idle_[best]);
-    idle_[best] = std::move(idle_.back());
-    idle_.pop_back();
-    idle_bytes_ -= b.capacity();
-    b.resize(bytes);
-    if (zero && bytes > 0) std::memset(b.data(), 0, bytes);
-    return b;
-}
-
-void BufferPool::give(HostBuffer &&b) noexcept {
-    if (!b) return;
-    HostBuffer mine = std::move(b);
-    if (idle_bytes_ + mine.capacity() > limit_) return; // freed here
-    try {
-        idle_.push_back(std::move(mine));
-        idle_bytes_ += idle_.back().capacity();
-    } catch (...) {
-        // No room to remember it: it is freed.
-    }
-}
-
-void BufferPool::clear() noexcept {
-    idle_.clear();
-    idle_bytes_ = 0;
-}
-
-SharedBuffer::SharedBuffer(comm::Backend *backend, size_t bytes)
-    : backend_(backend), ptr_(backend->alloc_shared(bytes)), bytes_(bytes) {}
-
-void SharedBuffer::reset() noexcept {
-    if (backend_ != nullptr && ptr_ != nullptr) {
-        try {
-            backend_->free_shared(ptr_);
-        } catch (...) {
-            // Destructors never throw; close() reports errors.
-        }
-    }
-    backend_ = nullptr;
-    ptr_ = nullptr;
-    bytes_ = 0;
-}
-
-void SharedBuffer::swap(SharedBuffer &o) noexcept {
-    std::swap(backend_, o.backend_);
-    std::swap(ptr_, o.ptr_);
-    std::swap(bytes_, o.bytes_);
-}
-
 // ---------------------------------------------------------------- creation
 
 namespace {
@@ -248,10 +179,24 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     }
     agree_same(world_, "the parameter lists (name[shape] flags;...)", canon.str());
 
-    stage_ = cfg_.zero.stage;
     dtype_ = compute_dtype(cfg_);
     esize_ = dtype_bytes(dtype_);
     comm_dtype_ = to_dtype(cfg_.communication_data_type, dtype_);
+    {
+        zero::StageSettings ss;
+        ss.stage = cfg_.zero.stage;
+        ss.dtype = dtype_;
+        ss.comm_dtype = comm_dtype_;
+        // DeepSpeed's scaling around the data-parallel sum.
+        const double dp = dp_size_, f = cfg_.gradient_predivide_factor;
+        const bool mean = cfg_.gradient_allreduce_op == config::AllreduceOp::MEAN;
+        ss.pre = cfg_.prescale_gradients ? 1.0 / dp : 1.0 / f;
+        ss.post = cfg_.prescale_gradients ? 1.0 : (mean ? f / dp : 1.0);
+        ss.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
+        ss.prefetch_bucket_size = cfg_.zero.prefetch_bucket_size;
+        ss.persistence_threshold = cfg_.zero.param_persistence_threshold;
+        stage_ = zero::Stage::create(ss);
+    }
     build_params(params, nparams);
 
     // Local allocations may fail on one rank: agree before anything collective uses them.
@@ -280,7 +225,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     schedule_ = optim::schedule_from_config(cfg_);
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
              "reductions, %d data-parallel x %d sequence-parallel ranks, %s backend%s%s",
-             num_params(), layout_.used(), stage_, dtype_name(dtype_), dtype_name(comm_dtype_),
+             num_params(), layout_.used(), stage_->number(), dtype_name(dtype_), dtype_name(comm_dtype_),
              dp_size_, sp_size_, dp_->name(), mirror_ ? ", offload: parameters and gradients on " : "",
              mirror_ ? mirror_->memory().name().c_str() : "");
 }
@@ -330,7 +275,6 @@ void Engine::check_params(const dsm_param_desc_t *params, int nparams) const {
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
     params_.resize(static_cast<size_t>(nparams));
-    const int64_t threshold = cfg_.zero.param_persistence_threshold;
     std::vector<zero::Slot> persistent, gathered;
     for (int i = 0; i < nparams; ++i) {
         Param &p = params_[static_cast<size_t>(i)];
@@ -340,7 +284,7 @@ void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
         for (int64_t s : p.shape) p.numel *= static_cast<size_t>(s);
         p.trainable = params[i].trainable != 0;
         p.decay = params[i].no_weight_decay == 0;
-        p.persistent = stage_ < 3 || static_cast<int64_t>(p.numel) <= threshold;
+        p.persistent = stage_->persistent(p.numel);
         if (!p.trainable) continue;
         zero::Slot s;
         s.param = i;
@@ -352,11 +296,8 @@ void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
     // after each step keeps all of them whole.
     std::vector<zero::Slot> slots = persistent;
     slots.insert(slots.end(), gathered.begin(), gathered.end());
-    layout_ = zero::Layout(std::move(slots), stage_ >= 1 ? dp_size_ : 1);
-    part_ = stage_ >= 1 ? dp_rank_ : 0;
-    persist_end_ = 0;
-    for (const auto &s : layout_.slots())
-        if (params_[static_cast<size_t>(s.param)].persistent) persist_end_ = s.offset + s.numel;
+    layout_ = zero::Layout(std::move(slots), stage_->parts(dp_size_));
+    part_ = layout_.parts() > 1 ? dp_rank_ : 0;
     segments_ = layout_.segments(part_);
 }
 
@@ -398,10 +339,7 @@ void Engine::allocate_or_fall_back(int node) {
                                   : "another data-parallel group's shared buffers do not fit in /dev/shm");
         // Collective frees over each data-parallel group, in the same order
         // on its ranks (their allocations were agreed, so they hold the same).
-        bucket_send_.reset();
-        grad_flat_.reset();
-        param_part_.reset();
-        param_flat_.reset();
+        stage_->free();
         dp_.reset();
         dp_ = comm::create_backend(dp_comm_.get(), comm::Kind::MPI, node);
         attempt();
@@ -412,34 +350,11 @@ void Engine::allocate_or_fall_back(int node) {
 }
 
 void Engine::allocate() {
-    const size_t T = layout_.total(), P = layout_.part_size();
-    // Shared buffers are collective allocations: every rank of the group
-    // allocates the same sizes in the same order.
-    if (stage_ < 3)
-        param_flat_ = SharedBuffer(dp_.get(), T * esize_);
-    else {
-        param_flat_ = SharedBuffer(dp_.get(), std::max<size_t>(persist_end_, 1) * esize_);
-        param_part_ = SharedBuffer(dp_.get(), P * esize_);
-    }
-    if (stage_ < 2)
-        grad_flat_ = SharedBuffer(dp_.get(), T * esize_);
-    else {
-        // The shared (collective) allocations first: a private one that fails
-        // on one rank must not leave its group waiting in the next.
-        const int64_t want = std::max<int64_t>(cfg_.zero.reduce_bucket_size, 1);
-        bucket_cap_ = std::min<size_t>(static_cast<size_t>(want), std::max<size_t>(layout_.used(), 1));
-        bucket_send_ = SharedBuffer(dp_.get(), bucket_cap_ * dtype_bytes(comm_dtype_));
-        grad_part_ = HostBuffer(P * esize_);
-        bucket_recv_ = HostBuffer(bucket_cap_ * dtype_bytes(comm_dtype_));
-    }
-    if (stage_ < 2 && comm_dtype_ != dtype_) {
-        const int64_t want = std::max<int64_t>(cfg_.zero.reduce_bucket_size, 1);
-        const size_t cap = std::min<size_t>(static_cast<size_t>(want), T);
-        comm_scratch_ = HostBuffer(cap * dtype_bytes(comm_dtype_));
-    }
+    const size_t P = layout_.part_size();
+    stage_->bind(&layout_, part_, dp_.get(), sp_.get(), &timers_);
+    stage_->allocate(); // the collective (shared) allocations first
     if (dtype_ == DSM_FLOAT32) {
-        master_ = stage_ < 3 ? static_cast<float *>(param_flat_.data()) + layout_.part_begin(part_)
-                             : static_cast<float *>(param_part_.data());
+        master_ = static_cast<float *>(stage_->param_partition());
     } else {
         master_own_ = HostBuffer(P * sizeof(float));
         master_ = static_cast<float *>(master_own_.data());
@@ -448,15 +363,6 @@ void Engine::allocate() {
     optimizer_ = std::make_unique<optim::Optimizer>(optim::hyper_from_config(cfg_.optimizer), P);
     for (Param &p : params_)
         if (!p.trainable) p.frozen = HostBuffer(p.numel * esize_);
-    // Idle buffers kept for reuse: twice the largest staging or gather need
-    // (one parameter, or a ZeRO-3 prefetch group).
-    if (stage_ >= 2) {
-        size_t largest = 0;
-        for (const Param &p : params_)
-            if (p.trainable) largest = std::max(largest, p.numel);
-        const size_t prefetch = static_cast<size_t>(std::max<int64_t>(cfg_.zero.prefetch_bucket_size, 0));
-        pool_.set_limit(2 * (largest + (stage_ == 3 ? prefetch : 0)) * esize_);
-    }
 }
 
 void Engine::initialize_values(const dsm_param_desc_t *params) {
@@ -551,9 +457,11 @@ size_t Engine::numel(int index) const {
 // host waits for that part): a note in the log, not an error.
 void Engine::pin_offload() {
     const bool pin = cfg_.zero.offload_optimizer.pin_memory || cfg_.zero.offload_param.pin_memory;
-    if (!pin || param_flat_.data() == nullptr) return;
+    size_t bytes = 0;
+    void *whole = stage_->whole_params(&bytes);
+    if (!pin || whole == nullptr) return;
     std::string why;
-    if (!mirror_->pin(param_flat_.data(), param_flat_.bytes(), why))
+    if (!mirror_->pin(whole, bytes, why))
         DSM_INFO(ENGINE, "offload pin_memory: the parameters stay in pageable memory: %s", why.c_str());
 }
 
@@ -568,22 +476,14 @@ DeviceMirror::Keep Engine::mirror_keep(const Param &p) {
 const void *Engine::param_acquire(int index) {
     Param &p = param(index, "param_acquire");
     DSM_REQUIRE(!p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is already acquired");
-    const void *values;
-    if (!p.trainable) {
-        values = p.frozen.data();
-    } else if (p.persistent) {
-        values = static_cast<const char *>(param_flat_.data()) + layout_.slot_of(index)->offset * esize_;
-    } else {
-        if (!p.gathered) {
-            try {
-                gather(prefetch_list(index));
-            } catch (...) {
-                broken_ = true;
-                throw;
-            }
+    const void *values = p.frozen.data();
+    if (p.trainable) {
+        try {
+            values = stage_->acquire_param(index, at_point(SyncPoint::GATHER));
+        } catch (...) {
+            broken_ = true;
+            throw;
         }
-        trace_.push_back(index);
-        values = p.gathered.data();
     }
     if (mirror_) values = mirror_->param(index, values, p.numel, mirror_keep(p));
     p.param_acquired = true;
@@ -595,7 +495,7 @@ void Engine::param_release(int index) {
     DSM_REQUIRE(p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is not acquired");
     p.param_acquired = false;
     if (mirror_) mirror_->param_release(index, mirror_keep(p));
-    if (!p.persistent) pool_.give(std::move(p.gathered));
+    if (p.trainable) stage_->release_param(index);
 }
 
 void *Engine::grad_acquire(int index) {
@@ -603,13 +503,7 @@ void *Engine::grad_acquire(int index) {
     DSM_REQUIRE(p.trainable, DSM_ERR_INVALID_ARGUMENT, "parameter '", p.name,
                 "' is frozen (trainable = 0): it has no gradient");
     DSM_REQUIRE(!p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is already acquired");
-    void *g;
-    if (stage_ < 2) {
-        g = static_cast<char *>(grad_flat_.data()) + layout_.slot_of(index)->offset * esize_;
-    } else {
-        p.staging = pool_.take(p.numel * esize_, true);
-        g = p.staging.data();
-    }
+    void *g = stage_->acquire_grad(index);
     if (mirror_) g = mirror_->grad(index, g, p.numel);
     p.grad_acquired = true;
     return g;
@@ -620,16 +514,11 @@ void Engine::grad_release(int index) {
     DSM_REQUIRE(p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is not acquired");
     if (mirror_) mirror_->grad_release(index); // into the host gradient the engine gave
     p.grad_acquired = false;
-    if (stage_ < 2) return;
-    bucket_elems_ += p.numel;
-    bucket_.push_back(Pending{index, std::move(p.staging)});
-    if (bucket_elems_ >= bucket_cap_) {
-        try {
-            flush_bucket();
-        } catch (...) {
-            broken_ = true;
-            throw;
-        }
+    try {
+        stage_->release_grad(index, at_point(SyncPoint::FLUSH));
+    } catch (...) {
+        broken_ = true;
+        throw;
     }
 }
 
@@ -663,17 +552,7 @@ void Engine::release(bool abandon) {
         if (dp_) dp_->abandon();
     }
     mirror_.reset();
-    bucket_.clear();
-    pool_.clear();
-    for (Param &p : params_) {
-        p.gathered = HostBuffer();
-        p.staging = HostBuffer();
-    }
-    // Shared buffers are freed collectively, in reverse order of allocation.
-    bucket_send_.reset();
-    grad_flat_.reset();
-    param_part_.reset();
-    param_flat_.reset();
+    if (stage_) stage_->free(); // shared buffers: collective, in reverse order of allocation
     sp_.reset();
     dp_.reset();
     if (abandon) { // MPI_Comm_free is collective too
@@ -710,16 +589,12 @@ double Engine::zero_formula_bytes_per_param() const {
     const int nstate = optim::state_count(cfg_.optimizer.type);
     const double pw = static_cast<double>(esize_);
     const double K = (dtype_ == DSM_FLOAT32 ? 0.0 : 4.0) + 4.0 * nstate;
-    switch (stage_) {
-    case 0: return pw + pw + K;
-    case 1: return pw + pw + K / dp;
-    case 2: return pw + (pw + K) / dp;
-    default: return (pw + pw + K) / dp;
-    }
+    return stage_->formula(pw, K, dp);
 }
 
 size_t Engine::model_state_bytes() const {
-    return param_flat_.bytes() + param_part_.bytes() + grad_flat_.bytes() + grad_part_.bytes() + master_own_.bytes() +
+    const zero::StageMemory m = stage_->memory();
+    return m.params + m.grads + master_own_.bytes() +
            optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states());
 }
 
@@ -733,27 +608,25 @@ std::string Engine::describe(dsm_format_t format) const {
     auto add = [&](const char *name, size_t bytes) {
         if (bytes) buffers[name] = bytes;
     };
-    add("parameters", param_flat_.bytes() + param_part_.bytes());
-    add("gradients", grad_flat_.bytes() + grad_part_.bytes());
+    const zero::StageMemory m = stage_->memory();
+    add("parameters", m.params);
+    add("gradients", m.grads);
     add("master_weights", master_own_.bytes());
     add("optimizer_state", optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states()));
     add("fp32_gradient_scratch", grad32_.bytes());
-    add("reduction_buckets", bucket_send_.bytes() + bucket_recv_.bytes() + comm_scratch_.bytes());
+    add("reduction_buckets", m.buckets);
     size_t frozen = 0;
     for (const Param &p : params_) frozen += p.frozen.bytes();
     add("frozen_parameters", frozen);
-    size_t live = 0; // gathered parameters and gradient staging held now
-    for (const Param &p : params_) live += p.gathered.capacity() + p.staging.capacity();
-    for (const Pending &pe : bucket_) live += pe.grad.capacity();
-    add("gathered_and_staging", live);
-    add("idle_reuse_pool", pool_.idle_bytes());
+    add("gathered_and_staging", m.live); // gathered parameters and gradient staging held now
+    add("idle_reuse_pool", m.idle);
     const size_t model_state = model_state_bytes();
     size_t total = 0;
     for (auto &kv : buffers.items()) total += kv.value().get<size_t>();
     json j = {
         {"format", "dsm-engine"},
         {"format_version", 1},
-        {"zero_stage", stage_},
+        {"zero_stage", stage_->number()},
         {"compute_dtype", dtype_name(dtype_)},
         {"communication_dtype", dtype_name(comm_dtype_)},
         {"optimizer", config::optimizer_name(cfg_.optimizer.type)},
@@ -787,7 +660,7 @@ std::string Engine::describe(dsm_format_t format) const {
                         {"param_copies_after_step", mirror_->copies_refreshed()}};
     if (format == DSM_FORMAT_JSON) return j.dump() + "\n";
     std::ostringstream os;
-    os << "engine: ZeRO stage " << stage_ << ", " << dtype_name(dtype_) << " compute, "
+    os << "engine: ZeRO stage " << stage_->number() << ", " << dtype_name(dtype_) << " compute, "
        << dtype_name(comm_dtype_) << " reductions, optimizer " << config::optimizer_name(cfg_.optimizer.type)
        << " (" << optim::active_isa() << "), backend " << dp_->name() << "\n";
     os << "ranks: " << dp_size_ << " data-parallel x " << sp_size_ << " sequence-parallel; partition " << part_
