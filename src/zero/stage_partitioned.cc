@@ -7,6 +7,16 @@
 // partition and the small persistent parameters whole, and gathers the
 // others when they are acquired, prefetching along the previous
 // micro-step's order of acquisitions (prefetch_list).
+//
+// The bucket (one round, reduce_bucket_size elements at most, in the
+// backend's shared memory) is also where a gradient or a gathered parameter
+// lives while nothing else uses it, when the communication dtype is the
+// compute dtype: a gradient written there by the user is reduce-scattered in
+// place when it makes a round alone (no staging copy, no packing, no receive
+// buffer), and a parameter gathered there needs no copy through the
+// backend's scratch memory. So the memory beyond the ZeRO formula is one
+// bucket. A buffer the bucket cannot hold (larger, or the bucket busy) comes
+// from the pool of idle host buffers.
 #include <algorithm>
 #include <cstring>
 
@@ -46,19 +56,31 @@ public:
     }
     const void *acquire_param(int index, const Before &before) override;
     void release_param(int index) override {
-        if (!held_whole(index)) pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
+        if (held_whole(index)) return;
+        if (arena_ == Arena::PARAM && arena_param_ == index) arena_ = Arena::FREE;
+        pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
     }
     void publish(const float *master) override;
     void new_micro_step(bool forget) override;
 
     void *acquire_grad(int index) override {
+        const size_t n = layout_->slot_of(index)->numel;
+        if (arena_fits(n)) {
+            arena_ = Arena::GRAD;
+            arena_param_ = index;
+            std::memset(bucket_send_.data(), 0, n * esize_);
+            return bucket_send_.data();
+        }
         HostBuffer &b = staging_[static_cast<size_t>(index)];
-        b = pool_.take(layout_->slot_of(index)->numel * esize_, true);
+        b = pool_.take(n * esize_, true);
         return b.data();
     }
     void release_grad(int index, const Before &before) override {
         bucket_elems_ += layout_->slot_of(index)->numel;
-        pending_.push_back(Pending{index, std::move(staging_[static_cast<size_t>(index)])});
+        HostBuffer &b = staging_[static_cast<size_t>(index)];
+        const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
+        char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
+        pending_.push_back(Pending{index, std::move(b), data, in_bucket});
         if (bucket_elems_ >= bucket_cap_) flush(before);
     }
     void reduce(bool, const Before &before) override { flush(before); }
@@ -69,14 +91,25 @@ public:
 
 private:
     bool held_whole(int index) const { return persistent(layout_->slot_of(index)->numel); }
+    bool gathered(int index) const {
+        return gathered_[static_cast<size_t>(index)] || (arena_ == Arena::PARAM && arena_param_ == index);
+    }
+    // Whether `n` compute elements may use the bucket now.
+    bool arena_fits(size_t n) const {
+        return arena_ == Arena::FREE && s_.comm_dtype == s_.dtype && n > 0 && n <= bucket_cap_;
+    }
     void flush(const Before &before);
     void gather(const std::vector<int> &list);
 
     SharedBuffer param_flat_;  // stage 2: T; stage 3: the persistent region
     SharedBuffer param_part_;  // stage 3: P
-    SharedBuffer bucket_send_; // one round, packed by owner
+    SharedBuffer bucket_send_; // one round, packed by owner; reduced in place
     HostBuffer grad_part_;     // P
-    HostBuffer bucket_recv_;
+    // What the bucket holds between flushes: nothing, the gradient of
+    // arena_param_ (acquired, or released and pending), or its gathered values.
+    enum class Arena { FREE, GRAD, PARAM };
+    Arena arena_ = Arena::FREE;
+    int arena_param_ = -1;
     size_t bucket_cap_ = 0;    // elements per reduction round
     size_t persist_end_ = 0;   // stage 3: flat elements [0, persist_end_) are held whole
 
@@ -86,7 +119,9 @@ private:
     // Gradients released since the last flush, in release order.
     struct Pending {
         int param;
-        HostBuffer grad;
+        HostBuffer grad; // empty when the gradient is in the bucket
+        char *data;
+        bool in_bucket;
     };
     std::vector<Pending> pending_;
     size_t bucket_elems_ = 0;
@@ -120,7 +155,7 @@ void Partitioned::allocate() {
     bucket_cap_ = bucket_capacity(s_.reduce_bucket_size, layout_->used());
     bucket_send_ = SharedBuffer(dp_, bucket_cap_ * csize_);
     grad_part_ = HostBuffer(P * esize_);
-    bucket_recv_ = HostBuffer(bucket_cap_ * csize_);
+    arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
     staging_.resize(static_cast<size_t>(max_param + 1));
     // Idle buffers kept for reuse: twice the largest staging or gather need
@@ -139,14 +174,14 @@ void Partitioned::free() noexcept {
     param_part_.reset();
     param_flat_.reset();
     grad_part_ = HostBuffer();
-    bucket_recv_ = HostBuffer();
+    arena_ = Arena::FREE;
 }
 
 StageMemory Partitioned::memory() const {
     StageMemory m;
     m.params = param_flat_.bytes() + param_part_.bytes();
     m.grads = grad_part_.bytes();
-    m.buckets = bucket_send_.bytes() + bucket_recv_.bytes();
+    m.buckets = bucket_send_.bytes();
     for (const auto &b : gathered_) m.live += b.capacity();
     for (const auto &b : staging_) m.live += b.capacity();
     for (const Pending &pe : pending_) m.live += pe.grad.capacity();
@@ -157,17 +192,17 @@ StageMemory Partitioned::memory() const {
 const void *Partitioned::acquire_param(int index, const Before &before) {
     const zero::Slot *s = layout_->slot_of(index);
     if (persistent(s->numel)) return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
-    HostBuffer &g = gathered_[static_cast<size_t>(index)];
-    if (!g) {
+    if (!gathered(index)) {
         const std::vector<int> list = prefetch_list(
             last_trace_, trace_pos_, index, static_cast<size_t>(std::max<int64_t>(s_.prefetch_bucket_size, 0)),
             [this](int j) { return layout_->slot_of(j)->numel; },
-            [this](int j) { return static_cast<bool>(gathered_[static_cast<size_t>(j)]); });
+            [this](int j) { return gathered(j); });
         before(list.front());
         gather(list);
     }
     trace_.push_back(index);
-    return g.data();
+    if (arena_ == Arena::PARAM && arena_param_ == index) return bucket_send_.data();
+    return gathered_[static_cast<size_t>(index)].data();
 }
 
 // Gather whole parameters from their partitions (allgatherv over the
@@ -177,14 +212,25 @@ void Partitioned::gather(const std::vector<int> &list) {
     const double t0 = MPI_Wtime();
     const char *part = static_cast<const char *>(param_part_.data());
     const size_t my_begin = layout_->part_begin(part_);
-    for (int j : list) gathered_[static_cast<size_t>(j)] = pool_.take(layout_->slot_of(j)->numel * esize_, false);
     if (list.size() == 1) {
+        // One parameter: straight into the bucket when it is free (shared
+        // memory, which the backend's peers read in place), else into a buffer.
         const int j = list.front();
         const zero::Slot *s = layout_->slot_of(j);
+        void *to;
+        if (arena_fits(s->numel)) {
+            arena_ = Arena::PARAM;
+            arena_param_ = j;
+            to = bucket_send_.data();
+        } else {
+            gathered_[static_cast<size_t>(j)] = pool_.take(s->numel * esize_, false);
+            to = gathered_[static_cast<size_t>(j)].data();
+        }
         const std::vector<size_t> counts = layout_->counts(s->offset, s->offset + s->numel);
         const size_t lo = std::max(s->offset, my_begin);
-        dp_->allgatherv(part + (lo - my_begin) * esize_, gathered_[static_cast<size_t>(j)].data(), counts, s_.dtype);
+        dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype);
     } else {
+        for (int j : list) gathered_[static_cast<size_t>(j)] = pool_.take(layout_->slot_of(j)->numel * esize_, false);
         const GatherPlan plan = plan_gather(*layout_, list);
         size_t total = 0;
         for (size_t c : plan.counts) total += c;
@@ -221,6 +267,7 @@ void Partitioned::publish(const float *master) {
 void Partitioned::new_micro_step(bool forget) {
     for (const auto &s : layout_->slots())
         if (!persistent(s.numel)) pool_.give(std::move(gathered_[static_cast<size_t>(s.param)]));
+    if (arena_ == Arena::PARAM) arena_ = Arena::FREE;
     if (forget) last_trace_.clear();
     else last_trace_.swap(trace_);
     trace_.clear();
@@ -243,23 +290,58 @@ void Partitioned::flush(const Before &before) {
     std::vector<int> released;
     for (auto &p : pending_) {
         const size_t n = layout_->slot_of(p.param)->numel;
-        if (s_.pre != 1.0) amp::scale_inplace(p.grad.data(), dt, n, s_.pre);
-        if (sp_) sp_->allreduce(p.grad.data(), p.grad.data(), n, dt, comm::Op::SUM);
+        if (s_.pre != 1.0) amp::scale_inplace(p.data, dt, n, s_.pre);
+        if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM);
         released.push_back(p.param);
     }
-    const size_t my_begin = layout_->part_begin(part_);
-    char *send = static_cast<char *>(bucket_send_.data());
-    char *recv = static_cast<char *>(bucket_recv_.data());
-    for (const Round &r : plan_rounds(*layout_, released, bucket_cap_)) {
-        size_t at = 0;
-        for (const SendPiece &pc : r.pieces) {
-            const char *src = static_cast<const char *>(pending_[static_cast<size_t>(pc.entry)].grad.data()) + pc.src * esize_;
-            amp::convert(src, dt, send + at * csize_, cd, pc.count);
-            at += pc.count;
+    const std::vector<Round> rounds = plan_rounds(*layout_, released, bucket_cap_);
+    // A gradient in the bucket that makes the first round alone is reduced
+    // in place; one that shares its round moves out first, so that the
+    // rounds can be packed into the bucket.
+    int resident = -1;
+    for (size_t e = 0; e < pending_.size(); ++e)
+        if (pending_[e].in_bucket) resident = static_cast<int>(e);
+    bool in_place = false;
+    if (resident >= 0) {
+        in_place = resident == 0;
+        for (const SendPiece &pc : rounds.front().pieces) in_place = in_place && pc.entry == 0;
+        if (!in_place) {
+            Pending &pe = pending_[static_cast<size_t>(resident)];
+            const size_t bytes = layout_->slot_of(pe.param)->numel * esize_;
+            pe.grad = pool_.take(bytes, false);
+            std::memcpy(pe.grad.data(), pe.data, bytes);
+            pe.data = static_cast<char *>(pe.grad.data());
+            pe.in_bucket = false;
         }
-        dp_->reduce_scatterv(send, recv, r.counts, cd, comm::Op::SUM);
+        arena_ = Arena::FREE;
+    }
+    // Packed into the bucket unless the user holds a buffer there.
+    HostBuffer spare;
+    char *send = static_cast<char *>(bucket_send_.data());
+    if (arena_ != Arena::FREE) {
+        spare = pool_.take(bucket_cap_ * csize_, false);
+        send = static_cast<char *>(spare.data());
+    }
+    const size_t my_begin = layout_->part_begin(part_);
+    for (size_t k = 0; k < rounds.size(); ++k) {
+        const Round &r = rounds[k];
+        char *buf = send;
+        if (k == 0 && in_place) {
+            buf = static_cast<char *>(bucket_send_.data()); // already in order: the parameter's pieces by owner
+        } else {
+            size_t at = 0;
+            for (const SendPiece &pc : r.pieces) {
+                amp::convert(pending_[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt, buf + at * csize_, cd,
+                             pc.count);
+                at += pc.count;
+            }
+        }
+        size_t mine = 0;
+        for (int q = 0; q < part_; ++q) mine += r.counts[static_cast<size_t>(q)];
+        char *recv = buf + mine * csize_;
+        dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM); // in place
         // Unpack this rank's pieces in the same order, adding into the partition.
-        at = 0;
+        size_t at = 0;
         for (const SendPiece &pc : r.pieces) {
             if (pc.part != part_) continue;
             const size_t dst = pc.flat - my_begin;
@@ -276,6 +358,7 @@ void Partitioned::flush(const Before &before) {
             at += pc.count;
         }
     }
+    pool_.give(std::move(spare));
     for (Pending &pe : pending_) pool_.give(std::move(pe.grad));
     pending_.clear();
     bucket_elems_ = 0;
