@@ -166,8 +166,12 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         std::string err;
         dsm_status_t status = DSM_SUCCESS;
         try {
-            mirror_ = std::make_unique<DeviceMirror>(offload_memory(cuda::mesh_hint(*mesh_)), params_.size(), dtype_);
-            pin_offload();
+            const bool pin = cfg_.zero.offload_optimizer.pin_memory || cfg_.zero.offload_param.pin_memory;
+            compute_ = std::make_unique<OffloadCompute>(
+                std::make_unique<DeviceMirror>(offload_memory(cuda::mesh_hint(*mesh_)), params_.size(), dtype_), pin);
+            size_t bytes = 0;
+            void *whole = stage_->whole_params(&bytes);
+            compute_->pin(whole, bytes);
         } catch (const Error &e) {
             status = e.status();
             err = e.message();
@@ -181,8 +185,8 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
              "reductions, %d data-parallel x %d sequence-parallel ranks, %s backend%s%s",
              num_params(), layout_.used(), stage_->number(), dtype_name(dtype_), dtype_name(comm_dtype_),
-             dp_size_, sp_size_, dp_->name(), mirror_ ? ", offload: parameters and gradients on " : "",
-             mirror_ ? mirror_->memory().name().c_str() : "");
+             dp_size_, sp_size_, dp_->name(), offloads(cfg_) ? ", offload: parameters and gradients on " : "",
+             compute_->device().c_str());
 }
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
@@ -240,20 +244,6 @@ size_t Engine::numel(int index) const {
     return params_[static_cast<size_t>(index)].numel;
 }
 
-// ZeRO-Offload with pin_memory: page-lock the host parameters the device
-// copies are refreshed from, so that those copies run by DMA while the user
-// computes. Where the driver refuses, the copies go through its staging (the
-// host waits for that part): a note in the log, not an error.
-void Engine::pin_offload() {
-    const bool pin = cfg_.zero.offload_optimizer.pin_memory || cfg_.zero.offload_param.pin_memory;
-    size_t bytes = 0;
-    void *whole = stage_->whole_params(&bytes);
-    if (!pin || whole == nullptr) return;
-    std::string why;
-    if (!mirror_->pin(whole, bytes, why))
-        DSM_INFO(ENGINE, "offload pin_memory: the parameters stay in pageable memory: %s", why.c_str());
-}
-
 // How long the offload's device copy of a parameter stays valid: a frozen
 // parameter changes only at a checkpoint load, a kept trainable one at each
 // step; a ZeRO-3 gather is copied at each acquire.
@@ -274,7 +264,7 @@ const void *Engine::param_acquire(int index) {
             throw;
         }
     }
-    if (mirror_) values = mirror_->param(index, values, p.numel, mirror_keep(p));
+    values = compute_->param(index, values, p.numel, mirror_keep(p));
     p.param_acquired = true;
     return values;
 }
@@ -283,7 +273,7 @@ void Engine::param_release(int index) {
     Param &p = param(index, "param_release");
     DSM_REQUIRE(p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is not acquired");
     p.param_acquired = false;
-    if (mirror_) mirror_->param_release(index, mirror_keep(p));
+    compute_->param_release(index, mirror_keep(p));
     if (p.trainable) stage_->release_param(index);
 }
 
@@ -293,7 +283,7 @@ void *Engine::grad_acquire(int index) {
                 "' is frozen (trainable = 0): it has no gradient");
     DSM_REQUIRE(!p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is already acquired");
     void *g = stage_->acquire_grad(index);
-    if (mirror_) g = mirror_->grad(index, g, p.numel);
+    g = compute_->grad(index, g, p.numel);
     p.grad_acquired = true;
     return g;
 }
@@ -301,7 +291,7 @@ void *Engine::grad_acquire(int index) {
 void Engine::grad_release(int index) {
     Param &p = param(index, "grad_release");
     DSM_REQUIRE(p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is not acquired");
-    if (mirror_) mirror_->grad_release(index); // into the host gradient the engine gave
+    compute_->grad_release(index); // ZeRO-Offload: into the host gradient the engine gave
     p.grad_acquired = false;
     try {
         stage_->release_grad(index, at_point(SyncPoint::FLUSH));
@@ -340,7 +330,7 @@ void Engine::release(bool abandon) {
         if (sp_) sp_->abandon();
         if (dp_) dp_->abandon();
     }
-    mirror_.reset();
+    compute_->release();
     if (stage_) stage_->free(); // shared buffers: collective, in reverse order of allocation
     sp_.reset();
     dp_.reset();

@@ -39,7 +39,7 @@
 #include "comm/backend.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
-#include "engine/device_mirror.hpp"
+#include "engine/compute.hpp"
 #include "dsm.h"
 #include "mesh/mesh.hpp"
 #include "optim/lr_schedule.hpp"
@@ -96,7 +96,7 @@ public:
     int sp_size() const noexcept { return sp_size_; }
     // ZeRO-Offload: where the user's parameters and gradients live
     // ("cuda:N", "simulated"); empty without offload.
-    std::string offload_device() const { return mirror_ ? mirror_->memory().name() : std::string(); }
+    std::string offload_device() const { return compute_->device(); }
 
     const void *param_acquire(int index);
     void param_release(int index);
@@ -132,7 +132,6 @@ private:
     Param &param(int index, const char *what);
     void check_usable() const;
     static DeviceMirror::Keep mirror_keep(const Param &p);
-    void pin_offload();
 
     // Reductions (engine_step.cc).
     enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD };
@@ -173,9 +172,9 @@ private:
     float *master_ = nullptr;      // P fp32 (an alias of the parameters with fp32)
     HostBuffer grad32_;            // P fp32 scratch when the gradients are not fp32
     std::unique_ptr<optim::Optimizer> optimizer_;
-    // ZeRO-Offload: the user's parameters and gradients on the device (null
-    // without offload; device_mirror.hpp).
-    std::unique_ptr<DeviceMirror> mirror_;
+    // Where the user's parameters and gradients live: the host buffers, or
+    // with ZeRO-Offload device copies (compute.hpp).
+    std::unique_ptr<Compute> compute_ = std::make_unique<Compute>();
     std::unique_ptr<amp::LossScaler> scaler_;
     std::optional<optim::LrSchedule> schedule_;
 

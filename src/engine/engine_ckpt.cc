@@ -304,7 +304,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     window_start_ = 0.0;
     zero_grads();
     stage_->new_micro_step(true); // gathered copies dropped, traces forgotten
-    if (mirror_) mirror_->invalidate(true); // the frozen parameters were loaded too
+    compute_->invalidate(true); // the frozen parameters were loaded too
     publish();
     if (client) *client = std::move(blob);
     DSM_INFO(ENGINE, "loaded checkpoint %s/%s.h5", dir.c_str(), tag.c_str());

@@ -91,12 +91,8 @@ std::string Engine::describe(dsm_format_t format) const {
         {"timers_seconds",
          {{"reduce", timers_.reduce}, {"optimizer", timers_.optimizer}, {"gather", timers_.gather}}},
     };
-    if (mirror_)
-        j["offload"] = {{"device", mirror_->memory().name()},
-                        {"device_bytes", mirror_->device_bytes()},
-                        {"pinned_host_bytes", mirror_->pinned_bytes()},
-                        {"param_copies_at_acquire", mirror_->copies_at_acquire()},
-                        {"param_copies_after_step", mirror_->copies_refreshed()}};
+    std::ostringstream offload;
+    compute_->describe(j, offload); // ZeRO-Offload: "offload" and its line
     if (format == DSM_FORMAT_JSON) return j.dump() + "\n";
     std::ostringstream os;
     os << "engine: ZeRO stage " << stage_->number() << ", " << dtype_name(dtype_) << " compute, "
@@ -106,10 +102,7 @@ std::string Engine::describe(dsm_format_t format) const {
        << " of " << layout_.parts() << "\n";
     os << "parameters: " << num_params() << " (" << layout_.used() << " trainable elements, flat "
        << layout_.total() << ", partition " << layout_.part_size() << ")\n";
-    if (mirror_)
-        os << "offload: master weights and optimizer state in host memory; parameters and gradients on "
-           << mirror_->memory().name() << " (" << mirror_->device_bytes() << " bytes now); "
-           << mirror_->pinned_bytes() << " bytes of host parameters page-locked\n";
+    os << offload.str();
     os << "memory on this rank:\n";
     for (auto &kv : buffers.items()) os << "  " << kv.key() << ": " << kv.value().get<size_t>() << " bytes\n";
     char line[160];

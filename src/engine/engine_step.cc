@@ -85,9 +85,9 @@ void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_erro
 // reads them. A failure (a CUDA error of a copy) becomes this rank's error
 // for the sync() that follows, so every rank fails together.
 void Engine::drain_offload(dsm_status_t &status, std::string &why) {
-    if (!mirror_ || status != DSM_SUCCESS) return;
+    if (status != DSM_SUCCESS) return;
     try {
-        mirror_->drain();
+        compute_->drain();
     } catch (const Error &e) {
         status = e.status();
         why = e.message();
@@ -112,9 +112,9 @@ zero::Stage::Before Engine::at_point(SyncPoint point) {
 // parameters of this partition and gather what the stage keeps whole.
 void Engine::publish() {
     const double t0 = now();
-    if (mirror_) mirror_->invalidate();
+    compute_->invalidate();
     stage_->publish(master_);
-    if (mirror_) mirror_->refresh(); // the kept parameters' device copies, while the user goes on
+    compute_->refresh(); // ZeRO-Offload: the kept parameters' device copies, while the user goes on
     timers_.gather += now() - t0;
 }
 
