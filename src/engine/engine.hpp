@@ -14,7 +14,8 @@
 // With fp32 the master weights are the parameters themselves (no copy).
 // With ZeRO-Offload all of the above stays in host memory; the values the
 // user reads and the gradients the user writes are device copies
-// (DeviceMirror).
+// (OffloadCompute over a DeviceMirror, compute.hpp; without offload the
+// host Compute hands out the engine's own buffers).
 //
 // Collective points (every rank of the engine in the same order): init,
 // param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
