@@ -87,6 +87,8 @@ DeviceHint mesh_hint(const MeshState &mesh) {
     return h;
 }
 
+DeviceHint mesh_hint(const Mesh &mesh) { return mesh_hint(mesh.state()); }
+
 const char *source_name(DeviceSource source) noexcept {
     switch (source) {
     case DeviceSource::OVERRIDE: return "DSM_CUDA_DEVICE";

@@ -22,6 +22,7 @@ struct CUevent_st;  // cudaEvent_t is CUevent_st *
 
 namespace dsm {
 struct MeshState;
+class Mesh;
 
 namespace cuda {
 
@@ -48,6 +49,7 @@ struct DeviceHint {
 
 // The hint of the calling rank of a mesh.
 DeviceHint mesh_hint(const MeshState &mesh);
+DeviceHint mesh_hint(const Mesh &mesh);
 
 enum class DeviceSource {
     OVERRIDE,   // DSM_CUDA_DEVICE

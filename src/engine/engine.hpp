@@ -1,7 +1,10 @@
-// The training engine: owns the parameters, gradients and optimizer state of
-// a model in flat buffers laid out by zero::Layout, and drives a micro-step
-// through the layers below (comm for reductions and gathers, amp for loss
-// scaling and precision, optim for the update and the LR schedule).
+// The training engine: orchestrates a model's training in flat buffers laid
+// out by zero::Layout. A zero::Stage (zero/stage.hpp) owns the compute-dtype
+// parameters and gradients and their reductions and gathers; the engine owns
+// the fp32 master weights and the optimizer state of its partition, agrees
+// every collective point, and drives a micro-step through the layers below
+// (amp for loss scaling and precision, optim for the update and the LR
+// schedule).
 //
 // Storage per ZeRO stage (N data-parallel ranks, P = part_size, T = total):
 //   stage 0: params T (compute dtype), grads T, master + optimizer state T
@@ -11,7 +14,8 @@
 // With fp32 the master weights are the parameters themselves (no copy).
 // With ZeRO-Offload all of the above stays in host memory; the values the
 // user reads and the gradients the user writes are device copies
-// (DeviceMirror).
+// (OffloadCompute over a DeviceMirror, compute.hpp; without offload the
+// host Compute hands out the engine's own buffers).
 //
 // Collective points (every rank of the engine in the same order): init,
 // param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
@@ -36,82 +40,19 @@
 #include "comm/backend.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
-#include "engine/device_mirror.hpp"
+#include "engine/compute.hpp"
 #include "dsm.h"
 #include "mesh/mesh.hpp"
 #include "optim/lr_schedule.hpp"
 #include "optim/optimizer.hpp"
 #include "zero/layout.hpp"
+#include "zero/stage.hpp"
 
 namespace dsm {
 namespace engine {
 
-// Zeroed host memory aligned to 64 bytes.
-class HostBuffer {
-public:
-    HostBuffer() = default;
-    explicit HostBuffer(size_t bytes);
-    void *data() const noexcept { return ptr_.get(); }
-    size_t bytes() const noexcept { return bytes_; }
-    size_t capacity() const noexcept { return capacity_; }
-    explicit operator bool() const noexcept { return ptr_ != nullptr; }
-    // Use the first `bytes` (<= capacity()) of the allocation.
-    void resize(size_t bytes) noexcept { bytes_ = bytes; }
-
-private:
-    struct Free {
-        void operator()(void *p) const noexcept;
-    };
-    std::unique_ptr<void, Free> ptr_;
-    size_t bytes_ = 0, capacity_ = 0;
-};
-
-// Idle host buffers of released ZeRO-3 gathers and ZeRO-2/3 gradient
-// staging, reused so that a micro-step does not map, fault in and zero fresh
-// pages for every parameter. Holds at most limit() bytes of idle buffers
-// (the engine sets it to twice the largest gather or staging need), so the
-// memory the ZeRO formulas promise stays the engine's bound.
-class BufferPool {
-public:
-    void set_limit(size_t bytes) noexcept { limit_ = bytes; }
-    size_t limit() const noexcept { return limit_; }
-    size_t idle_bytes() const noexcept { return idle_bytes_; }
-    // A buffer of `bytes`: the smallest idle one that holds them without
-    // wasting more than half, else a new one; zeroed when `zero`.
-    HostBuffer take(size_t bytes, bool zero);
-    // Keep `b` for reuse if it fits under the limit, else free it.
-    void give(HostBuffer &&b) noexcept;
-    void clear() noexcept;
-
-private:
-    std::vector<HostBuffer> idle_;
-    size_t idle_bytes_ = 0, limit_ = 0;
-};
-
-// A buffer from Backend::alloc_shared (collective to allocate and to free).
-class SharedBuffer {
-public:
-    SharedBuffer() = default;
-    SharedBuffer(comm::Backend *backend, size_t bytes);
-    ~SharedBuffer() { reset(); }
-    SharedBuffer(SharedBuffer &&o) noexcept { swap(o); }
-    SharedBuffer &operator=(SharedBuffer &&o) noexcept {
-        reset();
-        swap(o);
-        return *this;
-    }
-    SharedBuffer(const SharedBuffer &) = delete;
-    SharedBuffer &operator=(const SharedBuffer &) = delete;
-    void *data() const noexcept { return ptr_; }
-    size_t bytes() const noexcept { return bytes_; }
-    void reset() noexcept;
-
-private:
-    void swap(SharedBuffer &o) noexcept;
-    comm::Backend *backend_ = nullptr;
-    void *ptr_ = nullptr;
-    size_t bytes_ = 0;
-};
+using zero::HostBuffer;
+using zero::Timers; // what one micro-step's reductions and update cost (wall_clock_breakdown)
 
 struct Param {
     std::string name;
@@ -123,13 +64,6 @@ struct Param {
     bool param_acquired = false;
     bool grad_acquired = false;
     HostBuffer frozen;          // a frozen parameter's values
-    HostBuffer gathered;        // ZeRO-3: the gathered copy while acquired or prefetched
-    HostBuffer staging;         // ZeRO-2/3: the gradient buffer while acquired
-};
-
-// What one micro-step's reductions and update cost (wall_clock_breakdown).
-struct Timers {
-    double reduce = 0, optimizer = 0, gather = 0;
 };
 
 class Engine {
@@ -163,7 +97,7 @@ public:
     int sp_size() const noexcept { return sp_size_; }
     // ZeRO-Offload: where the user's parameters and gradients live
     // ("cuda:N", "simulated"); empty without offload.
-    std::string offload_device() const { return mirror_ ? mirror_->memory().name() : std::string(); }
+    std::string offload_device() const { return compute_->device(); }
 
     const void *param_acquire(int index);
     void param_release(int index);
@@ -199,19 +133,14 @@ private:
     Param &param(int index, const char *what);
     void check_usable() const;
     static DeviceMirror::Keep mirror_keep(const Param &p);
-    void pin_offload();
 
     // Reductions (engine_step.cc).
     enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD };
     void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
-    void reduce_flat_region(size_t begin, size_t end);
-    void reduce_boundary();
-    void flush_bucket();
     void drain_offload(dsm_status_t &status, std::string &why);
-    void gather(const std::vector<int> &list);
-    std::vector<int> prefetch_list(int index);
+    zero::Stage::Before at_point(SyncPoint point); // drain (FLUSH) and sync before a stage's collective
     float *fp32_grads();
     std::string first_nonfinite(const float *g);
     void zero_grads();
@@ -229,47 +158,26 @@ private:
     int dp_size_ = 1, dp_rank_ = 0, sp_size_ = 1, world_size_ = 1, world_rank_ = 0;
 
     config::Config cfg_;
-    int stage_ = 0;
     dsm_dtype_t dtype_ = DSM_FLOAT32;      // compute dtype
     dsm_dtype_t comm_dtype_ = DSM_FLOAT32; // gradient reduction dtype
     size_t esize_ = 4;                           // bytes per compute element
     std::vector<Param> params_;
     zero::Layout layout_;
     int part_ = 0;                 // this rank's partition
-    size_t persist_end_ = 0;       // ZeRO-3: flat elements [0, persist_end_) are held whole
     std::vector<optim::Segment> segments_;
 
-    SharedBuffer param_flat_;      // stages 0-2: T; stage 3: the persistent region
-    SharedBuffer param_part_;      // stage 3: P
-    SharedBuffer grad_flat_;       // stages 0-1: T
-    HostBuffer grad_part_;         // stages 2-3: P
+    // The ZeRO stage: the compute-dtype parameters and gradients and their
+    // collectives (zero/stage.hpp).
+    std::unique_ptr<zero::Stage> stage_;
     HostBuffer master_own_;        // P fp32 when the compute dtype is not fp32
     float *master_ = nullptr;      // P fp32 (an alias of the parameters with fp32)
     HostBuffer grad32_;            // P fp32 scratch when the gradients are not fp32
-    HostBuffer comm_scratch_;      // stage 0/1 reductions in another dtype
-    SharedBuffer bucket_send_;     // stages 2-3
-    HostBuffer bucket_recv_;
-    size_t bucket_cap_ = 0;        // elements per reduction round
     std::unique_ptr<optim::Optimizer> optimizer_;
-    // ZeRO-Offload: the user's parameters and gradients on the device (null
-    // without offload; device_mirror.hpp).
-    std::unique_ptr<DeviceMirror> mirror_;
+    // Where the user's parameters and gradients live: the host buffers, or
+    // with ZeRO-Offload device copies (compute.hpp).
+    std::unique_ptr<Compute> compute_ = std::make_unique<Compute>();
     std::unique_ptr<amp::LossScaler> scaler_;
     std::optional<optim::LrSchedule> schedule_;
-
-    // ZeRO-2/3 gradients released since the last flush, in release order.
-    struct Pending {
-        int param;
-        HostBuffer grad;
-    };
-    std::vector<Pending> bucket_;
-    BufferPool pool_;
-    size_t bucket_elems_ = 0;
-    int64_t flushes_ = 0;
-
-    // ZeRO-3 prefetch: the order of gathered acquisitions in the last micro-step.
-    std::vector<int> trace_, last_trace_;
-    size_t trace_pos_ = 0;
 
     int64_t micro_steps_ = 0, global_steps_ = 0, skipped_steps_ = 0, global_samples_ = 0,
             applied_steps_ = 0;

@@ -60,7 +60,7 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
     const bool own_buffers = live != nullptr;
     std::vector<ckpt::Tensor> out;
     const int sp_rank = sp_ ? sp_->rank() : 0;
-    const bool owner = sp_rank == 0 && (stage_ >= 1 || dp_rank_ == 0);
+    const bool owner = sp_rank == 0 && (layout_.parts() > 1 || dp_rank_ == 0);
     const size_t pb = layout_.part_begin(part_);
     auto piece_of = [&](int i, ckpt::Tensor &t, float *base) {
         for (const auto &pc : layout_.param_pieces(i))
@@ -203,7 +203,7 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
             {"loss_scale_last_overflow_iter", lss.last_overflow_iter},
             {"loss_scale_cur_hysteresis", lss.cur_hysteresis},
             {"lr_schedule_last_step", schedule_ ? schedule_->last_step() : int64_t(-1)},
-            {"zero_stage", stage_},
+            {"zero_stage", stage_->number()},
             {"data_parallel_size", dp_size_},
             {"sequence_parallel_size", sp_size_},
             {"mesh_shape", std::vector<int64_t>(shape.begin(), shape.end())},
@@ -303,12 +303,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     }
     window_start_ = 0.0;
     zero_grads();
-    last_trace_.clear();
-    trace_.clear();
-    trace_pos_ = 0;
-    for (Param &p : params_)
-        if (!p.persistent && p.trainable) pool_.give(std::move(p.gathered));
-    if (mirror_) mirror_->invalidate(true); // the frozen parameters were loaded too
+    stage_->new_micro_step(true); // gathered copies dropped, traces forgotten
+    compute_->invalidate(true); // the frozen parameters were loaded too
     publish();
     if (client) *client = std::move(blob);
     DSM_INFO(ENGINE, "loaded checkpoint %s/%s.h5", dir.c_str(), tag.c_str());

@@ -23,8 +23,6 @@ namespace {
 
 double now() { return MPI_Wtime(); }
 
-size_t dtype_bytes(dsm_dtype_t t) { return dtype_size(t); }
-
 const char *point_name(int64_t p) {
     switch (p) {
     case 1: return "dsm_engine_init";
@@ -87,231 +85,25 @@ void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_erro
 // reads them. A failure (a CUDA error of a copy) becomes this rank's error
 // for the sync() that follows, so every rank fails together.
 void Engine::drain_offload(dsm_status_t &status, std::string &why) {
-    if (!mirror_ || status != DSM_SUCCESS) return;
+    if (status != DSM_SUCCESS) return;
     try {
-        mirror_->drain();
+        compute_->drain();
     } catch (const Error &e) {
         status = e.status();
         why = e.message();
     }
 }
 
-// ---------------------------------------------------------------- stage 0/1 reductions
-
-// Reduce grad_flat_[begin, end) over the groups: sum over SP, then over DP an
-// allreduce (stage 0) or a reduce-scatter to the owners (stage 1), with
-// DeepSpeed's pre- and post-scaling, in the communication dtype.
-void Engine::reduce_flat_region(size_t begin, size_t end) {
-    const size_t n = end - begin;
-    char *g = static_cast<char *>(grad_flat_.data()) + begin * esize_;
-    const double dp = dp_size_;
-    const double f = cfg_.gradient_predivide_factor;
-    const bool mean = cfg_.gradient_allreduce_op == config::AllreduceOp::MEAN;
-    const double pre = cfg_.prescale_gradients ? 1.0 / dp : 1.0 / f;
-    const double post = cfg_.prescale_gradients ? 1.0 : (mean ? f / dp : 1.0);
-    void *buf = g;
-    if (comm_dtype_ != dtype_) {
-        buf = comm_scratch_.data();
-        amp::convert(g, dtype_, buf, comm_dtype_, n);
-    }
-    if (pre != 1.0) amp::scale_inplace(buf, comm_dtype_, n, pre);
-    if (sp_) sp_->allreduce(buf, buf, n, comm_dtype_, comm::Op::SUM);
-    const size_t cs = dtype_bytes(comm_dtype_);
-    if (stage_ == 0) {
-        dp_->allreduce(buf, buf, n, comm_dtype_, comm::Op::SUM);
-        if (post != 1.0) amp::scale_inplace(buf, comm_dtype_, n, post);
-        if (buf != g) amp::convert(buf, comm_dtype_, g, dtype_, n);
-        return;
-    }
-    const std::vector<size_t> counts = layout_.counts(begin, end);
-    size_t mine = 0;
-    for (int r = 0; r < part_; ++r) mine += counts[static_cast<size_t>(r)];
-    char *recv = static_cast<char *>(buf) + mine * cs;
-    const size_t my_count = counts[static_cast<size_t>(part_)];
-    dp_->reduce_scatterv(buf, recv, counts, comm_dtype_, comm::Op::SUM);
-    if (post != 1.0) amp::scale_inplace(recv, comm_dtype_, my_count, post);
-    if (buf != g) amp::convert(recv, comm_dtype_, g + mine * esize_, dtype_, my_count);
-}
-
-void Engine::reduce_boundary() {
-    const double t0 = now();
-    if (stage_ < 2) {
-        const int64_t want = std::max<int64_t>(cfg_.zero.reduce_bucket_size, 1);
-        const size_t bucket = std::min<size_t>(static_cast<size_t>(want), layout_.total());
-        for (size_t b = 0; b < layout_.total(); b += bucket)
-            reduce_flat_region(b, std::min(layout_.total(), b + bucket));
-    } else {
-        flush_bucket();
-    }
-    timers_.reduce += now() - t0;
-}
-
-// ---------------------------------------------------------------- stage 2/3 buckets
-
-// Reduce the released gradients: each is split into its pieces per owning
-// partition; every round packs up to bucket_cap_ elements, grouped by owner,
-// reduce-scatters them over the data-parallel group and adds this rank's
-// share into its gradient partition.
-void Engine::flush_bucket() {
-    // The bucket's parameters, in order, must be the same on every rank.
-    uint64_t h = 1469598103934665603ull;
-    for (const auto &p : bucket_) h = (h ^ static_cast<uint64_t>(p.param + 1)) * 1099511628211ull;
-    std::string why;
-    dsm_status_t status = DSM_SUCCESS;
-    drain_offload(status, why);
-    sync(SyncPoint::FLUSH, static_cast<int64_t>(h >> 2), why, status);
-    if (bucket_.empty()) return;
-    ++flushes_;
-    const double t0 = now();
-    const double dp = dp_size_;
-    const double f = cfg_.gradient_predivide_factor;
-    const bool mean = cfg_.gradient_allreduce_op == config::AllreduceOp::MEAN;
-    const double pre = cfg_.prescale_gradients ? 1.0 / dp : 1.0 / f;
-    const float post = static_cast<float>(cfg_.prescale_gradients ? 1.0 : (mean ? f / dp : 1.0));
-    const size_t cs = dtype_bytes(comm_dtype_);
-
-    for (auto &p : bucket_) {
-        const size_t n = params_[static_cast<size_t>(p.param)].numel;
-        if (pre != 1.0) amp::scale_inplace(p.grad.data(), dtype_, n, pre);
-        if (sp_) sp_->allreduce(p.grad.data(), p.grad.data(), n, dtype_, comm::Op::SUM);
-    }
-
-    // Chunks of at most bucket_cap_ elements, grouped into rounds.
-    struct Chunk {
-        int entry;
-        size_t begin, end; // element range of the parameter
+// What runs on every rank before a stage's collective at `point`: at a
+// bucket flush, the offload's gradients are added in first (its failure
+// becomes this rank's error); then the agreement that every rank is there.
+zero::Stage::Before Engine::at_point(SyncPoint point) {
+    return [this, point](int64_t detail) {
+        std::string why;
+        dsm_status_t status = DSM_SUCCESS;
+        if (point == SyncPoint::FLUSH) drain_offload(status, why);
+        sync(point, detail, why, status);
     };
-    std::vector<Chunk> chunks;
-    for (size_t e = 0; e < bucket_.size(); ++e) {
-        const size_t n = params_[static_cast<size_t>(bucket_[e].param)].numel;
-        for (size_t b = 0; b < n; b += bucket_cap_) chunks.push_back({static_cast<int>(e), b, std::min(n, b + bucket_cap_)});
-    }
-    const size_t my_begin = layout_.part_begin(part_);
-    size_t c = 0;
-    while (c < chunks.size()) {
-        size_t round_elems = 0, c_end = c;
-        while (c_end < chunks.size() && round_elems + (chunks[c_end].end - chunks[c_end].begin) <= bucket_cap_)
-            round_elems += chunks[c_end].end - chunks[c_end].begin, ++c_end;
-        // Pack by owner partition.
-        std::vector<size_t> counts(static_cast<size_t>(dp_size_), 0);
-        struct Pc {
-            int part;
-            const char *src;
-            size_t count, flat;
-        };
-        std::vector<Pc> pcs;
-        for (size_t k = c; k < c_end; ++k) {
-            const Pending &pe = bucket_[static_cast<size_t>(chunks[k].entry)];
-            const size_t off = layout_.slot_of(pe.param)->offset;
-            for (const auto &piece : layout_.pieces(off + chunks[k].begin, off + chunks[k].end)) {
-                pcs.push_back({piece.part, static_cast<const char *>(pe.grad.data()) + (piece.flat_offset - off) * esize_,
-                               piece.count, piece.flat_offset});
-                counts[static_cast<size_t>(piece.part)] += piece.count;
-            }
-        }
-        std::vector<size_t> cursor(static_cast<size_t>(dp_size_), 0);
-        for (int r = 1; r < dp_size_; ++r)
-            cursor[static_cast<size_t>(r)] = cursor[static_cast<size_t>(r - 1)] + counts[static_cast<size_t>(r - 1)];
-        char *send = static_cast<char *>(bucket_send_.data());
-        for (int r = 0; r < dp_size_; ++r)
-            for (const Pc &pc : pcs)
-                if (pc.part == r) {
-                    amp::convert(pc.src, dtype_, send + cursor[static_cast<size_t>(r)] * cs, comm_dtype_, pc.count);
-                    cursor[static_cast<size_t>(r)] += pc.count;
-                }
-        char *recv = static_cast<char *>(bucket_recv_.data());
-        dp_->reduce_scatterv(send, recv, counts, comm_dtype_, comm::Op::SUM);
-        // Unpack this rank's pieces in the same order, adding into the partition.
-        size_t at = 0;
-        for (const Pc &pc : pcs) {
-            if (pc.part != part_) continue;
-            const size_t dst = pc.flat - my_begin;
-            if (dtype_ == DSM_FLOAT32) {
-                amp::accumulate(recv + at * cs, comm_dtype_, static_cast<float *>(grad_part_.data()) + dst, pc.count, post);
-            } else {
-                // 16-bit partition: add in fp32 through a small buffer, round once.
-                std::vector<float> tmp(pc.count);
-                amp::convert(static_cast<char *>(grad_part_.data()) + dst * esize_, dtype_, tmp.data(), DSM_FLOAT32, pc.count);
-                amp::accumulate(recv + at * cs, comm_dtype_, tmp.data(), pc.count, post);
-                amp::convert(tmp.data(), DSM_FLOAT32, static_cast<char *>(grad_part_.data()) + dst * esize_, dtype_, pc.count);
-            }
-            at += pc.count;
-        }
-        c = c_end;
-    }
-    for (Pending &pe : bucket_) pool_.give(std::move(pe.grad));
-    bucket_.clear();
-    bucket_elems_ = 0;
-    timers_.reduce += now() - t0;
-}
-
-// ---------------------------------------------------------------- stage 3 gathers
-
-std::vector<int> Engine::prefetch_list(int index) {
-    std::vector<int> list{index};
-    // Follow the previous micro-step's order of gathered acquisitions.
-    size_t pos = trace_pos_;
-    while (pos < last_trace_.size() && last_trace_[pos] != index) ++pos;
-    if (pos == last_trace_.size()) return list; // not in the trace: no prefetch
-    trace_pos_ = pos + 1;
-    size_t budget = static_cast<size_t>(std::max<int64_t>(cfg_.zero.prefetch_bucket_size, 0));
-    size_t used = params_[static_cast<size_t>(index)].numel;
-    for (size_t k = pos + 1; k < last_trace_.size(); ++k) {
-        const int j = last_trace_[k];
-        const Param &q = params_[static_cast<size_t>(j)];
-        if (q.gathered || std::find(list.begin(), list.end(), j) != list.end()) continue;
-        if (used + q.numel > budget) break;
-        used += q.numel;
-        list.push_back(j);
-    }
-    return list;
-}
-
-// Gather whole parameters from their partitions (allgatherv over the
-// data-parallel group). One parameter goes straight into its buffer; several
-// (prefetch) are packed by owner and unpacked.
-void Engine::gather(const std::vector<int> &list) {
-    sync(SyncPoint::GATHER, list.front());
-    const double t0 = now();
-    const char *part = static_cast<const char *>(param_part_.data());
-    const size_t my_begin = layout_.part_begin(part_);
-    for (int j : list) params_[static_cast<size_t>(j)].gathered = pool_.take(params_[static_cast<size_t>(j)].numel * esize_, false);
-    if (list.size() == 1) {
-        const int j = list.front();
-        const zero::Slot *s = layout_.slot_of(j);
-        const std::vector<size_t> counts = layout_.counts(s->offset, s->offset + s->numel);
-        size_t lo = std::max(s->offset, my_begin);
-        const char *send = part + (lo - my_begin) * esize_;
-        dp_->allgatherv(send, params_[static_cast<size_t>(j)].gathered.data(), counts, dtype_);
-    } else {
-        std::vector<size_t> counts(static_cast<size_t>(dp_size_), 0);
-        for (int j : list)
-            for (const auto &pc : layout_.param_pieces(j)) counts[static_cast<size_t>(pc.part)] += pc.count;
-        size_t total = 0;
-        for (size_t c : counts) total += c;
-        HostBuffer send(counts[static_cast<size_t>(part_)] * esize_ + 64), recv(total * esize_ + 64);
-        size_t at = 0;
-        for (int j : list)
-            for (const auto &pc : layout_.param_pieces(j))
-                if (pc.part == part_) {
-                    std::memcpy(static_cast<char *>(send.data()) + at * esize_, part + (pc.flat_offset - my_begin) * esize_,
-                                pc.count * esize_);
-                    at += pc.count;
-                }
-        dp_->allgatherv(send.data(), recv.data(), counts, dtype_);
-        std::vector<size_t> cursor(static_cast<size_t>(dp_size_), 0);
-        for (int r = 1; r < dp_size_; ++r)
-            cursor[static_cast<size_t>(r)] = cursor[static_cast<size_t>(r - 1)] + counts[static_cast<size_t>(r - 1)];
-        for (int r = 0; r < dp_size_; ++r)
-            for (int j : list)
-                for (const auto &pc : layout_.param_pieces(j))
-                    if (pc.part == r) {
-                        std::memcpy(static_cast<char *>(params_[static_cast<size_t>(j)].gathered.data()) + pc.param_offset * esize_,
-                                    static_cast<char *>(recv.data()) + cursor[static_cast<size_t>(r)] * esize_, pc.count * esize_);
-                        cursor[static_cast<size_t>(r)] += pc.count;
-                    }
-    }
-    timers_.gather += now() - t0;
 }
 
 // ---------------------------------------------------------------- publish
@@ -320,18 +112,9 @@ void Engine::gather(const std::vector<int> &list) {
 // parameters of this partition and gather what the stage keeps whole.
 void Engine::publish() {
     const double t0 = now();
-    if (mirror_) mirror_->invalidate();
-    const size_t P = layout_.part_size();
-    char *part = stage_ < 3 ? static_cast<char *>(param_flat_.data()) + layout_.part_begin(part_) * esize_
-                            : static_cast<char *>(param_part_.data());
-    if (dtype_ != DSM_FLOAT32) amp::convert(master_, DSM_FLOAT32, part, dtype_, P);
-    if (stage_ == 1 || stage_ == 2) {
-        dp_->allgather(part, param_flat_.data(), P, dtype_);
-    } else if (stage_ == 3 && persist_end_ > 0) {
-        const std::vector<size_t> counts = layout_.counts(0, persist_end_);
-        dp_->allgatherv(part, param_flat_.data(), counts, dtype_);
-    }
-    if (mirror_) mirror_->refresh(); // the kept parameters' device copies, while the user goes on
+    compute_->invalidate();
+    stage_->publish(master_);
+    compute_->refresh(); // ZeRO-Offload: the kept parameters' device copies, while the user goes on
     timers_.gather += now() - t0;
 }
 
@@ -339,19 +122,13 @@ void Engine::publish() {
 
 float *Engine::fp32_grads() {
     const size_t P = layout_.part_size();
-    const char *g = stage_ < 2 ? static_cast<const char *>(grad_flat_.data()) + layout_.part_begin(part_) * esize_
-                               : static_cast<const char *>(grad_part_.data());
+    const void *g = stage_->grad_partition();
     if (dtype_ == DSM_FLOAT32) return const_cast<float *>(reinterpret_cast<const float *>(g));
     amp::convert(g, dtype_, grad32_.data(), DSM_FLOAT32, P);
     return static_cast<float *>(grad32_.data());
 }
 
-void Engine::zero_grads() {
-    if (stage_ < 2)
-        std::memset(grad_flat_.data(), 0, layout_.total() * esize_);
-    else
-        std::memset(grad_part_.data(), 0, layout_.part_size() * esize_);
-}
+void Engine::zero_grads() { stage_->zero_grads(); }
 
 double Engine::current_lr() const {
     return schedule_ ? schedule_->lr().front() : cfg_.optimizer.lr;
@@ -400,19 +177,9 @@ void Engine::step(dsm_step_info_t *info) {
         last_boundary_ = boundary;
         last_skipped_ = false;
         // Prefetched parameters nobody acquired are dropped; the trace rolls over.
-        for (Param &p : params_)
-            if (!p.persistent && p.trainable) pool_.give(std::move(p.gathered));
-        last_trace_.swap(trace_);
-        trace_.clear();
-        trace_pos_ = 0;
-        if (!boundary) {
-            if (stage_ >= 2) {
-                const double t0 = now();
-                flush_bucket();
-                (void)t0;
-            }
-        } else {
-            reduce_boundary();
+        stage_->new_micro_step(false);
+        stage_->reduce(boundary, at_point(SyncPoint::FLUSH));
+        if (boundary) {
 
             // Unscale, check, norm, clip.
             const double t0 = now();
@@ -421,9 +188,9 @@ void Engine::step(dsm_step_info_t *info) {
             const amp::NormPart np = amp::norm_part(g, layout_.part_size(), static_cast<float>(inv));
             double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
             DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
-            // Every copy of a partition was counted: stage 0 has world_size
-            // copies of the whole, the others one per SP rank.
-            const double copies = stage_ == 0 ? world_size_ : sp_size_;
+            // Every copy of a partition was counted: one partition (stage 0)
+            // has world_size copies, the others one per SP rank.
+            const double copies = layout_.parts() == 1 ? world_size_ : sp_size_;
             const bool nonfinite = tot[1] > 0 || !std::isfinite(tot[0]);
             const double norm = nonfinite ? INFINITY : std::sqrt(tot[0] / copies);
             grad_norm_ = norm;
@@ -478,7 +245,7 @@ void Engine::step(dsm_step_info_t *info) {
                 }
                 args.grad_scale = static_cast<float>(inv * coef);
                 optim::SumFn sum;
-                if (stage_ >= 1 && dp_size_ > 1)
+                if (layout_.parts() > 1)
                     sum = [this](std::vector<double> &x) {
                         // Lamb's per-parameter sums: one slot pair per parameter
                         // on every rank, whatever this rank's partition holds.

@@ -306,6 +306,29 @@ std::vector<int> Mesh::coords() const {
     return c;
 }
 
+Mesh::Roles Mesh::roles() const {
+    const MeshState &st = *state_;
+    Roles r;
+    // The view's group: the ranks that share the coordinates outside the view.
+    int color = 0;
+    for (size_t d = 0; d < st.shape.size(); ++d)
+        if (std::find(dims_.begin(), dims_.end(), static_cast<int>(d)) == dims_.end())
+            color = color * st.shape[d] + st.coord(st.position, static_cast<int>(d));
+    r.product = Comm::split(st.mesh_comm.get(), color, st.position);
+    // Data parallel: row-major over the view's dimensions but sequence_parallel.
+    int sp_dim = -1, dp_index = 0;
+    for (int d : dims_)
+        if (st.names[static_cast<size_t>(d)] == "sequence_parallel") sp_dim = d;
+    for (int d : dims_)
+        if (d != sp_dim) dp_index = dp_index * st.shape[static_cast<size_t>(d)] + st.coord(st.position, d);
+    const int sp_index = sp_dim >= 0 ? st.coord(st.position, sp_dim) : 0;
+    r.data_parallel = Comm::split(r.product.get(), sp_index, dp_index);
+    r.sequence_parallel = Comm::split(r.product.get(), dp_index, sp_index);
+    return r;
+}
+
+int Mesh::node() const { return state_->ranks[static_cast<size_t>(state_->rank)].node; }
+
 GroupView Mesh::group(const char *name) const {
     GroupView g;
     if (name == nullptr) {

@@ -82,6 +82,20 @@ public:
 
     std::string describe(dsm_format_t format) const;
 
+    // The roles a client of this view (the engine) works with, each a
+    // communicator of the caller's own: `product`, the view's ranks ordered
+    // by mesh position (the whole mesh unless the view is a slice);
+    // `data_parallel`, every dimension of the view but "sequence_parallel"
+    // flattened row-major (group rank = that flat index); `sequence_parallel`,
+    // that dimension (group rank = its coordinate; this rank alone without
+    // one). Collective over the whole mesh.
+    struct Roles {
+        Comm product, data_parallel, sequence_parallel;
+    };
+    Roles roles() const;
+    // This rank's node index in the placement (for the backends).
+    int node() const;
+
     const MeshState &state() const { return *state_; }
 
     // Drop this handle's reference; when it was the last, free the

@@ -1,8 +1,10 @@
 // The flat ZeRO layout: aligned offsets, equal aligned partitions, and the
 // pieces/segments/counts that the engine's reductions and gathers use, on
 // awkward sizes (primes, parameters smaller than the number of partitions, a
-// parameter spanning several partitions, empty partitions).
+// parameter spanning several partitions, empty partitions), and the pure
+// planning of the stages' collectives on it (zero/plan.hpp).
 #include "zero/layout.hpp"
+#include "zero/plan.hpp"
 
 #include "cxx_test.h"
 
@@ -114,11 +116,98 @@ static void test_empty_and_bad(void **) {
                     __LINE__);
 }
 
+// Stage 0/1 regions and the stage 2/3 bucket capacity.
+static void test_regions(void **) {
+    auto r = dsm::zero::flat_regions(100, 40);
+    assert_int_equal(r.size(), 3);
+    assert_int_equal(r[2].first, 80);
+    assert_int_equal(r[2].second, 100);
+    assert_int_equal(dsm::zero::flat_regions(100, 0).size(), 100); // at least 1 element
+    assert_int_equal(dsm::zero::flat_regions(16, 500000000).size(), 1);
+    assert_int_equal(dsm::zero::bucket_capacity(500000000, 1000), 1000);
+    assert_int_equal(dsm::zero::bucket_capacity(64, 1000), 64);
+    assert_int_equal(dsm::zero::bucket_capacity(0, 0), 1);
+}
+
+// Every released element is sent exactly once, grouped by owner, each round
+// within the capacity; a lone parameter is sent in flat order.
+static void check_rounds(const Layout &L, const std::vector<int> &released, size_t cap) {
+    std::vector<std::vector<int>> seen(released.size());
+    for (size_t e = 0; e < released.size(); ++e) seen[e].assign(L.slot_of(released[e])->numel, 0);
+    for (const auto &r : dsm::zero::plan_rounds(L, released, cap)) {
+        assert_true(r.elements() <= cap);
+        assert_int_equal(r.counts.size(), static_cast<size_t>(L.parts()));
+        int last_part = 0;
+        std::vector<size_t> per(static_cast<size_t>(L.parts()), 0);
+        for (const auto &pc : r.pieces) {
+            assert_true(pc.part >= last_part);
+            last_part = pc.part;
+            const Slot *s = L.slot_of(released[static_cast<size_t>(pc.entry)]);
+            assert_int_equal(pc.flat, s->offset + pc.src);
+            assert_true(pc.flat >= L.part_begin(pc.part) && pc.flat + pc.count <= L.part_begin(pc.part) + L.part_size());
+            for (size_t k = 0; k < pc.count; ++k) ++seen[static_cast<size_t>(pc.entry)][pc.src + k];
+            per[static_cast<size_t>(pc.part)] += pc.count;
+        }
+        for (int p = 0; p < L.parts(); ++p) assert_int_equal(per[static_cast<size_t>(p)], r.counts[static_cast<size_t>(p)]);
+    }
+    for (const auto &v : seen)
+        for (int x : v) assert_int_equal(x, 1);
+}
+
+static void test_rounds(void **) {
+    const Layout one = make({1000}, 2);
+    auto r = dsm::zero::plan_rounds(one, {0}, 1000);
+    assert_int_equal(r.size(), 1);
+    size_t at = 0;
+    for (const auto &pc : r[0].pieces) { // the parameter's own order
+        assert_int_equal(pc.src, at);
+        at += pc.count;
+    }
+    check_rounds(one, {0}, 1000);
+    check_rounds(one, {0}, 7);
+    const Layout many = make({5, 1, 33, 17, 64, 3}, 4);
+    check_rounds(many, {3, 0, 5, 2, 1, 4}, 40);
+    check_rounds(many, {4, 2}, 1);
+    check_rounds(many, {0, 1, 2, 3, 4, 5}, 1000);
+}
+
+static void test_prefetch_and_gather(void **) {
+    const Layout L = make({10, 20, 30, 40}, 3);
+    auto numel = [&](int j) { return L.slot_of(j)->numel; };
+    auto none = [](int) { return false; };
+    const std::vector<int> trace{0, 1, 2, 3};
+    size_t pos = 0;
+    auto list = dsm::zero::prefetch_list(trace, pos, 1, 60, numel, none);
+    assert_int_equal(list.size(), 2); // 1 and 2 (20 + 30), not 3
+    assert_int_equal(list[1], 2);
+    assert_int_equal(pos, 2);
+    list = dsm::zero::prefetch_list(trace, pos, 0, 1000, numel, none); // behind the position: alone
+    assert_int_equal(list.size(), 1);
+    pos = 0;
+    list = dsm::zero::prefetch_list(trace, pos, 0, 1000, numel, [](int j) { return j == 2; });
+    assert_int_equal(list.size(), 3); // 0, 1, 3
+    assert_int_equal(list[2], 3);
+    const auto g = dsm::zero::plan_gather(L, {3, 1});
+    size_t total = 0, last = 0;
+    for (const auto &jp : g.pieces) {
+        assert_true(static_cast<size_t>(jp.second.part) >= last);
+        last = static_cast<size_t>(jp.second.part);
+        total += jp.second.count;
+    }
+    assert_int_equal(total, 60);
+    size_t sum = 0;
+    for (size_t c : g.counts) sum += c;
+    assert_int_equal(sum, 60);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_awkward_sizes),
         cmocka_unit_test(test_counts_and_pieces),
         cmocka_unit_test(test_empty_and_bad),
+        cmocka_unit_test(test_regions),
+        cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_prefetch_and_gather),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

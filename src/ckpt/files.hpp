@@ -1,0 +1,74 @@
+// The checkpoint's file-system side: file names of a tag, durable writes
+// (fsync, atomic replace), directory checks shared by all ranks, leftovers
+// of failed saves, free space. Internal to src/ckpt (checkpoint.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <mpi.h>
+
+#include "ckpt/checkpoint.hpp"
+
+namespace dsm {
+namespace ckpt {
+namespace files {
+
+// The file of a tag, its temporary while written, and the room reserved for
+// HDF5's metadata beside it.
+std::string file_of(const std::string &dir, const std::string &tag);
+std::string tmp_of(const std::string &dir, const std::string &tag);
+std::string reserve_of(const std::string &dir, const std::string &tag);
+
+// Room kept aside for HDF5's metadata while the data is written: HDF5
+// writes its metadata when the file is flushed and closed, and a rank whose
+// metadata write fails leaves the others waiting inside HDF5. Rank 0 frees
+// this room just before the flush, and after a failed write also truncates
+// the temporary, so the close always has room for the metadata.
+size_t reserve_size(size_t tensors);
+
+void fsync_path(const std::string &path, bool directory);
+
+void make_dirs(const std::string &dir);
+
+// Write `text` to `path` through a temporary, flushed, renamed, with the
+// directory flushed after: readers see the old or the new file, whole.
+void replace_file(const std::string &dir, const std::string &path, const std::string &tmp, const std::string &text);
+
+std::string host_name();
+
+std::string hex64(uint64_t v);
+
+std::string bcast_text(MPI_Comm comm, std::string s);
+
+// Collective: every rank sees, under its own spelling of `dir`, the
+// directory rank 0 writes to. Rank 0 leaves a token file with a random name
+// there and every other rank reads it back; a rank on which the token is
+// missing (node-local scratch, another path on that rank) fails, and so
+// every rank does, before any collective open of a file in `dir` could
+// hang. The token is removed whatever the outcome.
+void check_shared_dir(MPI_Comm comm, int rank, const std::string &dir);
+
+// Collective: every rank sees `path` as the same file rank 0 sees (same
+// size and modification time), before a collective open of it.
+void check_same_file(MPI_Comm comm, int rank, const std::string &path);
+
+// Rank 0, at the start of a save: remove what earlier saves left when they
+// were killed or failed: `.<tag>.h5.tmp` of any tag, `.latest.tmp`, and
+// directory tokens older than an hour.
+void remove_leftovers(const std::string &dir);
+
+// What a failed write adds to its message: the file system's free space
+// when it is (nearly) full.
+std::string space_hint(const std::string &dir);
+
+// Rank 0, before a save: the file system has room for the file (the data,
+// the client state, and per dataset its header and alignment), so that a
+// full disk is one clear error before any data moves. Quotas and space
+// taken while the save runs are caught by the write agreement instead.
+void check_space(const std::string &dir, const Content &content, size_t client_size);
+
+} // namespace files
+} // namespace ckpt
+} // namespace dsm

@@ -1,0 +1,116 @@
+// The engine's description (dsm_engine_describe, dsm-bench): configuration,
+// ranks, memory by kind next to the ZeRO formula, communication and timers.
+#include "dsm_config.h"
+
+#include "engine/engine.hpp"
+
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace dsm {
+namespace engine {
+
+// ---------------------------------------------------------------- describe
+
+uint64_t Engine::bytes_sent() const noexcept {
+    return (dp_ ? dp_->stats().bytes_sent : 0) + (sp_ ? sp_->stats().bytes_sent : 0);
+}
+
+double Engine::zero_formula_bytes_per_param() const {
+    // The ZeRO paper's bytes per parameter: K = 12 for fp16 with fp32 Adam
+    // (master 4 + two moments 8); with fp32 the master is the parameter.
+    const double dp = dp_size_;
+    const int nstate = optim::state_count(cfg_.optimizer.type);
+    const double pw = static_cast<double>(esize_);
+    const double K = (dtype_ == DSM_FLOAT32 ? 0.0 : 4.0) + 4.0 * nstate;
+    return stage_->formula(pw, K, dp);
+}
+
+size_t Engine::model_state_bytes() const {
+    const zero::StageMemory m = stage_->memory();
+    return m.params + m.grads + master_own_.bytes() +
+           optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states());
+}
+
+std::string Engine::describe(dsm_format_t format) const {
+    DSM_REQUIRE(format == DSM_FORMAT_TEXT || format == DSM_FORMAT_JSON, DSM_ERR_INVALID_ARGUMENT, "format ",
+                static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
+    using nlohmann::json;
+    const double N = static_cast<double>(layout_.used());
+    const double formula = zero_formula_bytes_per_param();
+    json buffers = json::object();
+    auto add = [&](const char *name, size_t bytes) {
+        if (bytes) buffers[name] = bytes;
+    };
+    const zero::StageMemory m = stage_->memory();
+    add("parameters", m.params);
+    add("gradients", m.grads);
+    add("master_weights", master_own_.bytes());
+    add("optimizer_state", optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states()));
+    add("fp32_gradient_scratch", grad32_.bytes());
+    add("reduction_buckets", m.buckets);
+    size_t frozen = 0;
+    for (const Param &p : params_) frozen += p.frozen.bytes();
+    add("frozen_parameters", frozen);
+    add("gathered_and_staging", m.live); // gathered parameters and gradient staging held now
+    add("idle_reuse_pool", m.idle);
+    const size_t model_state = model_state_bytes();
+    size_t total = 0;
+    for (auto &kv : buffers.items()) total += kv.value().get<size_t>();
+    json j = {
+        {"format", "dsm-engine"},
+        {"format_version", 1},
+        {"zero_stage", stage_->number()},
+        {"compute_dtype", dtype_name(dtype_)},
+        {"communication_dtype", dtype_name(comm_dtype_)},
+        {"optimizer", config::optimizer_name(cfg_.optimizer.type)},
+        {"optimizer_isa", optim::active_isa()},
+        {"backend", dp_->name()},
+        {"data_parallel_size", dp_size_},
+        {"sequence_parallel_size", sp_size_},
+        {"parameters", num_params()},
+        {"trainable_elements", layout_.used()},
+        {"flat_elements", layout_.total()},
+        {"partition_elements", layout_.part_size()},
+        {"partition", part_},
+        {"memory",
+         {{"buffers", buffers},
+          {"model_state_bytes", model_state},
+          {"total_bytes", total},
+          {"bytes_per_parameter", N > 0 ? static_cast<double>(model_state) / N : 0.0},
+          {"zero_formula_bytes_per_parameter", formula}}},
+        {"communication",
+         {{"bytes_sent", bytes_sent()},
+          {"bytes_off_node", dp_->stats().bytes_off_node + (sp_ ? sp_->stats().bytes_off_node : 0)},
+          {"calls", dp_->stats().calls + (sp_ ? sp_->stats().calls : 0)}}},
+        {"timers_seconds",
+         {{"reduce", timers_.reduce}, {"optimizer", timers_.optimizer}, {"gather", timers_.gather}}},
+    };
+    std::ostringstream offload;
+    compute_->describe(j, offload); // ZeRO-Offload: "offload" and its line
+    if (format == DSM_FORMAT_JSON) return j.dump() + "\n";
+    std::ostringstream os;
+    os << "engine: ZeRO stage " << stage_->number() << ", " << dtype_name(dtype_) << " compute, "
+       << dtype_name(comm_dtype_) << " reductions, optimizer " << config::optimizer_name(cfg_.optimizer.type)
+       << " (" << optim::active_isa() << "), backend " << dp_->name() << "\n";
+    os << "ranks: " << dp_size_ << " data-parallel x " << sp_size_ << " sequence-parallel; partition " << part_
+       << " of " << layout_.parts() << "\n";
+    os << "parameters: " << num_params() << " (" << layout_.used() << " trainable elements, flat "
+       << layout_.total() << ", partition " << layout_.part_size() << ")\n";
+    os << offload.str();
+    os << "memory on this rank:\n";
+    for (auto &kv : buffers.items()) os << "  " << kv.key() << ": " << kv.value().get<size_t>() << " bytes\n";
+    char line[160];
+    std::snprintf(line, sizeof line, "  model state: %.2f bytes per parameter (ZeRO formula %.2f)\n",
+                  N > 0 ? static_cast<double>(model_state) / N : 0.0, formula);
+    os << line;
+    return os.str();
+}
+
+} // namespace engine
+} // namespace dsm

@@ -1,0 +1,203 @@
+// The engine's creation steps that touch every parameter: the argument
+// checks, the buffers (the ZeRO stage's, then the master weights and the
+// optimizer state), with the fall-back to the mpi backend when /dev/shm is too
+// small, and the initial values.
+#include "dsm_config.h"
+
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "amp/convert.hpp"
+#include "core/agree.hpp"
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace dsm {
+namespace engine {
+
+namespace {
+
+constexpr int kMaxParams = 1000000;
+constexpr size_t kMaxNameLength = 255;
+
+bool init_dtype_ok(dsm_dtype_t t) {
+    return t == DSM_FLOAT32 || t == DSM_FLOAT64 || t == DSM_FLOAT16 ||
+           t == DSM_BFLOAT16;
+}
+
+} // namespace
+
+void Engine::check_params(const dsm_param_desc_t *params, int nparams) const {
+    DSM_REQUIRE(nparams >= 1 && nparams <= kMaxParams, DSM_ERR_INVALID_ARGUMENT, "nparams is ", nparams,
+                ", must be 1..", kMaxParams);
+    DSM_ARG_NOT_NULL(params);
+    std::vector<std::string> names;
+    names.reserve(static_cast<size_t>(nparams));
+    for (int i = 0; i < nparams; ++i) {
+        const dsm_param_desc_t &p = params[i];
+        DSM_REQUIRE(p.name != nullptr, DSM_ERR_NULL_POINTER, "params[", i, "].name is NULL");
+        const std::string name = p.name;
+        DSM_REQUIRE(!name.empty() && name.size() <= kMaxNameLength, DSM_ERR_INVALID_ARGUMENT, "params[",
+                    i, "].name '", name, "' must have 1..", kMaxNameLength, " characters");
+        for (unsigned char c : name)
+            DSM_REQUIRE(std::isgraph(c), DSM_ERR_INVALID_ARGUMENT, "params[", i, "].name '", name,
+                        "' has a space or control character");
+        DSM_REQUIRE(p.ndims >= 0 && p.ndims <= DSM_PARAM_MAX_DIMS, DSM_ERR_INVALID_ARGUMENT, "params[", i,
+                    "] '", name, "': ndims is ", p.ndims, ", must be 0..", DSM_PARAM_MAX_DIMS);
+        DSM_REQUIRE(p.ndims == 0 || p.shape != nullptr, DSM_ERR_NULL_POINTER, "params[", i, "] '", name,
+                    "': shape is NULL");
+        int64_t numel = 1;
+        for (int d = 0; d < p.ndims; ++d) {
+            DSM_REQUIRE(p.shape[d] >= 1, DSM_ERR_INVALID_ARGUMENT, "params[", i, "] '", name, "': shape[",
+                        d, "] is ", p.shape[d], ", must be >= 1");
+            DSM_REQUIRE(numel <= (INT64_C(1) << 40) / p.shape[d], DSM_ERR_INVALID_ARGUMENT, "params[", i,
+                        "] '", name, "': more than 2^40 elements");
+            numel *= p.shape[d];
+        }
+        DSM_REQUIRE(init_dtype_ok(p.dtype), DSM_ERR_INVALID_ARGUMENT, "params[", i, "] '", name,
+                    "': dtype ", static_cast<int>(p.dtype),
+                    " is not FLOAT32, FLOAT64, FLOAT16 or BFLOAT16");
+        DSM_REQUIRE(p.trainable == 0 || p.trainable == 1, DSM_ERR_INVALID_ARGUMENT, "params[", i, "] '",
+                    name, "': trainable is ", p.trainable, ", must be 0 or 1");
+        DSM_REQUIRE(p.no_weight_decay == 0 || p.no_weight_decay == 1, DSM_ERR_INVALID_ARGUMENT, "params[",
+                    i, "] '", name, "': no_weight_decay is ", p.no_weight_decay, ", must be 0 or 1");
+        names.push_back(name);
+    }
+    std::vector<std::string> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+    DSM_REQUIRE(dup == sorted.end(), DSM_ERR_INVALID_ARGUMENT, "parameter name '",
+                dup == sorted.end() ? "" : *dup, "' is used twice");
+}
+
+
+
+// The shm backend keeps the engine's shared buffers in /dev/shm, which
+// containers often make small (64 MB). When they do not fit there on some
+// node, every rank of the world learns it (the backend agrees over its
+// group, the allreduce below over the world) and all of them free what they
+// got and fall back to the mpi backend, whose buffers are private memory:
+// the same decision on every rank, with a warning. Any other failure, or one
+// with the mpi backend, is agreed over the world and returned.
+void Engine::allocate_or_fall_back(int node) {
+    dsm_status_t status = DSM_SUCCESS;
+    std::string err;
+    const auto attempt = [&] {
+        status = DSM_SUCCESS;
+        err.clear();
+        try {
+            allocate();
+        } catch (const Error &e) {
+            status = e.status();
+            err = e.message();
+        } catch (const std::bad_alloc &) {
+            status = DSM_ERR_OUT_OF_MEMORY;
+            err = "out of memory allocating the engine's buffers";
+        }
+    };
+    attempt();
+    // The shm backend's own failure (not a private buffer's): its message says "shared memory".
+    int no_room = status == DSM_ERR_OUT_OF_MEMORY && std::strcmp(dp_->name(), "shm") == 0 &&
+                          err.find("shared memory: ") != std::string::npos
+                      ? 1
+                      : 0,
+        any = 0;
+    DSM_CHECK_MPI(MPI_Allreduce(&no_room, &any, 1, MPI_INT, MPI_MAX, world_));
+    if (any != 0) {
+        if (world_rank_ == 0)
+            DSM_WARN(ENGINE, "%s: the engine uses the mpi backend (private memory) on every rank instead",
+                     no_room != 0 ? err.c_str()
+                                  : "another data-parallel group's shared buffers do not fit in /dev/shm");
+        // Collective frees over each data-parallel group, in the same order
+        // on its ranks (their allocations were agreed, so they hold the same).
+        stage_->free();
+        dp_.reset();
+        dp_ = comm::create_backend(dp_comm_.get(), comm::Kind::MPI, node);
+        attempt();
+    }
+    agree(world_, [&] {
+        if (status != DSM_SUCCESS) DSM_FAIL(status, err);
+    });
+}
+
+void Engine::allocate() {
+    const size_t P = layout_.part_size();
+    stage_->bind(&layout_, part_, dp_.get(), sp_.get(), &timers_);
+    stage_->allocate(); // the collective (shared) allocations first
+    if (dtype_ == DSM_FLOAT32) {
+        master_ = static_cast<float *>(stage_->param_partition());
+    } else {
+        master_own_ = HostBuffer(P * sizeof(float));
+        master_ = static_cast<float *>(master_own_.data());
+        grad32_ = HostBuffer(P * sizeof(float));
+    }
+    optimizer_ = std::make_unique<optim::Optimizer>(optim::hyper_from_config(cfg_.optimizer), P);
+    for (Param &p : params_)
+        if (!p.trainable) p.frozen = HostBuffer(p.numel * esize_);
+}
+
+void Engine::initialize_values(const dsm_param_desc_t *params) {
+    // The first rank decides, per parameter, where the values come from:
+    // 0 zeros, 1 its init_values (broadcast), 2 every rank's init_fn.
+    const int n = num_params();
+    std::vector<int> mode(static_cast<size_t>(n), 0);
+    if (world_rank_ == 0)
+        for (int i = 0; i < n; ++i)
+            mode[static_cast<size_t>(i)] = params[i].init_values ? 1 : params[i].init_fn ? 2 : 0;
+    DSM_CHECK_MPI(MPI_Bcast(mode.data(), n, MPI_INT, 0, world_));
+    agree(world_, [&] {
+        for (int i = 0; i < n; ++i)
+            DSM_REQUIRE(mode[static_cast<size_t>(i)] != 2 || params[i].init_fn != nullptr,
+                        DSM_ERR_INVALID_ARGUMENT, "params[", i, "] '", params[i].name,
+                        "': init_fn is NULL here but the first rank initializes it with init_fn");
+    });
+
+    const size_t pb = layout_.part_begin(part_), pe = pb + layout_.part_size();
+    std::string failure;
+    for (int i = 0; i < n && failure.empty(); ++i) {
+        Param &p = params_[static_cast<size_t>(i)];
+        const int m = mode[static_cast<size_t>(i)];
+        if (m == 1) {
+            // Broadcast as fp32, then keep what this rank stores.
+            std::vector<float> full(p.numel);
+            if (world_rank_ == 0) amp::convert(params[i].init_values, params[i].dtype, full.data(), DSM_FLOAT32, p.numel);
+            const size_t chunk = size_t(1) << 28;
+            for (size_t off = 0; off < p.numel; off += chunk)
+                DSM_CHECK_MPI(MPI_Bcast(full.data() + off, static_cast<int>(std::min(chunk, p.numel - off)),
+                                        MPI_FLOAT, 0, world_));
+            if (!p.trainable) {
+                amp::convert(full.data(), DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
+                continue;
+            }
+            for (const auto &pc : layout_.param_pieces(i))
+                if (pc.part == part_)
+                    std::memcpy(master_ + (pc.flat_offset - pb), full.data() + pc.param_offset, pc.count * sizeof(float));
+        } else if (m == 2) {
+            auto call = [&](size_t off, size_t count, float *dst) {
+                if (failure.empty() && params[i].init_fn(params[i].init_user_data, i, params[i].name,
+                                                         static_cast<int64_t>(off), static_cast<int64_t>(count), dst) != 0)
+                    failure = cat("params[", i, "] '", p.name, "': init_fn returned an error for elements [",
+                                  off, ", ", off + count, ")");
+            };
+            if (!p.trainable) {
+                std::vector<float> full(p.numel);
+                call(0, p.numel, full.data());
+                amp::convert(full.data(), DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
+                continue;
+            }
+            for (const auto &pc : layout_.param_pieces(i))
+                if (pc.part == part_) call(pc.param_offset, pc.count, master_ + (pc.flat_offset - pb));
+        }
+        (void)pe;
+    }
+    agree(world_, [&] { DSM_REQUIRE(failure.empty(), DSM_ERR_INVALID_ARGUMENT, failure); });
+    publish();
+}
+
+} // namespace engine
+} // namespace dsm

@@ -1,0 +1,30 @@
+// The stage factory and what every stage shares.
+#include "zero/stage.hpp"
+
+#include "core/dtype.hpp"
+#include "core/error.hpp"
+
+namespace dsm {
+namespace zero {
+
+std::unique_ptr<Stage> make_replicated(const StageSettings &s);  // stage_replicated.cc
+std::unique_ptr<Stage> make_partitioned(const StageSettings &s); // stage_partitioned.cc
+
+std::unique_ptr<Stage> Stage::create(const StageSettings &s) {
+    DSM_REQUIRE(s.stage >= 0 && s.stage <= 3, DSM_ERR_CONFIG, "ZeRO stage ", s.stage, " is not 0..3");
+    return s.stage < 2 ? make_replicated(s) : make_partitioned(s);
+}
+
+Stage::Stage(const StageSettings &s)
+    : s_(s), esize_(dtype_size(s.dtype)), csize_(dtype_size(s.comm_dtype)) {}
+
+void Stage::bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, Timers *timers) {
+    layout_ = layout;
+    part_ = part;
+    dp_ = dp;
+    sp_ = sp;
+    timers_ = timers;
+}
+
+} // namespace zero
+} // namespace dsm

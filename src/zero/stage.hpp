@@ -1,0 +1,126 @@
+// The ZeRO stages as objects. A Stage owns the compute-dtype parameters and
+// gradients of the flat layout on this rank and the collectives that move
+// them over the data-parallel group (after a sum over the sequence-parallel
+// group); the engine orchestrates and holds no stage branches.
+//
+//                     parameters        gradients          reduction
+//   Replicated (0/1)  T, shared         T, shared          flat regions: allreduce (0, one part)
+//                                                          or reduce-scatter to the owners (1)
+//   Partitioned (2)   T, shared         P + bucket         buckets of released gradients,
+//   Partitioned (3)   P (+ persistent   P + bucket         reduce-scattered to the owners
+//                     region whole),                       as they are released
+//                     gathered on use
+//
+// T = the flat layout's total, P = one partition. The planning (which
+// elements go into which round, which parameters a gather prefetches) is in
+// plan.hpp, free of MPI.
+//
+// Collective calls take a `before` callback that the stage runs on every
+// rank before its first collective at that point (the engine's agreement
+// that all ranks are there, and the offload drain); stages that move nothing
+// at that point do not call it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "comm/backend.hpp"
+#include "dsm.h"
+#include "zero/buffers.hpp"
+#include "zero/layout.hpp"
+
+namespace dsm {
+namespace zero {
+
+// What one micro-step's reductions and update cost (wall_clock_breakdown).
+struct Timers {
+    double reduce = 0, optimizer = 0, gather = 0;
+};
+
+struct StageSettings {
+    int stage = 0;
+    dsm_dtype_t dtype = DSM_FLOAT32;       // compute dtype
+    dsm_dtype_t comm_dtype = DSM_FLOAT32;  // reduction dtype
+    double pre = 1.0, post = 1.0;          // gradient scaling before and after the DP sum
+    int64_t reduce_bucket_size = 1;
+    int64_t prefetch_bucket_size = 0;
+    int64_t persistence_threshold = 0;     // ZeRO-3: parameters up to this many elements stay whole
+};
+
+// The memory a stage holds, by kind (Engine::describe()).
+struct StageMemory {
+    size_t params = 0, grads = 0, buckets = 0, live = 0, idle = 0;
+};
+
+class Stage {
+public:
+    using Before = std::function<void(int64_t detail)>;
+
+    // The stage of `s.stage` (0..3).
+    static std::unique_ptr<Stage> create(const StageSettings &s);
+    virtual ~Stage() = default;
+
+    int number() const noexcept { return s_.stage; }
+    // The number of partitions of the layout over `dp` data-parallel ranks.
+    virtual int parts(int dp) const = 0;
+    // Whether a parameter of `numel` elements is held whole on every rank.
+    virtual bool persistent(size_t numel) const = 0;
+    // The ZeRO paper's bytes per parameter: `pw` parameter/gradient bytes,
+    // `K` optimizer bytes (master and moments), `dp` ranks.
+    virtual double formula(double pw, double K, double dp) const = 0;
+
+    // Before allocate(): the layout (persistent slots first), this rank's
+    // partition, the backends (sp may be null) and the timers to add to.
+    void bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, Timers *timers);
+    // Collective over the data-parallel group: shared allocations in the
+    // same order on every rank, then private ones.
+    virtual void allocate() = 0;
+    // Collective: free the shared buffers (reverse order); private ones too.
+    virtual void free() noexcept = 0;
+
+    // This rank's partition of the compute-dtype parameters (P elements).
+    virtual void *param_partition() = 0;
+    // The parameters held whole (for page-locking): pointer and bytes.
+    virtual void *whole_params(size_t *bytes) = 0;
+    // A trainable parameter's whole values; gathers (collective: `before`
+    // then the allgather) when it is not held.
+    virtual const void *acquire_param(int index, const Before &before) = 0;
+    virtual void release_param(int index) = 0;
+    // After the optimizer (or a load) wrote `master` (fp32, P elements):
+    // convert it into the partition and gather what the stage holds whole.
+    // Collective.
+    virtual void publish(const float *master) = 0;
+    // A new micro-step: prefetched parameters nobody acquired are dropped
+    // (`forget`: the traces of acquisitions too, after a load).
+    virtual void new_micro_step(bool forget) = 0;
+
+    // The buffer to add a trainable parameter's gradient into (zeroed at
+    // the start), and its release (collective when it fills a bucket).
+    virtual void *acquire_grad(int index) = 0;
+    virtual void release_grad(int index, const Before &before) = 0;
+    // At dsm_step: reduce what is still to be reduced (`boundary`: the
+    // gradients are read next). Collective.
+    virtual void reduce(bool boundary, const Before &before) = 0;
+    // This rank's partition of the reduced gradients (compute dtype, P).
+    virtual const void *grad_partition() const = 0;
+    virtual void zero_grads() = 0;
+
+    virtual StageMemory memory() const = 0;
+
+protected:
+    explicit Stage(const StageSettings &s);
+    size_t esize() const noexcept { return esize_; }
+
+    StageSettings s_;
+    size_t esize_ = 4, csize_ = 4; // bytes per compute and per communication element
+    const Layout *layout_ = nullptr;
+    int part_ = 0;
+    comm::Backend *dp_ = nullptr, *sp_ = nullptr;
+    Timers *timers_ = nullptr;
+};
+
+} // namespace zero
+} // namespace dsm

@@ -1,0 +1,127 @@
+// ZeRO stages 0 and 1: every rank holds the whole parameters and gradients
+// (shared buffers of the data-parallel backend). At the accumulation
+// boundary the flat gradient is reduced in regions of reduce_bucket_size
+// elements: an allreduce (stage 0, where the optimizer state is whole too)
+// or a reduce-scatter to the owner of each partition (stage 1), whose
+// optimizer updates it; publish() then allgathers the partitions (stage 1).
+#include <cstring>
+
+#include "amp/convert.hpp"
+#include "core/error.hpp"
+#include "mpi.h"
+#include "zero/plan.hpp"
+#include "zero/stage.hpp"
+
+namespace dsm {
+namespace zero {
+
+namespace {
+
+class Replicated final : public Stage {
+public:
+    explicit Replicated(const StageSettings &s) : Stage(s) {}
+
+    int parts(int dp) const override { return s_.stage == 0 ? 1 : dp; }
+    bool persistent(size_t) const override { return true; }
+    double formula(double pw, double K, double dp) const override {
+        return s_.stage == 0 ? pw + pw + K : pw + pw + K / dp;
+    }
+
+    void allocate() override {
+        const size_t T = layout_->total();
+        param_flat_ = SharedBuffer(dp_, T * esize_);
+        grad_flat_ = SharedBuffer(dp_, T * esize_);
+        if (s_.comm_dtype != s_.dtype) {
+            const size_t cap = std::min<size_t>(static_cast<size_t>(std::max<int64_t>(s_.reduce_bucket_size, 1)), T);
+            comm_scratch_ = HostBuffer(cap * csize_);
+        }
+    }
+    void free() noexcept override {
+        grad_flat_.reset();
+        param_flat_.reset();
+        comm_scratch_ = HostBuffer();
+    }
+
+    void *param_partition() override {
+        return static_cast<char *>(param_flat_.data()) + layout_->part_begin(part_) * esize_;
+    }
+    void *whole_params(size_t *bytes) override {
+        *bytes = param_flat_.bytes();
+        return param_flat_.data();
+    }
+    const void *acquire_param(int index, const Before &) override {
+        return static_cast<const char *>(param_flat_.data()) + layout_->slot_of(index)->offset * esize_;
+    }
+    void release_param(int) override {}
+    void publish(const float *master) override {
+        void *part = param_partition();
+        if (s_.dtype != DSM_FLOAT32) amp::convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
+        if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype);
+    }
+    void new_micro_step(bool) override {}
+
+    void *acquire_grad(int index) override {
+        return static_cast<char *>(grad_flat_.data()) + layout_->slot_of(index)->offset * esize_;
+    }
+    void release_grad(int, const Before &) override {}
+    void reduce(bool boundary, const Before &) override {
+        if (!boundary) return;
+        const double t0 = MPI_Wtime();
+        for (const auto &r : flat_regions(layout_->total(), s_.reduce_bucket_size)) reduce_region(r.first, r.second);
+        timers_->reduce += MPI_Wtime() - t0;
+    }
+    const void *grad_partition() const override {
+        return static_cast<const char *>(grad_flat_.data()) + layout_->part_begin(part_) * esize_;
+    }
+    void zero_grads() override { std::memset(grad_flat_.data(), 0, layout_->total() * esize_); }
+
+    StageMemory memory() const override {
+        StageMemory m;
+        m.params = param_flat_.bytes();
+        m.grads = grad_flat_.bytes();
+        m.buckets = comm_scratch_.bytes();
+        return m;
+    }
+
+private:
+    // Reduce grad_flat_[begin, end) over the groups: sum over SP, then over
+    // DP an allreduce (stage 0) or a reduce-scatter to the owners (stage 1),
+    // with DeepSpeed's pre- and post-scaling, in the communication dtype.
+    void reduce_region(size_t begin, size_t end) {
+        const size_t n = end - begin;
+        char *g = static_cast<char *>(grad_flat_.data()) + begin * esize_;
+        const dsm_dtype_t cd = s_.comm_dtype;
+        void *buf = g;
+        if (cd != s_.dtype) {
+            buf = comm_scratch_.data();
+            amp::convert(g, s_.dtype, buf, cd, n);
+        }
+        if (s_.pre != 1.0) amp::scale_inplace(buf, cd, n, s_.pre);
+        if (sp_) sp_->allreduce(buf, buf, n, cd, comm::Op::SUM);
+        if (s_.stage == 0) {
+            dp_->allreduce(buf, buf, n, cd, comm::Op::SUM);
+            if (s_.post != 1.0) amp::scale_inplace(buf, cd, n, s_.post);
+            if (buf != g) amp::convert(buf, cd, g, s_.dtype, n);
+            return;
+        }
+        const std::vector<size_t> counts = layout_->counts(begin, end);
+        size_t mine = 0;
+        for (int r = 0; r < part_; ++r) mine += counts[static_cast<size_t>(r)];
+        char *recv = static_cast<char *>(buf) + mine * csize_;
+        const size_t my_count = counts[static_cast<size_t>(part_)];
+        dp_->reduce_scatterv(buf, recv, counts, cd, comm::Op::SUM);
+        if (s_.post != 1.0) amp::scale_inplace(recv, cd, my_count, s_.post);
+        if (buf != g) amp::convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
+    }
+
+    SharedBuffer param_flat_; // T
+    SharedBuffer grad_flat_;  // T
+    HostBuffer comm_scratch_; // reductions in another dtype
+};
+
+} // namespace
+
+std::unique_ptr<Stage> make_replicated(const StageSettings &s) { return std::make_unique<Replicated>(s); }
+
+} // namespace zero
+} // namespace dsm
