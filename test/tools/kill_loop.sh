@@ -41,7 +41,15 @@ while [ "$r" -le "$rounds" ]; do
     rand 3
     sleep "$R.$(( seed % 10 ))" 2>/dev/null || sleep 1
     sleep 0.5 2>/dev/null
-    pids=$(pgrep -f "^[^ ]*make_checkpoint $dir --resume" | tr "\n" " ")
+    # The ranks (not the launcher or a wrapper script), once they run: on a
+    # loaded machine they may still be starting.
+    pids=
+    tries=0
+    while [ -z "$pids" ] && [ $tries -lt 1200 ] && kill -0 $job 2>/dev/null; do
+        pids=$(pgrep -f "^[^ ]*make_checkpoint $dir --resume" | tr "\n" " ")
+        [ -n "$pids" ] || sleep 0.1 2>/dev/null || sleep 1
+        tries=$((tries + 1))
+    done
     [ -n "$pids" ] || { wait $job; fail "round $r: the job ended before the kill: $(cat "$out")"; }
     rand 3
     if [ "$R" = 0 ]; then
