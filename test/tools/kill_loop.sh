@@ -29,15 +29,24 @@ rand() {
     R=$(( seed / 65536 % $1 ))
 }
 
-timeout 300 $launcher -n 2 "$bin" "$dir" --rows $rows --steps 2 --save-every 1 >"$out" 2>&1 ||
+timeout -k 10 300 $launcher -n 2 "$bin" "$dir" --rows $rows --steps 2 --save-every 1 >"$out" 2>&1 ||
     fail "first job: $(cat "$out")"
 r=1
 while [ "$r" -le "$rounds" ]; do
     rand 2
     np=$(( 2 + 2 * R ))
-    timeout 300 $launcher -n $np "$bin" "$dir" --resume --rows $rows --steps 100000 --save-every 1 >"$out" 2>&1 &
+    before=$(cat "$dir/latest")
+    timeout -k 10 300 $launcher -n $np "$bin" "$dir" --resume --rows $rows --steps 100000 --save-every 1 >"$out" 2>&1 &
     job=$!
-    # Let it train and save for 0.5 to 3.4 s, then kill one rank or all.
+    # Kill only once the job has saved (its ranks are past MPI_Init and the
+    # load: a rank killed while MPI starts can leave Open MPI's launcher
+    # waiting for ever, which is not what this loop tests).
+    tries=0
+    while [ "$(cat "$dir/latest")" = "$before" ] && [ $tries -lt 1200 ] && kill -0 $job 2>/dev/null; do
+        sleep 0.1 2>/dev/null || sleep 1
+        tries=$((tries + 1))
+    done
+    # Let it train and save for 0.5 to 3.4 s more, then kill one rank or all.
     rand 3
     sleep "$R.$(( seed % 10 ))" 2>/dev/null || sleep 1
     sleep 0.5 2>/dev/null
@@ -68,7 +77,7 @@ while [ "$r" -le "$rounds" ]; do
     step=${tag#global_step}
     rand 4
     other=$(( 1 + R ))
-    timeout 300 $launcher -n $other "$bin" "$dir" --resume --rows $rows --steps 0 >"$out" 2>&1 ||
+    timeout -k 10 300 $launcher -n $other "$bin" "$dir" --resume --rows $rows --steps 0 >"$out" 2>&1 ||
         fail "round $r: resume on $other ranks after killing $what: $(cat "$out")"
     grep -q "resumed step $step at step $step\$" "$out" ||
         fail "round $r: latest is $tag but: $(cat "$out")"
@@ -76,7 +85,7 @@ while [ "$r" -le "$rounds" ]; do
     r=$((r + 1))
 done
 # One clean save clears what the kills left.
-timeout 300 $launcher -n 2 "$bin" "$dir" --resume --rows $rows --steps 1 --save-every 1 >"$out" 2>&1 ||
+timeout -k 10 300 $launcher -n 2 "$bin" "$dir" --resume --rows $rows --steps 1 --save-every 1 >"$out" 2>&1 ||
     fail "last job: $(cat "$out")"
 left=$(ls -A "$dir" | grep '\.tmp$\|\.reserve$\|^\.dsm-dircheck') && fail "leftovers after a clean save: $left"
 echo "PASS: $rounds kills, every resume at the step latest names"
