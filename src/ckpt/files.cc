@@ -193,12 +193,12 @@ void check_same_file(MPI_Comm comm, int rank, const std::string &path) {
 }
 
 // Rank 0, at the start of a save: remove what earlier saves left when they
-// were killed or failed: `.<tag>.h5.tmp` of any tag, `.latest.tmp`, and
-// directory tokens older than an hour.
+// were killed or failed: `.<tag>.h5.tmp` and `.<tag>.h5.reserve` of any
+// tag, `.latest.tmp`, and directory tokens (one job saves into a directory
+// at a time, as `latest` requires, so every one of these is garbage).
 void remove_leftovers(const std::string &dir) {
     DIR *d = ::opendir(dir.c_str());
     if (d == nullptr) return;
-    const time_t now = ::time(nullptr);
     std::vector<std::string> doomed;
     while (const struct dirent *e = ::readdir(d)) {
         const std::string name = e->d_name;
@@ -209,8 +209,7 @@ void remove_leftovers(const std::string &dir) {
         } else if (name.size() > 12 && name[0] == '.' && name.compare(name.size() - 11, 11, ".h5.reserve") == 0) {
             if (valid_tag(name.substr(1, name.size() - 12))) doomed.push_back(name);
         } else if (name.rfind(kDirToken, 0) == 0) {
-            struct stat st;
-            if (::stat((dir + "/" + name).c_str(), &st) == 0 && now - st.st_mtime > 3600) doomed.push_back(name);
+            doomed.push_back(name);
         }
     }
     ::closedir(d);

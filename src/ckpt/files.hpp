@@ -55,8 +55,9 @@ void check_shared_dir(MPI_Comm comm, int rank, const std::string &dir);
 void check_same_file(MPI_Comm comm, int rank, const std::string &path);
 
 // Rank 0, at the start of a save: remove what earlier saves left when they
-// were killed or failed: `.<tag>.h5.tmp` of any tag, `.latest.tmp`, and
-// directory tokens older than an hour.
+// were killed or failed: `.<tag>.h5.tmp` and `.<tag>.h5.reserve` of any
+// tag, `.latest.tmp`, and directory tokens (one job saves into a directory
+// at a time, as `latest` requires, so every one of these is garbage).
 void remove_leftovers(const std::string &dir);
 
 // What a failed write adds to its message: the file system's free space

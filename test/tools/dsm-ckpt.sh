@@ -314,6 +314,8 @@ cl=$tmp/clean
 mkdir "$cl" && cp "$ck/global_step2.h5" "$ck/global_step4.h5" "$ck/latest" "$cl/"
 head -c 1000 "$ck/global_step4.h5" > "$cl/.global_step6.h5.tmp"
 echo global_step6 > "$cl/.latest.tmp"
+head -c 100 "$ck/global_step4.h5" > "$cl/.global_step6.h5.reserve"
+echo 0123456789abcdef > "$cl/.dsm-dircheck-0123456789abcdef"
 echo keep > "$cl/.other.tmp"
 echo keep > "$cl/notes.h5.tmp"
 mkdir "$cl/.global_step8.h5.tmp"
@@ -334,17 +336,20 @@ import json, sys
 c = json.load(open(sys.argv[1]))
 assert c["format"] == "dsm-ckpt-clean" and c["format_version"] == 1 and c["dry_run"] is True, c
 assert [(f["file"], f["kind"], f["tag"], f["removed"]) for f in c["leftovers"]] == [
+    (".dsm-dircheck-0123456789abcdef", "token", None, False),
+    (".global_step6.h5.reserve", "reserve", "global_step6", False),
     (".global_step6.h5.tmp", "checkpoint", "global_step6", False), (".latest.tmp", "latest", None, False)], c
-assert c["bytes"] == 1000 + len("global_step6\n") and c["removed"] == 0, c
+assert c["bytes"] == 1000 + 100 + 17 + len("global_step6\n") and c["removed"] == 0, c
 assert sorted(k["file"] for k in c["kept"]) == [".global_step8.h5.tmp", ".global_step9.h5.tmp"], c["kept"]
 PY
 expect 0 "" "$bin" clean "$cl" --json
 python3 -c "
 import json, sys
 c = json.load(open(sys.argv[1]))
-assert c['removed'] == 2 and all(f['removed'] for f in c['leftovers']), c
+assert c['removed'] == 4 and all(f['removed'] for f in c['leftovers']), c
 " "$tmp/out" || fail "clean --json"
-[ ! -e "$cl/.global_step6.h5.tmp" ] && [ ! -e "$cl/.latest.tmp" ] || fail "clean left a leftover"
+[ ! -e "$cl/.global_step6.h5.tmp" ] && [ ! -e "$cl/.latest.tmp" ] && [ ! -e "$cl/.global_step6.h5.reserve" ] &&
+    [ ! -e "$cl/.dsm-dircheck-0123456789abcdef" ] || fail "clean left a leftover"
 for f in global_step2.h5 global_step4.h5 latest .other.tmp notes.h5.tmp; do
     [ -f "$cl/$f" ] || fail "clean removed $f"
 done

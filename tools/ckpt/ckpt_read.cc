@@ -560,7 +560,8 @@ Location locate(const std::string &path, const std::optional<std::string> &tag) 
     for (struct dirent *e = readdir(d.get()); e != nullptr; e = readdir(d.get())) {
         const std::string name = e->d_name;
         if (name[0] == '.') {
-            if (ends_with(name, ".tmp")) loc.temporary.push_back(name);
+            if (ends_with(name, ".tmp") || ends_with(name, ".h5.reserve") || name.rfind(".dsm-dircheck-", 0) == 0)
+                loc.temporary.push_back(name);
             continue;
         }
         struct stat fst;

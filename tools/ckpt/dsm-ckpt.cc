@@ -99,9 +99,11 @@ const char *const kDiffHelp =
 const char *const kCleanHelp =
     "usage: dsm-ckpt clean DIR [--dry-run] [--json]\n"
     "  Remove the leftovers of interrupted saves from a checkpoint directory: the\n"
-    "  temporary files DIR/.<tag>.h5.tmp (a checkpoint being written) and\n"
-    "  DIR/.latest.tmp (`latest` being replaced) that a save killed before its commit\n"
-    "  leaves behind. Nothing else is ever removed: not a checkpoint, not `latest`,\n"
+    "  temporary files DIR/.<tag>.h5.tmp (a checkpoint being written),\n"
+    "  DIR/.<tag>.h5.reserve (room kept for its metadata), DIR/.latest.tmp (`latest`\n"
+    "  being replaced) and DIR/.dsm-dircheck-<hex> (the shared-directory check) that a\n"
+    "  save killed before its commit leaves behind. Nothing else is ever removed: not\n"
+    "  a checkpoint, not `latest`,\n"
     "  not another file, not a link or directory with such a name (listed as kept).\n"
     "  Do not run it while a job is saving into DIR: its temporary file would go.\n"
     "  --dry-run   list what would be removed, remove nothing\n"
@@ -1036,18 +1038,41 @@ int cmd_diff(int argc, char **argv) {
 // ---------------------------------------------------------------- clean
 
 // What a save leaves when it is killed before its commit (src/ckpt: the file
-// of tag T is written as DIR/.T.h5.tmp and renamed; `latest` is written as
-// DIR/.latest.tmp and renamed): the tag of such a name, "" for .latest.tmp,
-// nullopt for any other name.
+// of tag T is written as DIR/.T.h5.tmp, with DIR/.T.h5.reserve beside it,
+// and renamed; `latest` is written as DIR/.latest.tmp and renamed; the
+// directory check's token is DIR/.dsm-dircheck-<16 hex>): the tag of such a
+// name, "" for .latest.tmp and a token, nullopt for any other name.
 std::optional<std::string> leftover_tag(const std::string &name) {
     if (name == ".latest.tmp") return std::string();
-    const std::string suffix = ".h5.tmp";
-    if (name.size() <= 1 + suffix.size() || name[0] != '.' ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        return std::nullopt;
-    const std::string tag = name.substr(1, name.size() - 1 - suffix.size());
-    if (!valid_tag(tag)) return std::nullopt;
-    return tag;
+    const std::string token = ".dsm-dircheck-";
+    if (name.size() == token.size() + 16 && name.compare(0, token.size(), token) == 0 &&
+        name.find_first_not_of("0123456789abcdef", token.size()) == std::string::npos)
+        return std::string();
+    for (const std::string suffix : {".h5.tmp", ".h5.reserve"}) {
+        if (name.size() <= 1 + suffix.size() || name[0] != '.' ||
+            name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+            continue;
+        const std::string tag = name.substr(1, name.size() - 1 - suffix.size());
+        if (valid_tag(tag)) return tag;
+    }
+    return std::nullopt;
+}
+
+// The kind of a leftover for clean's JSON: "checkpoint" (.T.h5.tmp),
+// "reserve" (.T.h5.reserve), "latest" (.latest.tmp) or "token"
+// (.dsm-dircheck-...), and what it is in words.
+const char *leftover_kind(const std::string &name, const std::string &tag) {
+    if (name.rfind(".dsm-dircheck-", 0) == 0) return "token";
+    if (tag.empty()) return "latest";
+    return name.size() > 8 && name.compare(name.size() - 8, 8, ".reserve") == 0 ? "reserve" : "checkpoint";
+}
+
+std::string leftover_what(const std::string &name, const std::string &tag) {
+    const std::string kind = leftover_kind(name, tag);
+    if (kind == "token") return "an interrupted shared-directory check";
+    if (kind == "latest") return "an interrupted update of latest";
+    if (kind == "reserve") return "the metadata reserve of an interrupted save of tag " + printable(tag);
+    return "an interrupted save of tag " + printable(tag);
 }
 
 int cmd_clean(int argc, char **argv) {
@@ -1111,7 +1136,7 @@ int cmd_clean(int argc, char **argv) {
                 continue;
             }
             files.push_back({{"file", en.name},
-                             {"kind", en.tag.empty() ? "latest" : "checkpoint"},
+                             {"kind", leftover_kind(en.name, en.tag)},
                              {"tag", en.tag.empty() ? Json(nullptr) : Json(en.tag)},
                              {"bytes", en.bytes},
                              {"removed", en.removed}});
@@ -1132,8 +1157,7 @@ int cmd_clean(int argc, char **argv) {
             else
                 std::printf("%s %s (%s, %s)\n", dry ? "would remove" : en.removed ? "removed" : "could not remove",
                             path.c_str(),
-                            en.tag.empty() ? "an interrupted update of latest"
-                                           : ("an interrupted save of tag " + printable(en.tag)).c_str(),
+                            leftover_what(en.name, en.tag).c_str(),
                             plural(en.bytes, "byte", "bytes").c_str());
         }
         if (listed == 0)
