@@ -449,13 +449,6 @@ void fault_point(const char *point, int world_rank) {
 
 // ---------------------------------------------------------------- save
 
-static uint64_t attrs_checksum(const Attributes &attrs) {
-    Attributes copy = attrs;
-    copy.erase("attrs_checksum");
-    const std::string text = copy.dump();
-    return checksum_bytes(reinterpret_cast<const unsigned char *>(text.data()), 0, text.size());
-}
-
 void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
           const void *client, size_t client_size) {
     int rank = 0, world_rank = 0;
@@ -496,7 +489,7 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
     Attributes attrs = content.attrs;
     attrs["format"] = kFormat;
     attrs["format_version"] = kFormatVersion;
-    const uint64_t root_sum = attrs_checksum(attrs);
+    const uint64_t root_sum = root_attributes_checksum(attrs);
 
     // Checksums: each element counted once, by its owner. They are computed
     // by a second thread while this one writes the data (neither calls MPI
@@ -665,11 +658,7 @@ std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string
                 DSM_FAIL(DSM_ERR_IO, "checkpoint '", file_of(dir, chosen), "' does not exist");
         }
     });
-    int len = static_cast<int>(chosen.size());
-    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
-    chosen.resize(static_cast<size_t>(len));
-    if (len) DSM_CHECK_MPI(MPI_Bcast(&chosen[0], len, MPI_CHAR, 0, comm));
-    return chosen;
+    return bcast_string(comm, 0, chosen);
 }
 
 namespace {
@@ -740,7 +729,7 @@ void check_root_attrs(const std::string &path, const Attributes &a) {
     if (version >= 2) {
         if (!a.contains("attrs_checksum") || !a["attrs_checksum"].is_number_unsigned())
             bad("attrs_checksum", "expected the uint64 checksum of the root attributes");
-        if (a["attrs_checksum"].get<uint64_t>() != attrs_checksum(a))
+        if (a["attrs_checksum"].get<uint64_t>() != root_attributes_checksum(a))
             DSM_FAIL(DSM_ERR_IO, "'", path, "': checksum mismatch in the root attributes (the file is corrupt)");
     }
 }

@@ -91,14 +91,6 @@ std::string hex64(uint64_t v) {
     return buf;
 }
 
-std::string bcast_text(MPI_Comm comm, std::string s) {
-    int len = static_cast<int>(s.size());
-    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, comm));
-    s.resize(static_cast<size_t>(len));
-    if (len) DSM_CHECK_MPI(MPI_Bcast(&s[0], len, MPI_CHAR, 0, comm));
-    return s;
-}
-
 constexpr const char *kDirToken = ".dsm-dircheck-";
 
 // Collective: every rank sees, under its own spelling of `dir`, the
@@ -136,7 +128,7 @@ void check_shared_dir(MPI_Comm comm, int rank, const std::string &dir) {
         return;
     }
     DSM_CHECK_MPI(MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, comm));
-    const std::string host0 = bcast_text(comm, rank == 0 ? host_name() : std::string());
+    const std::string host0 = bcast_string(comm, 0, rank == 0 ? host_name() : std::string());
     try {
         agree(comm, [&] {
             if (rank == 0) return;
@@ -177,7 +169,7 @@ void check_same_file(MPI_Comm comm, int rank, const std::string &path) {
         id[2] = static_cast<long long>(st.st_mtim.tv_nsec);
     });
     DSM_CHECK_MPI(MPI_Bcast(id, 3, MPI_LONG_LONG, 0, comm));
-    const std::string host0 = bcast_text(comm, rank == 0 ? host_name() : std::string());
+    const std::string host0 = bcast_string(comm, 0, rank == 0 ? host_name() : std::string());
     agree(comm, [&] {
         if (rank == 0) return;
         struct stat st;

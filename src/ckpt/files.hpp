@@ -40,8 +40,6 @@ std::string host_name();
 
 std::string hex64(uint64_t v);
 
-std::string bcast_text(MPI_Comm comm, std::string s);
-
 // Collective: every rank sees, under its own spelling of `dir`, the
 // directory rank 0 writes to. Rank 0 leaves a token file with a random name
 // there and every other rank reads it back; a rank on which the token is

@@ -80,6 +80,13 @@ uint64_t checksum_bytes(const unsigned char *data, size_t offset, size_t size) n
 }
 
 
+uint64_t root_attributes_checksum(const nlohmann::json &attrs) {
+    nlohmann::json copy = attrs;
+    copy.erase("attrs_checksum");
+    const std::string text = copy.dump();
+    return checksum_bytes(reinterpret_cast<const unsigned char *>(text.data()), 0, text.size());
+}
+
 namespace {
 
 constexpr char kMagic[8] = {'D', 'S', 'M', 'C', 'K', 'P', 'T', '1'};

@@ -1,13 +1,15 @@
 // The definitions of the checkpoint format (doc/checkpoint.md) that both the
 // library's parallel writer and reader (checkpoint.cc) and the serial tool
 // dsm-ckpt use: format name and version, tag rules, link names, checksums.
-// No MPI, no HDF5: the tool links this without the library.
+// No MPI, no HDF5 (nlohmann::json only): the tool links this without the library.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace dsm {
 namespace ckpt {
@@ -40,6 +42,11 @@ uint64_t checksum(const float *data, size_t offset, size_t count) noexcept;
 
 // The same over bytes (b_i: the byte's value), from byte `offset` on.
 uint64_t checksum_bytes(const unsigned char *data, size_t offset, size_t size) noexcept;
+
+// The checksum format version 2 keeps in the root attribute
+// `attrs_checksum`: checksum_bytes over the compact JSON text (dump()) of the
+// root attributes other than `attrs_checksum` itself, keys in byte order.
+uint64_t root_attributes_checksum(const nlohmann::json &attrs);
 
 // ---------------------------------------------------------------- integrity record
 //

@@ -62,18 +62,6 @@ std::string shown(const nlohmann::ordered_json &value) {
     return s.size() <= 80 ? s : s.substr(0, 77) + "...";
 }
 
-// Broadcast a string from `root` (length, then bytes).
-std::string bcast_string(MPI_Comm comm, int root, const std::string &s) {
-    unsigned long long len = s.size();
-    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, comm));
-    DSM_REQUIRE(len <= static_cast<unsigned long long>(INT_MAX), DSM_ERR_INTERNAL, "configuration text of ", len,
-                " bytes is too long to broadcast");
-    std::string out = s;
-    out.resize(static_cast<size_t>(len));
-    if (len > 0) DSM_CHECK_MPI(MPI_Bcast(&out[0], static_cast<int>(len), MPI_CHAR, root, comm));
-    return out;
-}
-
 // The first key path (in `a`'s order, then the keys only `b` has) whose
 // value differs between rank 0's resolved configuration `a` and rank
 // `rank_b`'s `b` (nullptr: the key is missing), with both values.

@@ -9,19 +9,16 @@
 
 namespace dsm {
 
-namespace {
-
-// Broadcast a string from `root` (length, then bytes).
 std::string bcast_string(MPI_Comm comm, int root, const std::string &s) {
-    int len = static_cast<int>(s.size());
-    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, root, comm));
-    std::vector<char> buf(s.begin(), s.end());
-    buf.resize(static_cast<size_t>(len));
-    if (len > 0) DSM_CHECK_MPI(MPI_Bcast(buf.data(), len, MPI_CHAR, root, comm));
-    return std::string(buf.begin(), buf.end());
+    unsigned long long len = s.size();
+    DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_UNSIGNED_LONG_LONG, root, comm));
+    DSM_REQUIRE(len <= static_cast<unsigned long long>(INT_MAX), DSM_ERR_INTERNAL, "a text of ", len,
+                " bytes is too long to broadcast");
+    std::string out = s;
+    out.resize(static_cast<size_t>(len));
+    if (len > 0) DSM_CHECK_MPI(MPI_Bcast(&out[0], static_cast<int>(len), MPI_CHAR, root, comm));
+    return out;
 }
-
-} // namespace
 
 void agree(MPI_Comm comm, const std::function<void()> &local) {
     dsm_status_t status = DSM_SUCCESS;

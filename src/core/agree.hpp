@@ -11,6 +11,9 @@
 
 namespace dsm {
 
+// Rank `root`'s `s` on every rank of `comm` (collective).
+std::string bcast_string(MPI_Comm comm, int root, const std::string &s);
+
 // Run `local` (argument checks that may throw dsm::Error) on every rank of
 // `comm`, then agree: if any rank failed, every rank throws the status and
 // message ("rank R: ...") of the lowest failing rank. `comm` must have

@@ -684,21 +684,20 @@ int64_t Checkpoint::format_version() const {
     return v != nullptr && v->kind == Attribute::Kind::Int ? v->i : 1;
 }
 
-// The root attributes other than attrs_checksum as the library checksums
-// them (doc/checkpoint.md): one JSON object, nlohmann::json's dump().
+// The root attributes as JSON of the types the library reads them as
+// (integers, doubles, strings, arrays), checksummed as the library does.
 uint64_t Checkpoint::root_attributes_checksum() const {
-    Json all = Json::object();
+    nlohmann::json all = nlohmann::json::object(); // keys in byte order, as the library dumps them
     for (const Attribute &a : attributes_) {
-        if (a.name == "attrs_checksum") continue;
         switch (a.kind) {
         case Attribute::Kind::Int:
-            all[a.name] = a.is_unsigned ? Json(static_cast<uint64_t>(a.i)) : Json(a.i);
+            all[a.name] = a.is_unsigned ? nlohmann::json(static_cast<uint64_t>(a.i)) : nlohmann::json(a.i);
             break;
         case Attribute::Kind::Float: all[a.name] = a.f; break;
         case Attribute::Kind::String: all[a.name] = a.s; break;
         case Attribute::Kind::IntArray: {
-            Json arr = Json::array();
-            for (int64_t x : a.ints) arr.push_back(a.is_unsigned ? Json(static_cast<uint64_t>(x)) : Json(x));
+            nlohmann::json arr = nlohmann::json::array();
+            for (int64_t x : a.ints) arr.push_back(a.is_unsigned ? nlohmann::json(static_cast<uint64_t>(x)) : nlohmann::json(x));
             all[a.name] = arr;
             break;
         }
@@ -706,8 +705,7 @@ uint64_t Checkpoint::root_attributes_checksum() const {
         default: break;
         }
     }
-    const std::string text = all.dump();
-    return dsm::ckpt::checksum_bytes(reinterpret_cast<const unsigned char *>(text.data()), 0, text.size());
+    return dsm::ckpt::root_attributes_checksum(all);
 }
 
 void Checkpoint::check_root_attributes() {
