@@ -659,6 +659,47 @@ typedef struct dsm_step_info {
 /** Initializer of dsm_step_info_t. */
 #define DSM_STEP_INFO_INITIALIZER { sizeof(dsm_step_info_t), 0, 0, 0, 0, 0, 0, 0.0, 1.0, -1.0 }
 
+/** Where the engine keeps the model state and runs its math (dsm_engine_options_t::device). */
+typedef enum dsm_device {
+    /** DSM_ENGINE_DEVICE from the environment; when that is unset or "auto": DSM_DEVICE_CUDA when
+     *  NCCL is built, every rank has a usable CUDA device and no ZeRO-Offload is configured, else
+     *  DSM_DEVICE_HOST. */
+    DSM_DEVICE_DEFAULT = 0,
+    /** Host memory: the parameters the user reads and the gradients it writes are host memory. */
+    DSM_DEVICE_HOST = 1,
+    /** Device-resident: parameters, gradients, master weights and optimizer state in the rank's
+     *  CUDA device memory; collectives on NCCL; the fused CUDA optimizer. */
+    DSM_DEVICE_CUDA = 2,
+    /** The device-resident engine on a simulated device: host memory with its own deferred queue
+     *  (for tests of the device paths on machines without a GPU; host-addressable). */
+    DSM_DEVICE_SIMULATED = 3
+} dsm_device_t;
+
+/** The communication backend of the engine's collectives (dsm_engine_options_t::backend). */
+typedef enum dsm_backend {
+    DSM_BACKEND_DEFAULT = 0, /**< DSM_COMM_BACKEND from the environment, else auto. */
+    DSM_BACKEND_AUTO = 1,    /**< nccl for CUDA memory; shm within a node, else mpi, for host memory. */
+    DSM_BACKEND_MPI = 2,     /**< MPI collectives. */
+    DSM_BACKEND_SHM = 3,     /**< Shared memory within each node, MPI between nodes (host memory). */
+    DSM_BACKEND_NCCL = 4     /**< NCCL (CUDA memory). */
+} dsm_backend_t;
+
+/**
+ * Options of dsm_engine_init_with_options(). Initialize with
+ * DSM_ENGINE_OPTIONS_INITIALIZER so that fields added in later versions get
+ * their defaults: the library reads only the first @c size bytes.
+ */
+typedef struct dsm_engine_options {
+    size_t size;           /**< sizeof(dsm_engine_options_t) as compiled by the caller. */
+    dsm_device_t device;   /**< Where the model state lives; DSM_DEVICE_DEFAULT. */
+    dsm_backend_t backend; /**< The collectives' backend; DSM_BACKEND_DEFAULT. */
+    int cuda_device;       /**< CUDA device ordinal, or -1: DSM_CUDA_DEVICE, the mesh placement's GPU, the node-local rank. */
+} dsm_engine_options_t;
+
+/** Default options: device and backend from the environment. */
+#define DSM_ENGINE_OPTIONS_INITIALIZER \
+    { sizeof(dsm_engine_options_t), DSM_DEVICE_DEFAULT, DSM_BACKEND_DEFAULT, -1 }
+
 /**
  * @brief Create an engine for a model on the ranks of @p mesh.
  *

@@ -54,7 +54,9 @@ size_t dtype_bytes(dsm_dtype_t t) { return dtype_size(t); }
 } // namespace
 
 std::unique_ptr<Engine> Engine::create(std::unique_ptr<Mesh> mesh, const char *config,
-                                       const dsm_param_desc_t *params, int nparams, bool have_output) {
+                                       const dsm_param_desc_t *params, int nparams, bool have_output,
+                                       const Options &options) {
+    (void)options;
     std::unique_ptr<Engine> e(new Engine());
     e->mesh_ = std::move(mesh);
     e->setup(config, params, nparams, have_output);
@@ -218,6 +220,14 @@ void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
     segments_ = layout_.segments(part_);
 }
 // ---------------------------------------------------------------- access
+
+dsm_device_t Engine::device() const noexcept { return DSM_DEVICE_HOST; }
+std::string Engine::device_name() const { return "host"; }
+void Engine::set_stream(void *) {
+    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "dsm_engine_set_stream: the engine's model state is in ", device_name(),
+             " memory; a stream needs a device-resident CUDA engine (DSM_DEVICE_CUDA)");
+}
+void *Engine::stream() const noexcept { return nullptr; }
 
 void Engine::check_usable() const {
     DSM_REQUIRE(!closed_, DSM_ERR_STATE, "the engine is closed");

@@ -66,14 +66,21 @@ struct Param {
     HostBuffer frozen;          // a frozen parameter's values
 };
 
+// dsm_engine_options_t, checked (the API layer validates the caller's struct).
+struct Options {
+    dsm_device_t device = DSM_DEVICE_DEFAULT;
+    dsm_backend_t backend = DSM_BACKEND_DEFAULT;
+    int cuda_device = -1;
+};
+
 class Engine {
 public:
     // Collective over the mesh's ranks; `mesh` is the engine's own reference.
     // Argument errors of any rank (a NULL output: have_output false) fail
-    // every rank.
+    // every rank, as do options that differ between the ranks.
     static std::unique_ptr<Engine> create(std::unique_ptr<Mesh> mesh, const char *config,
                                           const dsm_param_desc_t *params, int nparams,
-                                          bool have_output);
+                                          bool have_output, const Options &options = Options());
     ~Engine();
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
@@ -98,6 +105,15 @@ public:
     // ZeRO-Offload: where the user's parameters and gradients live
     // ("cuda:N", "simulated"); empty without offload.
     std::string offload_device() const { return compute_->device(); }
+    // Where the model state lives (DSM_DEVICE_HOST, _CUDA or _SIMULATED:
+    // never DEFAULT) and its name ("host", "cuda:0", "simulated").
+    dsm_device_t device() const noexcept;
+    std::string device_name() const;
+    // Device-resident CUDA engines: the stream the engine's work is ordered
+    // on (NULL: the engine's own). Local. set_stream on another device:
+    // DSM_ERR_NOT_SUPPORTED naming the engine's device.
+    void set_stream(void *stream);
+    void *stream() const noexcept;
 
     const void *param_acquire(int index);
     void param_release(int index);
