@@ -46,6 +46,10 @@ void Backend::synchronize(Queue) {}
 
 void Backend::drain(Queue queue) {
     if (queue.is_host()) return;
+    if (queue.wait_fn() != nullptr) {
+        queue.wait_fn()(queue.handle());
+        return;
+    }
 #if DSM_HAVE_CUDA
     const cudaError_t e = cudaStreamSynchronize(static_cast<cudaStream_t>(queue.handle()));
     if (e == cudaSuccess) return;
@@ -201,6 +205,8 @@ namespace {
 
 const char *space_name(Space s) noexcept { return s == Space::HOST ? "host" : "device"; }
 
+} // namespace
+
 // Whether every rank of `comm` sees a CUDA device (the same answer on all);
 // *why: this rank's reason when it sees none.
 bool every_rank_has_a_device(MPI_Comm comm, std::string *why) {
@@ -211,16 +217,16 @@ bool every_rank_has_a_device(MPI_Comm comm, std::string *why) {
     return all == 1;
 }
 
-} // namespace
-
-std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color) {
+std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color, const Kind *choice) {
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     DSM_REQUIRE(space == Space::HOST || space == Space::DEVICE, DSM_ERR_INVALID_ARGUMENT, "memory space ",
                 static_cast<int>(space), " is not HOST or DEVICE");
     const Comm c = Comm::dup(comm); // MPI_ERRORS_RETURN for the agreement
     Kind kind = Kind::AUTO;
-    agree(c.get(), [&] { kind = kind_from_param(); });
-    agree_same(c.get(), "DSM_COMM_BACKEND", kind_name(kind));
+    // Where the choice came from, for the messages.
+    const std::string src = choice != nullptr ? "dsm_engine_options_t.backend " : "DSM_COMM_BACKEND=";
+    agree(c.get(), [&] { kind = choice != nullptr ? *choice : kind_from_param(); });
+    agree_same(c.get(), choice != nullptr ? "dsm_engine_options_t.backend" : "DSM_COMM_BACKEND", kind_name(kind));
     std::string why;
     if (kind == Kind::AUTO) {
         if (space == Space::DEVICE) {
@@ -233,14 +239,14 @@ std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color
         }
         return create_backend(comm, Kind::AUTO, node_color);
     }
-    DSM_REQUIRE(capabilities_of(kind).accepts(space), DSM_ERR_NOT_SUPPORTED, "DSM_COMM_BACKEND=", kind_name(kind),
+    DSM_REQUIRE(capabilities_of(kind).accepts(space), DSM_ERR_NOT_SUPPORTED, src, kind_name(kind),
                 ": the ", kind_name(kind), " backend does not take ", space_name(space), " memory");
     if (kind == Kind::NCCL) {
         DSM_REQUIRE(nccl_built(), DSM_ERR_NOT_SUPPORTED,
-                    "DSM_COMM_BACKEND=nccl: the nccl backend is not built: libdsm was configured without ",
+                    src, "nccl: the nccl backend is not built: libdsm was configured without ",
                     DSM_HAVE_CUDA ? "NCCL" : "CUDA");
         DSM_REQUIRE(every_rank_has_a_device(c.get(), &why), DSM_ERR_NOT_SUPPORTED,
-                    "DSM_COMM_BACKEND=nccl: the nccl backend needs a CUDA device on every rank: ", why);
+                    src, "nccl: the nccl backend needs a CUDA device on every rank: ", why);
     }
     return create_backend(comm, kind, node_color);
 }

@@ -58,18 +58,27 @@ enum class Op { SUM, MAX, MIN };
 // the host queue (work completes before the call returns). For CUDA the
 // handle is a cudaStream_t (cudaStreamLegacy or cudaStreamPerThread for the
 // default streams: the null handle is the host queue, not stream 0).
+//
+// A queue that is not a CUDA stream (the simulated device of
+// device/space.hpp) carries the function that waits for it: host backends
+// call it instead of cudaStreamSynchronize; stream-ordered backends do not
+// take such queues.
 class Queue {
 public:
+    using WaitFn = void (*)(void *handle);
     constexpr Queue() noexcept = default;
     constexpr explicit Queue(void *stream) noexcept : stream_(stream) {}
+    constexpr Queue(void *handle, WaitFn wait) noexcept : stream_(handle), wait_(wait) {}
     static constexpr Queue host() noexcept { return Queue(); }
     constexpr void *handle() const noexcept { return stream_; }
+    constexpr WaitFn wait_fn() const noexcept { return wait_; }
     constexpr bool is_host() const noexcept { return stream_ == nullptr; }
     constexpr bool operator==(const Queue &o) const noexcept { return stream_ == o.stream_; }
     constexpr bool operator!=(const Queue &o) const noexcept { return stream_ != o.stream_; }
 
 private:
     void *stream_ = nullptr;
+    WaitFn wait_ = nullptr;
 };
 
 // Where the buffers given to a backend live (the engine's and sp's buffers:
@@ -310,6 +319,10 @@ Kind kind_from_param();
 // Whether this build has the nccl backend (configured with CUDA and NCCL).
 bool nccl_built() noexcept;
 
+// Collective: whether every rank of `comm` sees a CUDA device (the same
+// answer on all); *why: this rank's reason when it sees none.
+bool every_rank_has_a_device(MPI_Comm comm, std::string *why);
+
 // Collective over `comm` (not freed, not kept: the backend dups it).
 // `node_color` names this rank's node (ranks with equal colors are on one
 // node: the mesh placement's node index, so simulated nodes split a host);
@@ -331,7 +344,9 @@ std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color
 // - a kind that does not accept `space` (shm or nccl for the other space), or
 //   nccl without NCCL built or without a CUDA device on some rank:
 //   DSM_ERR_NOT_SUPPORTED naming the reason.
-std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color = -1);
+// `choice`: the kind the caller asks for (dsm_engine_options_t.backend) in
+// place of DSM_COMM_BACKEND; NULL reads the parameter. AUTO as above.
+std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color = -1, const Kind *choice = nullptr);
 
 } // namespace comm
 } // namespace dsm

@@ -32,6 +32,13 @@ const std::vector<Param> &params() {
          "shm when some node holds two or more ranks of a group (node-shared memory, MPI between "
          "nodes), else mpi. nccl takes device memory only, shm host memory only; a backend that cannot "
          "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank."},
+        {"DSM_ENGINE_DEVICE", "auto",
+         "Where an engine keeps the model state when dsm_engine_options_t.device is DSM_DEVICE_DEFAULT "
+         "(and for dsm_engine_init): auto, host, cuda or sim. auto: cuda (device-resident training: "
+         "parameters, gradients, master weights and optimizer state in GPU memory, collectives on NCCL) "
+         "when NCCL is built, every rank has a usable GPU and no ZeRO-Offload is configured, else host. "
+         "sim: the device-resident engine on a simulated device (host memory with a deferred queue), "
+         "for testing the device paths without a GPU."},
         {"DSM_CUDA_DEVICE", "",
          "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
          "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "

@@ -540,6 +540,33 @@ const char *run_lamb1(const optim::LambK &k, const Arrays &a, float *m, float *v
     return launched();
 }
 
+
+// ---------------------------------------------------------------- the device space's small kernels
+// Scalar grid-stride loops (memory-bound and off the optimizer's path): the
+// scale of 16- and 32-bit data in fp32, as amp::scale_inplace; dst += a * src
+// into fp32, as amp::accumulate; a constant fill.
+
+template <class X> __global__ void __launch_bounds__(kThreads) scale_kernel(typename X::T *x, size_t n, float f) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        X::store(x, i, mul(X::load(x, i), f));
+}
+
+template <class S>
+__global__ void __launch_bounds__(kThreads) axpy_kernel(const typename S::T *src, float *dst, size_t n, float a) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        dst[i] = add(dst[i], mul(a, S::load(src, i)));
+}
+
+__global__ void __launch_bounds__(kThreads) fill_kernel(float *x, size_t n, float v) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        x[i] = v;
+}
+
+unsigned scalar_blocks(size_t n) noexcept {
+    const size_t b = (n + kThreads - 1) / kThreads;
+    return static_cast<unsigned>(b < kMaxBlocks ? b : kMaxBlocks);
+}
+
 } // namespace
 
 // ---------------------------------------------------------------- launchers
@@ -615,6 +642,34 @@ const char *launch_copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
     if (height == 1 || (dpitch == width && spitch == width))
         return status(cudaMemcpyAsync(dst, src, width * height, cudaMemcpyDefault, s));
     return status(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, s));
+}
+
+const char *launch_scale(void *x, Fmt f, size_t n, float factor, cudaStream_t s) noexcept {
+    if (n == 0) return nullptr;
+    switch (f) {
+    case Fmt::F32: scale_kernel<F32><<<scalar_blocks(n), kThreads, 0, s>>>(static_cast<float *>(x), n, factor); break;
+    case Fmt::F16: scale_kernel<F16><<<scalar_blocks(n), kThreads, 0, s>>>(static_cast<uint16_t *>(x), n, factor); break;
+    case Fmt::BF16: scale_kernel<BF16><<<scalar_blocks(n), kThreads, 0, s>>>(static_cast<uint16_t *>(x), n, factor); break;
+    default: return kBadFormat;
+    }
+    return launched();
+}
+
+const char *launch_axpy(const void *src, Fmt f, float *dst, size_t n, float a, cudaStream_t s) noexcept {
+    if (n == 0) return nullptr;
+    switch (f) {
+    case Fmt::F32: axpy_kernel<F32><<<scalar_blocks(n), kThreads, 0, s>>>(static_cast<const float *>(src), dst, n, a); break;
+    case Fmt::F16: axpy_kernel<F16><<<scalar_blocks(n), kThreads, 0, s>>>(static_cast<const uint16_t *>(src), dst, n, a); break;
+    case Fmt::BF16: axpy_kernel<BF16><<<scalar_blocks(n), kThreads, 0, s>>>(static_cast<const uint16_t *>(src), dst, n, a); break;
+    default: return kBadFormat;
+    }
+    return launched();
+}
+
+const char *launch_fill(float *x, size_t n, float v, cudaStream_t s) noexcept {
+    if (n == 0) return nullptr;
+    fill_kernel<<<scalar_blocks(n), kThreads, 0, s>>>(x, n, v);
+    return launched();
 }
 
 } // namespace detail

@@ -114,6 +114,11 @@ const char *launch_lamb2(const optim::LambK &k, float neg_coef, const Arrays &a,
 const char *launch_inspect(const void *x, Fmt fmt, size_t n, float inv_scale, Reduction *out,
                            cudaStream_t s) noexcept;
 const char *launch_convert(const void *src, Fmt sf, void *dst, Fmt df, size_t n, cudaStream_t s) noexcept;
+// The device space's small kernels (device/space.hpp): x *= factor in fp32
+// (amp::scale_inplace), dst += a * src (amp::accumulate), x[i] = v.
+const char *launch_scale(void *x, Fmt f, size_t n, float factor, cudaStream_t s) noexcept;
+const char *launch_axpy(const void *src, Fmt f, float *dst, size_t n, float a, cudaStream_t s) noexcept;
+const char *launch_fill(float *x, size_t n, float v, cudaStream_t s) noexcept;
 // height rows of width bytes from src (rows spitch apart) to dst (dpitch apart).
 const char *launch_copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
                            cudaStream_t s) noexcept;

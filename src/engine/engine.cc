@@ -56,14 +56,14 @@ size_t dtype_bytes(dsm_dtype_t t) { return dtype_size(t); }
 std::unique_ptr<Engine> Engine::create(std::unique_ptr<Mesh> mesh, const char *config,
                                        const dsm_param_desc_t *params, int nparams, bool have_output,
                                        const Options &options) {
-    (void)options;
     std::unique_ptr<Engine> e(new Engine());
     e->mesh_ = std::move(mesh);
-    e->setup(config, params, nparams, have_output);
+    e->setup(config, params, nparams, have_output, options);
     return e;
 }
 
-void Engine::setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output) {
+void Engine::setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output,
+                   const Options &options) {
     {
         // The engine's ranks (the mesh view's group: the whole mesh unless the
         // handle is a slice, ordered by mesh position) and its groups: data
@@ -156,13 +156,13 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     }
     build_params(params, nparams);
 
+    // Where the model state lives, and the backends that take that memory
+    // (the options' backend or DSM_COMM_BACKEND; auto: nccl for CUDA memory,
+    // shm within a node, else mpi, for host memory).
+    choose_space(options);
+    make_backends(options);
     // Local allocations may fail on one rank: agree before anything collective uses them.
-    // The engine's flat buffers are host memory: DSM_COMM_BACKEND picks among
-    // the backends that take it (auto: shm within a node, else mpi).
-    const int node = mesh_->node();
-    dp_ = comm::make_backend(dp_comm_.get(), comm::Space::HOST, node);
-    if (sp_size_ > 1) sp_ = comm::make_backend(sp_comm_.get(), comm::Space::HOST, node);
-    allocate_or_fall_back(node);
+    allocate_or_fall_back(mesh_->node());
     if (offloads(cfg_)) {
         // Every rank checked for a device while loading the configuration;
         // a failure here (a device that cannot be set) is agreed below.
@@ -186,10 +186,10 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     scaler_ = std::make_unique<amp::LossScaler>(amp::loss_scaler_config(cfg_));
     schedule_ = optim::schedule_from_config(cfg_);
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
-             "reductions, %d data-parallel x %d sequence-parallel ranks, %s backend%s%s",
+             "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s",
              num_params(), layout_.used(), stage_->number(), dtype_name(dtype_), dtype_name(comm_dtype_),
-             dp_size_, sp_size_, dp_->name(), offloads(cfg_) ? ", offload: parameters and gradients on " : "",
-             compute_->device().c_str());
+             dp_size_, sp_size_, space_->name().c_str(), dp_->name(),
+             offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str());
 }
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
@@ -221,13 +221,35 @@ void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
 }
 // ---------------------------------------------------------------- access
 
-dsm_device_t Engine::device() const noexcept { return DSM_DEVICE_HOST; }
-std::string Engine::device_name() const { return "host"; }
-void Engine::set_stream(void *) {
-    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "dsm_engine_set_stream: the engine's model state is in ", device_name(),
-             " memory; a stream needs a device-resident CUDA engine (DSM_DEVICE_CUDA)");
+dsm_device_t Engine::device() const noexcept {
+    switch (space_->kind()) {
+    case device::Kind::CUDA: return DSM_DEVICE_CUDA;
+    case device::Kind::SIM: return DSM_DEVICE_SIMULATED;
+    case device::Kind::HOST: break;
+    }
+    return DSM_DEVICE_HOST;
 }
-void *Engine::stream() const noexcept { return nullptr; }
+
+std::string Engine::device_name() const { return space_->name(); }
+
+void Engine::set_stream(void *stream) {
+    check_usable();
+    DSM_REQUIRE(space_->kind() == device::Kind::CUDA, DSM_ERR_NOT_SUPPORTED,
+                "dsm_engine_set_stream: the engine's model state is in ", device_name(),
+                " memory; a stream orders the work of a device-resident CUDA engine (DSM_DEVICE_CUDA)");
+    device::set_stream(*space_, stream);
+    user_stream_ = stream != nullptr;
+}
+
+void *Engine::stream() const noexcept { return user_stream_ ? space_->queue().handle() : nullptr; }
+
+// The user reads and writes what it gets at once (host code on the
+// simulated device, kernels on another stream on CUDA): the space's queued
+// work (a gather, the zeroing of gradients, the update) is done first,
+// unless the user's stream is the engine's.
+void Engine::hand_out() {
+    if (space_->kind() != device::Kind::HOST && !user_stream_) space_->synchronize();
+}
 
 void Engine::check_usable() const {
     DSM_REQUIRE(!closed_, DSM_ERR_STATE, "the engine is closed");
@@ -275,6 +297,7 @@ const void *Engine::param_acquire(int index) {
             throw;
         }
     }
+    hand_out();
     values = compute_->param(index, values, p.numel, mirror_keep(p));
     p.param_acquired = true;
     return values;
@@ -294,6 +317,7 @@ void *Engine::grad_acquire(int index) {
                 "' is frozen (trainable = 0): it has no gradient");
     DSM_REQUIRE(!p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is already acquired");
     void *g = stage_->acquire_grad(index);
+    hand_out();
     g = compute_->grad(index, g, p.numel);
     p.grad_acquired = true;
     return g;
@@ -345,6 +369,8 @@ void Engine::release(bool abandon) {
     if (stage_) stage_->free(); // shared buffers: collective, in reverse order of allocation
     sp_.reset();
     dp_.reset();
+    if (world_backend_ && abandon) world_backend_->abandon();
+    world_backend_.reset();
     if (abandon) { // MPI_Comm_free is collective too
         (void)sp_comm_.release();
         (void)dp_comm_.release();

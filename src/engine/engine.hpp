@@ -40,6 +40,7 @@
 #include "comm/backend.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
+#include "device/space.hpp"
 #include "engine/compute.hpp"
 #include "dsm.h"
 #include "mesh/mesh.hpp"
@@ -51,7 +52,7 @@
 namespace dsm {
 namespace engine {
 
-using zero::HostBuffer;
+using zero::Buffer;
 using zero::Timers; // what one micro-step's reductions and update cost (wall_clock_breakdown)
 
 struct Param {
@@ -63,7 +64,7 @@ struct Param {
     bool persistent = true;     // ZeRO-3: held whole on every rank (small); always true below stage 3
     bool param_acquired = false;
     bool grad_acquired = false;
-    HostBuffer frozen;          // a frozen parameter's values
+    Buffer frozen;              // a frozen parameter's values (compute dtype, the engine's space)
 };
 
 // dsm_engine_options_t, checked (the API layer validates the caller's struct).
@@ -138,12 +139,21 @@ public:
 
 private:
     Engine() = default;
-    void setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output);
+    void setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output,
+               const Options &options);
     void check_params(const dsm_param_desc_t *params, int nparams) const;
     void build_params(const dsm_param_desc_t *params, int nparams);
     void allocate();
     void allocate_or_fall_back(int node);
     void initialize_values(const dsm_param_desc_t *params);
+    void choose_space(const Options &options);  // engine_init.cc
+    void make_backends(const Options &options); // engine_init.cc
+    // Before a pointer goes to the user: the space's queued work is done
+    // (unless the user's stream orders it).
+    void hand_out();
+    // A frozen parameter's values from / to fp32 host memory.
+    void put_frozen(Param &p, const float *fp32);
+    void get_frozen(const Param &p, float *fp32);
     void publish();                       // master -> compute params (+ gathers)
     double current_lr() const;
     Param &param(int index, const char *what);
@@ -162,15 +172,26 @@ private:
     void zero_grads();
     void log_step(double norm) const;
     std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
-                                                 std::vector<float *> *live = nullptr);
+                                                 std::vector<float *> *live = nullptr,
+                                                 const std::vector<float *> *bases = nullptr);
+    // The master weights and the optimizer states as host memory for a
+    // save: the engine's own on the host, else copies staged in `hold`.
+    std::vector<float *> host_state(std::vector<std::unique_ptr<device::Staging>> &hold);
     void check_checkpoint_point(SyncPoint point);
 
     std::unique_ptr<Mesh> mesh_;
     std::unique_ptr<dsm_mesh_s> mesh_handle_; // what dsm_engine_get_mesh() returns
+    // Where the model state lives and the math runs (device/space.hpp): the
+    // host, or with device-resident training a CUDA device or the simulated
+    // one (own_space_).
+    std::unique_ptr<device::Space> own_space_;
+    device::Space *space_ = &device::host();
+    bool user_stream_ = false; // dsm_engine_set_stream gave the stream
     Comm world_comm_;                         // the ranks of the mesh view
     MPI_Comm world_ = MPI_COMM_NULL;          // world_comm_.get()
     Comm dp_comm_, sp_comm_;
     std::unique_ptr<comm::Backend> dp_, sp_;
+    std::unique_ptr<comm::Backend> world_backend_; // nccl: the communicator dp_ and sp_ were split from
     int dp_size_ = 1, dp_rank_ = 0, sp_size_ = 1, world_size_ = 1, world_rank_ = 0;
 
     config::Config cfg_;
@@ -185,9 +206,9 @@ private:
     // The ZeRO stage: the compute-dtype parameters and gradients and their
     // collectives (zero/stage.hpp).
     std::unique_ptr<zero::Stage> stage_;
-    HostBuffer master_own_;        // P fp32 when the compute dtype is not fp32
+    Buffer master_own_;            // P fp32 when the compute dtype is not fp32
     float *master_ = nullptr;      // P fp32 (an alias of the parameters with fp32)
-    HostBuffer grad32_;            // P fp32 scratch when the gradients are not fp32
+    Buffer grad32_;                // P fp32 scratch when the gradients are not fp32
     std::unique_ptr<optim::Optimizer> optimizer_;
     // Where the user's parameters and gradients live: the host buffers, or
     // with ZeRO-Offload device copies (compute.hpp).

@@ -56,7 +56,9 @@ void agree_prepared(MPI_Comm comm, const char *what, const std::function<void()>
 // tensor, the engine's memory the piece belongs in (NULL for a frozen
 // parameter, which is converted to the compute dtype instead).
 std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
-                                                     std::vector<float *> *live) {
+                                                     std::vector<float *> *live, const std::vector<float *> *bases) {
+    // Where the pieces are read from (a save from device memory: host copies).
+    auto base = [&](size_t k) { return bases != nullptr ? (*bases)[k] : k == 0 ? master_ : optimizer_->state(static_cast<int>(k - 1)); };
     const bool own_buffers = live != nullptr;
     std::vector<ckpt::Tensor> out;
     const int sp_rank = sp_ ? sp_->rank() : 0;
@@ -88,7 +90,7 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
         t.shape = p.shape;
         t.trainable = p.trainable;
         if (p.trainable) {
-            piece_of(i, t, master_);
+            piece_of(i, t, base(0));
             t.owner = owner;
         } else {
             t.owner = world_rank_ == 0;
@@ -96,7 +98,7 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
             t.count = p.numel;
             if (!own_buffers) { // save: the fp32 values of the frozen parameter
                 buffers.emplace_back(new float[p.numel]);
-                amp::convert(p.frozen.data(), dtype_, buffers.back().get(), DSM_FLOAT32, p.numel);
+                get_frozen(p, buffers.back().get());
                 t.data = buffers.back().get();
             }
         }
@@ -112,10 +114,26 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
             t.group = group;
             t.name = p.name;
             t.shape = p.shape;
-            piece_of(i, t, optimizer_->state(s));
+            piece_of(i, t, base(1 + static_cast<size_t>(s)));
             t.owner = owner;
             add(std::move(t));
         }
+    }
+    return out;
+}
+
+// The master weights and each optimizer state, readable on the host: the
+// engine's own memory there; from a device, copies in the space's staging
+// memory (page-locked for CUDA), one download each.
+std::vector<float *> Engine::host_state(std::vector<std::unique_ptr<device::Staging>> &hold) {
+    std::vector<float *> out{master_};
+    for (int s = 0; s < optimizer_->num_states(); ++s) out.push_back(optimizer_->state(s));
+    if (space_->kind() == device::Kind::HOST) return out;
+    const size_t bytes = layout_.part_size() * sizeof(float);
+    for (float *&p : out) {
+        hold.push_back(std::make_unique<device::Staging>(*space_, bytes));
+        space_->download(hold.back()->data(), p, bytes);
+        p = static_cast<float *>(hold.back()->data());
     }
     return out;
 }
@@ -181,9 +199,12 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         DSM_CHECK_MPI(MPI_Bcast(&csize, 1, MPI_UNSIGNED_LONG_LONG, 0, world_));
 
         std::vector<std::unique_ptr<float[]>> frozen32;
+        std::vector<std::unique_ptr<device::Staging>> staged;
         ckpt::Content content;
-        agree_prepared(world_, "the fp32 copies of the frozen parameters to save",
-                       [&] { content.tensors = checkpoint_tensors(true, frozen32); });
+        agree_prepared(world_, "the fp32 copies of the frozen parameters to save", [&] {
+            const std::vector<float *> bases = host_state(staged);
+            content.tensors = checkpoint_tensors(true, frozen32, nullptr, &bases);
+        });
         const auto &lss = scaler_->state();
         const std::vector<int> shape = mesh_->shape();
         std::string names;
@@ -286,10 +307,9 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         const ckpt::Tensor &from = content.tensors[i];
         if (from.count == 0) continue;
         if (from.group == "params" && !from.trainable) {
-            const Param &p = params_[static_cast<size_t>(param_index(from.name.c_str()))];
-            amp::convert(from.data, DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
+            put_frozen(params_[static_cast<size_t>(param_index(from.name.c_str()))], from.data);
         } else {
-            std::memcpy(live[i], from.data, from.count * sizeof(float));
+            space_->upload(live[i], from.data, from.count * sizeof(float));
         }
     }
     if (!module_only) {

@@ -71,6 +71,7 @@ std::string Engine::describe(dsm_format_t format) const {
         {"optimizer", config::optimizer_name(cfg_.optimizer.type)},
         {"optimizer_isa", optim::active_isa()},
         {"backend", dp_->name()},
+        {"device", space_->name()},
         {"data_parallel_size", dp_size_},
         {"sequence_parallel_size", sp_size_},
         {"parameters", num_params()},
@@ -97,7 +98,8 @@ std::string Engine::describe(dsm_format_t format) const {
     std::ostringstream os;
     os << "engine: ZeRO stage " << stage_->number() << ", " << dtype_name(dtype_) << " compute, "
        << dtype_name(comm_dtype_) << " reductions, optimizer " << config::optimizer_name(cfg_.optimizer.type)
-       << " (" << optim::active_isa() << "), backend " << dp_->name() << "\n";
+       << " (" << (space_->host_addressable() ? optim::active_isa() : "cuda") << "), backend " << dp_->name()
+       << ", model state in " << space_->name() << " memory\n";
     os << "ranks: " << dp_size_ << " data-parallel x " << sp_size_ << " sequence-parallel; partition " << part_
        << " of " << layout_.parts() << "\n";
     os << "parameters: " << num_params() << " (" << layout_.used() << " trainable elements, flat "

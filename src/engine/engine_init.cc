@@ -1,5 +1,5 @@
 // The engine's creation steps that touch every parameter: the argument
-// checks, the buffers (the ZeRO stage's, then the master weights and the
+// checks, the memory space and the backends, the buffers (the ZeRO stage's, then the master weights and the
 // optimizer state), with the fall-back to the mpi backend when /dev/shm is too
 // small, and the initial values.
 #include "dsm_config.h"
@@ -16,6 +16,9 @@
 #include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/param.hpp"
+#include "comm/nccl_backend.hpp"
+#include "cuda/device.hpp"
 
 namespace dsm {
 namespace engine {
@@ -127,18 +130,128 @@ void Engine::allocate_or_fall_back(int node) {
 
 void Engine::allocate() {
     const size_t P = layout_.part_size();
-    stage_->bind(&layout_, part_, dp_.get(), sp_.get(), &timers_);
+    stage_->bind(&layout_, part_, dp_.get(), sp_.get(), space_, &timers_);
     stage_->allocate(); // the collective (shared) allocations first
     if (dtype_ == DSM_FLOAT32) {
         master_ = static_cast<float *>(stage_->param_partition());
     } else {
-        master_own_ = HostBuffer(P * sizeof(float));
+        master_own_ = Buffer(*space_, P * sizeof(float));
         master_ = static_cast<float *>(master_own_.data());
-        grad32_ = HostBuffer(P * sizeof(float));
+        grad32_ = Buffer(*space_, P * sizeof(float));
     }
-    optimizer_ = std::make_unique<optim::Optimizer>(optim::hyper_from_config(cfg_.optimizer), P);
+    optimizer_ = std::make_unique<optim::Optimizer>(optim::hyper_from_config(cfg_.optimizer), P, *space_);
     for (Param &p : params_)
-        if (!p.trainable) p.frozen = HostBuffer(p.numel * esize_);
+        if (!p.trainable) p.frozen = Buffer(*space_, p.numel * esize_);
+}
+
+// ---------------------------------------------------------------- the space
+
+namespace {
+
+// ZeRO-Offload: an offload_optimizer or offload_param device "cpu".
+bool offloading(const config::Config &c) {
+    return c.zero.offload_optimizer.device == config::OffloadDevice::CPU ||
+           c.zero.offload_param.device == config::OffloadDevice::CPU;
+}
+
+const char *device_word(dsm_device_t d) {
+    switch (d) {
+    case DSM_DEVICE_HOST: return "host";
+    case DSM_DEVICE_CUDA: return "cuda";
+    case DSM_DEVICE_SIMULATED: return "sim";
+    default: return "auto";
+    }
+}
+
+} // namespace
+
+// The space of the model state: the options' device, else DSM_ENGINE_DEVICE;
+// auto is device-resident on CUDA when NCCL is built, every rank has a GPU
+// and nothing is offloaded. Agreed: every rank makes the same choice or
+// fails with the same error.
+void Engine::choose_space(const Options &options) {
+    dsm_device_t want = options.device;
+    agree(world_, [&] {
+        if (want != DSM_DEVICE_DEFAULT) return;
+        const std::string v = param_choice("DSM_ENGINE_DEVICE", {"auto", "host", "cuda", "sim"});
+        want = v == "host" ? DSM_DEVICE_HOST : v == "cuda" ? DSM_DEVICE_CUDA : v == "sim" ? DSM_DEVICE_SIMULATED
+                                                                                        : DSM_DEVICE_DEFAULT;
+    });
+    const std::string from = options.device != DSM_DEVICE_DEFAULT ? "dsm_engine_options_t.device" : "DSM_ENGINE_DEVICE";
+    agree_same(world_, from, device_word(want));
+    if (want == DSM_DEVICE_DEFAULT) {
+        std::string why;
+        const bool gpus = comm::nccl_built() && comm::every_rank_has_a_device(world_, &why);
+        want = gpus && !offloading(cfg_) ? DSM_DEVICE_CUDA : DSM_DEVICE_HOST;
+    }
+    agree(world_, [&] {
+        DSM_REQUIRE(want == DSM_DEVICE_HOST || !offloading(cfg_), DSM_ERR_CONFIG, from, " ", device_word(want),
+                    ": device-resident training keeps the master weights and optimizer state on the device, and "
+                    "zero_optimization offloads them to the CPU (choose one: device host with offload, or no "
+                    "offload)");
+        if (want == DSM_DEVICE_SIMULATED) own_space_ = device::make_sim();
+        if (want == DSM_DEVICE_CUDA) {
+            const int dev = options.cuda_device >= 0 ? options.cuda_device : cuda::use_device(cuda::mesh_hint(*mesh_));
+            try {
+                own_space_ = device::make_cuda(dev);
+            } catch (const Error &e) {
+                DSM_FAIL(e.status(), from, " cuda: ", e.message());
+            }
+        }
+    });
+    if (own_space_) space_ = own_space_.get();
+}
+
+// The backends of the data-parallel and sequence-parallel groups for the
+// space's memory. NCCL communicators come from one communicator over the
+// engine's ranks, split per mesh dimension (ncclCommSplit).
+void Engine::make_backends(const Options &options) {
+    const int node = mesh_->node();
+    comm::Kind kind = comm::Kind::AUTO;
+    const comm::Kind *choice = nullptr;
+    switch (options.backend) {
+    case DSM_BACKEND_AUTO: choice = &kind; break;
+    case DSM_BACKEND_MPI: kind = comm::Kind::MPI; choice = &kind; break;
+    case DSM_BACKEND_SHM: kind = comm::Kind::SHM; choice = &kind; break;
+    case DSM_BACKEND_NCCL: kind = comm::Kind::NCCL; choice = &kind; break;
+    default: break;
+    }
+    const comm::Space cs = space_->comm_space();
+#if DSM_HAVE_NCCL_BACKEND
+    if (cs == comm::Space::DEVICE) {
+        std::unique_ptr<comm::Backend> all = comm::make_backend(world_, cs, node, choice);
+        if (auto *nccl = dynamic_cast<comm::NcclBackend *>(all.get())) {
+            int spr = 0;
+            DSM_CHECK_MPI(MPI_Comm_rank(sp_comm_.get(), &spr));
+            // The data-parallel group: the ranks at this sequence-parallel
+            // position; the sequence-parallel group: those at this
+            // data-parallel position.
+            dp_ = nccl->split(spr, dp_rank_);
+            if (sp_size_ > 1) sp_ = nccl->split(dp_rank_, spr);
+            world_backend_ = std::move(all);
+            return;
+        }
+    }
+#endif
+    dp_ = comm::make_backend(dp_comm_.get(), cs, node, choice);
+    if (sp_size_ > 1) sp_ = comm::make_backend(sp_comm_.get(), cs, node, choice);
+}
+
+// A frozen parameter's values (compute dtype, in the space) from and to fp32.
+void Engine::put_frozen(Param &p, const float *fp32) {
+    if (space_->kind() == device::Kind::HOST) {
+        amp::convert(fp32, DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
+        return;
+    }
+    std::vector<unsigned char> tmp(p.numel * esize_);
+    amp::convert(fp32, DSM_FLOAT32, tmp.data(), dtype_, p.numel);
+    space_->upload(p.frozen.data(), tmp.data(), tmp.size());
+}
+
+void Engine::get_frozen(const Param &p, float *fp32) {
+    std::vector<unsigned char> tmp(p.numel * esize_);
+    space_->download(tmp.data(), p.frozen.data(), tmp.size());
+    amp::convert(tmp.data(), dtype_, fp32, DSM_FLOAT32, p.numel);
 }
 
 void Engine::initialize_values(const dsm_param_desc_t *params) {
@@ -157,7 +270,12 @@ void Engine::initialize_values(const dsm_param_desc_t *params) {
                         "': init_fn is NULL here but the first rank initializes it with init_fn");
     });
 
-    const size_t pb = layout_.part_begin(part_), pe = pb + layout_.part_size();
+    const size_t pb = layout_.part_begin(part_);
+    // The values are written on the host: into the master weights there,
+    // else into a staging copy uploaded at the end.
+    const bool direct = space_->kind() == device::Kind::HOST;
+    std::vector<float> staged(direct ? 0 : layout_.part_size(), 0.0f);
+    float *master = direct ? master_ : staged.data();
     std::string failure;
     for (int i = 0; i < n && failure.empty(); ++i) {
         Param &p = params_[static_cast<size_t>(i)];
@@ -171,12 +289,12 @@ void Engine::initialize_values(const dsm_param_desc_t *params) {
                 DSM_CHECK_MPI(MPI_Bcast(full.data() + off, static_cast<int>(std::min(chunk, p.numel - off)),
                                         MPI_FLOAT, 0, world_));
             if (!p.trainable) {
-                amp::convert(full.data(), DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
+                put_frozen(p, full.data());
                 continue;
             }
             for (const auto &pc : layout_.param_pieces(i))
                 if (pc.part == part_)
-                    std::memcpy(master_ + (pc.flat_offset - pb), full.data() + pc.param_offset, pc.count * sizeof(float));
+                    std::memcpy(master + (pc.flat_offset - pb), full.data() + pc.param_offset, pc.count * sizeof(float));
         } else if (m == 2) {
             auto call = [&](size_t off, size_t count, float *dst) {
                 if (failure.empty() && params[i].init_fn(params[i].init_user_data, i, params[i].name,
@@ -187,14 +305,14 @@ void Engine::initialize_values(const dsm_param_desc_t *params) {
             if (!p.trainable) {
                 std::vector<float> full(p.numel);
                 call(0, p.numel, full.data());
-                amp::convert(full.data(), DSM_FLOAT32, p.frozen.data(), dtype_, p.numel);
+                put_frozen(p, full.data());
                 continue;
             }
             for (const auto &pc : layout_.param_pieces(i))
-                if (pc.part == part_) call(pc.param_offset, pc.count, master_ + (pc.flat_offset - pb));
+                if (pc.part == part_) call(pc.param_offset, pc.count, master + (pc.flat_offset - pb));
         }
-        (void)pe;
     }
+    if (!direct) space_->upload(master_, staged.data(), staged.size() * sizeof(float));
     agree(world_, [&] { DSM_REQUIRE(failure.empty(), DSM_ERR_INVALID_ARGUMENT, failure); });
     publish();
 }

@@ -20,7 +20,14 @@
 #endif
 
 #include "core/error.hpp"
+#include "dsm_config.h"
 #include "optim/kernels.hpp"
+#if DSM_HAVE_CUDA_KERNELS
+#include <cuda_runtime.h>
+
+#include "cuda/device.hpp"
+#include "cuda/kernels.hpp"
+#endif
 
 namespace dsm {
 namespace optim {
@@ -224,6 +231,18 @@ Pair<K> pair(K (*make)(const Hyper &, const StepArgs &, bool), const Hyper &h, c
     return Pair<K>{make(h, a, true), make(h, a, false)};
 }
 
+// Lamb pass 2's coefficient of parameter q from the summed norms:
+// -lr * sqrt(bc2) / bc1 * trust ratio.
+float lamb_neg_coef(const Hyper &h, const StepArgs &a, const std::vector<double> &sums, size_t q) {
+    const double step_size = h.bias_correction ? a.lr * std::sqrt(bias(beta2_of(h, a), a.step, true)) /
+                                                     bias(a.beta1, a.step, true)
+                                               : a.lr;
+    const double w = std::sqrt(sums[2 * q]), u = std::sqrt(sums[2 * q + 1]);
+    double ratio = 1.0;
+    if (w != 0.0 && u != 0.0) ratio = std::min(std::max(w / u, h.min_coeff), h.max_coeff);
+    return f32(-step_size * ratio);
+}
+
 // Lamb: pass 1 over the items, per-parameter sums, `sum`, trust ratios, pass 2.
 void lamb_step(const Kernels &kern, const Hyper &h, const StepArgs &a, float *p, const float *g,
                float *m, float *v, const std::vector<Item> &items, const std::vector<Segment> &segments,
@@ -248,16 +267,8 @@ void lamb_step(const Kernels &kern, const Hyper &h, const StepArgs &a, float *p,
     DSM_REQUIRE(sums.size() >= need, DSM_ERR_INTERNAL, "Lamb's sum function left ", sums.size(),
                 " values; parameters up to ", top, " need ", need);
 
-    const double step_size = h.bias_correction ? a.lr * std::sqrt(bias(beta2_of(h, a), a.step, true)) /
-                                                     bias(a.beta1, a.step, true)
-                                               : a.lr;
     std::vector<float> neg_coef(static_cast<size_t>(top + 1), 0.0f);
-    for (size_t q = 0; q < neg_coef.size(); ++q) {
-        const double w = std::sqrt(sums[2 * q]), u = std::sqrt(sums[2 * q + 1]);
-        double ratio = 1.0;
-        if (w != 0.0 && u != 0.0) ratio = std::min(std::max(w / u, h.min_coeff), h.max_coeff);
-        neg_coef[q] = f32(-step_size * ratio);
-    }
+    for (size_t q = 0; q < neg_coef.size(); ++q) neg_coef[q] = lamb_neg_coef(h, a, sums, q);
     for_items(items.size(), [&](size_t i) {
         const Item &it = items[i];
         kern.lamb2(k.of(*it.seg), neg_coef[static_cast<size_t>(it.seg->param)], p + it.begin,
@@ -350,29 +361,31 @@ int num_threads() noexcept {
 
 // ---------------------------------------------------------------- Optimizer
 
-void Optimizer::Free::operator()(float *p) const noexcept { std::free(p); }
-
-Optimizer::Optimizer(const Hyper &hyper, size_t n) : hyper_(hyper), n_(n) {
+Optimizer::Optimizer(const Hyper &hyper, size_t n, device::Space &space) : hyper_(hyper), n_(n), space_(&space) {
     const int count = state_count(hyper.type);
     DSM_REQUIRE(count > 0, DSM_ERR_INVALID_ARGUMENT, "optimizer type ", config::optimizer_name(hyper.type),
                 " has no update rule");
     DSM_REQUIRE(n <= (SIZE_MAX - 64) / sizeof(float), DSM_ERR_INVALID_ARGUMENT, "optimizer size ", n,
                 " elements is too large");
-    // Whole cache lines: aligned_alloc wants a multiple of the alignment.
-    const size_t bytes = ((std::max<size_t>(n, 1) * sizeof(float) + 63) / 64) * 64;
+    const size_t bytes = std::max<size_t>(n, 1) * sizeof(float);
     const float init =
         hyper.type == OptimizerType::ADAGRAD ? static_cast<float>(hyper.initial_accumulator_value) : 0.0f;
     for (int s = 0; s < count; ++s) {
-        std::unique_ptr<float[], Free> a(static_cast<float *>(std::aligned_alloc(64, bytes)));
-        DSM_REQUIRE(a != nullptr, DSM_ERR_OUT_OF_MEMORY, "optimizer state \"", state_name(hyper.type, s),
-                    "\": cannot allocate ", bytes, " bytes");
-        float *d = a.get();
-        // First touch in the threads and chunks of the steps (NUMA placement).
-        for_items((n + kChunk - 1) / kChunk, [&](size_t c) {
-            const size_t b = c * kChunk, e = std::min(n, b + kChunk);
-            std::fill(d + b, d + e, init);
-        });
-        states_.push_back(std::move(a));
+        try {
+            states_.emplace_back(space, bytes, false);
+        } catch (const Error &e) {
+            DSM_FAIL(e.status(), "optimizer state \"", state_name(hyper.type, s), "\": ", e.message());
+        }
+        float *d = state(s);
+        if (space.kind() == device::Kind::HOST) {
+            // First touch in the threads and chunks of the steps (NUMA placement).
+            for_items((n + kChunk - 1) / kChunk, [&](size_t c) {
+                const size_t b = c * kChunk, e = std::min(n, b + kChunk);
+                std::fill(d + b, d + e, init);
+            });
+        } else {
+            space.fill(d, std::max<size_t>(n, 1), init);
+        }
     }
 }
 
@@ -381,6 +394,20 @@ Optimizer::~Optimizer() = default;
 void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
                      const SumFn &sum) {
     DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");
+    (void)items_of(segments, n_); // the checks, before anything is enqueued
+    if (!space_->host_addressable()) {
+        cuda_step(p, g, segments, args, sum);
+    } else if (hyper_.type == OptimizerType::LAMB || space_->kind() == device::Kind::HOST) {
+        // Lamb's sums come back to the host between its passes.
+        space_->synchronize();
+        host_step(p, g, segments, args, sum);
+    } else {
+        space_->run([this, p, g, segments, args] { host_step(p, g, segments, args, SumFn()); });
+    }
+}
+
+void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+                          const SumFn &sum) {
     const std::vector<Item> items = items_of(segments, n_);
     if (items.empty() && hyper_.type != OptimizerType::LAMB) return;
     if (!items.empty()) {
@@ -432,6 +459,84 @@ void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segme
     case OptimizerType::NONE: break;
     }
 }
+
+// The CUDA space: one fused kernel per segment on the space's stream (the
+// segment's constants differ by weight decay); Lamb's pass 1 writes one
+// Reduction per segment, whose results come back in one strided copy.
+#if DSM_HAVE_CUDA_KERNELS
+void Optimizer::cuda_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+                          const SumFn &sum) {
+    auto *stream = static_cast<cudaStream_t>(space_->queue().handle());
+    auto flat = [&](const Segment &sg) {
+        cuda::Flat f;
+        f.p = p + sg.offset;
+        f.g = g + sg.offset;
+        f.n = sg.count;
+        return f;
+    };
+    float *s0 = state(0);
+    float *s1 = states_.size() > 1 ? state(1) : nullptr;
+    switch (hyper_.type) {
+    case OptimizerType::ADAM:
+    case OptimizerType::ADAMW: {
+        const Pair<AdamK> k = pair(adam_k, hyper_, args);
+        for (const Segment &sg : segments) cuda::adam(k.of(sg), flat(sg), s0 + sg.offset, s1 + sg.offset, stream);
+        break;
+    }
+    case OptimizerType::SGD: {
+        const Pair<SgdK> k = pair(sgd_k, hyper_, args);
+        for (const Segment &sg : segments) cuda::sgd(k.of(sg), flat(sg), s0 + sg.offset, stream);
+        break;
+    }
+    case OptimizerType::LION: {
+        const Pair<LionK> k = pair(lion_k, hyper_, args);
+        for (const Segment &sg : segments) cuda::lion(k.of(sg), flat(sg), s0 + sg.offset, stream);
+        break;
+    }
+    case OptimizerType::ADAGRAD: {
+        const Pair<AdagradK> k = pair(adagrad_k, hyper_, args);
+        for (const Segment &sg : segments) cuda::adagrad(k.of(sg), flat(sg), s0 + sg.offset, stream);
+        break;
+    }
+    case OptimizerType::LAMB: {
+        const Pair<LambK> k = pair(lamb_k, hyper_, args);
+        const size_t ns = segments.size();
+        device::Buffer red(*space_, std::max<size_t>(ns, 1) * sizeof(cuda::Reduction), false);
+        auto *r = static_cast<cuda::Reduction *>(red.data());
+        for (size_t i = 0; i < ns; ++i)
+            cuda::lamb1(k.of(segments[i]), flat(segments[i]), s0 + segments[i].offset, s1 + segments[i].offset, r + i,
+                        stream);
+        std::vector<cuda::ReduceResult> res(ns);
+        if (ns > 0)
+            DSM_CHECK_CUDA(cudaMemcpy2DAsync(res.data(), sizeof(cuda::ReduceResult), r, sizeof(cuda::Reduction),
+                                             sizeof(cuda::ReduceResult), ns, cudaMemcpyDeviceToHost, stream));
+        space_->synchronize();
+        int top = -1;
+        for (const Segment &sg : segments) top = std::max(top, sg.param);
+        const size_t need = 2 * static_cast<size_t>(top + 1);
+        std::vector<double> sums(need, 0.0);
+        for (size_t i = 0; i < ns; ++i) {
+            sums[2 * static_cast<size_t>(segments[i].param)] += res[i].sum[0];
+            sums[2 * static_cast<size_t>(segments[i].param) + 1] += res[i].sum[1];
+        }
+        if (sum) sum(sums);
+        DSM_REQUIRE(sums.size() >= need, DSM_ERR_INTERNAL, "Lamb's sum function left ", sums.size(),
+                    " values; parameters up to ", top, " need ", need);
+        for (const Segment &sg : segments)
+            cuda::lamb2(k.of(sg), lamb_neg_coef(hyper_, args, sums, static_cast<size_t>(sg.param)), flat(sg),
+                        s0 + sg.offset, s1 + sg.offset, stream);
+        space_->synchronize(); // `red` is freed here
+        break;
+    }
+    case OptimizerType::NONE: break;
+    }
+}
+#else
+void Optimizer::cuda_step(float *, const float *, const std::vector<Segment> &, const StepArgs &, const SumFn &) {
+    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "the optimizer on ", space_->name(),
+             ": libdsm was built without the CUDA kernels");
+}
+#endif
 
 void adam_update(float *p, const float *g, float *m, float *v, size_t n, const Hyper &h, const StepArgs &a,
                  bool decay) {

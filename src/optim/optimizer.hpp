@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "device/space.hpp"
 
 namespace dsm {
 namespace optim {
@@ -113,10 +114,16 @@ void set_isa(const std::string &name);
 void set_num_threads(int n);
 int num_threads() noexcept; // the count a step uses now (>= 1)
 
+// The update runs where the memory is (device/space.hpp): on a
+// host-addressable space the CPU kernels above, in the space's queue order
+// (the simulated device defers them, and computes the same bits); on a CUDA
+// space the fused kernels of cuda/kernels.hpp on its stream, one launch per
+// segment, with Lamb's per-parameter sums brought back in one small copy.
 class Optimizer {
 public:
-    // States for `n` elements, zeroed (Adagrad: initial_accumulator_value), 64-byte aligned.
-    Optimizer(const Hyper &hyper, size_t n);
+    // States for `n` elements in `space`, zeroed (Adagrad:
+    // initial_accumulator_value), 64-byte aligned.
+    Optimizer(const Hyper &hyper, size_t n, device::Space &space = device::host());
     ~Optimizer();
     Optimizer(const Optimizer &) = delete;
     Optimizer &operator=(const Optimizer &) = delete;
@@ -124,8 +131,9 @@ public:
     const Hyper &hyper() const noexcept { return hyper_; }
     size_t size() const noexcept { return n_; }
     int num_states() const noexcept { return static_cast<int>(states_.size()); }
-    float *state(int i) noexcept { return states_[static_cast<size_t>(i)].get(); }
-    const float *state(int i) const noexcept { return states_[static_cast<size_t>(i)].get(); }
+    float *state(int i) noexcept { return static_cast<float *>(states_[static_cast<size_t>(i)].data()); }
+    const float *state(int i) const noexcept { return static_cast<const float *>(states_[static_cast<size_t>(i)].data()); }
+    device::Space &space() const noexcept { return *space_; }
 
     // One update of p[0..n) from g[0..n) * args.grad_scale over `segments`.
     // `sum` is used by Lamb only (may be empty: one rank). Segments must lie
@@ -134,12 +142,15 @@ public:
               const SumFn &sum = {});
 
 private:
+    void host_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+                   const SumFn &sum);
+    void cuda_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+                   const SumFn &sum);
+
     Hyper hyper_;
     size_t n_ = 0;
-    struct Free {
-        void operator()(float *p) const noexcept;
-    };
-    std::vector<std::unique_ptr<float[], Free>> states_;
+    device::Space *space_;
+    std::vector<device::Buffer> states_;
 };
 
 // The fused kernels, for benchmarks and tests: one update of n elements, all

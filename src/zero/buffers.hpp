@@ -1,6 +1,7 @@
-// Host buffers of the ZeRO stages and the engine: zeroed aligned host
-// memory, a pool of idle buffers for reuse, and buffers of the data-parallel
-// backend's shared memory (Backend::alloc_shared, collective).
+// Buffers of the ZeRO stages and the engine, in a memory space
+// (device/space.hpp): a pool of idle buffers for reuse, and the buffers the
+// data-parallel backend shares (Backend::alloc_shared, collective) where the
+// space is the host.
 #pragma once
 
 #include <cstddef>
@@ -8,57 +9,47 @@
 #include <vector>
 
 #include "comm/backend.hpp"
+#include "device/space.hpp"
 
 namespace dsm {
 namespace zero {
 
-// Zeroed host memory aligned to 64 bytes.
-class HostBuffer {
-public:
-    HostBuffer() = default;
-    explicit HostBuffer(size_t bytes);
-    void *data() const noexcept { return ptr_.get(); }
-    size_t bytes() const noexcept { return bytes_; }
-    size_t capacity() const noexcept { return capacity_; }
-    explicit operator bool() const noexcept { return ptr_ != nullptr; }
-    // Use the first `bytes` (<= capacity()) of the allocation.
-    void resize(size_t bytes) noexcept { bytes_ = bytes; }
+// Memory of the stage's space (device/space.hpp), zeroed when allocated;
+// host memory by default.
+using Buffer = device::Buffer;
+using HostBuffer = device::Buffer;
 
-private:
-    struct Free {
-        void operator()(void *p) const noexcept;
-    };
-    std::unique_ptr<void, Free> ptr_;
-    size_t bytes_ = 0, capacity_ = 0;
-};
-
-// Idle host buffers of released ZeRO-3 gathers and ZeRO-2/3 gradient
-// staging, reused so that a micro-step does not map, fault in and zero fresh
+// Idle buffers of released ZeRO-3 gathers and ZeRO-2/3 gradient
+// staging, in one space, reused so that a micro-step does not map, fault in and zero fresh
 // pages for every parameter. Holds at most limit() bytes of idle buffers
 // (the stage sets it to twice the largest gather or staging need), so the
 // memory the ZeRO formulas promise stays the engine's bound.
 class BufferPool {
 public:
+    void set_space(device::Space &space) noexcept { space_ = &space; }
     void set_limit(size_t bytes) noexcept { limit_ = bytes; }
     size_t limit() const noexcept { return limit_; }
     size_t idle_bytes() const noexcept { return idle_bytes_; }
     // A buffer of `bytes`: the smallest idle one that holds them without
     // wasting more than half, else a new one; zeroed when `zero`.
-    HostBuffer take(size_t bytes, bool zero);
+    Buffer take(size_t bytes, bool zero);
     // Keep `b` for reuse if it fits under the limit, else free it.
-    void give(HostBuffer &&b) noexcept;
+    void give(Buffer &&b) noexcept;
     void clear() noexcept;
 
 private:
-    std::vector<HostBuffer> idle_;
+    device::Space *space_ = &device::host();
+    std::vector<Buffer> idle_;
     size_t idle_bytes_ = 0, limit_ = 0;
 };
 
-// A buffer from Backend::alloc_shared (collective to allocate and to free).
+// A buffer the data-parallel backend may share: from Backend::alloc_shared
+// (collective to allocate and to free) in host memory, else a Buffer of the
+// space. Zeroed.
 class SharedBuffer {
 public:
     SharedBuffer() = default;
-    SharedBuffer(comm::Backend *backend, size_t bytes);
+    SharedBuffer(comm::Backend *backend, device::Space &space, size_t bytes);
     ~SharedBuffer() { reset(); }
     SharedBuffer(SharedBuffer &&o) noexcept { swap(o); }
     SharedBuffer &operator=(SharedBuffer &&o) noexcept {
@@ -74,6 +65,7 @@ public:
 
 private:
     void swap(SharedBuffer &o) noexcept;
+    Buffer own_; // a space other than the host's
     comm::Backend *backend_ = nullptr;
     void *ptr_ = nullptr;
     size_t bytes_ = 0;

@@ -15,6 +15,10 @@
 // elements go into which round, which parameters a gather prefetches) is in
 // plan.hpp, free of MPI.
 //
+// The buffers live in a memory space (device/space.hpp) and every copy,
+// conversion and collective is ordered on its queue: the same code serves
+// the host engine and the device-resident one.
+//
 // Collective calls take a `before` callback that the stage runs on every
 // rank before its first collective at that point (the engine's agreement
 // that all ranks are there, and the offload drain); stages that move nothing
@@ -73,8 +77,11 @@ public:
     virtual double formula(double pw, double K, double dp) const = 0;
 
     // Before allocate(): the layout (persistent slots first), this rank's
-    // partition, the backends (sp may be null) and the timers to add to.
-    void bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, Timers *timers);
+    // partition, the backends (sp may be null), the space the stage's
+    // buffers live in and its math runs on (collectives take its queue), and
+    // the timers to add to.
+    void bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, device::Space *space,
+              Timers *timers);
     // Collective over the data-parallel group: shared allocations in the
     // same order on every rank, then private ones.
     virtual void allocate() = 0;
@@ -119,6 +126,8 @@ protected:
     const Layout *layout_ = nullptr;
     int part_ = 0;
     comm::Backend *dp_ = nullptr, *sp_ = nullptr;
+    device::Space *space_ = &device::host();
+    comm::Queue queue_;
     Timers *timers_ = nullptr;
 };
 

@@ -16,11 +16,10 @@
 // buffer), and a parameter gathered there needs no copy through the
 // backend's scratch memory. So the memory beyond the ZeRO formula is one
 // bucket. A buffer the bucket cannot hold (larger, or the bucket busy) comes
-// from the pool of idle host buffers.
+// from the pool of idle buffers.
 #include <algorithm>
 #include <cstring>
 
-#include "amp/convert.hpp"
 #include "core/error.hpp"
 #include "mpi.h"
 #include "zero/plan.hpp"
@@ -68,16 +67,16 @@ public:
         if (arena_fits(n)) {
             arena_ = Arena::GRAD;
             arena_param_ = index;
-            std::memset(bucket_send_.data(), 0, n * esize_);
+            space_->zero(bucket_send_.data(), n * esize_);
             return bucket_send_.data();
         }
-        HostBuffer &b = staging_[static_cast<size_t>(index)];
+        Buffer &b = staging_[static_cast<size_t>(index)];
         b = pool_.take(n * esize_, true);
         return b.data();
     }
     void release_grad(int index, const Before &before) override {
         bucket_elems_ += layout_->slot_of(index)->numel;
-        HostBuffer &b = staging_[static_cast<size_t>(index)];
+        Buffer &b = staging_[static_cast<size_t>(index)];
         const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
         pending_.push_back(Pending{index, std::move(b), data, in_bucket});
@@ -85,7 +84,7 @@ public:
     }
     void reduce(bool, const Before &before) override { flush(before); }
     const void *grad_partition() const override { return grad_part_.data(); }
-    void zero_grads() override { std::memset(grad_part_.data(), 0, layout_->part_size() * esize_); }
+    void zero_grads() override { space_->zero(grad_part_.data(), layout_->part_size() * esize_); }
 
     StageMemory memory() const override;
 
@@ -104,7 +103,7 @@ private:
     SharedBuffer param_flat_;  // stage 2: T; stage 3: the persistent region
     SharedBuffer param_part_;  // stage 3: P
     SharedBuffer bucket_send_; // one round, packed by owner; reduced in place
-    HostBuffer grad_part_;     // P
+    Buffer grad_part_;         // P
     // What the bucket holds between flushes: nothing, the gradient of
     // arena_param_ (acquired, or released and pending), or its gathered values.
     enum class Arena { FREE, GRAD, PARAM };
@@ -115,11 +114,11 @@ private:
 
     // Per parameter index: the gathered copy (stage 3, while acquired or
     // prefetched) and the gradient buffer while acquired.
-    std::vector<HostBuffer> gathered_, staging_;
+    std::vector<Buffer> gathered_, staging_;
     // Gradients released since the last flush, in release order.
     struct Pending {
         int param;
-        HostBuffer grad; // empty when the gradient is in the bucket
+        Buffer grad; // empty when the gradient is in the bucket
         char *data;
         bool in_bucket;
     };
@@ -147,14 +146,15 @@ void Partitioned::allocate() {
     // that a private one that fails on one rank does not leave its group
     // waiting in the next.
     if (s_.stage < 3) {
-        param_flat_ = SharedBuffer(dp_, T * esize_);
+        param_flat_ = SharedBuffer(dp_, *space_, T * esize_);
     } else {
-        param_flat_ = SharedBuffer(dp_, std::max<size_t>(persist_end_, 1) * esize_);
-        param_part_ = SharedBuffer(dp_, P * esize_);
+        param_flat_ = SharedBuffer(dp_, *space_, std::max<size_t>(persist_end_, 1) * esize_);
+        param_part_ = SharedBuffer(dp_, *space_, P * esize_);
     }
     bucket_cap_ = bucket_capacity(s_.reduce_bucket_size, layout_->used());
-    bucket_send_ = SharedBuffer(dp_, bucket_cap_ * csize_);
-    grad_part_ = HostBuffer(P * esize_);
+    bucket_send_ = SharedBuffer(dp_, *space_, bucket_cap_ * csize_);
+    grad_part_ = Buffer(*space_, P * esize_);
+    pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
     staging_.resize(static_cast<size_t>(max_param + 1));
@@ -167,13 +167,13 @@ void Partitioned::allocate() {
 void Partitioned::free() noexcept {
     pending_.clear();
     pool_.clear();
-    for (auto &b : gathered_) b = HostBuffer();
-    for (auto &b : staging_) b = HostBuffer();
+    for (auto &b : gathered_) b = Buffer();
+    for (auto &b : staging_) b = Buffer();
     // In reverse order of allocation.
     bucket_send_.reset();
     param_part_.reset();
     param_flat_.reset();
-    grad_part_ = HostBuffer();
+    grad_part_ = Buffer();
     arena_ = Arena::FREE;
 }
 
@@ -228,25 +228,26 @@ void Partitioned::gather(const std::vector<int> &list) {
         }
         const std::vector<size_t> counts = layout_->counts(s->offset, s->offset + s->numel);
         const size_t lo = std::max(s->offset, my_begin);
-        dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype);
+        dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype, queue_);
     } else {
         for (int j : list) gathered_[static_cast<size_t>(j)] = pool_.take(layout_->slot_of(j)->numel * esize_, false);
         const GatherPlan plan = plan_gather(*layout_, list);
         size_t total = 0;
         for (size_t c : plan.counts) total += c;
-        HostBuffer send(plan.counts[static_cast<size_t>(part_)] * esize_ + 64), recv(total * esize_ + 64);
+        Buffer send(*space_, plan.counts[static_cast<size_t>(part_)] * esize_ + 64, false),
+            recv(*space_, total * esize_ + 64, false);
         size_t at = 0;
         for (const auto &jp : plan.pieces)
             if (jp.second.part == part_) {
-                std::memcpy(static_cast<char *>(send.data()) + at * esize_,
-                            part + (jp.second.flat_offset - my_begin) * esize_, jp.second.count * esize_);
+                space_->copy(static_cast<char *>(send.data()) + at * esize_,
+                             part + (jp.second.flat_offset - my_begin) * esize_, jp.second.count * esize_);
                 at += jp.second.count;
             }
-        dp_->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype);
+        dp_->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue_);
         at = 0;
         for (const auto &jp : plan.pieces) {
-            std::memcpy(static_cast<char *>(gathered_[static_cast<size_t>(jp.first)].data()) + jp.second.param_offset * esize_,
-                        static_cast<char *>(recv.data()) + at * esize_, jp.second.count * esize_);
+            space_->copy(static_cast<char *>(gathered_[static_cast<size_t>(jp.first)].data()) + jp.second.param_offset * esize_,
+                         static_cast<char *>(recv.data()) + at * esize_, jp.second.count * esize_);
             at += jp.second.count;
         }
     }
@@ -255,12 +256,12 @@ void Partitioned::gather(const std::vector<int> &list) {
 
 void Partitioned::publish(const float *master) {
     void *part = param_partition();
-    if (s_.dtype != DSM_FLOAT32) amp::convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
+    if (s_.dtype != DSM_FLOAT32) space_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
     if (s_.stage == 2) {
-        dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype);
+        dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue_);
     } else if (persist_end_ > 0) {
         const std::vector<size_t> counts = layout_->counts(0, persist_end_);
-        dp_->allgatherv(part, param_flat_.data(), counts, s_.dtype);
+        dp_->allgatherv(part, param_flat_.data(), counts, s_.dtype, queue_);
     }
 }
 
@@ -290,8 +291,8 @@ void Partitioned::flush(const Before &before) {
     std::vector<int> released;
     for (auto &p : pending_) {
         const size_t n = layout_->slot_of(p.param)->numel;
-        if (s_.pre != 1.0) amp::scale_inplace(p.data, dt, n, s_.pre);
-        if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM);
+        if (s_.pre != 1.0) space_->scale(p.data, dt, n, s_.pre);
+        if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue_);
         released.push_back(p.param);
     }
     const std::vector<Round> rounds = plan_rounds(*layout_, released, bucket_cap_);
@@ -309,20 +310,22 @@ void Partitioned::flush(const Before &before) {
             Pending &pe = pending_[static_cast<size_t>(resident)];
             const size_t bytes = layout_->slot_of(pe.param)->numel * esize_;
             pe.grad = pool_.take(bytes, false);
-            std::memcpy(pe.grad.data(), pe.data, bytes);
+            space_->copy(pe.grad.data(), pe.data, bytes);
             pe.data = static_cast<char *>(pe.grad.data());
             pe.in_bucket = false;
         }
         arena_ = Arena::FREE;
     }
     // Packed into the bucket unless the user holds a buffer there.
-    HostBuffer spare;
+    Buffer spare;
     char *send = static_cast<char *>(bucket_send_.data());
     if (arena_ != Arena::FREE) {
         spare = pool_.take(bucket_cap_ * csize_, false);
         send = static_cast<char *>(spare.data());
     }
     const size_t my_begin = layout_->part_begin(part_);
+    Buffer scratch;
+    if (dt != DSM_FLOAT32) scratch = pool_.take(bucket_cap_ * sizeof(float), false);
     for (size_t k = 0; k < rounds.size(); ++k) {
         const Round &r = rounds[k];
         char *buf = send;
@@ -331,34 +334,28 @@ void Partitioned::flush(const Before &before) {
         } else {
             size_t at = 0;
             for (const SendPiece &pc : r.pieces) {
-                amp::convert(pending_[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt, buf + at * csize_, cd,
-                             pc.count);
+                space_->convert(pending_[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt, buf + at * csize_,
+                                cd, pc.count);
                 at += pc.count;
             }
         }
         size_t mine = 0;
         for (int q = 0; q < part_; ++q) mine += r.counts[static_cast<size_t>(q)];
         char *recv = buf + mine * csize_;
-        dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM); // in place
+        dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM, queue_); // in place
         // Unpack this rank's pieces in the same order, adding into the partition.
         size_t at = 0;
         for (const SendPiece &pc : r.pieces) {
             if (pc.part != part_) continue;
             const size_t dst = pc.flat - my_begin;
-            if (dt == DSM_FLOAT32) {
-                amp::accumulate(recv + at * csize_, cd, static_cast<float *>(grad_part_.data()) + dst, pc.count, post);
-            } else {
-                // 16-bit partition: add in fp32 through a small buffer, round once.
-                std::vector<float> tmp(pc.count);
-                char *gp = static_cast<char *>(grad_part_.data()) + dst * esize_;
-                amp::convert(gp, dt, tmp.data(), DSM_FLOAT32, pc.count);
-                amp::accumulate(recv + at * csize_, cd, tmp.data(), pc.count, post);
-                amp::convert(tmp.data(), DSM_FLOAT32, gp, dt, pc.count);
-            }
+            // A 16-bit partition adds in fp32 through the scratch buffer, rounded once.
+            space_->accumulate_into(recv + at * csize_, cd, static_cast<char *>(grad_part_.data()) + dst * esize_, dt,
+                                    pc.count, post, static_cast<float *>(scratch.data()));
             at += pc.count;
         }
     }
     pool_.give(std::move(spare));
+    pool_.give(std::move(scratch));
     for (Pending &pe : pending_) pool_.give(std::move(pe.grad));
     pending_.clear();
     bucket_elems_ = 0;

@@ -4,9 +4,7 @@
 // elements: an allreduce (stage 0, where the optimizer state is whole too)
 // or a reduce-scatter to the owner of each partition (stage 1), whose
 // optimizer updates it; publish() then allgathers the partitions (stage 1).
-#include <cstring>
 
-#include "amp/convert.hpp"
 #include "core/error.hpp"
 #include "mpi.h"
 #include "zero/plan.hpp"
@@ -29,17 +27,17 @@ public:
 
     void allocate() override {
         const size_t T = layout_->total();
-        param_flat_ = SharedBuffer(dp_, T * esize_);
-        grad_flat_ = SharedBuffer(dp_, T * esize_);
+        param_flat_ = SharedBuffer(dp_, *space_, T * esize_);
+        grad_flat_ = SharedBuffer(dp_, *space_, T * esize_);
         if (s_.comm_dtype != s_.dtype) {
             const size_t cap = std::min<size_t>(static_cast<size_t>(std::max<int64_t>(s_.reduce_bucket_size, 1)), T);
-            comm_scratch_ = HostBuffer(cap * csize_);
+            comm_scratch_ = Buffer(*space_, cap * csize_);
         }
     }
     void free() noexcept override {
         grad_flat_.reset();
         param_flat_.reset();
-        comm_scratch_ = HostBuffer();
+        comm_scratch_ = Buffer();
     }
 
     void *param_partition() override {
@@ -55,8 +53,8 @@ public:
     void release_param(int) override {}
     void publish(const float *master) override {
         void *part = param_partition();
-        if (s_.dtype != DSM_FLOAT32) amp::convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
-        if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype);
+        if (s_.dtype != DSM_FLOAT32) space_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
+        if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue_);
     }
     void new_micro_step(bool) override {}
 
@@ -73,7 +71,7 @@ public:
     const void *grad_partition() const override {
         return static_cast<const char *>(grad_flat_.data()) + layout_->part_begin(part_) * esize_;
     }
-    void zero_grads() override { std::memset(grad_flat_.data(), 0, layout_->total() * esize_); }
+    void zero_grads() override { space_->zero(grad_flat_.data(), layout_->total() * esize_); }
 
     StageMemory memory() const override {
         StageMemory m;
@@ -94,14 +92,14 @@ private:
         void *buf = g;
         if (cd != s_.dtype) {
             buf = comm_scratch_.data();
-            amp::convert(g, s_.dtype, buf, cd, n);
+            space_->convert(g, s_.dtype, buf, cd, n);
         }
-        if (s_.pre != 1.0) amp::scale_inplace(buf, cd, n, s_.pre);
-        if (sp_) sp_->allreduce(buf, buf, n, cd, comm::Op::SUM);
+        if (s_.pre != 1.0) space_->scale(buf, cd, n, s_.pre);
+        if (sp_) sp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue_);
         if (s_.stage == 0) {
-            dp_->allreduce(buf, buf, n, cd, comm::Op::SUM);
-            if (s_.post != 1.0) amp::scale_inplace(buf, cd, n, s_.post);
-            if (buf != g) amp::convert(buf, cd, g, s_.dtype, n);
+            dp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue_);
+            if (s_.post != 1.0) space_->scale(buf, cd, n, s_.post);
+            if (buf != g) space_->convert(buf, cd, g, s_.dtype, n);
             return;
         }
         const std::vector<size_t> counts = layout_->counts(begin, end);
@@ -109,14 +107,14 @@ private:
         for (int r = 0; r < part_; ++r) mine += counts[static_cast<size_t>(r)];
         char *recv = static_cast<char *>(buf) + mine * csize_;
         const size_t my_count = counts[static_cast<size_t>(part_)];
-        dp_->reduce_scatterv(buf, recv, counts, cd, comm::Op::SUM);
-        if (s_.post != 1.0) amp::scale_inplace(recv, cd, my_count, s_.post);
-        if (buf != g) amp::convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
+        dp_->reduce_scatterv(buf, recv, counts, cd, comm::Op::SUM, queue_);
+        if (s_.post != 1.0) space_->scale(recv, cd, my_count, s_.post);
+        if (buf != g) space_->convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
     }
 
     SharedBuffer param_flat_; // T
     SharedBuffer grad_flat_;  // T
-    HostBuffer comm_scratch_; // reductions in another dtype
+    Buffer comm_scratch_;     // reductions in another dtype
 };
 
 } // namespace

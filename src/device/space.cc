@@ -1,0 +1,184 @@
+// The host-addressable spaces (space.hpp): the host, which runs every call
+// at once, and the simulated device, which defers every call to its queue.
+// Both run amp's loops and the optimizer's host kernels, so they compute the
+// same bits.
+#include "device/space.hpp"
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <new>
+
+#include "core/error.hpp"
+
+namespace dsm {
+namespace device {
+
+namespace {
+
+void *aligned_host(size_t bytes, const char *what) {
+    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
+    void *p = std::aligned_alloc(64, rounded);
+    DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, what, ": cannot allocate ", bytes, " bytes");
+    return p;
+}
+
+// Every call of the base runs through run(): the host runs it now, the
+// simulated device queues it.
+class HostAddressable : public Space {
+public:
+    void *alloc_host(size_t bytes) override { return aligned_host(bytes, "host staging"); }
+    void free_host(void *p) noexcept override { std::free(p); }
+    void zero(void *p, size_t bytes) override {
+        if (bytes > 0) run([=] { std::memset(p, 0, bytes); });
+    }
+    void fill(float *p, size_t n, float v) override {
+        if (n > 0) run([=] { std::fill(p, p + n, v); });
+    }
+    void copy(void *dst, const void *src, size_t bytes) override {
+        if (bytes > 0 && dst != src) run([=] { std::memmove(dst, src, bytes); });
+    }
+    void convert(const void *src, dsm_dtype_t st, void *dst, dsm_dtype_t dt, size_t n) override {
+        if (n > 0) run([=] { amp::convert(src, st, dst, dt, n); });
+    }
+    void scale(void *x, dsm_dtype_t t, size_t n, double s) override {
+        if (n > 0) run([=] { amp::scale_inplace(x, t, n, s); });
+    }
+    void accumulate(const void *src, dsm_dtype_t st, float *dst, size_t n, float scale) override {
+        if (n > 0) run([=] { amp::accumulate(src, st, dst, n, scale); });
+    }
+    amp::NormPart inspect(const float *x, size_t n, float scale) override {
+        synchronize();
+        return amp::norm_part(x, n, scale);
+    }
+    bool has_nonfinite(const void *x, dsm_dtype_t t, size_t n) override {
+        synchronize();
+        return amp::has_nonfinite(x, t, n);
+    }
+};
+
+class HostSpace final : public HostAddressable {
+public:
+    Kind kind() const noexcept override { return Kind::HOST; }
+    std::string name() const override { return "host"; }
+    comm::Queue queue() const noexcept override { return comm::Queue::host(); }
+    void *alloc(size_t bytes) override { return aligned_host(bytes, "host memory"); }
+    void free(void *p) noexcept override { std::free(p); }
+    void upload(void *dst, const void *h, size_t bytes) override {
+        if (bytes > 0 && dst != h) std::memmove(dst, h, bytes);
+    }
+    void download(void *h, const void *src, size_t bytes) override {
+        if (bytes > 0 && h != src) std::memmove(h, src, bytes);
+    }
+    void synchronize() override {}
+    void run(std::function<void()> work) override { work(); }
+};
+
+// The simulated device: its memory is host memory filled with 0xff bytes
+// when allocated (NaN in every float dtype), its queue a list of deferred
+// calls run in order by synchronize().
+class SimSpace final : public HostAddressable {
+public:
+    ~SimSpace() override {
+        try {
+            synchronize();
+        } catch (...) {
+        }
+    }
+    Kind kind() const noexcept override { return Kind::SIM; }
+    std::string name() const override { return "simulated"; }
+    comm::Queue queue() const noexcept override {
+        return comm::Queue(const_cast<SimSpace *>(this), &SimSpace::wait);
+    }
+    void *alloc(size_t bytes) override {
+        void *p = aligned_host(bytes, "simulated device memory");
+        std::memset(p, 0xff, bytes);
+        return p;
+    }
+    void free(void *p) noexcept override {
+        // The queue may still use it: run what is queued first.
+        try {
+            synchronize();
+        } catch (...) {
+        }
+        std::free(p);
+    }
+    void upload(void *dst, const void *h, size_t bytes) override {
+        if (bytes == 0) return;
+        // The caller may reuse `h` at once: the queued copy reads a copy of it.
+        auto bounce = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char *>(h),
+                                                                   static_cast<const unsigned char *>(h) + bytes);
+        run([dst, bounce] { std::memcpy(dst, bounce->data(), bounce->size()); });
+    }
+    void download(void *h, const void *src, size_t bytes) override {
+        synchronize();
+        if (bytes > 0) std::memcpy(h, src, bytes);
+    }
+    void synchronize() override {
+        // Work that fails leaves the rest of the queue dropped, as a device
+        // error poisons a stream.
+        while (!queue_.empty()) {
+            std::function<void()> w = std::move(queue_.front());
+            queue_.pop_front();
+            try {
+                w();
+            } catch (...) {
+                queue_.clear();
+                throw;
+            }
+        }
+    }
+    void run(std::function<void()> work) override { queue_.push_back(std::move(work)); }
+
+private:
+    static void wait(void *self) { static_cast<SimSpace *>(self)->synchronize(); }
+    std::deque<std::function<void()>> queue_;
+};
+
+} // namespace
+
+Space &host() {
+    static HostSpace h;
+    return h;
+}
+
+std::unique_ptr<Space> make_sim() { return std::make_unique<SimSpace>(); }
+
+void Space::accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
+                            float scale, float *scratch) {
+    if (dst_type == DSM_FLOAT32) {
+        accumulate(src, src_type, static_cast<float *>(dst), n, scale);
+        return;
+    }
+    convert(dst, dst_type, scratch, DSM_FLOAT32, n);
+    accumulate(src, src_type, scratch, n, scale);
+    convert(scratch, DSM_FLOAT32, dst, dst_type, n);
+}
+
+// ---------------------------------------------------------------- Buffer
+
+Buffer::Buffer(Space &space, size_t bytes, bool zero) : space_(&space), bytes_(bytes) {
+    if (bytes == 0) return;
+    capacity_ = (bytes + 63) / 64 * 64;
+    ptr_ = space.alloc(capacity_);
+    if (zero) space.zero(ptr_, capacity_);
+}
+
+void Buffer::reset() noexcept {
+    if (ptr_ != nullptr) space_->free(ptr_);
+    ptr_ = nullptr;
+    bytes_ = capacity_ = 0;
+}
+
+void Buffer::swap(Buffer &o) noexcept {
+    std::swap(space_, o.space_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(capacity_, o.capacity_);
+}
+
+Staging::Staging(Space &space, size_t bytes) : space_(&space), ptr_(space.alloc_host(bytes)) {}
+
+} // namespace device
+} // namespace dsm
