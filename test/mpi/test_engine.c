@@ -6,6 +6,12 @@
  * global batch, within fp32 rounding. Also: skipped steps on overflow, the
  * counters, initialization by callback, and the description.
  *
+ * The device-resident engine on the simulated device (DSM_ENGINE_DEVICE=sim:
+ * the model state in memory of its own, every operation deferred to its
+ * queue) against the host engine: the same bits at every ZeRO stage, in
+ * fp32, fp16 and bf16, with accumulation and clipping, on a DP x SP mesh, and
+ * a checkpoint saved by one loaded by the other.
+ *
  * The model is a small MLP written here: y = s * (tanh(x W1 + b1) W2 + b2) + f
  * with W1 [7 x 61] (larger than the reduction buckets the tests configure),
  * a scalar s and a frozen f; loss = mean over the micro-batch of
@@ -609,6 +615,129 @@ static void test_offload(void **state) {
     ASSERT_OK(dsm_engine_free(&e));
 }
 
+/* ---------------------------------------------------------------- device-resident (simulated) */
+
+/* train() with the engine's model state on `device` (DSM_ENGINE_DEVICE). */
+static void train_on(const char *device, dsm_mesh_t mesh, const run_t *r, int dp, int dp_rank, int sp, float *out,
+                     dsm_step_info_t *last) {
+    setenv("DSM_ENGINE_DEVICE", device, 1);
+    train(MPI_COMM_WORLD, mesh, r, r->mb, dp, dp_rank, sp, out, last);
+    unsetenv("DSM_ENGINE_DEVICE");
+}
+
+static void check_bits(dsm_mesh_t mesh, const run_t *r, int dp, int dp_rank, int sp, const char *what) {
+    float host[TOTAL], sim[TOTAL];
+    dsm_step_info_t hi = DSM_STEP_INFO_INITIALIZER, si = DSM_STEP_INFO_INITIALIZER;
+    train_on("host", mesh, r, dp, dp_rank, sp, host, &hi);
+    train_on("sim", mesh, r, dp, dp_rank, sp, sim, &si);
+    for (int i = 0; i < TOTAL; ++i)
+        if (memcmp(&host[i], &sim[i], sizeof(float)) != 0)
+            fail_msg("%s: element %d: simulated device %.9g, host %.9g (must be the same bits)", what, i, sim[i],
+                     host[i]);
+    if (memcmp(&hi.grad_norm, &si.grad_norm, sizeof(double)) != 0 || hi.loss_scale != si.loss_scale ||
+        hi.skipped_steps != si.skipped_steps)
+        fail_msg("%s: step info differs: grad_norm %.17g / %.17g, loss_scale %g / %g, skipped %lld / %lld", what,
+                 si.grad_norm, hi.grad_norm, si.loss_scale, hi.loss_scale, (long long)si.skipped_steps,
+                 (long long)hi.skipped_steps);
+}
+
+static void test_device_bit_exact(void **state) {
+    (void)state;
+    const char *precisions[] = {"", ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 30}",
+                                ", \"bf16\": {\"enabled\": true}"};
+    for (int stage = 0; stage <= 3; ++stage)
+        for (int p = 0; p < 3; ++p) {
+            /* gas 2 with gradient_clipping 0.5 (make_config's default); fp16
+               starts at scale 2^30, so the first steps overflow and skip. */
+            run_t r = {stage, 2, 2, 4, ADAMW, precisions[p], stage % 2};
+            char what[160];
+            snprintf(what, sizeof what, "stage %d%s", stage, precisions[p]);
+            check_bits(NULL, &r, test_size, test_rank, 1, what);
+        }
+    const char *lamb = "{\"type\": \"Lamb\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01, \"eps\": 1e-6}}";
+    run_t l = {3, 1, 2, 3, lamb, ", \"communication_data_type\": \"bf16\"", 1};
+    check_bits(NULL, &l, test_size, test_rank, 1, "stage 3, Lamb, bf16 reductions");
+    if (test_size % 2 == 0) {
+        const int sp = 2, dp = test_size / sp;
+        dsm_mesh_t mesh;
+        ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, dp, sp, &mesh));
+        int dp_rank;
+        ASSERT_OK(dsm_mesh_rank(mesh, "data_parallel", &dp_rank));
+        for (int stage = 1; stage <= 3; stage += 2) {
+            run_t r = {stage, 2, 2, 3, ADAMW, ", \"bf16\": {\"enabled\": true}", 1};
+            char what[64];
+            snprintf(what, sizeof what, "dp %d x sp %d, stage %d, bf16", dp, sp, stage);
+            check_bits(mesh, &r, dp, dp_rank, sp, what);
+        }
+        ASSERT_OK(dsm_mesh_free(&mesh));
+    }
+}
+
+/* An engine on `device` for run r (every rank a data-parallel rank). */
+static dsm_engine_t engine_on(const char *device, const run_t *r) {
+    char cfg[2048];
+    make_config(cfg, sizeof cfg, r, r->mb);
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e = NULL;
+    setenv("DSM_ENGINE_DEVICE", device, 1);
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
+    unsetenv("DSM_ENGINE_DEVICE");
+    return e;
+}
+
+static void steps(dsm_engine_t e, const run_t *r, int first, int count) {
+    const int global_mb = r->mb * test_size;
+    for (int m = first; m < first + count; ++m) {
+        micro_step(e, (unsigned)(m * global_mb + test_rank * r->mb), r->mb, 1.0f, 0);
+        ASSERT_OK(dsm_step(e, NULL));
+    }
+}
+
+/* A checkpoint written by the device-resident engine loads into the host
+   engine and the reverse: the same parameters, and the same bits after one
+   more step (the optimizer state came along). */
+static void test_device_checkpoint(void **state) {
+    (void)state;
+    char dir[64] = "/tmp/dsm-test-device-XXXXXX";
+    if (test_rank == 0 && mkdtemp(dir) == NULL) fail_msg("mkdtemp failed");
+    MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+    const char *pairs[2][2] = {{"sim", "host"}, {"host", "sim"}};
+    for (int stage = 0; stage <= 3; stage += 3)
+        for (int k = 0; k < 2; ++k) {
+            run_t r = {stage, 1, 2, 0, ADAMW, ", \"bf16\": {\"enabled\": true}", 0};
+            dsm_engine_t a = engine_on(pairs[k][0], &r);
+            steps(a, &r, 0, 3);
+            const dsm_status_t st = dsm_engine_save_checkpoint(a, dir, "cross", NULL, 0);
+            if (st == DSM_ERR_NOT_SUPPORTED) {
+                ASSERT_OK(dsm_engine_free(&a));
+                skip();
+            }
+            ASSERT_OK(st);
+            dsm_engine_t b = engine_on(pairs[k][1], &r);
+            ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "cross", 0, NULL, NULL));
+            float pa[TOTAL], pb[TOTAL];
+            read_all(a, pa);
+            read_all(b, pb);
+            assert_memory_equal(pa, pb, sizeof pa);
+            steps(a, &r, 3, 1);
+            steps(b, &r, 3, 1);
+            read_all(a, pa);
+            read_all(b, pb);
+            if (memcmp(pa, pb, sizeof pa) != 0)
+                fail_msg("stage %d: saved on %s, loaded on %s: the next step differs", stage, pairs[k][0],
+                         pairs[k][1]);
+            ASSERT_OK(dsm_engine_free(&a));
+            ASSERT_OK(dsm_engine_free(&b));
+        }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank == 0) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),       cmocka_unit_test(test_optimizers),
@@ -616,6 +745,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_overflow_skip), cmocka_unit_test(test_counters),
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
+        cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),
     };
     return RUN_MPI_TESTS("test_engine", tests);
 }
