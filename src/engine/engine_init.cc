@@ -191,8 +191,9 @@ void Engine::choose_space(const Options &options) {
                     "offload)");
         if (want == DSM_DEVICE_SIMULATED) own_space_ = device::make_sim();
         if (want == DSM_DEVICE_CUDA) {
-            const int dev = options.cuda_device >= 0 ? options.cuda_device : cuda::use_device(cuda::mesh_hint(*mesh_));
             try {
+                const int dev =
+                    options.cuda_device >= 0 ? options.cuda_device : cuda::use_device(cuda::mesh_hint(*mesh_));
                 own_space_ = device::make_cuda(dev);
             } catch (const Error &e) {
                 DSM_FAIL(e.status(), from, " cuda: ", e.message());

@@ -738,6 +738,35 @@ static void test_device_checkpoint(void **state) {
     }
 }
 
+/* On a real GPU (skipped without one): the device-resident engine on CUDA
+   with NCCL against the host engine, within fp32 rounding (NCCL and the
+   norm's reduction add in another order). */
+static void test_device_cuda(void **state) {
+    (void)state;
+    run_t r = {0, 2, 2, 3, ADAMW, "", 1};
+    char cfg[2048];
+    make_config(cfg, sizeof cfg, &r, r.mb);
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e = NULL;
+    setenv("DSM_ENGINE_DEVICE", "cuda", 1);
+    const dsm_status_t st = dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e);
+    unsetenv("DSM_ENGINE_DEVICE");
+    if (st == DSM_ERR_NOT_SUPPORTED) skip(); /* no GPU (the same status on every rank) */
+    ASSERT_OK(st);
+    ASSERT_OK(dsm_engine_free(&e));
+    for (int stage = 0; stage <= 3; ++stage)
+        for (int p = 0; p < 2; ++p) {
+            run_t q = {stage, 2, 2, 3, ADAMW, p ? ", \"bf16\": {\"enabled\": true}" : "", stage % 2};
+            float host[TOTAL], gpu[TOTAL];
+            train_on("host", NULL, &q, test_size, test_rank, 1, host, NULL);
+            train_on("cuda", NULL, &q, test_size, test_rank, 1, gpu, NULL);
+            char what[96];
+            snprintf(what, sizeof what, "cuda, stage %d%s", stage, p ? ", bf16" : "");
+            compare(gpu, host, p ? 2e-2 : 2e-5, what);
+        }
+}
+
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stages),       cmocka_unit_test(test_optimizers),
@@ -746,6 +775,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),
+        cmocka_unit_test(test_device_cuda),
     };
     return RUN_MPI_TESTS("test_engine", tests);
 }
