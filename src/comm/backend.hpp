@@ -47,6 +47,7 @@
 
 #include <mpi.h>
 
+#include "device/queue.hpp"
 #include "dsm.h"
 
 namespace dsm {
@@ -54,32 +55,8 @@ namespace comm {
 
 enum class Op { SUM, MAX, MIN };
 
-// The stream a collective's work is ordered on: an opaque handle, null for
-// the host queue (work completes before the call returns). For CUDA the
-// handle is a cudaStream_t (cudaStreamLegacy or cudaStreamPerThread for the
-// default streams: the null handle is the host queue, not stream 0).
-//
-// A queue that is not a CUDA stream (the simulated device of
-// device/space.hpp) carries the function that waits for it: host backends
-// call it instead of cudaStreamSynchronize; stream-ordered backends do not
-// take such queues.
-class Queue {
-public:
-    using WaitFn = void (*)(void *handle);
-    constexpr Queue() noexcept = default;
-    constexpr explicit Queue(void *stream) noexcept : stream_(stream) {}
-    constexpr Queue(void *handle, WaitFn wait) noexcept : stream_(handle), wait_(wait) {}
-    static constexpr Queue host() noexcept { return Queue(); }
-    constexpr void *handle() const noexcept { return stream_; }
-    constexpr WaitFn wait_fn() const noexcept { return wait_; }
-    constexpr bool is_host() const noexcept { return stream_ == nullptr; }
-    constexpr bool operator==(const Queue &o) const noexcept { return stream_ == o.stream_; }
-    constexpr bool operator!=(const Queue &o) const noexcept { return stream_ != o.stream_; }
-
-private:
-    void *stream_ = nullptr;
-    WaitFn wait_ = nullptr;
-};
+// The queue a collective's work is ordered on (device/queue.hpp).
+using Queue = device::Queue;
 
 // Where the buffers given to a backend live (the engine's and sp's buffers:
 // host memory, or CUDA device memory).

@@ -1,9 +1,8 @@
 // The host-addressable spaces (space.hpp): the host, which runs every call
 // at once, and the simulated device, which defers every call to its queue.
-// Both run amp's loops and the optimizer's host kernels, so they compute the
-// same bits.
 #include "device/space.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -33,28 +32,8 @@ public:
     void zero(void *p, size_t bytes) override {
         if (bytes > 0) run([=] { std::memset(p, 0, bytes); });
     }
-    void fill(float *p, size_t n, float v) override {
-        if (n > 0) run([=] { std::fill(p, p + n, v); });
-    }
     void copy(void *dst, const void *src, size_t bytes) override {
         if (bytes > 0 && dst != src) run([=] { std::memmove(dst, src, bytes); });
-    }
-    void convert(const void *src, dsm_dtype_t st, void *dst, dsm_dtype_t dt, size_t n) override {
-        if (n > 0) run([=] { amp::convert(src, st, dst, dt, n); });
-    }
-    void scale(void *x, dsm_dtype_t t, size_t n, double s) override {
-        if (n > 0) run([=] { amp::scale_inplace(x, t, n, s); });
-    }
-    void accumulate(const void *src, dsm_dtype_t st, float *dst, size_t n, float scale) override {
-        if (n > 0) run([=] { amp::accumulate(src, st, dst, n, scale); });
-    }
-    amp::NormPart inspect(const float *x, size_t n, float scale) override {
-        synchronize();
-        return amp::norm_part(x, n, scale);
-    }
-    bool has_nonfinite(const void *x, dsm_dtype_t t, size_t n) override {
-        synchronize();
-        return amp::has_nonfinite(x, t, n);
     }
 };
 
@@ -62,7 +41,7 @@ class HostSpace final : public HostAddressable {
 public:
     Kind kind() const noexcept override { return Kind::HOST; }
     std::string name() const override { return "host"; }
-    comm::Queue queue() const noexcept override { return comm::Queue::host(); }
+    Queue queue() const noexcept override { return Queue::host(); }
     void *alloc(size_t bytes) override { return aligned_host(bytes, "host memory"); }
     void free(void *p) noexcept override { std::free(p); }
     void upload(void *dst, const void *h, size_t bytes) override {
@@ -88,9 +67,7 @@ public:
     }
     Kind kind() const noexcept override { return Kind::SIM; }
     std::string name() const override { return "simulated"; }
-    comm::Queue queue() const noexcept override {
-        return comm::Queue(const_cast<SimSpace *>(this), &SimSpace::wait);
-    }
+    Queue queue() const noexcept override { return Queue(const_cast<SimSpace *>(this), &SimSpace::wait); }
     void *alloc(size_t bytes) override {
         void *p = aligned_host(bytes, "simulated device memory");
         std::memset(p, 0xff, bytes);
@@ -144,17 +121,6 @@ Space &host() {
 }
 
 std::unique_ptr<Space> make_sim() { return std::make_unique<SimSpace>(); }
-
-void Space::accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
-                            float scale, float *scratch) {
-    if (dst_type == DSM_FLOAT32) {
-        accumulate(src, src_type, static_cast<float *>(dst), n, scale);
-        return;
-    }
-    convert(dst, dst_type, scratch, DSM_FLOAT32, n);
-    accumulate(src, src_type, scratch, n, scale);
-    convert(scratch, DSM_FLOAT32, dst, dst_type, n);
-}
 
 // ---------------------------------------------------------------- Buffer
 

@@ -1,25 +1,29 @@
-// Memory spaces: where the engine's memory lives and how its math runs on
-// that memory. One interface, three implementations:
+// Memory spaces: where the engine's memory lives, the queue its work is
+// ordered on, and copies. One interface, three implementations:
 //
-//   host  the CPU: aligned host memory; every call runs before it returns
-//         (amp's vectorized loops, the optimizer's SIMD kernels).
+//   host  the CPU: aligned host memory; every call runs before it returns.
 //   cuda  a CUDA device: cudaMalloc'd memory, one stream (the engine's own,
 //         or the user's: dsm_engine_set_stream); calls enqueue on the stream
-//         and return (src/cuda/kernels.cu).
+//         and return.
 //   sim   a simulated device: host memory of its own, poisoned when
-//         allocated (NaN bytes, as device memory holds garbage), with a queue
-//         of its own: every call is deferred until synchronize(), a
-//         download, a reduction that returns a value, or a collective that
-//         waits for the queue (comm::Queue's wait function). It runs the
-//         host's kernels, so the device-resident engine on it computes the
-//         same bits as the host engine: that is how every device path is
-//         tested on a machine without a GPU.
+//         allocated (0xff bytes, NaN in every float dtype, as device memory
+//         holds garbage), with a queue of its own: every call is deferred
+//         until synchronize(), a download, or a collective that waits for
+//         the queue (Queue's wait function). Host code runs on it through
+//         run(), in queue order, so the device-resident engine on it runs
+//         the host's kernels and computes the host engine's bits: that is
+//         how every device path is tested on a machine without a GPU.
 //
-// The queue: calls on a space run in the order they were made. Methods that
-// return a value from the memory (download, inspect, has_nonfinite) wait for
-// what was enqueued before them; synchronize() waits for everything.
-// Collectives on the space's memory take queue(): the nccl backend enqueues
-// on its stream, host backends wait for it first (comm/backend.hpp).
+// The math on a space's memory is its subsystem's, one table per space:
+// amp/math.hpp (convert, scale, accumulate, inspect) and the optimizer's
+// update (optim/optimizer.hpp), each with a host-addressable table (the CPU
+// kernels through run()) and a CUDA one (src/cuda/kernels.cu).
+//
+// The queue: calls on a space run in the order they were made; download
+// waits for what was enqueued before it; synchronize() waits for
+// everything. Collectives on the space's memory take queue(): the nccl
+// backend enqueues on its stream, host backends wait for it first
+// (comm/backend.hpp).
 //
 // Errors throw dsm::Error: DSM_ERR_OUT_OF_MEMORY for an allocation,
 // DSM_ERR_CUDA for a failed CUDA call, DSM_ERR_NOT_SUPPORTED for a space this
@@ -34,9 +38,7 @@
 #include <utility>
 #include <vector>
 
-#include "amp/convert.hpp"
-#include "comm/backend.hpp"
-#include "dsm.h"
+#include "device/queue.hpp"
 
 namespace dsm {
 namespace device {
@@ -52,12 +54,9 @@ public:
     // Whether the CPU may read and write the memory (host and sim: then the
     // host's kernels run on it, in queue order: run()).
     bool host_addressable() const noexcept { return kind() != Kind::CUDA; }
-    // The memory a communication backend must accept for this space's
-    // buffers, and the queue its collectives are ordered on.
-    comm::Space comm_space() const noexcept {
-        return kind() == Kind::CUDA ? comm::Space::DEVICE : comm::Space::HOST;
-    }
-    virtual comm::Queue queue() const noexcept = 0;
+    // The queue the space's work and the collectives on its memory are
+    // ordered on.
+    virtual Queue queue() const noexcept = 0;
 
     // Memory, 64-byte aligned; uninitialized unless zeroed (the zeroing is
     // enqueued). alloc_host: host memory for staging copies (page-locked for
@@ -69,28 +68,12 @@ public:
 
     // Enqueued.
     virtual void zero(void *p, size_t bytes) = 0;
-    virtual void fill(float *p, size_t n, float value) = 0;
     virtual void copy(void *dst, const void *src, size_t bytes) = 0;    // within the space
     // Host -> space; `host` may be reused as soon as this returns.
     virtual void upload(void *dst, const void *host, size_t bytes) = 0;
     // Space -> host; waits: `host` holds the bytes on return.
     virtual void download(void *host, const void *src, size_t bytes) = 0;
     virtual void synchronize() = 0;
-
-    // The math (amp/convert.hpp's, bit for bit), enqueued.
-    virtual void convert(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n) = 0;
-    virtual void scale(void *x, dsm_dtype_t type, size_t n, double s) = 0;
-    // dst (fp32) += scale * src.
-    virtual void accumulate(const void *src, dsm_dtype_t src_type, float *dst, size_t n, float scale) = 0;
-    // dst (any float dtype) += scale * src, 16-bit dst through fp32.
-    void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
-                         float scale, float *scratch);
-    // Wait for the queue and return one small result: the fp32 x's sum of
-    // squares times scale^2 and whether some element is Inf or NaN
-    // (amp::norm_part; on CUDA summed in another fixed order), and whether
-    // some element of x is Inf or NaN.
-    virtual amp::NormPart inspect(const float *x, size_t n, float scale) = 0;
-    virtual bool has_nonfinite(const void *x, dsm_dtype_t type, size_t n) = 0;
 
     // Host-addressable spaces: enqueue host code that reads and writes the
     // space's memory (host: runs now; sim: deferred). CUDA: DSM_ERR_INTERNAL.

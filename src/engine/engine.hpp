@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "amp/loss_scaler.hpp"
+#include "amp/math.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "comm/backend.hpp"
 #include "config/config.hpp"
@@ -186,6 +187,7 @@ private:
     // one (own_space_).
     std::unique_ptr<device::Space> own_space_;
     device::Space *space_ = &device::host();
+    std::unique_ptr<amp::Math> math_; // amp's table for space_
     bool user_stream_ = false; // dsm_engine_set_stream gave the stream
     Comm world_comm_;                         // the ranks of the mesh view
     MPI_Comm world_ = MPI_COMM_NULL;          // world_comm_.get()

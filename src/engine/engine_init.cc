@@ -130,7 +130,7 @@ void Engine::allocate_or_fall_back(int node) {
 
 void Engine::allocate() {
     const size_t P = layout_.part_size();
-    stage_->bind(&layout_, part_, dp_.get(), sp_.get(), space_, &timers_);
+    stage_->bind(&layout_, part_, dp_.get(), sp_.get(), space_, math_.get(), &timers_);
     stage_->allocate(); // the collective (shared) allocations first
     if (dtype_ == DSM_FLOAT32) {
         master_ = static_cast<float *>(stage_->param_partition());
@@ -201,6 +201,7 @@ void Engine::choose_space(const Options &options) {
         }
     });
     if (own_space_) space_ = own_space_.get();
+    math_ = amp::make_math(*space_);
 }
 
 // The backends of the data-parallel and sequence-parallel groups for the
@@ -217,7 +218,7 @@ void Engine::make_backends(const Options &options) {
     case DSM_BACKEND_NCCL: kind = comm::Kind::NCCL; choice = &kind; break;
     default: break;
     }
-    const comm::Space cs = space_->comm_space();
+    const comm::Space cs = space_->host_addressable() ? comm::Space::HOST : comm::Space::DEVICE;
 #if DSM_HAVE_NCCL_BACKEND
     if (cs == comm::Space::DEVICE) {
         std::unique_ptr<comm::Backend> all = comm::make_backend(world_, cs, node, choice);

@@ -124,7 +124,7 @@ float *Engine::fp32_grads() {
     const size_t P = layout_.part_size();
     const void *g = stage_->grad_partition();
     if (dtype_ == DSM_FLOAT32) return const_cast<float *>(reinterpret_cast<const float *>(g));
-    space_->convert(g, dtype_, grad32_.data(), DSM_FLOAT32, P);
+    math_->convert(g, dtype_, grad32_.data(), DSM_FLOAT32, P);
     return static_cast<float *>(grad32_.data());
 }
 
@@ -141,7 +141,7 @@ double Engine::current_lr() const {
 std::string Engine::first_nonfinite(const float *g) {
     int first = INT_MAX;
     for (const optim::Segment &s : segments_)
-        if (s.param < first && space_->has_nonfinite(g + s.offset, DSM_FLOAT32, s.count)) first = s.param;
+        if (s.param < first && math_->has_nonfinite(g + s.offset, DSM_FLOAT32, s.count)) first = s.param;
     DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world_));
     if (first == INT_MAX) return std::string();
     return cat(" (first in parameter '", params_[static_cast<size_t>(first)].name, "')");
@@ -187,7 +187,7 @@ void Engine::step(dsm_step_info_t *info) {
             float *g = fp32_grads();
             // Unscale, overflow check and norm in one pass where the
             // gradients are; one small result comes back to the host.
-            const amp::NormPart np = space_->inspect(g, layout_.part_size(), static_cast<float>(inv));
+            const amp::NormPart np = math_->inspect(g, layout_.part_size(), static_cast<float>(inv));
             double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
             DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
             // Every copy of a partition was counted: one partition (stage 0)

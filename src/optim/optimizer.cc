@@ -361,6 +361,8 @@ int num_threads() noexcept {
 
 // ---------------------------------------------------------------- Optimizer
 
+static void fill_device(device::Space &space, float *d, size_t n, float v); // below
+
 Optimizer::Optimizer(const Hyper &hyper, size_t n, device::Space &space) : hyper_(hyper), n_(n), space_(&space) {
     const int count = state_count(hyper.type);
     DSM_REQUIRE(count > 0, DSM_ERR_INVALID_ARGUMENT, "optimizer type ", config::optimizer_name(hyper.type),
@@ -383,8 +385,10 @@ Optimizer::Optimizer(const Hyper &hyper, size_t n, device::Space &space) : hyper
                 const size_t b = c * kChunk, e = std::min(n, b + kChunk);
                 std::fill(d + b, d + e, init);
             });
+        } else if (space.host_addressable()) {
+            space.run([d, n, init] { std::fill(d, d + std::max<size_t>(n, 1), init); });
         } else {
-            space.fill(d, std::max<size_t>(n, 1), init);
+            fill_device(space, d, std::max<size_t>(n, 1), init);
         }
     }
 }
@@ -459,6 +463,18 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
     case OptimizerType::NONE: break;
     }
 }
+
+// The states' initial value on a CUDA space.
+#if DSM_HAVE_CUDA_KERNELS
+static void fill_device(device::Space &space, float *d, size_t n, float v) {
+    const char *err = cuda::detail::launch_fill(d, n, v, static_cast<cudaStream_t>(space.queue().handle()));
+    if (err != nullptr) DSM_FAIL(DSM_ERR_CUDA, "optimizer state initialization on ", space.name(), ": ", err);
+}
+#else
+static void fill_device(device::Space &space, float *, size_t, float) {
+    DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "the optimizer on ", space.name(), ": libdsm was built without the CUDA kernels");
+}
+#endif
 
 // The CUDA space: one fused kernel per segment on the space's stream (the
 // segment's constants differ by weight decay); Lamb's pass 1 writes one

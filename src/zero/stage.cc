@@ -19,12 +19,13 @@ Stage::Stage(const StageSettings &s)
     : s_(s), esize_(dtype_size(s.dtype)), csize_(dtype_size(s.comm_dtype)) {}
 
 void Stage::bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, device::Space *space,
-                 Timers *timers) {
+                 amp::Math *math, Timers *timers) {
     layout_ = layout;
     part_ = part;
     dp_ = dp;
     sp_ = sp;
     space_ = space;
+    math_ = math;
     queue_ = space->queue();
     timers_ = timers;
 }

@@ -16,7 +16,7 @@
 // plan.hpp, free of MPI.
 //
 // The buffers live in a memory space (device/space.hpp) and every copy,
-// conversion and collective is ordered on its queue: the same code serves
+// conversion (amp/math.hpp) and collective is ordered on its queue: the same code serves
 // the host engine and the device-resident one.
 //
 // Collective calls take a `before` callback that the stage runs on every
@@ -31,6 +31,7 @@
 #include <memory>
 #include <vector>
 
+#include "amp/math.hpp"
 #include "comm/backend.hpp"
 #include "dsm.h"
 #include "zero/buffers.hpp"
@@ -78,10 +79,10 @@ public:
 
     // Before allocate(): the layout (persistent slots first), this rank's
     // partition, the backends (sp may be null), the space the stage's
-    // buffers live in and its math runs on (collectives take its queue), and
-    // the timers to add to.
+    // buffers live in (collectives take its queue) and its math, and the
+    // timers to add to.
     void bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, device::Space *space,
-              Timers *timers);
+              amp::Math *math, Timers *timers);
     // Collective over the data-parallel group: shared allocations in the
     // same order on every rank, then private ones.
     virtual void allocate() = 0;
@@ -127,6 +128,7 @@ protected:
     int part_ = 0;
     comm::Backend *dp_ = nullptr, *sp_ = nullptr;
     device::Space *space_ = &device::host();
+    amp::Math *math_ = nullptr;
     comm::Queue queue_;
     Timers *timers_ = nullptr;
 };

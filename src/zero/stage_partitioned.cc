@@ -256,7 +256,7 @@ void Partitioned::gather(const std::vector<int> &list) {
 
 void Partitioned::publish(const float *master) {
     void *part = param_partition();
-    if (s_.dtype != DSM_FLOAT32) space_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
+    if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
     if (s_.stage == 2) {
         dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue_);
     } else if (persist_end_ > 0) {
@@ -291,7 +291,7 @@ void Partitioned::flush(const Before &before) {
     std::vector<int> released;
     for (auto &p : pending_) {
         const size_t n = layout_->slot_of(p.param)->numel;
-        if (s_.pre != 1.0) space_->scale(p.data, dt, n, s_.pre);
+        if (s_.pre != 1.0) math_->scale(p.data, dt, n, s_.pre);
         if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue_);
         released.push_back(p.param);
     }
@@ -334,7 +334,7 @@ void Partitioned::flush(const Before &before) {
         } else {
             size_t at = 0;
             for (const SendPiece &pc : r.pieces) {
-                space_->convert(pending_[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt, buf + at * csize_,
+                math_->convert(pending_[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt, buf + at * csize_,
                                 cd, pc.count);
                 at += pc.count;
             }
@@ -349,7 +349,7 @@ void Partitioned::flush(const Before &before) {
             if (pc.part != part_) continue;
             const size_t dst = pc.flat - my_begin;
             // A 16-bit partition adds in fp32 through the scratch buffer, rounded once.
-            space_->accumulate_into(recv + at * csize_, cd, static_cast<char *>(grad_part_.data()) + dst * esize_, dt,
+            math_->accumulate_into(recv + at * csize_, cd, static_cast<char *>(grad_part_.data()) + dst * esize_, dt,
                                     pc.count, post, static_cast<float *>(scratch.data()));
             at += pc.count;
         }

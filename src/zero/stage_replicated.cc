@@ -53,7 +53,7 @@ public:
     void release_param(int) override {}
     void publish(const float *master) override {
         void *part = param_partition();
-        if (s_.dtype != DSM_FLOAT32) space_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
+        if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
         if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue_);
     }
     void new_micro_step(bool) override {}
@@ -92,14 +92,14 @@ private:
         void *buf = g;
         if (cd != s_.dtype) {
             buf = comm_scratch_.data();
-            space_->convert(g, s_.dtype, buf, cd, n);
+            math_->convert(g, s_.dtype, buf, cd, n);
         }
-        if (s_.pre != 1.0) space_->scale(buf, cd, n, s_.pre);
+        if (s_.pre != 1.0) math_->scale(buf, cd, n, s_.pre);
         if (sp_) sp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue_);
         if (s_.stage == 0) {
             dp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue_);
-            if (s_.post != 1.0) space_->scale(buf, cd, n, s_.post);
-            if (buf != g) space_->convert(buf, cd, g, s_.dtype, n);
+            if (s_.post != 1.0) math_->scale(buf, cd, n, s_.post);
+            if (buf != g) math_->convert(buf, cd, g, s_.dtype, n);
             return;
         }
         const std::vector<size_t> counts = layout_->counts(begin, end);
@@ -108,8 +108,8 @@ private:
         char *recv = static_cast<char *>(buf) + mine * csize_;
         const size_t my_count = counts[static_cast<size_t>(part_)];
         dp_->reduce_scatterv(buf, recv, counts, cd, comm::Op::SUM, queue_);
-        if (s_.post != 1.0) space_->scale(recv, cd, my_count, s_.post);
-        if (buf != g) space_->convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
+        if (s_.post != 1.0) math_->scale(recv, cd, my_count, s_.post);
+        if (buf != g) math_->convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
     }
 
     SharedBuffer param_flat_; // T
