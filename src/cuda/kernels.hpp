@@ -10,8 +10,8 @@
 // - inspect(): one pass over a gradient giving the overflow flag (any Inf or
 //   NaN) and the sum of squares for the global norm, deterministically;
 // - conversions between fp32, fp16 and bf16, bit for bit as core/half.hpp;
-// - the Ulysses pack/unpack permutations of sp/transform.cc (copy_heads,
-//   copy_tokens) as cudaMemcpy2DAsync calls.
+// - strided 2-D copies (the Ulysses pack and unpack of sp/geometry.hpp) as
+//   cudaMemcpy2DAsync calls.
 //
 // Every entry point takes a cudaStream_t, enqueues its work on it and
 // returns without synchronizing; pointers are device memory (or any memory
@@ -75,16 +75,6 @@ struct Reduction {
     ReduceResult result;
     double block_sum[2][kReduceBlocks]; // scratch: per-block partial sums
     unsigned block_nonfinite[kReduceBlocks];
-};
-
-// The arguments of the Ulysses copies, as sp/transform.cc's Geometry and
-// sp::HeadRange (this layer sits below sp and does not include it).
-struct Geometry {
-    size_t es = 0, d = 0, b = 0, s = 0, chunk = 0, H = 0; // element bytes, head_dim, batch, seq, s / P, heads
-    bool seq_first = false;
-};
-struct HeadRange {
-    int64_t first = 0, count = 0;
 };
 
 // The launchers of kernels.cu, without argument checks: use the checked
@@ -293,55 +283,19 @@ inline void convert(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_
     detail::check_launch(detail::launch_convert(src, sf, dst, df, n, stream), "convert");
 }
 
-// ---------------------------------------------------------------- Ulysses copies
-// sp/transform.cc's copy_heads and copy_tokens, with the same arguments and
-// the same bytes moved, as one cudaMemcpy2DAsync (or cudaMemcpyAsync) with
-// cudaMemcpyDefault, so tensor and block may each be device or host memory.
-// kToBlock: tensor -> block (pack); else block -> tensor (unpack).
-
-// Between a sequence-sharded tensor ([b, chunk, H, d] or [chunk, b, H, d]:
-// rows of H*d elements) and a block holding heads h of every row.
-template <bool kToBlock>
-void copy_heads(const Geometry &g, const HeadRange &h, unsigned char *tensor, unsigned char *block,
-                cudaStream_t stream) {
-    DSM_REQUIRE(h.first >= 0 && h.count >= 0 && static_cast<size_t>(h.first + h.count) <= g.H,
-                DSM_ERR_INVALID_ARGUMENT, "copy_heads: heads [", h.first, ", ", h.first + h.count,
-                ") outside the ", g.H, " heads");
-    const size_t row = static_cast<size_t>(h.count) * g.d * g.es;
-    if (row == 0) return;
-    DSM_ARG_NOT_NULL(tensor);
-    DSM_ARG_NOT_NULL(block);
-    const size_t rows = g.b * g.chunk, first = static_cast<size_t>(h.first) * g.d * g.es, stride = g.H * g.d * g.es;
-    if (rows == 0) return;
-    const char *err = kToBlock ? detail::launch_copy_2d(block, row, tensor + first, stride, row, rows, stream)
-                               : detail::launch_copy_2d(tensor + first, stride, block, row, row, rows, stream);
-    detail::check_launch(err, "copy_heads");
-}
-
-// Between a head-sharded tensor ([b, s, c, d] or [s, b, c, d], c = h.count)
-// and a block holding the tokens of chunk j.
-template <bool kToBlock>
-void copy_tokens(const Geometry &g, size_t j, const HeadRange &h, unsigned char *tensor, unsigned char *block,
-                 cudaStream_t stream) {
-    DSM_REQUIRE(h.count >= 0, DSM_ERR_INVALID_ARGUMENT, "copy_tokens: ", h.count, " heads");
-    const size_t piece = g.chunk * static_cast<size_t>(h.count) * g.d * g.es; // one batch row's tokens
-    if (piece == 0 || g.b == 0) return;
-    DSM_ARG_NOT_NULL(tensor);
-    DSM_ARG_NOT_NULL(block);
-    DSM_REQUIRE((j + 1) * g.chunk <= g.s, DSM_ERR_INVALID_ARGUMENT, "copy_tokens: chunk ", j, " of ", g.chunk,
-                " tokens lies outside the sequence of ", g.s);
-    const char *err = nullptr;
-    if (g.seq_first) { // the chunk's tokens are contiguous for the whole batch
-        unsigned char *at = tensor + j * g.b * piece;
-        err = kToBlock ? detail::launch_copy_2d(block, g.b * piece, at, g.b * piece, g.b * piece, 1, stream)
-                       : detail::launch_copy_2d(at, g.b * piece, block, g.b * piece, g.b * piece, 1, stream);
-    } else {
-        const size_t token = static_cast<size_t>(h.count) * g.d * g.es, pitch = g.s * token;
-        unsigned char *at = tensor + j * g.chunk * token;
-        err = kToBlock ? detail::launch_copy_2d(block, piece, at, pitch, piece, g.b, stream)
-                       : detail::launch_copy_2d(at, pitch, block, piece, piece, g.b, stream);
-    }
-    detail::check_launch(err, "copy_tokens");
+// ---------------------------------------------------------------- strided copies
+// `height` rows of `width` bytes from src (rows `spitch` apart) to dst
+// (`dpitch` apart), enqueued as one cudaMemcpy2DAsync (or cudaMemcpyAsync
+// when the rows touch) with cudaMemcpyDefault, so each side may be device or
+// host memory: the Ulysses copies of sp/geometry.hpp on a device.
+inline void copy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width, size_t height,
+                    cudaStream_t stream) {
+    if (width == 0 || height == 0) return;
+    DSM_ARG_NOT_NULL(dst);
+    DSM_ARG_NOT_NULL(src);
+    DSM_REQUIRE(dpitch >= width && spitch >= width, DSM_ERR_INVALID_ARGUMENT, "copy_2d: rows of ", width,
+                " bytes with pitches ", dpitch, " and ", spitch);
+    detail::check_launch(detail::launch_copy_2d(dst, dpitch, src, spitch, width, height, stream), "copy_2d");
 }
 
 } // namespace cuda

@@ -143,44 +143,6 @@ uint64_t fingerprint(Direction dir, int n, const dsm_sp_tensor_t t[]) {
 }
 
 
-// A tensor's sizes in bytes and elements, for the copies below.
-struct Geometry {
-    size_t es = 0, d = 0, b = 0, s = 0, chunk = 0, H = 0;
-    bool seq_first = false;
-};
-
-// Between a sequence-sharded tensor ([b, chunk, H, d] or [chunk, b, H, d]:
-// rows of H*d elements) and a block holding heads h of every row.
-// kToBlock: tensor -> block (pack); else block -> tensor (unpack).
-template <bool kToBlock>
-void copy_heads(const Geometry &g, const HeadRange &h, unsigned char *tensor, unsigned char *block) {
-    const size_t row = static_cast<size_t>(h.count) * g.d * g.es;
-    if (row == 0) return;
-    const size_t rows = g.b * g.chunk, first = static_cast<size_t>(h.first) * g.d * g.es, stride = g.H * g.d * g.es;
-    for (size_t r = 0; r < rows; ++r) {
-        if (kToBlock) std::memcpy(block + r * row, tensor + r * stride + first, row);
-        else std::memcpy(tensor + r * stride + first, block + r * row, row);
-    }
-}
-
-// Between a head-sharded tensor ([b, s, c, d] or [s, b, c, d], c = h.count)
-// and a block holding the tokens of chunk j.
-template <bool kToBlock>
-void copy_tokens(const Geometry &g, size_t j, const HeadRange &h, unsigned char *tensor, unsigned char *block) {
-    const size_t piece = g.chunk * static_cast<size_t>(h.count) * g.d * g.es; // one batch row's tokens
-    if (piece == 0) return;
-    if (g.seq_first) { // the chunk's tokens are contiguous for the whole batch
-        if (kToBlock) std::memcpy(block, tensor + j * g.b * piece, g.b * piece);
-        else std::memcpy(tensor + j * g.b * piece, block, g.b * piece);
-        return;
-    }
-    for (size_t bi = 0; bi < g.b; ++bi) {
-        unsigned char *at = tensor + (bi * g.s + j * g.chunk) * static_cast<size_t>(h.count) * g.d * g.es;
-        if (kToBlock) std::memcpy(block + bi * piece, at, piece);
-        else std::memcpy(at, block + bi * piece, piece);
-    }
-}
-
 } // namespace
 
 // ---------------------------------------------------------------- shapes
@@ -405,9 +367,9 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
             const unsigned char *src = static_cast<const unsigned char *>(in[k]);
             unsigned char *block = static_cast<unsigned char *>(buf) + send_off[static_cast<size_t>(k)][j];
             if (fwd) // my tokens, j's heads
-                copy_heads<true>(g, heads[static_cast<size_t>(k)][j], const_cast<unsigned char *>(src), block);
+                copy_host<true>(heads_copy(g, heads[static_cast<size_t>(k)][j]), const_cast<unsigned char *>(src), block);
             else // j's tokens, my heads
-                copy_tokens<true>(g, j, mine(k), const_cast<unsigned char *>(src), block);
+                copy_host<true>(tokens_copy(g, j, mine(k)), const_cast<unsigned char *>(src), block);
         }
     };
     auto unpack = [&](int peer, const void *buf) {
@@ -419,12 +381,12 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
                 const_cast<unsigned char *>(static_cast<const unsigned char *>(buf)) + recv_off[static_cast<size_t>(k)][j];
             unsigned char *dst = static_cast<unsigned char *>(out[k]);
             if (fwd) // j's tokens of my heads
-                copy_tokens<false>(g, j, mine(k), dst, block);
+                copy_host<false>(tokens_copy(g, j, mine(k)), dst, block);
             else if ((x.flags & DSM_SP_REPLICATE) && x.heads < P) // summed below, in rank order
                 std::memcpy(staging_.data() + stage_off[static_cast<size_t>(k) * np + j], block,
                             elems(x, x.seq / P, 1) * g.es);
             else // my tokens of j's heads
-                copy_heads<false>(g, heads[static_cast<size_t>(k)][j], dst, block);
+                copy_host<false>(heads_copy(g, heads[static_cast<size_t>(k)][j]), dst, block);
         }
     };
 

@@ -15,14 +15,12 @@
 
 #include "comm/backend.hpp"
 #include "dsm.h"
+#include "sp/geometry.hpp"
 
 namespace dsm {
 namespace sp {
 
 // Heads [first, first + count) of `rank` out of `size` (dsm_sp_head_range()).
-struct HeadRange {
-    int64_t first = 0, count = 0;
-};
 HeadRange head_range(int64_t heads, unsigned flags, int size, int rank);
 
 // DSM_ERR_INVALID_ARGUMENT naming the field when `t` is not a valid tensor

@@ -42,6 +42,7 @@
 #include "cuda/kernels.hpp"
 #include "optim/kernels.hpp"
 #include "optim/optimizer.hpp"
+#include "sp/geometry.hpp"
 #endif
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
@@ -777,12 +778,21 @@ std::vector<unsigned char> pattern(size_t bytes, unsigned char salt) {
     return v;
 }
 
+// The Ulysses copies of sp/geometry.hpp on the device: one copy_2d each.
+template <bool kToBlock>
+void device_copy(const dsm::sp::Strided &c, unsigned char *tensor, unsigned char *block, cudaStream_t s) {
+    if (kToBlock)
+        dsm::cuda::copy_2d(block, c.block_pitch, tensor + c.tensor_offset, c.tensor_pitch, c.width, c.height, s);
+    else
+        dsm::cuda::copy_2d(tensor + c.tensor_offset, c.tensor_pitch, block, c.block_pitch, c.width, c.height, s);
+}
+
 void test_copies(void **state) {
     (void)state;
     NEED_DEVICE();
     for (size_t es : {size_t{2}, size_t{4}})
         for (bool seq_first : {false, true}) {
-            dsm::cuda::Geometry g;
+            dsm::sp::Geometry g;
             g.es = es;
             g.d = 3;
             g.b = 2;
@@ -790,7 +800,7 @@ void test_copies(void **state) {
             g.s = 15; // 3 ranks
             g.H = 7;
             g.seq_first = seq_first;
-            const dsm::cuda::HeadRange h{2, 3};
+            const dsm::sp::HeadRange h{2, 3};
             const size_t j = 1;
             const std::string where = "es " + std::to_string(es) + (seq_first ? ", seq-first" : ", batch-first");
 
@@ -808,15 +818,15 @@ void test_copies(void **state) {
             Dev dt(tensor_bytes), db(block_bytes);
             put(static_cast<unsigned char *>(dt.p), tensor);
             uploaded();
-            dsm::cuda::copy_heads<true>(g, h, static_cast<unsigned char *>(dt.p), static_cast<unsigned char *>(db.p),
-                                        g_stream);
+            device_copy<true>(dsm::sp::heads_copy(g, h), static_cast<unsigned char *>(dt.p),
+                              static_cast<unsigned char *>(db.p), g_stream);
             sync();
             if (get(static_cast<unsigned char *>(db.p), block_bytes) != packed)
                 fail_msg("copy_heads pack [%s] differs", where.c_str());
             put(static_cast<unsigned char *>(db.p), block);
             uploaded();
-            dsm::cuda::copy_heads<false>(g, h, static_cast<unsigned char *>(dt.p), static_cast<unsigned char *>(db.p),
-                                         g_stream);
+            device_copy<false>(dsm::sp::heads_copy(g, h), static_cast<unsigned char *>(dt.p),
+                               static_cast<unsigned char *>(db.p), g_stream);
             sync();
             if (get(static_cast<unsigned char *>(dt.p), tensor_bytes) != unpacked)
                 fail_msg("copy_heads unpack [%s] differs", where.c_str());
@@ -838,15 +848,15 @@ void test_copies(void **state) {
             Dev dht(ht_bytes), dtb(tb_bytes);
             put(static_cast<unsigned char *>(dht.p), ht);
             uploaded();
-            dsm::cuda::copy_tokens<true>(g, j, h, static_cast<unsigned char *>(dht.p),
-                                         static_cast<unsigned char *>(dtb.p), g_stream);
+            device_copy<true>(dsm::sp::tokens_copy(g, j, h), static_cast<unsigned char *>(dht.p),
+                              static_cast<unsigned char *>(dtb.p), g_stream);
             sync();
             if (get(static_cast<unsigned char *>(dtb.p), tb_bytes) != tpacked)
                 fail_msg("copy_tokens pack [%s] differs", where.c_str());
             put(static_cast<unsigned char *>(dtb.p), tb);
             uploaded();
-            dsm::cuda::copy_tokens<false>(g, j, h, static_cast<unsigned char *>(dht.p),
-                                          static_cast<unsigned char *>(dtb.p), g_stream);
+            device_copy<false>(dsm::sp::tokens_copy(g, j, h), static_cast<unsigned char *>(dht.p),
+                               static_cast<unsigned char *>(dtb.p), g_stream);
             sync();
             if (get(static_cast<unsigned char *>(dht.p), ht_bytes) != tunpacked)
                 fail_msg("copy_tokens unpack [%s] differs", where.c_str());
@@ -877,15 +887,15 @@ void test_argument_checks(void **state) {
     adagrad(dsm::optim::AdagradK{}, empty, nullptr, nullptr);
     lamb2(lk, -1.0f, empty, nullptr, nullptr, nullptr);
     convert(nullptr, DSM_FLOAT32, nullptr, DSM_FLOAT16, 0, nullptr);
-    Geometry geo;
+    dsm::sp::Geometry geo;
     geo.es = 4;
     geo.d = 8;
     geo.b = 2;
     geo.chunk = 4;
     geo.s = 8;
     geo.H = 4;
-    copy_heads<true>(geo, HeadRange{1, 0}, nullptr, nullptr, nullptr);
-    copy_tokens<false>(geo, 0, HeadRange{0, 0}, nullptr, nullptr, nullptr);
+    device_copy<true>(dsm::sp::heads_copy(geo, dsm::sp::HeadRange{1, 0}), nullptr, nullptr, nullptr);
+    device_copy<false>(dsm::sp::tokens_copy(geo, 0, dsm::sp::HeadRange{0, 0}), nullptr, nullptr, nullptr);
 
     Flat f;
     f.n = 16;
@@ -937,15 +947,12 @@ void test_argument_checks(void **state) {
     EXPECT_ERROR(DSM_ERR_INVALID_ARGUMENT, convert(odd, DSM_FLOAT32, fake, DSM_FLOAT16, 4, nullptr), {"src", "aligned"});
 
     unsigned char *const bytes = reinterpret_cast<unsigned char *>(fake);
-    EXPECT_ERROR(DSM_ERR_NULL_POINTER, copy_heads<true>(geo, HeadRange{1, 2}, nullptr, bytes, nullptr),
-                 {"tensor is NULL"});
-    EXPECT_ERROR(DSM_ERR_NULL_POINTER, copy_heads<false>(geo, HeadRange{1, 2}, bytes, nullptr, nullptr),
-                 {"block is NULL"});
-    EXPECT_ERROR(DSM_ERR_INVALID_ARGUMENT, copy_heads<true>(geo, HeadRange{3, 2}, bytes, bytes, nullptr),
+    EXPECT_ERROR(DSM_ERR_NULL_POINTER, copy_2d(bytes, 8, nullptr, 8, 8, 2, nullptr), {"src is NULL"});
+    EXPECT_ERROR(DSM_ERR_NULL_POINTER, copy_2d(nullptr, 8, bytes, 8, 8, 2, nullptr), {"dst is NULL"});
+    EXPECT_ERROR(DSM_ERR_INVALID_ARGUMENT, copy_2d(bytes, 4, bytes, 8, 8, 2, nullptr), {"copy_2d", "pitches 4"});
+    EXPECT_ERROR(DSM_ERR_INVALID_ARGUMENT, dsm::sp::heads_copy(geo, dsm::sp::HeadRange{3, 2}),
                  {"copy_heads", "heads [3, 5)"});
-    EXPECT_ERROR(DSM_ERR_NULL_POINTER, copy_tokens<true>(geo, 1, HeadRange{0, 2}, bytes, nullptr, nullptr),
-                 {"block is NULL"});
-    EXPECT_ERROR(DSM_ERR_INVALID_ARGUMENT, copy_tokens<true>(geo, 2, HeadRange{0, 2}, bytes, bytes, nullptr),
+    EXPECT_ERROR(DSM_ERR_INVALID_ARGUMENT, dsm::sp::tokens_copy(geo, 2, dsm::sp::HeadRange{0, 2}),
                  {"copy_tokens", "chunk 2"});
 }
 
