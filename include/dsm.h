@@ -770,7 +770,7 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
  * caller compiled against an older, smaller dsm_engine_options_t gets the
  * defaults of the fields it lacks.
  *
- * The options are checked on every rank before anything else, and agreed:
+ * The options are checked on every rank and agreed before the engine is built:
  * an invalid field on any rank fails every rank with
  * DSM_ERR_INVALID_ARGUMENT naming the rank, the field and its value; a
  * device or backend that differs between the ranks of the mesh fails every
