@@ -38,7 +38,7 @@ program test_fortran_engine_options
   params(2) = dsm_param_desc_t(name='b', shape=[3])
 
   ! ---------------------------------------------------------- defaults
-  call check(opts%size == DSM_ENGINE_OPTIONS_SIZE .and. DSM_ENGINE_OPTIONS_SIZE == 24 .and. &
+  call check(opts%size == DSM_ENGINE_OPTIONS_SIZE .and. DSM_ENGINE_OPTIONS_SIZE == c_sizeof(opts) .and. &
        opts%device == DSM_DEVICE_DEFAULT .and. opts%backend == DSM_BACKEND_DEFAULT .and. &
        opts%cuda_device == -1, 'default initialization is DSM_ENGINE_OPTIONS_INITIALIZER')
 
