@@ -82,11 +82,17 @@
 !     C copy freed with dsm_free inside them.
 !   - Options structures of C (the sampler options) are optional keyword
 !     arguments here, with the C defaults; logical where C uses an int as a
-!     flag. Output structures (dsm_step_info_t) and tensor descriptions
-!     (dsm_sp_tensor_t) are bind(C) derived types with the fields of C in
-!     the same order; the default initialization of dsm_step_info_t is
-!     DSM_STEP_INFO_INITIALIZER (its size field included), that of
-!     dsm_sp_tensor_t leaves only the sizes to set.
+!     flag. Output structures (dsm_step_info_t), tensor descriptions
+!     (dsm_sp_tensor_t) and the engine's options (dsm_engine_options_t) are
+!     bind(C) derived types with the fields of C in the same order; the
+!     default initialization of dsm_step_info_t is DSM_STEP_INFO_INITIALIZER
+!     and that of dsm_engine_options_t DSM_ENGINE_OPTIONS_INITIALIZER (their
+!     size fields included), that of dsm_sp_tensor_t leaves only the sizes to
+!     set.
+!   - CUDA streams (dsm_engine_set_stream, dsm_engine_get_stream: C's
+!     dsm/cuda.h) are the cudaStream_t pointer as type(c_ptr); a CUDA
+!     Fortran integer(cuda_stream_kind) stream converts with
+!     transfer(stream, c_null_ptr), and back with transfer(ptr, stream).
 !   - Errors the bindings find themselves (a real(c_float) pointer asked
 !     for on an engine whose dtype is not DSM_FLOAT32, a shape whose product
 !     is not numel, positions or labels shaped unlike the tokens, a negative
@@ -172,6 +178,18 @@ module dsm
   integer, parameter, public :: DSM_CKPT_LOAD_MODULE_ONLY = 1
   integer, parameter, public :: DSM_CKPT_LOAD_NO_OPTIMIZER = 2
   integer, parameter, public :: DSM_CKPT_LOAD_NO_LR_SCHEDULE = 4
+  ! dsm_device_t: where the engine keeps the model state
+  ! (dsm_engine_options_t%device; dsm_engine_get_device never gives DEFAULT).
+  integer, parameter, public :: DSM_DEVICE_DEFAULT = 0
+  integer, parameter, public :: DSM_DEVICE_HOST = 1
+  integer, parameter, public :: DSM_DEVICE_CUDA = 2
+  integer, parameter, public :: DSM_DEVICE_SIMULATED = 3
+  ! dsm_backend_t: the engine's collectives (dsm_engine_options_t%backend).
+  integer, parameter, public :: DSM_BACKEND_DEFAULT = 0
+  integer, parameter, public :: DSM_BACKEND_AUTO = 1
+  integer, parameter, public :: DSM_BACKEND_MPI = 2
+  integer, parameter, public :: DSM_BACKEND_SHM = 3
+  integer, parameter, public :: DSM_BACKEND_NCCL = 4
 
   ! ------------------------------------------------------------ sequence parallelism
   ! dsm_sp_layout_t: [b, s, H, d] and [s, b, H, d] in C, that is the
@@ -321,6 +339,39 @@ module dsm
      real(c_double) :: grad_norm = -1.0_c_double
   end type dsm_step_info_t
 
+  ! The fields of dsm_engine_options_t without initialization, for its size.
+  type, bind(C) :: engine_options_fields
+     integer(c_size_t) :: size
+     integer(c_int) :: device, backend, cuda_device
+  end type engine_options_fields
+
+  type(engine_options_fields), parameter :: engine_options_proto = &
+       engine_options_fields(0_c_size_t, 0_c_int, 0_c_int, 0_c_int)
+
+  !> sizeof(dsm_engine_options_t) in C: the value the size field starts with.
+  integer(c_size_t), parameter, public :: DSM_ENGINE_OPTIONS_SIZE = c_sizeof(engine_options_proto)
+
+  !> Options of dsm_engine_init_with_options (C dsm_engine_options_t, field
+  !> for field). The default initialization is DSM_ENGINE_OPTIONS_INITIALIZER:
+  !> size = DSM_ENGINE_OPTIONS_SIZE, which libdsm checks (leave it alone),
+  !> and the defaults below.
+  !>   device:      DSM_DEVICE_DEFAULT (DSM_ENGINE_DEVICE, else device-resident
+  !>                CUDA where every rank has a GPU and NCCL is built, see
+  !>                dsm.h), DSM_DEVICE_HOST, DSM_DEVICE_CUDA or
+  !>                DSM_DEVICE_SIMULATED. A program computing on the host
+  !>                asks for DSM_DEVICE_HOST.
+  !>   backend:     DSM_BACKEND_DEFAULT (DSM_COMM_BACKEND, else auto),
+  !>                DSM_BACKEND_AUTO, _MPI, _SHM or _NCCL
+  !>   cuda_device: a CUDA device ordinal, or -1 (default): DSM_CUDA_DEVICE,
+  !>                the mesh placement's GPU, the node-local rank
+  !> e.g. opts = dsm_engine_options_t(device=DSM_DEVICE_HOST)
+  type, bind(C), public :: dsm_engine_options_t
+     integer(c_size_t) :: size = DSM_ENGINE_OPTIONS_SIZE
+     integer(c_int) :: device = DSM_DEVICE_DEFAULT
+     integer(c_int) :: backend = DSM_BACKEND_DEFAULT
+     integer(c_int) :: cuda_device = -1
+  end type dsm_engine_options_t
+
   !> The global shape of an attention tensor (C dsm_sp_tensor_t, field for
   !> field): the whole sequence and every head, as the single-rank
   !> computation sees it.
@@ -360,7 +411,8 @@ module dsm
   public :: dsm_config_get_batch, dsm_config_describe, dsm_config_describe_lr
   public :: dsm_param_init_fn
   public :: dsm_free, dsm_convert
-  public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_free, dsm_engine_num_params
+  public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_init_with_options, dsm_engine_free
+  public :: dsm_engine_num_params, dsm_engine_get_device, dsm_engine_set_stream, dsm_engine_get_stream
   public :: dsm_engine_param_index, dsm_engine_param_numel, dsm_engine_get_dtype
   public :: dsm_engine_param_acquire, dsm_engine_param_release
   public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
@@ -808,6 +860,18 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_engine_init
 
+     function c_dsm_engine_init_with_options(mesh, config, params, nparams, options, engine) &
+          bind(C, name='dsm_engine_init_with_options') result(st)
+       import :: c_int, c_char, c_ptr, dsm_engine_options_t
+       type(c_ptr), value :: mesh
+       character(kind=c_char), dimension(*), intent(in) :: config
+       type(c_ptr), value :: params
+       integer(c_int), value :: nparams
+       type(dsm_engine_options_t), intent(in) :: options
+       type(c_ptr), intent(out) :: engine
+       integer(c_int) :: st
+     end function c_dsm_engine_init_with_options
+
      function c_dsm_f_engine_init_comm(comm, config, params, nparams, engine) &
           bind(C, name='dsm_f_engine_init_comm') result(st)
        import :: c_int, c_char, c_ptr, c_fint
@@ -854,6 +918,28 @@ module dsm
        integer(c_int), intent(out) :: dtype
        integer(c_int) :: st
      end function c_dsm_engine_get_dtype
+
+     function c_dsm_engine_get_device(engine, device) bind(C, name='dsm_engine_get_device') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), intent(out) :: device
+       integer(c_int) :: st
+     end function c_dsm_engine_get_device
+
+     ! dsm/cuda.h: a cudaStream_t is a pointer.
+     function c_dsm_engine_set_stream(engine, stream) bind(C, name='dsm_engine_set_stream') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       type(c_ptr), value :: stream
+       integer(c_int) :: st
+     end function c_dsm_engine_set_stream
+
+     function c_dsm_engine_get_stream(engine, stream) bind(C, name='dsm_engine_get_stream') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       type(c_ptr), intent(out) :: stream
+       integer(c_int) :: st
+     end function c_dsm_engine_get_stream
 
      function c_dsm_engine_param_acquire(engine, index, values) &
           bind(C, name='dsm_engine_param_acquire') result(st)
@@ -2049,6 +2135,33 @@ contains
     call finish(st, 'dsm_engine_init', ierr)
   end subroutine dsm_engine_init
 
+  !> dsm_engine_init with explicit options (type(dsm_engine_options_t)):
+  !> where the model state lives, the collectives' backend, the CUDA device.
+  !> Collective over the mesh (a null mesh: MPI_COMM_WORLD); every rank gets
+  !> the same status. An invalid field on any rank is
+  !> DSM_ERR_INVALID_ARGUMENT on every rank; a device or backend that
+  !> differs between ranks is DSM_ERR_MISMATCH; DSM_DEVICE_CUDA without a
+  !> CUDA device is DSM_ERR_NOT_SUPPORTED. A program whose forward and
+  !> backward run on the host passes dsm_engine_options_t(device=DSM_DEVICE_HOST).
+  !>   call dsm_engine_init_with_options(mesh, config, params, options, engine [, ierr])
+  subroutine dsm_engine_init_with_options(mesh, config, params, options, engine, ierr)
+    type(dsm_mesh_t), intent(in) :: mesh
+    character(len=*), intent(in) :: config
+    type(dsm_param_desc_t), dimension(:), intent(in) :: params
+    type(dsm_engine_options_t), intent(in) :: options
+    type(dsm_engine_t), intent(out) :: engine
+    integer, intent(out), optional :: ierr
+    type(c_param_desc), dimension(:), allocatable, target :: cdesc
+    character(kind=c_char), dimension(:), allocatable, target :: names
+    integer(c_int64_t), dimension(:), allocatable, target :: shapes
+    integer(c_int) :: st
+
+    call build_params(params, cdesc, names, shapes)
+    st = c_dsm_engine_init_with_options(mesh%ptr, trim(config) // c_null_char, c_loc(cdesc(1)), &
+         int(size(params), c_int), options, engine%ptr)
+    call finish(st, 'dsm_engine_init_with_options', ierr)
+  end subroutine dsm_engine_init_with_options
+
   subroutine engine_init_comm_i(comm, config, params, engine, ierr)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: config
@@ -2145,6 +2258,49 @@ contains
     dtype = int(d)
     call finish(st, 'dsm_engine_get_dtype', ierr)
   end subroutine dsm_engine_get_dtype
+
+  !> Where the engine keeps its model state: DSM_DEVICE_HOST,
+  !> DSM_DEVICE_CUDA or DSM_DEVICE_SIMULATED (never DSM_DEVICE_DEFAULT).
+  !> Not collective.
+  subroutine dsm_engine_get_device(engine, device, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(out) :: device
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: d, st
+
+    d = DSM_DEVICE_DEFAULT
+    st = c_dsm_engine_get_device(engine%ptr, d)
+    device = int(d)
+    call finish(st, 'dsm_engine_get_device', ierr)
+  end subroutine dsm_engine_get_device
+
+  !> Order a device-resident engine's work (kernels, copies, NCCL
+  !> collectives) on stream, a cudaStream_t as type(c_ptr); c_null_ptr
+  !> restores the engine's own stream. Not collective. On an engine whose
+  !> device is not DSM_DEVICE_CUDA: DSM_ERR_NOT_SUPPORTED naming the device.
+  subroutine dsm_engine_set_stream(engine, stream, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    type(c_ptr), intent(in) :: stream
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_set_stream(engine%ptr, stream)
+    call finish(st, 'dsm_engine_set_stream', ierr)
+  end subroutine dsm_engine_set_stream
+
+  !> The stream set with dsm_engine_set_stream, or c_null_ptr when the
+  !> engine uses its own (always on an engine that is not device-resident).
+  !> Not collective.
+  subroutine dsm_engine_get_stream(engine, stream, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    type(c_ptr), intent(out) :: stream
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    stream = c_null_ptr
+    st = c_dsm_engine_get_stream(engine%ptr, stream)
+    call finish(st, 'dsm_engine_get_stream', ierr)
+  end subroutine dsm_engine_get_stream
 
   ! Whether the engine's dtype is known and not DSM_FLOAT32 (then the
   ! real(c_float) forms refuse it, with the message in why).

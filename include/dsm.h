@@ -723,6 +723,13 @@ typedef struct dsm_engine_options {
  * naming /dev/shm, the bytes needed and the bytes available; the decision is
  * the same on every rank.
  *
+ * The model state lives where DSM_DEVICE_DEFAULT says: on a CUDA device
+ * (device-resident) when NCCL is built and every rank has one, else in host
+ * memory; dsm_engine_init_with_options() chooses explicitly. A program that
+ * computes its forward and backward on the host must ask for
+ * DSM_DEVICE_HOST (or set DSM_ENGINE_DEVICE=host) to keep working on GPU
+ * nodes.
+ *
  * @param mesh    the mesh, or NULL: build one over MPI_COMM_WORLD as
  *                dsm_engine_init_comm() does. The engine keeps its own
  *                reference: the caller may free @p mesh at once.
@@ -750,6 +757,54 @@ DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config,
 DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
                                           const dsm_param_desc_t *params, int nparams,
                                           dsm_engine_t *engine);
+
+/**
+ * @brief dsm_engine_init() with explicit options: where the model state lives
+ * (dsm_engine_options_t::device), the collectives' backend and the CUDA
+ * device.
+ *
+ * Collective over the mesh (over MPI_COMM_WORLD with a NULL mesh, as
+ * dsm_engine_init() builds it). @p options may be NULL for the defaults;
+ * dsm_engine_init() and dsm_engine_init_comm() are this call with NULL
+ * options. Initialize the struct with DSM_ENGINE_OPTIONS_INITIALIZER: a
+ * caller compiled against an older, smaller dsm_engine_options_t gets the
+ * defaults of the fields it lacks.
+ *
+ * The options are checked on every rank and agreed before the engine is built:
+ * an invalid field on any rank fails every rank with
+ * DSM_ERR_INVALID_ARGUMENT naming the rank, the field and its value; a
+ * device or backend that differs between the ranks of the mesh fails every
+ * rank with DSM_ERR_MISMATCH naming the field and both values.
+ * @c cuda_device may differ between ranks (each rank names its own GPU).
+ *
+ * DSM_DEVICE_HOST: the engine of dsm_engine_init() without a GPU (the
+ * parameters handed out are host memory; ZeRO-Offload when the configuration
+ * asks for it). DSM_DEVICE_CUDA: device-resident; parameters, gradient
+ * buffers, master weights and optimizer state in the rank's CUDA device
+ * memory, NCCL collectives per mesh dimension, the fused CUDA optimizer; a
+ * rank without a usable CUDA device (or a build without CUDA and NCCL)
+ * fails every rank with DSM_ERR_NOT_SUPPORTED and the reason.
+ * DSM_DEVICE_SIMULATED: the device-resident engine on host memory with a
+ * deferred queue, for tests. dsm_engine_get_device() tells which device an
+ * engine got.
+ *
+ * @param mesh    the mesh, or NULL: one over MPI_COMM_WORLD (dsm_engine_init())
+ * @param config  path of a DeepSpeed JSON file, or inline JSON starting with '{'
+ * @param params  @p nparams parameter descriptions
+ * @param nparams number of parameters, 1..1000000
+ * @param options the options, or NULL for DSM_ENGINE_OPTIONS_INITIALIZER
+ * @param[out] engine the engine; NULL on error. Free with dsm_engine_free().
+ * @return as dsm_engine_init(); DSM_ERR_INVALID_ARGUMENT also for an
+ * options->size below sizeof(size_t) or above sizeof(dsm_engine_options_t),
+ * an unknown device or backend value, or a cuda_device below -1;
+ * DSM_ERR_MISMATCH for options that differ between ranks;
+ * DSM_ERR_NOT_SUPPORTED for a device or backend this build or machine
+ * cannot give. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_init_with_options(dsm_mesh_t mesh, const char *config,
+                                                  const dsm_param_desc_t *params, int nparams,
+                                                  const dsm_engine_options_t *options,
+                                                  dsm_engine_t *engine);
 
 /**
  * @brief Free an engine and set @p *engine to NULL; NULL is a no-op.
@@ -791,6 +846,20 @@ DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int6
  * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
  */
 DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtype);
+
+/**
+ * @brief Where the engine keeps its model state: DSM_DEVICE_HOST,
+ * DSM_DEVICE_CUDA or DSM_DEVICE_SIMULATED, never DSM_DEVICE_DEFAULT (the
+ * device DSM_DEVICE_DEFAULT and DSM_ENGINE_DEVICE resolved to).
+ *
+ * Not collective. Thread safe with other readers. The parameters and
+ * gradient buffers the engine hands out are in this device's memory
+ * (DSM_DEVICE_HOST with ZeRO-Offload: on the rank's CUDA device, see
+ * dsm_engine_param_acquire()).
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for a
+ * handle that is not a live engine.
+ */
+DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *device);
 
 /**
  * @brief Get the values of parameter @p index (numel elements of the compute

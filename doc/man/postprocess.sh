@@ -1,10 +1,11 @@
 #!/bin/sh
-# Turn the man pages that doxygen wrote from include/dsm.h into the committed
-# pages of doc/man/man3 and write doc/man/man3.am. Run after doxygen, from doc/:
+# Turn the man pages that doxygen wrote from include/dsm.h and the interop
+# headers beside it (include/dsm/*.h: dsm/cuda.h) into the committed pages
+# of doc/man/man3 and write doc/man/man3.am. Run after doxygen, from doc/:
 #     cd doc && doxygen Doxyfile && ./man/postprocess.sh
 # (the `man` target of Makefile.am does exactly this).
 #
-# Kept: one real page per group of dsm.h (@defgroup), the page of the header
+# Kept: one real page per group of the headers (@defgroup), the page of dsm.h
 # itself (dsm.h.3, with the header's introduction as its DESCRIPTION), the
 # page of each documented struct, and for every public dsm_/DSM_ name a page
 # NAME.3 that is a `.so man3/GROUP.3` link. Dropped: directory pages and the
@@ -20,6 +21,10 @@ tmp=doxygen.tmp
 dest=man/man3
 am=man/man3.am
 header=../include/dsm.h
+headers=$header
+for h in ../include/dsm/*.h; do
+    [ -f "$h" ] && headers="$headers $h"
+done
 
 die() {
     echo "$me: $*" >&2
@@ -33,14 +38,16 @@ version=$(sh ../config/dsm_get_version.sh ../VERSION --full) || die "cannot read
 top_logical=$(cd .. && pwd)
 top_physical=$(cd .. && pwd -P)
 
-# The groups of the header, in header order.
-groups=$(sed -n 's/.*@defgroup[ 	]\{1,\}\([A-Za-z0-9_]\{1,\}\).*/\1/p' "$header")
-[ -n "$groups" ] || die "no @defgroup in $header"
+# The groups of the headers, in header order (dsm.h first).
+# shellcheck disable=SC2086
+groups=$(sed -n 's/.*@defgroup[ 	]\{1,\}\([A-Za-z0-9_]\{1,\}\).*/\1/p' $headers)
+[ -n "$groups" ] || die "no @defgroup in $headers"
 
-# The functions the header declares: the identifier before '(' on each
+# The functions the headers declare: the identifier before '(' on each
 # line that starts with DSM_API.
-functions=$(sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' "$header")
-[ -n "$functions" ] || die "no DSM_API declarations found in $header"
+# shellcheck disable=SC2086
+functions=$(sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' $headers)
+[ -n "$functions" ] || die "no DSM_API declarations found in $headers"
 
 is_group() {
     for g in $groups; do
@@ -91,6 +98,7 @@ rewrite_page() {
     case $name in
         dsm.h) desc='the libdsm C API: every declaration of the header' ;;
         dsm_mesh_options) desc='options of dsm_mesh_create_with_options()' ;;
+        dsm_engine_options) desc='options of dsm_engine_init_with_options()' ;;
         *) desc='part of the libdsm C API' ;;
     esac
     descfile=
@@ -198,12 +206,12 @@ for f in "$stage"/*.3; do
     esac
 done
 
-# Every function of dsm.h has a page.
+# Every function of the headers has a page.
 missing=
 for fn in $functions; do
     [ -f "$stage/$fn.3" ] || missing="$missing $fn"
 done
-[ -z "$missing" ] || die "functions of dsm.h without a page:$missing"
+[ -z "$missing" ] || die "functions of the headers without a page:$missing"
 
 # No build path is left, and no two names differ only in case (they would
 # collide on case-insensitive file systems).

@@ -379,9 +379,14 @@ int main(int argc, char **argv) {
     }
     make_teacher();
 
-    /* The engine builds its mesh over MPI_COMM_WORLD from the configuration
-     * and partitions the model over its "data_parallel" dimension. */
-    CHECK(dsm_engine_init_comm(MPI_COMM_WORLD, config, params, 2 * NLAYERS, &engine));
+    /* The engine builds its mesh over MPI_COMM_WORLD (a NULL mesh) from the
+     * configuration and partitions the model over its "data_parallel"
+     * dimension. The forward and backward passes below run on the CPU, so
+     * the engine keeps the model in host memory, GPUs or not (the default
+     * is device-resident where every rank has a GPU). */
+    dsm_engine_options_t options = DSM_ENGINE_OPTIONS_INITIALIZER;
+    options.device = DSM_DEVICE_HOST;
+    CHECK(dsm_engine_init_with_options(NULL, config, params, 2 * NLAYERS, &options, &engine));
     CHECK(dsm_engine_get_dtype(engine, &wk.dtype));
 
     /* Which share of each global batch is this rank's: its data-parallel

@@ -722,7 +722,10 @@ static int part_b(const struct options *o, dsm_mesh_t mesh, dsm_sp_t sp, int ran
              " \"stage3_param_persistence_threshold\": 0}}",
              o->batch, (long long)mb, P, adam ? "Adam" : "AdamW", o->lr, adam ? "false" : "true",
              o->stage);
-    CHECK(dsm_engine_init(mesh, config, params, NPARAMS, &engine));
+    /* The attention runs on the CPU: a host engine, GPUs or not. */
+    dsm_engine_options_t options = DSM_ENGINE_OPTIONS_INITIALIZER;
+    options.device = DSM_DEVICE_HOST;
+    CHECK(dsm_engine_init_with_options(mesh, config, params, NPARAMS, &options, &engine));
     dsm_dtype_t dtype;
     CHECK(dsm_engine_get_dtype(engine, &dtype));
     if (dtype != DSM_FLOAT32) { /* the configuration asks for fp32 */

@@ -270,10 +270,14 @@ program train_mlp
     end do
 
     ! The mesh is the job: every rank data parallel. The engine partitions
-    ! the model over the mesh's "data_parallel" dimension.
+    ! the model over the mesh's "data_parallel" dimension. The forward and
+    ! backward passes run on the CPU, so the engine keeps the model in host
+    ! memory, GPUs or not (the default is device-resident where every rank
+    ! has a GPU).
     call dsm_mesh_create_dp_sp(MPI_COMM_WORLD, world, 1, mesh, st)
     if (failed(st)) exit main
-    call dsm_engine_init(mesh, config, params, engine, st)
+    call dsm_engine_init_with_options(mesh, config, params, dsm_engine_options_t(device=DSM_DEVICE_HOST), &
+         engine, st)
     if (failed(st)) exit main
     call dsm_engine_get_dtype(engine, dtype, st)
     if (failed(st)) exit main

@@ -8,8 +8,15 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 
+namespace dsm::engine {
+class Engine;
+}
+
 namespace dsm::api {
 dsm_status_t report(const char *function, dsm_status_t status, const char *message) noexcept;
+// The engine behind a handle: DSM_ERR_NULL_POINTER for NULL,
+// DSM_ERR_INVALID_ARGUMENT for a handle that is not a live engine.
+engine::Engine &engine_impl(dsm_engine_t engine);
 }
 
 #define DSM_API_BEGIN try {

@@ -10,22 +10,95 @@
 #include "amp/convert.hpp"
 #include "api/api.hpp"
 #include "config/config_load.hpp"
+#include "core/agree.hpp"
 #include "core/info.hpp"
 #include "engine/engine.hpp"
 #include "mesh/mesh.hpp"
 #include "optim/lr_from_config.hpp"
 
-namespace {
+namespace dsm::api {
 
-dsm::engine::Engine &impl(dsm_engine_t engine) {
+engine::Engine &engine_impl(dsm_engine_t engine) {
     DSM_ARG_NOT_NULL(engine);
     DSM_REQUIRE(engine->engine != nullptr, DSM_ERR_INVALID_ARGUMENT, "engine is not a live engine handle");
     return *engine->engine;
 }
 
+} // namespace dsm::api
+
+namespace {
+
+dsm::engine::Engine &impl(dsm_engine_t engine) { return dsm::api::engine_impl(engine); }
+
+const char *device_name(int d) {
+    switch (d) {
+    case DSM_DEVICE_DEFAULT: return "DSM_DEVICE_DEFAULT";
+    case DSM_DEVICE_HOST: return "DSM_DEVICE_HOST";
+    case DSM_DEVICE_CUDA: return "DSM_DEVICE_CUDA";
+    case DSM_DEVICE_SIMULATED: return "DSM_DEVICE_SIMULATED";
+    default: return nullptr;
+    }
+}
+
+const char *backend_name(int b) {
+    switch (b) {
+    case DSM_BACKEND_DEFAULT: return "DSM_BACKEND_DEFAULT";
+    case DSM_BACKEND_AUTO: return "DSM_BACKEND_AUTO";
+    case DSM_BACKEND_MPI: return "DSM_BACKEND_MPI";
+    case DSM_BACKEND_SHM: return "DSM_BACKEND_SHM";
+    case DSM_BACKEND_NCCL: return "DSM_BACKEND_NCCL";
+    default: return nullptr;
+    }
+}
+
+// The caller's options (NULL: the defaults), read as far as its size goes
+// (an older, smaller struct keeps the defaults of the fields it lacks) and
+// checked. Local.
+dsm::engine::Options read_options(const dsm_engine_options_t *options) {
+    dsm_engine_options_t o = DSM_ENGINE_OPTIONS_INITIALIZER;
+    if (options != nullptr) {
+        DSM_REQUIRE(options->size >= sizeof(size_t) && options->size <= sizeof(dsm_engine_options_t),
+                    DSM_ERR_INVALID_ARGUMENT, "options->size is ", options->size, ", expected ",
+                    sizeof(dsm_engine_options_t), " (initialize options with DSM_ENGINE_OPTIONS_INITIALIZER)");
+        std::memcpy(&o, options, options->size);
+    }
+    // Read the enums as the ints the caller stored: a value outside the enum
+    // must be reported, and loading it as the enum type would be undefined.
+    int device = 0, backend = 0;
+    std::memcpy(&device, &o.device, sizeof device);
+    std::memcpy(&backend, &o.backend, sizeof backend);
+    DSM_REQUIRE(device_name(device) != nullptr, DSM_ERR_INVALID_ARGUMENT, "options->device is ", device,
+                ", not a dsm_device_t");
+    DSM_REQUIRE(backend_name(backend) != nullptr, DSM_ERR_INVALID_ARGUMENT, "options->backend is ", backend,
+                ", not a dsm_backend_t");
+    DSM_REQUIRE(o.cuda_device >= -1, DSM_ERR_INVALID_ARGUMENT, "options->cuda_device is ", o.cuda_device,
+                ", must be -1 (chosen by the library) or a CUDA device ordinal >= 0");
+    dsm::engine::Options checked;
+    checked.device = static_cast<dsm_device_t>(device);
+    checked.backend = static_cast<dsm_backend_t>(backend);
+    checked.cuda_device = o.cuda_device;
+    return checked;
+}
+
+// read_options() on every rank of the mesh, agreed: one rank's invalid
+// options fail every rank, and so does a device or backend that differs
+// between ranks. The agreement is over the whole mesh, whose every rank
+// takes part in creating an engine (on a slice too: Mesh::roles() is
+// collective over the whole mesh). cuda_device may differ: each rank names
+// its own GPU.
+dsm::engine::Options agree_options(const dsm::Mesh &mesh, const dsm_engine_options_t *options) {
+    MPI_Comm comm = mesh.state().mesh_comm.get();
+    dsm::engine::Options o;
+    dsm::agree(comm, [&] { o = read_options(options); });
+    dsm::agree_same(comm, "the options->device values", device_name(o.device));
+    dsm::agree_same(comm, "the options->backend values", backend_name(o.backend));
+    return o;
+}
+
 void finish(std::unique_ptr<dsm::Mesh> mesh, const char *config, const dsm_param_desc_t *params, int nparams,
-            dsm_engine_t *engine) {
-    auto e = dsm::engine::Engine::create(std::move(mesh), config, params, nparams, engine != nullptr);
+            const dsm_engine_options_t *options, dsm_engine_t *engine) {
+    const dsm::engine::Options o = agree_options(*mesh, options);
+    auto e = dsm::engine::Engine::create(std::move(mesh), config, params, nparams, engine != nullptr, o);
     auto h = std::make_unique<dsm_engine_s>();
     h->engine = std::move(e);
     *engine = h.release();
@@ -34,7 +107,7 @@ void finish(std::unique_ptr<dsm::Mesh> mesh, const char *config, const dsm_param
 // dsm_engine_init_comm's work (also dsm_engine_init's with a NULL mesh): a
 // mesh over comm shaped by the configuration's sequence_parallel_size.
 void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params, int nparams,
-                    dsm_engine_t *engine) {
+                    const dsm_engine_options_t *options, dsm_engine_t *engine) {
     if (engine != nullptr) *engine = nullptr;
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     int size = 0;
@@ -64,33 +137,49 @@ void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *p
         const char *const names[1] = {"data_parallel"};
         mesh = dsm::Mesh::create(comm, 1, shape, names, nullptr, true);
     }
-    finish(std::move(mesh), config, params, nparams, engine);
+    finish(std::move(mesh), config, params, nparams, options, engine);
 }
 
-} // namespace
-
-extern "C" {
-
-DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params,
-                                     int nparams, dsm_engine_t *engine) {
-    DSM_API_BEGIN
+// dsm_engine_init_with_options' work: on a slice of the caller's mesh that
+// the engine keeps, or with a NULL mesh over MPI_COMM_WORLD.
+void init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params, int nparams,
+          const dsm_engine_options_t *options, dsm_engine_t *engine) {
     if (mesh == nullptr) {
-        init_over_comm(MPI_COMM_WORLD, config, params, nparams, engine);
-        return DSM_SUCCESS;
+        init_over_comm(MPI_COMM_WORLD, config, params, nparams, options, engine);
+        return;
     }
     if (engine != nullptr) *engine = nullptr;
     DSM_REQUIRE(mesh->mesh != nullptr, DSM_ERR_INVALID_ARGUMENT, "mesh is not a live mesh handle");
     std::vector<std::string> names = mesh->mesh->dim_names();
     std::vector<const char *> cnames;
     for (const auto &n : names) cnames.push_back(n.c_str());
-    finish(mesh->mesh->slice(static_cast<int>(cnames.size()), cnames.data()), config, params, nparams, engine);
+    finish(mesh->mesh->slice(static_cast<int>(cnames.size()), cnames.data()), config, params, nparams, options,
+           engine);
+}
+
+} // namespace
+
+extern "C" {
+
+DSM_API dsm_status_t dsm_engine_init_with_options(dsm_mesh_t mesh, const char *config,
+                                                  const dsm_param_desc_t *params, int nparams,
+                                                  const dsm_engine_options_t *options, dsm_engine_t *engine) {
+    DSM_API_BEGIN
+    init(mesh, config, params, nparams, options, engine);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params,
+                                     int nparams, dsm_engine_t *engine) {
+    DSM_API_BEGIN
+    init(mesh, config, params, nparams, nullptr, engine);
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params,
                                           int nparams, dsm_engine_t *engine) {
     DSM_API_BEGIN
-    init_over_comm(comm, config, params, nparams, engine);
+    init_over_comm(comm, config, params, nparams, nullptr, engine);
     DSM_API_END
 }
 
@@ -132,6 +221,14 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
     const auto &e = impl(engine);
     DSM_ARG_NOT_NULL(dtype);
     *dtype = e.dtype();
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *device) {
+    DSM_API_BEGIN
+    const auto &e = impl(engine);
+    DSM_ARG_NOT_NULL(device);
+    *device = e.device();
     DSM_API_END
 }
 

@@ -24,7 +24,8 @@ trap 'rm -rf "$dir"' EXIT
 for f in "$includedir/dsm.h" "$includedir/dsm_version.h" "$libdir/pkgconfig/dsm.pc" \
          "$libdir/cmake/dsm/dsmConfig.cmake" "$libdir/cmake/dsm/dsmConfigVersion.cmake" \
          "$bindir/dsm-info" "$bindir/dsm-bench" "$mandir/man1/dsm-info.1" "$mandir/man1/dsm-bench.1" \
-         "$mandir/man3/dsm_mesh_create.3" "$mandir/man3/dsm_engine_init.3" "$mandir/man3/dsm_step.3"; do
+         "$mandir/man3/dsm_mesh_create.3" "$mandir/man3/dsm_engine_init.3" "$mandir/man3/dsm_step.3" \
+         "$includedir/dsm/cuda.h" "$mandir/man3/dsm_engine_set_stream.3"; do
   [ -e "$f" ] || fail "not installed: $f"
 done
 if [ "$DSM_HAVE_FORTRAN" = 1 ]; then

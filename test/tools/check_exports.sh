@@ -1,10 +1,12 @@
 #!/bin/sh
-# The exported symbols of libdsm.so against the header and the man pages:
+# The exported symbols of libdsm.so against the headers and the man pages:
 #   (a) every exported symbol starts with dsm_ (the version node DSM_0 and
 #       other absolute symbols, type A, are not symbols of the library);
 #   (b) every exported dsm_ function has a page doc/man/man3/NAME.3;
-#   (c) every function that include/dsm.h declares is exported;
-#   (d) and has a Fortran binding in fortran/.
+#   (c) every function that include/dsm.h or an interop header beside it
+#       (include/dsm/*.h: dsm/cuda.h) declares is exported;
+#   (d) and has a Fortran binding in fortran/ (the interop headers' too:
+#       their foreign types cross as type(c_ptr)).
 # Run by `make check` as `$(SHELL) test/tools/check_exports.sh` with
 # top_builddir and top_srcdir set. Exit 0: pass, 1: fail, 77: skip (no nm or
 # no shared library).
@@ -14,6 +16,7 @@ top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
 lib=$top_builddir/.libs/libdsm.so
 header=$top_srcdir/include/dsm.h
+headers="$header $(ls "$top_srcdir"/include/dsm/*.h 2>/dev/null)"
 mandir=$top_srcdir/doc/man/man3
 NM=${NM:-nm}
 
@@ -67,22 +70,23 @@ if [ -n "$nopage" ]; then
     status=1
 fi
 
-# (c) Every function declared in dsm.h (a line starting with DSM_API; the
-# name is the identifier before the first parenthesis) is exported.
-sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' "$header" |
+# (c) Every function declared in the headers (a line starting with DSM_API;
+# the name is the identifier before the first parenthesis) is exported.
+# shellcheck disable=SC2086
+sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' $headers |
     LC_ALL=C sort -u >"$tmp/declared"
 if [ ! -s "$tmp/declared" ]; then
-    echo "FAIL: no DSM_API function declarations found in $header"
+    echo "FAIL: no DSM_API function declarations found in $headers"
     status=1
 fi
 unexported=$(LC_ALL=C comm -23 "$tmp/declared" "$tmp/functions")
 if [ -n "$unexported" ]; then
-    echo "FAIL: functions declared in dsm.h but not exported by $lib:"
+    echo "FAIL: functions declared in dsm.h or include/dsm/ but not exported by $lib:"
     for f in $unexported; do echo "  $f"; done
     status=1
 fi
 
-# (d) Every function declared in dsm.h has a Fortran binding: an interface
+# (d) Every function declared in the headers has a Fortran binding: an interface
 # bind(C, name='NAME') in fortran/dsm.f90, or in fortran/dsm_fshim.c (the
 # functions that take or return a communicator) a shim dsm_f_NAME or a call
 # of NAME.
@@ -96,7 +100,7 @@ for f in $(cat "$tmp/declared"); do
     unbound="$unbound $f"
 done
 if [ -n "$unbound" ]; then
-    echo "FAIL: functions declared in dsm.h without a Fortran binding in $fmod or $fshim:"
+    echo "FAIL: functions declared in dsm.h or include/dsm/ without a Fortran binding in $fmod or $fshim:"
     for f in $unbound; do echo "  $f"; done
     status=1
 fi
