@@ -116,6 +116,8 @@ public:
     // DSM_ERR_NOT_SUPPORTED naming the engine's device.
     void set_stream(void *stream);
     void *stream() const noexcept;
+    // Wait for the work the engine enqueued on its space (benchmarks).
+    void synchronize() { space_->synchronize(); }
 
     const void *param_acquire(int index);
     void param_release(int index);

@@ -77,6 +77,7 @@ some collectives --iters 0 -1 1000001
 for_each zero --params 0 -1 1125899906842625 9223372036854775807
 some zero --steps 0 -1 1001
 some zero --stage -1 4 2147483651
+some zero --device gpu ""
 refused zero "--params 1125899906842624" --params 1125899906842624 --no-torch
 
 # ---------------------------------------------------------------- checkpoint

@@ -15,6 +15,7 @@
 
 #include "bench.hpp"
 #include "core/error.hpp"
+#include "cuda/device.hpp"
 #include "engine/engine.hpp"
 #include "mesh/mesh.hpp"
 
@@ -32,6 +33,7 @@ struct Options {
     int steps = 5;
     std::vector<int> stages{0, 1, 2, 3};
     std::string dtype = "fp32";
+    std::string device = "host"; // host, cuda, sim
     bool torch = true;
     bool json = false;
 };
@@ -39,13 +41,16 @@ struct Options {
 void usage(FILE *out) {
     std::fprintf(out,
                  "usage: mpiexec -n N dsm-bench zero [--params N] [--steps N] [--stage S|all]\n"
-                 "                                   [--dtype fp32|fp16|bf16] [--no-torch] [--json]\n"
+                 "                                   [--dtype fp32|fp16|bf16] [--device host|cuda|sim]\n"
+                 "                                   [--no-torch] [--json]\n"
                  "  One parameter of N elements (default 16777216) trained with AdamW; a step reads\n"
                  "  the parameter twice (forward, backward), adds its gradient and calls dsm_step.\n"
                  "  Per stage the median step time split into reduce, optimizer and gather, the bytes each rank\n"
                  "  sent per step over the parameter bytes, and the model-state bytes per parameter\n"
                  "  next to the ZeRO formula. With torch in python3 ($DSM_BENCH_PYTHON), rank 0 also times PyTorch's\n"
-                 "  allreduce + ZeroRedundancyOptimizer(Adam) on gloo with the same ranks.\n");
+                 "  allreduce + ZeroRedundancyOptimizer(Adam) on gloo with the same ranks.\n"
+                 "  --device: where the engine keeps the model state (host; cuda: device-resident on\n"
+                 "  the rank's GPU with NCCL; sim: the device-resident engine on the simulated device).\n");
 }
 
 // A line of a /proc/self file ("VmHWM:" of status, "Pss:" of smaps_rollup)
@@ -164,8 +169,13 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     const char *names[1] = {"data_parallel"};
     const size_t rss0 = current_rss();
     auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
-    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true);
+    engine::Options eo;
+    eo.device = o.device == "cuda" ? DSM_DEVICE_CUDA : o.device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
+    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true, eo);
     const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
+    // The gradient the "backward" writes: a small positive value in every dtype.
+    const size_t gbytes = static_cast<size_t>(o.params) * esize;
+    std::vector<unsigned char> grad_host(eo.device == DSM_DEVICE_CUDA ? gbytes : 0, 0x11);
     std::vector<double> total, red, opt, gat;
     uint64_t bytes0 = 0;
     for (int s = 0; s <= o.steps; ++s) {
@@ -182,10 +192,12 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
         }
         const double ta = now_seconds();
         void *g = eng->grad_acquire(0);
-        std::memset(g, 0x11, static_cast<size_t>(o.params) * esize); // a small positive value in every dtype
+        if (eo.device == DSM_DEVICE_CUDA) cuda::copy_bytes(g, grad_host.data(), gbytes);
+        else std::memset(g, 0x11, gbytes);
         const double tb = now_seconds();
         eng->grad_release(0);
         eng->step(nullptr);
+        eng->synchronize(); // a device-resident step is done when its queue is
         const double t1 = now_seconds();
         engine::Timers after = eng->timers();
         if (s == 0) continue; // warm-up
@@ -232,13 +244,19 @@ int run_zero(int argc, char **argv) {
             o.json = true;
         } else if (a == "--no-torch") {
             o.torch = false;
-        } else if (a == "--params" || a == "--steps" || a == "--stage" || a == "--dtype") {
+        } else if (a == "--params" || a == "--steps" || a == "--stage" || a == "--dtype" || a == "--device") {
             const char *v = next();
             if (!v) {
                 if (rank == 0) std::fprintf(stderr, "dsm-bench zero: %s needs a value\n", a.c_str());
                 return 2;
             }
-            if (a == "--dtype") {
+            if (a == "--device") {
+                o.device = v;
+                if (o.device != "host" && o.device != "cuda" && o.device != "sim") {
+                    if (rank == 0) std::fprintf(stderr, "dsm-bench zero: --device '%s' is not host, cuda or sim\n", v);
+                    return 2;
+                }
+            } else if (a == "--dtype") {
                 o.dtype = v;
                 if (o.dtype != "fp32" && o.dtype != "fp16" && o.dtype != "bf16") {
                     if (rank == 0) std::fprintf(stderr, "dsm-bench zero: --dtype '%s' is not fp32, fp16 or bf16\n", v);
@@ -292,8 +310,8 @@ int run_zero(int argc, char **argv) {
     auto volume = [size](double ratio) { return size > 1 ? ratio * size / (size - 1) : 0.0; };
     if (o.json) {
         std::printf("{\"format\":\"dsm-bench-zero\",\"format_version\":1,\"ranks\":%d,\"params\":%lld,"
-                    "\"dtype\":\"%s\",\"optimizer\":\"adamw\",\"results\":[",
-                    size, o.params, o.dtype.c_str());
+                    "\"dtype\":\"%s\",\"device\":\"%s\",\"optimizer\":\"adamw\",\"results\":[",
+                    size, o.params, o.dtype.c_str(), o.device.c_str());
         for (size_t i = 0; i < results.size(); ++i) {
             const Result &r = results[i];
             std::printf("%s{\"stage\":%d,\"step_seconds\":%.6g,\"reduce_seconds\":%.6g,\"optimizer_seconds\":%.6g,"
@@ -314,8 +332,8 @@ int run_zero(int argc, char **argv) {
             std::printf("null}\n");
         return 0;
     }
-    std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW (median of %d steps, slowest rank)\n", size,
-                o.params, o.dtype.c_str(), o.steps);
+    std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW, model state on %s (median of %d steps, "
+                "slowest rank)\n", size, o.params, o.dtype.c_str(), o.device.c_str(), o.steps);
     std::printf("%5s %9s %9s %9s %9s %11s %7s %14s %8s %11s %9s\n", "stage", "step s", "reduce s", "optim s",
                 "gather s", "sent/param", "volume", "state B/param", "formula", "PSS B/param", "vs torch");
     for (const Result &r : results) {
