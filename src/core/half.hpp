@@ -1,26 +1,43 @@
 // Scalar fp16 (IEEE binary16) and bf16 conversions, round to nearest even,
-// Inf and NaN kept (a NaN stays a quiet NaN). Header-only: every layer that
-// moves 16-bit floats uses these (bulk, vectorized forms: amp/convert.hpp).
+// Inf and NaN kept (a NaN stays a quiet NaN). Header-only, for the host and
+// for CUDA device code (src/cuda/kernels.cu): every layer that moves 16-bit
+// floats uses these (bulk, vectorized forms: amp/convert.hpp). Each rounding
+// is one add or one multiply, which no compiler contracts into an FMA, so
+// host and device give the same bits.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#ifdef __CUDACC__
+#define DSM_HOST_DEVICE __host__ __device__
+#else
+#define DSM_HOST_DEVICE
+#endif
+
 namespace dsm {
 
-inline uint32_t float_bits(float x) noexcept {
+DSM_HOST_DEVICE inline uint32_t float_bits(float x) noexcept {
+#ifdef __CUDA_ARCH__
+    return __float_as_uint(x);
+#else
     uint32_t u;
     std::memcpy(&u, &x, sizeof u);
     return u;
+#endif
 }
 
-inline float bits_float(uint32_t u) noexcept {
+DSM_HOST_DEVICE inline float bits_float(uint32_t u) noexcept {
+#ifdef __CUDA_ARCH__
+    return __uint_as_float(u);
+#else
     float x;
     std::memcpy(&x, &u, sizeof x);
     return x;
+#endif
 }
 
-inline uint16_t fp32_to_bf16(float x) noexcept {
+DSM_HOST_DEVICE inline uint16_t fp32_to_bf16(float x) noexcept {
     uint32_t u = float_bits(x);
     if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, make it quiet
         return static_cast<uint16_t>((u >> 16) | 0x0040u);
@@ -28,9 +45,9 @@ inline uint16_t fp32_to_bf16(float x) noexcept {
     return static_cast<uint16_t>(u >> 16);
 }
 
-inline float bf16_to_fp32(uint16_t b) noexcept { return bits_float(static_cast<uint32_t>(b) << 16); }
+DSM_HOST_DEVICE inline float bf16_to_fp32(uint16_t b) noexcept { return bits_float(static_cast<uint32_t>(b) << 16); }
 
-inline uint16_t fp32_to_fp16(float x) noexcept {
+DSM_HOST_DEVICE inline uint16_t fp32_to_fp16(float x) noexcept {
     const uint32_t u = float_bits(x);
     const uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
@@ -47,7 +64,7 @@ inline uint16_t fp32_to_fp16(float x) noexcept {
     return static_cast<uint16_t>(sign | (a >> 13));
 }
 
-inline float fp16_to_fp32(uint16_t h) noexcept {
+DSM_HOST_DEVICE inline float fp16_to_fp32(uint16_t h) noexcept {
     const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
     const uint32_t exp = (h >> 10) & 0x1fu;
     const uint32_t mant = h & 0x3ffu;

@@ -18,6 +18,8 @@
 // the same input on every run, device and address.
 #include "cuda/kernels.hpp"
 
+#include "core/half.hpp"
+
 #include <cstdint>
 #include <initializer_list>
 
@@ -47,48 +49,7 @@ __device__ __forceinline__ float root(float a) { return __fsqrt_rn(a); }
 __device__ __forceinline__ float signum(float x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
 
 // ---------------------------------------------------------------- 16-bit formats
-// core/half.hpp, line for line, on the device.
-
-__device__ __forceinline__ uint16_t fp32_to_bf16(float x) {
-    uint32_t u = __float_as_uint(x);
-    if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep the sign, make it quiet
-        return static_cast<uint16_t>((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return static_cast<uint16_t>(u >> 16);
-}
-
-__device__ __forceinline__ float bf16_to_fp32(uint16_t b) { return __uint_as_float(static_cast<uint32_t>(b) << 16); }
-
-__device__ __forceinline__ uint16_t fp32_to_fp16(float x) {
-    const uint32_t u = __float_as_uint(x);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u); // NaN
-    if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u); // overflow (after rounding) or Inf
-    if (a < 0x38800000u) {
-        // Subnormal or zero in fp16: add 0.5 so the FPU rounds to nearest even
-        // at the fp16 subnormal step (2^-24). (An fp32 subnormal a gives 0
-        // here whether or not the device flushes it.)
-        const float f = __fadd_rn(__uint_as_float(a), 0.5f);
-        return static_cast<uint16_t>(sign | (__float_as_uint(f) - 0x3f000000u));
-    }
-    const uint32_t odd = (a >> 13) & 1u;
-    a += 0xc8000fffu + odd; // rebias exponent (-112 << 23) and round to nearest even
-    return static_cast<uint16_t>(sign | (a >> 13));
-}
-
-__device__ __forceinline__ float fp16_to_fp32(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu;
-    const uint32_t mant = h & 0x3ffu;
-    if (exp == 0x1f) return __uint_as_float(sign | 0x7f800000u | (mant << 13)); // Inf, NaN
-    if (exp == 0) {
-        // Zero or subnormal: mant * 2^-24 (exact, and a normal fp32 unless 0).
-        const float f = __fmul_rn(static_cast<float>(mant), 5.9604644775390625e-08f);
-        return __uint_as_float(sign | __float_as_uint(f));
-    }
-    return __uint_as_float(sign | ((exp + 112u) << 23) | (mant << 13));
-}
+// core/half.hpp's conversions, the same functions on the device.
 
 // Element formats: load/store one element at i, or the 4 at i (aligned for
 // a vector of 4).
