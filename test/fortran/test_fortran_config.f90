@@ -150,21 +150,6 @@ program test_fortran_config
 
 contains
 
-  ! One check, agreed over all ranks.
-  subroutine check(cond, what)
-    logical, intent(in) :: cond
-    character(len=*), intent(in) :: what
-    logical :: all_ok
-    integer :: e
-
-    call MPI_Allreduce(cond, all_ok, 1, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, e)
-    if (.not. cond) write(*, '(a,i0,2a)') 'rank ', rank, ': failed: ', what
-    if (all_ok) then
-       if (rank == 0) write(*, '(2a)') 'PASS: ', what
-    else
-       failures = failures + 1
-       if (rank == 0) write(*, '(2a)') 'FAIL: ', what
-    end if
-  end subroutine check
+  include 'checks.inc'
 
 end program test_fortran_config

@@ -91,34 +91,7 @@ program test_fortran_engine_options
 
 contains
 
-  ! Record a check agreed over every rank; rank 0 reports it.
-  subroutine check(cond, what)
-    logical, intent(in) :: cond
-    character(len=*), intent(in) :: what
-    logical :: all_ok
-    integer :: e
-
-    call MPI_Allreduce(cond, all_ok, 1, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, e)
-    if (.not. cond) write(*, '(a,i0,2a)') 'rank ', rank, ': failed: ', what
-    if (all_ok) then
-       if (rank == 0) write(*, '(2a)') 'PASS: ', what
-    else
-       failures = failures + 1
-       if (rank == 0) write(*, '(2a)') 'FAIL: ', what
-    end if
-  end subroutine check
-
-  ! A status and a message containing text, on every rank.
-  subroutine check_error(got, want, text, what)
-    integer, intent(in) :: got, want
-    character(len=*), intent(in) :: text, what
-    character(len=:), allocatable :: msg
-
-    msg = dsm_get_last_error()
-    if (got /= want .or. index(msg, text) == 0) write(*, '(a,i0,a,i0,3a)') 'rank ', rank, &
-         ': status ', got, ', last error "', msg, '"'
-    call check(got == want .and. index(msg, text) > 0, what)
-  end subroutine check_error
+  include 'checks.inc'
 
   ! One micro-step (a zero gradient on w): the engine works.
   subroutine one_step(e, what)

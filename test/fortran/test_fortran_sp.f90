@@ -80,34 +80,7 @@ program test_fortran_sp
 
 contains
 
-  ! One check, agreed over all ranks.
-  subroutine check(cond, what)
-    logical, intent(in) :: cond
-    character(len=*), intent(in) :: what
-    logical :: all_ok
-    integer :: e
-
-    call MPI_Allreduce(cond, all_ok, 1, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, e)
-    if (.not. cond) write(*, '(a,i0,2a)') 'rank ', rank, ': failed: ', what
-    if (all_ok) then
-       if (rank == 0) write(*, '(2a)') 'PASS: ', what
-    else
-       failures = failures + 1
-       if (rank == 0) write(*, '(2a)') 'FAIL: ', what
-    end if
-  end subroutine check
-
-  ! A failure with status want, on every rank, whose message holds text.
-  subroutine check_error(got, want, text, what)
-    integer, intent(in) :: got, want
-    character(len=*), intent(in) :: text, what
-    character(len=:), allocatable :: msg
-
-    msg = dsm_get_last_error()
-    if (got /= want .or. index(msg, text) == 0) write(*, '(a,i0,a,i0,3a)') 'rank ', rank, &
-         ': status ', got, ', last error "', msg, '"'
-    call check(got == want .and. index(msg, text) > 0, what)
-  end subroutine check_error
+  include 'checks.inc'
 
   ! A distinct, exactly representable value for element (bi, ti, h, e) of a
   ! global tensor (0-based batch, token, head, head-dim indices).
