@@ -10,6 +10,8 @@
 #if DSM_HAVE_CUDA_KERNELS
 #include <cuda_runtime.h>
 
+#include <vector>
+
 #include "cuda/device.hpp"
 #endif
 
@@ -71,12 +73,34 @@ public:
     }
     void synchronize() override { DSM_CHECK_CUDA(cudaStreamSynchronize(stream_)); }
 
+    struct EventMark final : Mark {
+        cuda::Event event;
+    };
+    std::unique_ptr<Mark> mark() override {
+        const cuda::DeviceGuard on(device_);
+        auto m = std::make_unique<EventMark>();
+        m->event = cuda::Event::create();
+        return m;
+    }
+    void record(Mark &m) override { static_cast<EventMark &>(m).event.record(stream_); }
+    void wait_mark(Mark &m) override { static_cast<EventMark &>(m).event.synchronize(); }
+    bool idle() override { return cudaStreamQuery(stream_) == cudaSuccess; }
+    bool pin(void *host, size_t bytes, std::string &why) override {
+        cuda::HostRegistration r(host, bytes);
+        if (!r.registered()) {
+            why = r.reason();
+            return false;
+        }
+        pinned_.push_back(std::move(r));
+        return true;
+    }
     void run(std::function<void()>) override {
         DSM_FAIL(DSM_ERR_INTERNAL, "host code cannot run on ", name(), " memory");
     }
 
 private:
     int device_;
+    std::vector<cuda::HostRegistration> pinned_; // unregistered after the stream is idle
     cuda::Stream own_;
     cudaStream_t stream_ = nullptr;
 };

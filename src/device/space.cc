@@ -39,6 +39,11 @@ public:
 
 class HostSpace final : public HostAddressable {
 public:
+    std::unique_ptr<Mark> mark() override { return std::make_unique<Mark>(); }
+    void record(Mark &) override {}
+    void wait_mark(Mark &) override {}
+    bool idle() override { return true; }
+    bool pin(void *, size_t, std::string &) override { return true; }
     Kind kind() const noexcept override { return Kind::HOST; }
     std::string name() const override { return "host"; }
     Queue queue() const noexcept override { return Queue::host(); }
@@ -92,25 +97,41 @@ public:
         synchronize();
         if (bytes > 0) std::memcpy(h, src, bytes);
     }
-    void synchronize() override {
-        // Work that fails leaves the rest of the queue dropped, as a device
-        // error poisons a stream.
-        while (!queue_.empty()) {
+    void synchronize() override { run_upto(done_ + queue_.size()); }
+    void run(std::function<void()> work) override { queue_.push_back(std::move(work)); }
+
+    struct Position final : Mark {
+        uint64_t upto = 0; // calls enqueued in all when recorded
+    };
+    std::unique_ptr<Mark> mark() override { return std::make_unique<Position>(); }
+    void record(Mark &m) override { static_cast<Position &>(m).upto = done_ + queue_.size(); }
+    void wait_mark(Mark &m) override { run_upto(static_cast<Position &>(m).upto); }
+    // Work counts as in flight until it is waited for, so callers take the
+    // path a busy device makes them take.
+    bool idle() override { return queue_.empty(); }
+    bool pin(void *, size_t, std::string &) override { return true; }
+
+private:
+    static void wait(void *self) { static_cast<SimSpace *>(self)->synchronize(); }
+    // Run the queue until `upto` calls are done in all. Work that fails
+    // leaves the rest of the queue dropped, as a device error poisons a
+    // stream.
+    void run_upto(uint64_t upto) {
+        while (done_ < upto && !queue_.empty()) {
             std::function<void()> w = std::move(queue_.front());
             queue_.pop_front();
+            ++done_;
             try {
                 w();
             } catch (...) {
+                done_ += queue_.size();
                 queue_.clear();
                 throw;
             }
         }
     }
-    void run(std::function<void()> work) override { queue_.push_back(std::move(work)); }
-
-private:
-    static void wait(void *self) { static_cast<SimSpace *>(self)->synchronize(); }
     std::deque<std::function<void()>> queue_;
+    uint64_t done_ = 0; // calls run (or dropped) so far
 };
 
 } // namespace

@@ -21,7 +21,9 @@
 //
 // The queue: calls on a space run in the order they were made; download
 // waits for what was enqueued before it; synchronize() waits for
-// everything. Collectives on the space's memory take queue(): the nccl
+// everything, wait_mark() for what came before a mark. copy() moves bytes
+// between any two of the space's memory and host memory (the host side
+// page-locked for the copy to be asynchronous on CUDA). Collectives on the space's memory take queue(): the nccl
 // backend enqueues on its stream, host backends wait for it first
 // (comm/backend.hpp).
 //
@@ -68,12 +70,28 @@ public:
 
     // Enqueued.
     virtual void zero(void *p, size_t bytes) = 0;
-    virtual void copy(void *dst, const void *src, size_t bytes) = 0;    // within the space
+    virtual void copy(void *dst, const void *src, size_t bytes) = 0;
     // Host -> space; `host` may be reused as soon as this returns.
     virtual void upload(void *dst, const void *host, size_t bytes) = 0;
     // Space -> host; waits: `host` holds the bytes on return.
     virtual void download(void *host, const void *src, size_t bytes) = 0;
     virtual void synchronize() = 0;
+
+    // A mark in the queue: record() marks the work enqueued so far,
+    // wait_mark() waits until that work is done (a CUDA event).
+    struct Mark {
+        virtual ~Mark() = default;
+    };
+    virtual std::unique_ptr<Mark> mark() = 0;
+    virtual void record(Mark &m) = 0;
+    virtual void wait_mark(Mark &m) = 0;
+    // Whether every enqueued call is done (never waits). The simulated
+    // device counts its work in flight until it is waited for.
+    virtual bool idle() = 0;
+    // Page-lock `bytes` of host memory at `host` for the space's lifetime, so
+    // that copies from it run by DMA; false (the reason in `why`) where that
+    // failed, the memory then staying pageable. Host and sim: nothing to do.
+    virtual bool pin(void *host, size_t bytes, std::string &why) = 0;
 
     // Host-addressable spaces: enqueue host code that reads and writes the
     // space's memory (host: runs now; sim: deferred). CUDA: DSM_ERR_INTERNAL.

@@ -27,60 +27,33 @@
 //   pin(): page-lock the engine's parameter buffer (offload pin_memory), so
 //     that refresh()'s copies run by DMA without the driver staging them.
 //
-// Where the copies live is a MirrorMemory: a CUDA device, or, for tests on
-// machines without one (DSM_SIM_DEVICE_MEMORY=1), separate host memory that
-// stands in for it, with copies to the device deferred until waited for as a
-// device runs them later. Nothing here is collective; errors throw dsm::Error
+// Where the copies live is a memory space (device/space.hpp): the rank's
+// CUDA device, or, for tests on machines without one
+// (DSM_SIM_DEVICE_MEMORY=1), the simulated device, whose copies run only
+// when waited for, as a device runs them later. Nothing here is collective; errors throw dsm::Error
 // (DSM_ERR_CUDA, DSM_ERR_OUT_OF_MEMORY).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cuda/device.hpp"
+#include "device/space.hpp"
 #include "dsm.h"
 
 namespace dsm {
 namespace engine {
-
-class MirrorMemory {
-public:
-    using Block = std::unique_ptr<void, void (*)(void *)>;
-    virtual ~MirrorMemory() = default;
-    virtual Block alloc(size_t bytes) = 0;                           // uninitialized
-    virtual Block alloc_host(size_t bytes) = 0;                      // staging (pinned for CUDA)
-    virtual void to_device(void *dst, const void *src, size_t bytes) = 0;
-    // Enqueue copies on the memory's stream; they run in order. The host
-    // side of to_host_async is from alloc_host(); that of to_device_async
-    // may be any host memory (copied without staging where pin()ned).
-    virtual void to_host_async(void *dst, const void *src, size_t bytes) = 0;
-    virtual void to_device_async(void *dst, const void *src, size_t bytes) = 0;
-    // A mark in the stream: record() marks the copies enqueued so far,
-    // wait_mark() waits until they are done.
-    struct Mark {
-        virtual ~Mark() = default;
-    };
-    virtual std::unique_ptr<Mark> mark() = 0;
-    virtual void record(Mark &m) = 0;
-    virtual void wait_mark(Mark &m) = 0;
-    virtual bool idle() = 0; // every enqueued copy is done (never waits)
-    virtual void wait() = 0; // until every enqueued copy is done
-    virtual void zero(void *p, size_t bytes) = 0;
-    // Page-lock host memory for the memory's lifetime; false (with the
-    // reason in `why`) where that failed, the memory then staying pageable.
-    virtual bool pin(void *host, size_t bytes, std::string &why) = 0;
-    virtual std::string name() const = 0;                            // "cuda:0", "simulated"
-};
 
 // The memory of the offloading engine on this rank: the simulated device
 // when DSM_SIM_DEVICE_MEMORY is 1, else the CUDA device chosen for the rank
 // (cuda::use_device(): DSM_CUDA_DEVICE, the mesh placement's GPU, or the
 // node-local rank). DSM_ERR_NOT_SUPPORTED with the reason when no device is
 // usable.
-std::unique_ptr<MirrorMemory> offload_memory(const cuda::DeviceHint &hint);
+std::unique_ptr<device::Space> offload_memory(const cuda::DeviceHint &hint);
 
 // Why offloading cannot run on this rank ("" when it can): no usable CUDA
 // device and no simulation.
@@ -88,12 +61,12 @@ std::string offload_unavailable();
 
 class DeviceMirror {
 public:
-    DeviceMirror(std::unique_ptr<MirrorMemory> memory, size_t nparams, dsm_dtype_t dtype);
+    DeviceMirror(std::unique_ptr<device::Space> memory, size_t nparams, dsm_dtype_t dtype);
     ~DeviceMirror();
     DeviceMirror(const DeviceMirror &) = delete;
     DeviceMirror &operator=(const DeviceMirror &) = delete;
 
-    const MirrorMemory &memory() const noexcept { return *memory_; }
+    const device::Space &memory() const noexcept { return *memory_; }
 
     // How long a device copy of a parameter stays valid.
     enum class Keep {
@@ -140,25 +113,27 @@ public:
     size_t device_bytes() const noexcept;
 
 private:
+    // Memory of the space (device) or its host staging, freed by the space.
+    using Block = std::unique_ptr<void, std::function<void(void *)>>;
     struct Slot {
-        MirrorMemory::Block values{nullptr, nullptr};
+        Block values;
         size_t values_bytes = 0;
         uint64_t version = 0;     // version_ (frozen_version_) when the values were copied (0: never)
         const void *values_host = nullptr; // Keep::STEP: the host values refresh() copies
-        std::unique_ptr<MirrorMemory::Mark> upload; // marks the refresh() copy
+        std::unique_ptr<device::Space::Mark> upload; // marks the refresh() copy
         bool uploading = false;   // that copy may still be running
-        MirrorMemory::Block grad{nullptr, nullptr};
+        Block grad;
         size_t grad_bytes = 0;
-        MirrorMemory::Block staging{nullptr, nullptr}; // the gradient copied back
+        Block staging; // the gradient copied back
         size_t staging_bytes = 0;
         void *grad_host = nullptr; // where the gradient is added
         size_t grad_numel = 0;
     };
-    void ensure(MirrorMemory::Block &b, size_t &have, size_t bytes, bool host);
+    void ensure(Block &b, size_t &have, size_t bytes, bool host);
     void add_pending(); // add every pending gradient (their copies are done)
     void settle() noexcept; // wait for the refresh() copies; a failed one is stale
 
-    std::unique_ptr<MirrorMemory> memory_;
+    std::unique_ptr<device::Space> memory_;
     std::vector<Slot> slots_;
     dsm_dtype_t dtype_;
     size_t esize_;

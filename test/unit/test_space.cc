@@ -51,6 +51,30 @@ static void test_sim_defers(void **) {
     assert_int_equal(ran, 1);
 }
 
+// A mark waits for the work before it and no more; idle() is false while
+// work is queued.
+static void test_sim_marks(void **) {
+    std::unique_ptr<Space> sim = dsm::device::make_sim();
+    assert_true(sim->idle());
+    int a = 0, b = 0;
+    sim->run([&] { a = 1; });
+    std::unique_ptr<Space::Mark> m = sim->mark();
+    sim->record(*m);
+    sim->run([&] { b = 1; });
+    assert_false(sim->idle());
+    sim->wait_mark(*m);
+    assert_int_equal(a, 1);
+    assert_int_equal(b, 0);
+    sim->wait_mark(*m); // again: nothing more
+    assert_int_equal(b, 0);
+    sim->synchronize();
+    assert_int_equal(b, 1);
+    assert_true(sim->idle());
+    std::string why;
+    int x = 0;
+    assert_true(sim->pin(&x, sizeof x, why));
+}
+
 // A failure in the queue is thrown by the wait, and drops the rest.
 static void test_sim_failure(void **) {
     std::unique_ptr<Space> sim = dsm::device::make_sim();
@@ -179,7 +203,8 @@ static void test_cuda_absent(void **) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sim_defers), cmocka_unit_test(test_sim_failure),
+        cmocka_unit_test(test_sim_defers), cmocka_unit_test(test_sim_marks),
+        cmocka_unit_test(test_sim_failure),
         cmocka_unit_test(test_host),       cmocka_unit_test(test_math_bits),
         cmocka_unit_test(test_optimizer_bits), cmocka_unit_test(test_cuda_absent),
     };
