@@ -765,6 +765,23 @@ static void test_device_cuda(void **state) {
             snprintf(what, sizeof what, "cuda, stage %d%s", stage, p ? ", bf16" : "");
             compare(gpu, host, p ? 2e-2 : 2e-5, what);
         }
+    if (test_size % 2 == 0) { /* NCCL communicators split per mesh dimension */
+        const int sp = 2, dp = test_size / sp;
+        dsm_mesh_t mesh;
+        ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, dp, sp, &mesh));
+        int dp_rank;
+        ASSERT_OK(dsm_mesh_rank(mesh, "data_parallel", &dp_rank));
+        for (int stage = 1; stage <= 3; stage += 2) {
+            run_t q = {stage, 2, 2, 3, ADAMW, "", 1};
+            float host[TOTAL], gpu[TOTAL];
+            train_on("host", mesh, &q, dp, dp_rank, sp, host, NULL);
+            train_on("cuda", mesh, &q, dp, dp_rank, sp, gpu, NULL);
+            char what[96];
+            snprintf(what, sizeof what, "cuda, dp %d x sp %d, stage %d", dp, sp, stage);
+            compare(gpu, host, 2e-5, what);
+        }
+        ASSERT_OK(dsm_mesh_free(&mesh));
+    }
 }
 
 int main(int argc, char **argv) {
