@@ -192,8 +192,17 @@ void Engine::choose_space(const Options &options) {
         if (want == DSM_DEVICE_SIMULATED) own_space_ = device::make_sim();
         if (want == DSM_DEVICE_CUDA) {
             try {
-                const int dev =
-                    options.cuda_device >= 0 ? options.cuda_device : cuda::use_device(cuda::mesh_hint(*mesh_));
+                // The device is made current: the engine's kernels launch on it.
+                int dev = options.cuda_device;
+                if (dev >= 0) {
+                    const cuda::DeviceCount dc = cuda::device_count();
+                    DSM_REQUIRE(dc.count > 0, DSM_ERR_NOT_SUPPORTED, "no CUDA device is usable: ", dc.reason);
+                    DSM_REQUIRE(dev < dc.count, DSM_ERR_INVALID_ARGUMENT, "options->cuda_device is ", dev,
+                                " and this rank sees ", dc.count, " CUDA devices");
+                    cuda::set_device(dev);
+                } else {
+                    dev = cuda::use_device(cuda::mesh_hint(*mesh_));
+                }
                 own_space_ = device::make_cuda(dev);
             } catch (const Error &e) {
                 DSM_FAIL(e.status(), from, " cuda: ", e.message());

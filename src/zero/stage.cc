@@ -26,7 +26,6 @@ void Stage::bind(const Layout *layout, int part, comm::Backend *dp, comm::Backen
     sp_ = sp;
     space_ = space;
     math_ = math;
-    queue_ = space->queue();
     timers_ = timers;
 }
 

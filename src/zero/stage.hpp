@@ -129,7 +129,8 @@ protected:
     comm::Backend *dp_ = nullptr, *sp_ = nullptr;
     device::Space *space_ = &device::host();
     amp::Math *math_ = nullptr;
-    comm::Queue queue_;
+    // The queue of the space now (dsm_engine_set_stream may change it).
+    comm::Queue queue() const noexcept { return space_->queue(); }
     Timers *timers_ = nullptr;
 };
 

@@ -228,7 +228,7 @@ void Partitioned::gather(const std::vector<int> &list) {
         }
         const std::vector<size_t> counts = layout_->counts(s->offset, s->offset + s->numel);
         const size_t lo = std::max(s->offset, my_begin);
-        dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype, queue_);
+        dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype, queue());
     } else {
         for (int j : list) gathered_[static_cast<size_t>(j)] = pool_.take(layout_->slot_of(j)->numel * esize_, false);
         const GatherPlan plan = plan_gather(*layout_, list);
@@ -243,7 +243,7 @@ void Partitioned::gather(const std::vector<int> &list) {
                              part + (jp.second.flat_offset - my_begin) * esize_, jp.second.count * esize_);
                 at += jp.second.count;
             }
-        dp_->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue_);
+        dp_->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue());
         at = 0;
         for (const auto &jp : plan.pieces) {
             space_->copy(static_cast<char *>(gathered_[static_cast<size_t>(jp.first)].data()) + jp.second.param_offset * esize_,
@@ -258,10 +258,10 @@ void Partitioned::publish(const float *master) {
     void *part = param_partition();
     if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
     if (s_.stage == 2) {
-        dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue_);
+        dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
     } else if (persist_end_ > 0) {
         const std::vector<size_t> counts = layout_->counts(0, persist_end_);
-        dp_->allgatherv(part, param_flat_.data(), counts, s_.dtype, queue_);
+        dp_->allgatherv(part, param_flat_.data(), counts, s_.dtype, queue());
     }
 }
 
@@ -292,7 +292,7 @@ void Partitioned::flush(const Before &before) {
     for (auto &p : pending_) {
         const size_t n = layout_->slot_of(p.param)->numel;
         if (s_.pre != 1.0) math_->scale(p.data, dt, n, s_.pre);
-        if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue_);
+        if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue());
         released.push_back(p.param);
     }
     const std::vector<Round> rounds = plan_rounds(*layout_, released, bucket_cap_);
@@ -342,7 +342,7 @@ void Partitioned::flush(const Before &before) {
         size_t mine = 0;
         for (int q = 0; q < part_; ++q) mine += r.counts[static_cast<size_t>(q)];
         char *recv = buf + mine * csize_;
-        dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM, queue_); // in place
+        dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM, queue()); // in place
         // Unpack this rank's pieces in the same order, adding into the partition.
         size_t at = 0;
         for (const SendPiece &pc : r.pieces) {

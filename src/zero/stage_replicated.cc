@@ -54,7 +54,7 @@ public:
     void publish(const float *master) override {
         void *part = param_partition();
         if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
-        if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue_);
+        if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
     }
     void new_micro_step(bool) override {}
 
@@ -95,9 +95,9 @@ private:
             math_->convert(g, s_.dtype, buf, cd, n);
         }
         if (s_.pre != 1.0) math_->scale(buf, cd, n, s_.pre);
-        if (sp_) sp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue_);
+        if (sp_) sp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue());
         if (s_.stage == 0) {
-            dp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue_);
+            dp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue());
             if (s_.post != 1.0) math_->scale(buf, cd, n, s_.post);
             if (buf != g) math_->convert(buf, cd, g, s_.dtype, n);
             return;
@@ -107,7 +107,7 @@ private:
         for (int r = 0; r < part_; ++r) mine += counts[static_cast<size_t>(r)];
         char *recv = static_cast<char *>(buf) + mine * csize_;
         const size_t my_count = counts[static_cast<size_t>(part_)];
-        dp_->reduce_scatterv(buf, recv, counts, cd, comm::Op::SUM, queue_);
+        dp_->reduce_scatterv(buf, recv, counts, cd, comm::Op::SUM, queue());
         if (s_.post != 1.0) math_->scale(recv, cd, my_count, s_.post);
         if (buf != g) math_->convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
     }
