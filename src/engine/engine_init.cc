@@ -1,7 +1,7 @@
 // The engine's creation steps that touch every parameter: the argument
-// checks, the memory space and the backends, the buffers (the ZeRO stage's, then the master weights and the
-// optimizer state), with the fall-back to the mpi backend when /dev/shm is too
-// small, and the initial values.
+// checks, the memory space and the backends, the buffers (the ZeRO stage's,
+// then the master weights and the optimizer state), with the fall-back to the
+// mpi backend when /dev/shm is too small, and the initial values.
 #include "dsm_config.h"
 
 #include "engine/engine.hpp"
@@ -181,7 +181,9 @@ void Engine::choose_space(const Options &options) {
     agree_same(world_, from, device_word(want));
     if (want == DSM_DEVICE_DEFAULT) {
         std::string why;
-        const bool gpus = comm::nccl_built() && comm::every_rank_has_a_device(world_, &why);
+        // The device-resident engine needs the CUDA kernels and NCCL built.
+        const bool gpus =
+            DSM_HAVE_CUDA_KERNELS && comm::nccl_built() && comm::every_rank_has_a_device(world_, &why);
         want = gpus && !offloading(cfg_) ? DSM_DEVICE_CUDA : DSM_DEVICE_HOST;
     }
     agree(world_, [&] {
