@@ -29,6 +29,50 @@ extern "C" { /* this CMocka header has no C++ guards */
 
 static int test_rank, test_size;
 
+/* ---------------------------------------------------------------- nodes
+ * The real nodes the ranks run on, as the library finds them: ranks that
+ * share memory (MPI_COMM_TYPE_SHARED) are on one node, a node is known by
+ * its lowest rank. run_mpi_group fills these before the tests run; tests
+ * derive what they expect from them instead of assuming one host. */
+static int *test_node_of; /* [test_size]: the lowest rank on rank r's node */
+static int test_nnodes;   /* how many nodes */
+
+/* The number of ranks on rank r's node. */
+static inline int test_node_size(int r) {
+    int n = 0;
+    for (int q = 0; q < test_size; ++q) n += test_node_of[q] == test_node_of[r];
+    return n;
+}
+
+static inline int test_max_node_size(void) {
+    int most = 0;
+    for (int r = 0; r < test_size; ++r) most = test_node_size(r) > most ? test_node_size(r) : most;
+    return most;
+}
+
+/* The rank at each position under node-aware placement (DSM_PLACEMENT_NODE,
+   the default) where no NUMA domain tells ranks apart (unbound ranks, or one
+   domain): the ranks sorted by node, nodes in the order of their lowest
+   ranks, then by rank. On one host: position = rank. */
+static inline void test_node_order(int *rank_of_position) {
+    int pos = 0;
+    for (int node = 0; node < test_size; ++node)
+        for (int r = 0; r < test_size; ++r)
+            if (test_node_of[r] == node) rank_of_position[pos++] = r;
+}
+
+static inline void test_find_nodes(void) {
+    MPI_Comm shared;
+    int lowest = test_rank;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, test_rank, MPI_INFO_NULL, &shared);
+    MPI_Allreduce(&test_rank, &lowest, 1, MPI_INT, MPI_MIN, shared);
+    MPI_Comm_free(&shared);
+    test_node_of = (int *)malloc(sizeof(int) * (size_t)test_size);
+    MPI_Allgather(&lowest, 1, MPI_INT, test_node_of, 1, MPI_INT, MPI_COMM_WORLD);
+    test_nnodes = 0;
+    for (int r = 0; r < test_size; ++r) test_nnodes += test_node_of[r] == r;
+}
+
 /* Assert a call succeeded, showing the library's message when it did not. */
 #define ASSERT_OK(call)                                                                  \
     do {                                                                                 \
@@ -146,6 +190,7 @@ static inline int run_mpi_group(const char *name, const struct CMUnitTest *tests
     MPI_Comm_rank(MPI_COMM_WORLD, &test_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &test_size);
     MPI_Comm_dup(MPI_COMM_WORLD, &mpi_test_comm);
+    test_find_nodes();
     struct CMUnitTest *wrapped = (struct CMUnitTest *)malloc(n * sizeof *wrapped);
     for (size_t i = 0; i < n; ++i) {
         wrapped[i] = tests[i];
@@ -164,6 +209,7 @@ static inline int run_mpi_group(const char *name, const struct CMUnitTest *tests
     int any = 0;
     MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Comm_free(&mpi_test_comm);
+    free(test_node_of);
     MPI_Finalize();
     return failed != 0 ? 1 : (any != 0 ? 1 : 0);
 }
