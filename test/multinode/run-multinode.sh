@@ -18,23 +18,23 @@
 #   MN_TIMEOUT                seconds per run before it is killed and fails (default 300)
 #   MN_LAYOUTS                the layouts to run (default: all five)
 #   MN_TESTS                  run only these test names (e.g. "test_comm test_sp")
-# Logs: top_builddir/test/multinode/LAYOUT/TEST.log; a summary in automake's
-# form in test/multinode/test-suite.log. Exit status: 0 when every run
+# Logs: top_builddir/test/multinode/logs/LAYOUT/TEST.log; a summary in
+# automake's form in test/multinode/test-suite.log. Exit status: 0 when every run
 # passed, 1 when one failed, 77 (skipped) without root or without the harness.
 set -uo pipefail
 
 build=$(cd "${top_builddir:-.}" && pwd)
 src=$(cd "${top_srcdir:-$(dirname "$0")/../..}" && pwd)
 mn=${MULTINODE_DIR:-$src/../shared/multinode}
-out=$build/test/multinode
-summary=$out/test-suite.log
+out=$build/test/multinode/logs
+summary=$build/test/multinode/test-suite.log
 
 NODE_TESTS="test_comm test_mesh test_mesh_placement test_mesh_roles test_engine test_checkpoint test_sp test_engine_errors"
 LAYOUTS=${MN_LAYOUTS:-"2x2 2x2-rr 4x1 3+1 1+2+1"}
 
 skip() {
     echo "check-multinode: SKIPPED: $*"
-    mkdir -p "$out"
+    mkdir -p "${summary%/*}"
     printf '# TOTAL: 0\n# PASS: 0\n# SKIP: 1\n# FAIL: 0\n# ERROR: 0\n\nskipped: %s\n' "$*" >"$summary"
     exit 77
 }
@@ -77,7 +77,7 @@ trap '"$mn/down.sh" >/dev/null 2>&1 || true' EXIT
 trap 'exit 130' INT TERM
 "$mn/up.sh" "$nodes" || { echo "check-multinode: FAIL: $mn/up.sh $nodes failed"; exit 1; }
 
-rm -rf "$out"
+rm -rf "$out" "$summary" # (the logs only: in a build in the source tree, test/multinode holds this script)
 mkdir -p "$out"
 cd "$build" || exit 1
 start=$(date +%s)
