@@ -219,6 +219,11 @@ std::unique_ptr<Mesh> Mesh::create(MPI_Comm comm, int ndims, const int shape[],
             nnodes = std::max(nnodes, ri.node + 1);
             per_node = std::max(per_node, ri.local_size);
         }
+        // Without placement, the groups node-aware placement would keep
+        // inside a node: there the launch order, not the nodes, is the cause.
+        const std::vector<bool> placed_within =
+            r.placement == DSM_PLACEMENT_NODE ? st->within_node
+                                              : topo::dims_within_node(st->shape, topo::place(st->ranks, true), st->ranks);
         for (int d = 0; d < ndims; ++d) {
             const char *name = st->names[static_cast<size_t>(d)].c_str();
             const int extent = st->shape[static_cast<size_t>(d)];
@@ -231,6 +236,12 @@ std::unique_ptr<Mesh> Mesh::create(MPI_Comm comm, int ndims, const int shape[],
                          "dimension %s (size %d) cannot stay inside a node: with the dimensions inside "
                          "it a group needs %ld ranks, nodes have at most %d",
                          name, extent, need, per_node);
+            } else if (placed_within[static_cast<size_t>(d)]) {
+                DSM_WARN(MESH,
+                         "dimension %s (size %d) does not stay inside a node: placement none keeps the "
+                         "launch order of the ranks, which puts its groups across nodes (node-aware "
+                         "placement would keep them inside one); its collectives cross the network",
+                         name, extent);
             } else {
                 DSM_WARN(MESH,
                          "dimension %s (size %d) cannot stay inside a node: its groups need %ld ranks "

@@ -254,6 +254,30 @@ std::unique_ptr<Backend> make(const Config &c) {
     return dsm::comm::create_backend(MPI_COMM_WORLD, c.kind, c.color ? c.color(test_rank) : -1);
 }
 
+// The nodes a backend made with `color` sees: ranks of one real node (see
+// mpi_test.h) with equal colors, since node_comm splits the colors further
+// by MPI_COMM_TYPE_SHARED. Without a color, the real nodes.
+bool same_node(int (*color)(int), int a, int b) {
+    return test_node_of[a] == test_node_of[b] && (color == nullptr || color(a) == color(b));
+}
+
+int nodes_seen(int (*color)(int)) {
+    int n = 0;
+    for (int r = 0; r < test_size; ++r) {
+        bool first = true;
+        for (int q = 0; q < r && first; ++q) first = !same_node(color, q, r);
+        n += first;
+    }
+    return n;
+}
+
+// Whether bytes to member q count as sent off the node: all of them for the
+// mpi backend (which does not know the nodes), else those to another node.
+std::function<bool(size_t)> off_node_of(const Backend &be, const Config &c) {
+    const bool mpi = std::string(be.name()) == "mpi";
+    return [mpi, color = c.color](size_t q) { return mpi || !same_node(color, static_cast<int>(q), test_rank); };
+}
+
 // ---------------------------------------------------------------- allreduce
 
 // One allreduce checked against the reference; returns the result.
@@ -652,9 +676,7 @@ void packed_failures(Backend &be, const char *label, const std::function<bool(si
 }
 
 void packed_suite(Backend &be, const Config &c) {
-    const std::function<bool(size_t)> off_node = [&](size_t q) {
-        return c.kind == Kind::MPI || (c.color != nullptr && c.color(static_cast<int>(q)) != c.color(test_rank));
-    };
+    const std::function<bool(size_t)> off_node = off_node_of(be, c);
     uint64_t seed = 7000;
     // Back to back, growing: the shm window grows several times.
     for (size_t scale : {size_t(1), size_t(5), size_t(100), size_t(4099), size_t(70000), size_t(400000)}) {
@@ -1059,6 +1081,12 @@ void direct_suite(Backend &be, const Config &c, bool *cma) {
     const bool capable = shm_one_node(be) && (test_size == 1 || *cma);
     CHECK(ran == capable, c.label, " alltoall_direct returned ", ran, ", expected ", capable);
     if (shm_one_node(be) && test_size > 1) direct_shared_suite(be, c, *cma, 12000);
+    if (c.kind == Kind::SHM && !shm_one_node(be)) { // across nodes: refused, node-shared inputs or not
+        DirectPlace shared;
+        shared.in_shared = shared.out_shared = true;
+        CHECK(!run_direct(be, dsm::cat(c.label, " alltoall_direct shared across nodes"), seed + 500, small, shared),
+              c.label, " alltoall_direct across nodes returned true");
+    }
     if (!ran) return;
     // Back to back: many pieces (beyond IOV_MAX on each side), big pieces,
     // more buffers than the window first holds, nothing at all; gathers that
@@ -1108,9 +1136,13 @@ void test_alltoall_direct(void **state) {
             dynamic_cast<dsm::comm::ShmBackend &>(*be).refuse_cma();
             const bool ran = run_direct(*be, "shm (no cma) alltoall_direct", 13000, DirectShape{3, 4096, 40, 30, 16, false});
             CHECK(!ran, "shm (no cma) alltoall_direct with private inputs returned true");
-            direct_shared_suite(*be, kConfigs[1], false, 14000);
+            if (shm_one_node(*be)) direct_shared_suite(*be, kConfigs[1], false, 14000);
         }
-        if (test_rank == 0)
+        if (test_rank == 0 && test_nnodes > 1)
+            print_message("alltoall_direct over %d ranks on %d nodes: refused (it works inside one node), the "
+                          "callers pack\n",
+                          test_size, test_nnodes);
+        else if (test_rank == 0)
             print_message("alltoall_direct over %d ranks: %s; inputs in node-shared memory: single copy with memcpy\n",
                           test_size,
                           test_size == 1 ? "a group of one (memcpy)"
@@ -1159,8 +1191,7 @@ void test_chunked_beyond_count_limit(void **state) {
             alltoallv_and_bcast(*be, c.label);
             ++seed;
             run_packed(*be, dsm::cat(c.label, " alltoall_packed chunked"), seed,
-                       [&](size_t p, size_t q) { return packed_bytes(seed, p, q, 40); },
-                       [&](size_t q) { return c.kind == Kind::MPI || c.color(static_cast<int>(q)) != c.color(test_rank); });
+                       [&](size_t p, size_t q) { return packed_bytes(seed, p, q, 40); }, off_node_of(*be, c));
         }
         dsm::comm::detail::set_mpi_count_limit(0);
     });
@@ -1174,8 +1205,8 @@ void test_choice_and_stats(void **state) {
         CHECK(dsm::comm::kind_from_name("shm") == Kind::SHM, "shm");
         // AUTO: shared memory when some node has two ranks, else plain MPI.
         const auto one_host = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::AUTO);
-        CHECK(std::string(one_host->name()) == (test_size > 1 ? "shm" : "mpi"), "auto on one host is ",
-              one_host->name());
+        CHECK(std::string(one_host->name()) == (test_max_node_size() > 1 ? "shm" : "mpi"), "auto on ", test_nnodes,
+              " nodes of up to ", test_max_node_size(), " ranks is ", one_host->name());
         const auto spread = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::AUTO, test_rank);
         CHECK(std::string(spread->name()) == "mpi", "auto with a node per rank is ", spread->name());
         CHECK(one_host->size() == test_size && one_host->rank() == test_rank, "size/rank");
@@ -1183,12 +1214,16 @@ void test_choice_and_stats(void **state) {
         MPI_Comm_compare(one_host->comm(), MPI_COMM_WORLD, &cmp);
         CHECK(cmp == MPI_CONGRUENT, "comm() is a duplicate of the group's communicator");
 
+        // The real nodes (one on one host); colors split them further.
         const auto shm = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::SHM, -1);
         const auto *s = dynamic_cast<const dsm::comm::ShmBackend *>(shm.get());
-        CHECK(s != nullptr && s->nodes() == 1 && s->local_size() == test_size, "one node");
+        CHECK(s != nullptr && s->nodes() == test_nnodes && s->local_size() == test_node_size(test_rank), "the ",
+              test_nnodes, " real nodes: ", s ? s->nodes() : -1, " nodes, ", s ? s->local_size() : -1, " ranks here");
         const auto nodes = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::SHM, test_rank / 2);
         s = dynamic_cast<const dsm::comm::ShmBackend *>(nodes.get());
-        CHECK(s != nullptr && s->nodes() == (test_size + 1) / 2, "nodes of two ranks: ", s ? s->nodes() : -1);
+        CHECK(s != nullptr && s->nodes() == nodes_seen(pairs), "nodes of two ranks: ", s ? s->nodes() : -1,
+              ", expected ", nodes_seen(pairs));
+        if (test_nnodes == 1) CHECK(nodes_seen(pairs) == (test_size + 1) / 2, "nodes of two ranks on one host");
 
         // alloc_shared: zeroed, 64-byte aligned, freed collectively.
         for (Backend *be : {one_host.get(), shm.get(), spread.get()}) {
@@ -1206,7 +1241,10 @@ void test_choice_and_stats(void **state) {
         }
 
         // Stats: the ring volume for both; off the node, all of it for mpi
-        // (which does not know the nodes), nothing for shm on one node.
+        // (which does not know the nodes); for shm, the lanes between nodes
+        // carry each node's share twice (reduce-scatter, then allgather): a
+        // node's ranks together send off the node twice the slices of the
+        // ranks on other nodes; nothing on one node.
         const auto mpi = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
         std::vector<float> x(1000, 1.0f);
         mpi->allreduce(x.data(), x.data(), x.size(), DSM_FLOAT32, Op::SUM);
@@ -1215,8 +1253,18 @@ void test_choice_and_stats(void **state) {
         const uint64_t ring = static_cast<uint64_t>(2.0L * 4000 * (test_size - 1) / test_size);
         CHECK(mpi->stats().calls == 1 && mpi->stats().bytes_sent == ring && mpi->stats().bytes_off_node == ring,
               "mpi stats ", mpi->stats().bytes_sent, " ", mpi->stats().bytes_off_node, ", expected ", ring);
-        CHECK(shm->stats().calls == 1 && shm->stats().bytes_sent == ring && shm->stats().bytes_off_node == 0,
-              "shm stats ", shm->stats().bytes_sent, " ", shm->stats().bytes_off_node, ", expected ", ring, " and 0");
+        uint64_t elsewhere = 0; // the elements of the slices of ranks on other nodes
+        for (int r = 0; r < test_size; ++r)
+            if (test_node_of[r] != test_node_of[test_rank])
+                elsewhere += 1000 / test_size + (r < 1000 % test_size ? 1 : 0);
+        unsigned long long mine = shm->stats().bytes_off_node, node_off = 0;
+        MPI_Comm node;
+        MPI_Comm_split(MPI_COMM_WORLD, test_node_of[test_rank], test_rank, &node);
+        MPI_Allreduce(&mine, &node_off, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, node);
+        MPI_Comm_free(&node);
+        CHECK(shm->stats().calls == 1 && shm->stats().bytes_sent == ring && node_off == 2 * 4 * elsewhere,
+              "shm stats ", shm->stats().bytes_sent, " sent, ", node_off, " off this node; expected ", ring, " and ",
+              2 * 4 * elsewhere);
         CHECK(x[0] == static_cast<float>(test_size) * test_size, "two allreduces of ones give ", x[0]);
     });
 }
@@ -1248,12 +1296,12 @@ void test_factory(void **state) {
     (void)state;
     guarded([] {
         const bool nccl = dsm::comm::nccl_built() && every_rank_has_a_gpu();
-        const std::string host_auto = test_size > 1 ? "shm" : "mpi";
+        const std::string host_auto = test_max_node_size() > 1 ? "shm" : "mpi";
         // Unset, empty and "auto" (any case): the choice create_backend(AUTO) makes for host memory.
         for (const char *v : {static_cast<const char *>(nullptr), "", "auto", "AUTO"}) {
             set_backend_env(v);
             const std::string label = v ? dsm::cat("\"", v, "\"") : std::string("unset");
-            CHECK(made(Space::HOST) == host_auto, label, ": host memory on one host gives ", made(Space::HOST));
+            CHECK(made(Space::HOST) == host_auto, label, ": host memory gives ", made(Space::HOST));
             CHECK(made(Space::HOST, test_rank) == "mpi", label, ": a node per rank gives ",
                   made(Space::HOST, test_rank));
             CHECK(made(Space::DEVICE) == (nccl ? "nccl" : "mpi"), label, ": device memory gives ",

@@ -14,17 +14,30 @@ static void make_shape(int ndims, int shape[]) {
     shape[0] *= rest;
 }
 
-/* Check a mesh whose position is the world rank (one node, or placement none). */
-static void check_row_major(dsm_mesh_t mesh, int ndims, const int shape[]) {
+/* The rank at each position: the node-aware placement's order (position =
+   rank on one host, or when the nodes hold consecutive ranks), or, without
+   placement, the world rank. */
+static int *positions(dsm_placement_t placement) {
+    int *rank_of = malloc(sizeof(int) * (size_t)test_size);
+    for (int p = 0; p < test_size; ++p) rank_of[p] = p;
+    if (placement == DSM_PLACEMENT_NODE) test_node_order(rank_of);
+    return rank_of;
+}
+
+/* Check a mesh whose positions hold the ranks `rank_of` says (row-major
+   coordinates, groups, communicators). */
+static void check_row_major(dsm_mesh_t mesh, int ndims, const int shape[], const int *rank_of) {
     int nd = -1, got[DSM_MESH_MAX_DIMS], coords[DSM_MESH_MAX_DIMS];
     ASSERT_OK(dsm_mesh_get_ndims(mesh, &nd));
     assert_int_equal(nd, ndims);
     ASSERT_OK(dsm_mesh_get_shape(mesh, DSM_MESH_MAX_DIMS, got));
     ASSERT_OK(dsm_mesh_get_coords(mesh, ndims, coords));
+    int mine = 0; /* this rank's position */
+    while (rank_of[mine] != test_rank) ++mine;
     int stride = 1, pos = 0;
     for (int d = ndims - 1; d >= 0; --d) {
         assert_int_equal(got[d], shape[d]);
-        assert_int_equal(coords[d], (test_rank / stride) % shape[d]); /* last dimension fastest */
+        assert_int_equal(coords[d], (mine / stride) % shape[d]); /* last dimension fastest */
         pos += coords[d] * stride;
         int size = -1, rank = -1;
         ASSERT_OK(dsm_mesh_dim_size(mesh, d, &size));
@@ -53,7 +66,7 @@ static void check_row_major(dsm_mesh_t mesh, int ndims, const int shape[]) {
         int members[64];
         ASSERT_OK(dsm_mesh_group_ranks(mesh, name, 64, members));
         for (int i = 0; i < shape[d]; ++i)
-            assert_int_equal(members[i], test_rank + (i - coords[d]) * stride);
+            assert_int_equal(members[i], rank_of[mine + (i - coords[d]) * stride]);
         int *gathered = malloc(sizeof(int) * (size_t)csize);
         MPI_Allgather(&test_rank, 1, MPI_INT, gathered, 1, MPI_INT, comm);
         for (int i = 0; i < csize; ++i) assert_int_equal(gathered[i], members[i]);
@@ -66,6 +79,7 @@ static void check_row_major(dsm_mesh_t mesh, int ndims, const int shape[]) {
     ASSERT_OK(dsm_mesh_rank(mesh, NULL, &rank));
     ASSERT_OK(dsm_mesh_comm(mesh, NULL, &all));
     assert_int_equal(size, test_size);
+    assert_int_equal(pos, mine);
     assert_int_equal(rank, pos);
     int arank;
     MPI_Comm_rank(all, &arank);
@@ -86,7 +100,9 @@ static void test_meshes_1d_to_4d(void **state) {
             dsm_mesh_t mesh = NULL;
             ASSERT_OK(dsm_mesh_create_with_options(MPI_COMM_WORLD, ndims, shape, n, &opts, &mesh));
             assert_non_null(mesh);
-            check_row_major(mesh, ndims, shape);
+            int *rank_of = positions((dsm_placement_t)placement);
+            check_row_major(mesh, ndims, shape, rank_of);
+            free(rank_of);
             ASSERT_OK(dsm_mesh_free(&mesh));
             assert_null(mesh);
         }
@@ -103,7 +119,9 @@ static void test_inferred_dimension(void **state) {
     ASSERT_OK(dsm_mesh_size(mesh, "b", &size));
     assert_int_equal(size, test_size);
     int expect[3] = {1, test_size, 1};
-    check_row_major(mesh, 3, expect);
+    int *rank_of = positions(DSM_PLACEMENT_NODE);
+    check_row_major(mesh, 3, expect, rank_of);
+    free(rank_of);
     ASSERT_OK(dsm_mesh_free(&mesh));
 }
 
@@ -122,10 +140,18 @@ static void test_dp_sp_convenience(void **state) {
     ASSERT_OK(dsm_mesh_size(mesh, "sequence_parallel", &s));
     assert_int_equal(dp, test_size / sp);
     assert_int_equal(s, sp);
-    /* Each SP group is a run of consecutive ranks (one node). */
-    int members[8];
+    /* Each SP group is a run of consecutive positions: consecutive ranks on
+       one host, the ranks of one node wherever nodes hold a multiple of sp. */
+    int members[8], mine = 0, *rank_of = positions(DSM_PLACEMENT_NODE);
+    while (rank_of[mine] != test_rank) ++mine;
     ASSERT_OK(dsm_mesh_group_ranks(mesh, "sequence_parallel", 8, members));
-    for (int i = 0; i < sp; ++i) assert_int_equal(members[i], test_rank - test_rank % sp + i);
+    int fits = 1;
+    for (int r = 0; r < test_size; ++r) fits &= test_node_size(r) % sp == 0;
+    for (int i = 0; i < sp; ++i) {
+        assert_int_equal(members[i], rank_of[mine - mine % sp + i]);
+        if (fits) assert_int_equal(test_node_of[members[i]], test_node_of[test_rank]);
+    }
+    free(rank_of);
     ASSERT_OK(dsm_mesh_free(&mesh));
 }
 

@@ -64,6 +64,24 @@ static void test_uneven_nodes_warn(void **state) {
     check_log(":0 dsm WARN MESH dimension sp (size 2) cannot stay inside a node: its groups need 2 ranks");
 }
 
+/* Without placement, a round-robin launch puts pairs that node-aware
+   placement would keep on a node across nodes: the warning says so. */
+static void test_no_placement_warns(void **state) {
+    (void)state;
+    if (test_size < 4 || test_size % 2) skip();
+    setenv("DSM_SIM_NODES", "2:cyclic", 1);
+    int shape[2] = {test_size / 2, 2};
+    const char *names[] = {"dp", "sp"};
+    dsm_mesh_options_t opts = DSM_MESH_OPTIONS_INITIALIZER;
+    opts.placement = DSM_PLACEMENT_NONE;
+    dsm_mesh_t mesh = NULL;
+    ASSERT_OK(dsm_mesh_create_with_options(MPI_COMM_WORLD, 2, shape, names, &opts, &mesh));
+    unsetenv("DSM_SIM_NODES");
+    ASSERT_OK(dsm_mesh_free(&mesh));
+    check_log(":0 dsm WARN MESH dimension sp (size 2) does not stay inside a node: placement none keeps the "
+              "launch order of the ranks");
+}
+
 static void test_errors_leave_a_breadcrumb(void **state) {
     (void)state;
     int shape[1] = {0};
@@ -98,6 +116,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dimension_larger_than_node_is_logged),
         cmocka_unit_test(test_uneven_nodes_warn),
+        cmocka_unit_test(test_no_placement_warns),
         cmocka_unit_test(test_errors_leave_a_breadcrumb),
     };
     atexit(cleanup);

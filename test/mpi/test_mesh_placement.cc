@@ -1,8 +1,10 @@
 // Node-aware placement on simulated nodes (DSM_SIM_NODES / DSM_SIM_NUMA /
-// DSM_SIM_GPUS), read back through dsm_mesh_describe's JSON, and CPU binding.
+// DSM_SIM_GPUS), read back through dsm_mesh_describe's JSON, and CPU binding;
+// where no DSM_SIM_NODES is set, the expectations follow the real nodes.
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -130,22 +132,45 @@ static void test_named_nodes_and_uneven(void **) {
 
 static void test_numa_and_gpus(void **) {
     if (test_size != 4) skip();
-    // One node, NUMA domains 1,0,1,0: inner groups share a domain.
+    // NUMA domains 1,0,1,0 on the real nodes: inside a node, the ranks of
+    // domain 0 come first; 2 GPUs per node, shared out in placement order.
     setenv("DSM_SIM_NUMA", "1,0,1,0", 1);
     setenv("DSM_SIM_GPUS", "2", 1);
     dsm_mesh_t mesh = create({2, 2}, {"dp", "sp"});
     json j = describe(mesh);
-    const int expect_pos[4] = {2, 0, 3, 1};
-    const int expect_gpu[4] = {1, 0, 1, 0};
+    const int numa[4] = {1, 0, 1, 0};
+    std::vector<int> rank_of(4);
+    for (int r = 0; r < 4; ++r) rank_of[static_cast<size_t>(r)] = r;
+    std::sort(rank_of.begin(), rank_of.end(), [&](int a, int b) {
+        if (test_node_of[a] != test_node_of[b]) return test_node_of[a] < test_node_of[b]; // nodes by lowest rank
+        if (numa[a] != numa[b]) return numa[a] < numa[b];
+        return a < b;
+    });
+    int expect_pos[4], expect_gpu[4], seen[4] = {0, 0, 0, 0};
+    for (int pos = 0; pos < 4; ++pos) {
+        const int r = rank_of[static_cast<size_t>(pos)], n = test_node_size(r), i = seen[test_node_of[r]]++;
+        expect_pos[r] = pos;
+        expect_gpu[r] = n >= 2 ? i * 2 / n : i; // the i-th of n ranks of a node
+    }
+    if (test_nnodes == 1) { // on one host, as worked out by hand
+        const int one_host_pos[4] = {2, 0, 3, 1}, one_host_gpu[4] = {1, 0, 1, 0};
+        for (int r = 0; r < 4; ++r) {
+            assert_int_equal(expect_pos[r], one_host_pos[r]);
+            assert_int_equal(expect_gpu[r], one_host_gpu[r]);
+        }
+    }
     for (int r = 0; r < 4; ++r) {
         assert_int_equal(j["ranks"][static_cast<size_t>(r)]["position"].get<int>(), expect_pos[r]);
         assert_int_equal(j["ranks"][static_cast<size_t>(r)]["numa"].get<int>(), (r + 1) % 2);
         assert_int_equal(j["ranks"][static_cast<size_t>(r)]["gpu"].get<int>(), expect_gpu[r]);
     }
+    // The sp group: the two positions of this rank's pair (one NUMA domain
+    // on one host, one node on two nodes of two ranks).
+    const int first = expect_pos[test_rank] - expect_pos[test_rank] % 2;
     int members[2];
     ASSERT_OK(dsm_mesh_group_ranks(mesh, "sp", 2, members));
-    assert_int_equal(members[0] % 2, test_rank % 2);
-    assert_int_equal(members[1] % 2, test_rank % 2);
+    assert_int_equal(members[0], rank_of[static_cast<size_t>(first)]);
+    assert_int_equal(members[1], rank_of[static_cast<size_t>(first + 1)]);
     ASSERT_OK(dsm_mesh_free(&mesh));
     unsetenv("DSM_SIM_NUMA");
     unsetenv("DSM_SIM_GPUS");
@@ -171,16 +196,22 @@ static void test_spread_binding(void **) {
     CPU_ZERO(&after);
     sched_getaffinity(0, sizeof after, &after);
     int ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    // The CPUs are shared out among the ranks of a node.
+    const int local = test_node_size(test_rank);
     assert_true(CPU_COUNT(&after) >= 1);
     // With at least as many ranks as CPUs each rank gets a share, not the node.
-    if (test_size >= ncpu && ncpu > 1) assert_true(CPU_COUNT(&after) < ncpu);
-    // Ranks of a node get disjoint shares while there are enough CPUs.
-    if (test_size <= ncpu) {
+    if (local >= ncpu && ncpu > 1) assert_true(CPU_COUNT(&after) < ncpu);
+    // Ranks of a node get disjoint shares while there are enough CPUs (the
+    // same answer on every rank of a node).
+    MPI_Comm node;
+    MPI_Comm_split(MPI_COMM_WORLD, test_node_of[test_rank], test_rank, &node);
+    if (local <= ncpu) {
         std::vector<unsigned char> mine(static_cast<size_t>(ncpu)), all(static_cast<size_t>(ncpu));
         for (int c = 0; c < ncpu; ++c) mine[static_cast<size_t>(c)] = CPU_ISSET(c, &after) ? 1 : 0;
-        MPI_Allreduce(mine.data(), all.data(), ncpu, MPI_UNSIGNED_CHAR, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(mine.data(), all.data(), ncpu, MPI_UNSIGNED_CHAR, MPI_SUM, node);
         for (int c = 0; c < ncpu; ++c) assert_true(all[static_cast<size_t>(c)] <= 1);
     }
+    MPI_Comm_free(&node);
     ASSERT_OK(dsm_mesh_free(&mesh));
     sched_setaffinity(0, sizeof before, &before);
     // GPU binding on a node without GPUs falls back to an even share.
@@ -189,7 +220,7 @@ static void test_spread_binding(void **) {
     CPU_ZERO(&after);
     sched_getaffinity(0, sizeof after, &after);
     assert_true(CPU_COUNT(&after) >= 1);
-    if (test_size >= ncpu && ncpu > 1) assert_true(CPU_COUNT(&after) < ncpu);
+    if (local >= ncpu && ncpu > 1) assert_true(CPU_COUNT(&after) < ncpu);
     ASSERT_OK(dsm_mesh_free(&mesh));
     sched_setaffinity(0, sizeof before, &before);
 }

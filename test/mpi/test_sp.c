@@ -67,6 +67,14 @@ static dsm_sp_t make_sp(dsm_mesh_t *mesh) {
     return sp;
 }
 
+/* This rank's place in the group: its mesh position, which node-aware
+   placement may make differ from its world rank across nodes. */
+static int sp_rank(dsm_sp_t sp) {
+    int r = -1;
+    ASSERT_OK(dsm_sp_get_rank(sp, &r));
+    return r;
+}
+
 static void free_sp(dsm_sp_t *sp, dsm_mesh_t *mesh) {
     ASSERT_OK(dsm_sp_free(sp));
     assert_null(*sp);
@@ -134,7 +142,7 @@ static void test_shared_inputs(void **state) {
     (void)state;
     dsm_mesh_t mesh = NULL;
     dsm_sp_t sp = make_sp(&mesh);
-    const int P = test_size, r = test_rank;
+    const int P = test_size, r = sp_rank(sp);
     const dsm_dtype_t dtypes[] = {DSM_FLOAT32, DSM_BFLOAT16};
     for (int l = 0; l < 2; ++l)
         for (int k = 0; k < 2; ++k) {
@@ -215,7 +223,7 @@ static void test_qkv(void **state) {
     (void)state;
     dsm_mesh_t mesh = NULL;
     dsm_sp_t sp = make_sp(&mesh);
-    const int P = test_size, r = test_rank;
+    const int P = test_size, r = sp_rank(sp);
     const int64_t kvh = P % 2 == 0 ? P / 2 : 1; /* divides P: replication possible */
     dsm_sp_tensor_t t[3] = {{2, 2 * P, 2 * P, 4, DSM_SP_BATCH_FIRST, DSM_FLOAT32, 0},
                             {2, 2 * P, kvh, 4, DSM_SP_BATCH_FIRST, DSM_FLOAT32, DSM_SP_REPLICATE},

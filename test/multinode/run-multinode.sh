@@ -1,0 +1,124 @@
+#!/bin/bash
+# The MPI tests across simulated nodes (`make check-multinode`), with the
+# multinode harness (README.txt in MULTINODE_DIR): every node its own host
+# name, network, /dev/shm and PID namespace; ranks on different nodes talk
+# over TCP. Layouts (nodes x ranks per node; block order unless "rr"):
+#   2x2      every MPI test program (C, C++ and Fortran)
+#   2x2-rr   2 nodes x 2, round robin (rank r on node r % 2)
+#   4x1      4 nodes x 1
+#   3+1      2 nodes, uneven: ranks 0-2 on node0, rank 3 on node1
+#   1+2+1    3 nodes, uneven
+# The last four run the tests whose behaviour depends on where the ranks
+# are (NODE_TESTS below).
+#
+# Environment (make passes the first four):
+#   top_builddir, top_srcdir  the build and source trees
+#   MULTINODE_DIR             the harness (default: top_srcdir/../shared/multinode)
+#   MN_MPI_TESTS              the test programs, relative to top_builddir
+#   MN_TIMEOUT                seconds per run before it is killed and fails (default 300)
+#   MN_LAYOUTS                the layouts to run (default: all five)
+#   MN_TESTS                  run only these test names (e.g. "test_comm test_sp")
+# Logs: top_builddir/test/multinode/logs/LAYOUT/TEST.log; a summary in
+# automake's form in test/multinode/test-suite.log. Exit status: 0 when every run
+# passed, 1 when one failed, 77 (skipped) without root or without the harness.
+set -uo pipefail
+
+build=$(cd "${top_builddir:-.}" && pwd)
+src=$(cd "${top_srcdir:-$(dirname "$0")/../..}" && pwd)
+mn=${MULTINODE_DIR:-$src/../shared/multinode}
+out=$build/test/multinode/logs
+summary=$build/test/multinode/test-suite.log
+
+NODE_TESTS="test_comm test_mesh test_mesh_placement test_mesh_roles test_engine test_checkpoint test_sp test_engine_errors"
+LAYOUTS=${MN_LAYOUTS:-"2x2 2x2-rr 4x1 3+1 1+2+1"}
+
+skip() {
+    echo "check-multinode: SKIPPED: $*"
+    mkdir -p "${summary%/*}"
+    printf '# TOTAL: 0\n# PASS: 0\n# SKIP: 1\n# FAIL: 0\n# ERROR: 0\n\nskipped: %s\n' "$*" >"$summary"
+    exit 77
+}
+[ "$(id -u)" = 0 ] || skip "the simulated nodes need root (network namespaces); run it as root"
+[ -x "$mn/run.sh" ] && [ -x "$mn/up.sh" ] && [ -x "$mn/down.sh" ] ||
+    skip "no multinode harness in $mn (set MULTINODE_DIR to its directory)"
+[ -n "${MN_MPI_TESTS:-}" ] || skip "no MPI test programs (configured without CMocka?)"
+
+# layout -> "NODES RANKS_PER_NODE MAP"
+layout_args() {
+    case $1 in
+    2x2) echo "2 2 slot" ;;
+    2x2-rr) echo "2 2 node" ;;
+    4x1) echo "4 1 slot" ;;
+    3+1) echo "2 3,1 slot" ;;
+    1+2+1) echo "3 1,2,1 slot" ;;
+    *) echo "check-multinode: unknown layout '$1' (known: 2x2 2x2-rr 4x1 3+1 1+2+1)" >&2; exit 99 ;;
+    esac
+}
+wanted() { # a test the caller asked for (all when MN_TESTS is unset)
+    [ -z "${MN_TESTS:-}" ] && return 0
+    case " $MN_TESTS " in *" $1 "*) return 0 ;; esac
+    return 1
+}
+
+nodes=1
+for l in $LAYOUTS; do
+    layout_args "$l" >/dev/null # (exits on an unknown layout)
+    read -r n _ _ <<<"$(layout_args "$l")"
+    [ "$n" -gt "$nodes" ] && nodes=$n
+done
+
+# As `make check` runs the MPI tests (test/mpirun-wrapper.sh): one OpenMP
+# thread per rank, no leak checks under the sanitizers (Open MPI leaks).
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} MN_TIMEOUT=${MN_TIMEOUT:-300}
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+export top_builddir=$build top_srcdir=$src
+
+trap '"$mn/down.sh" >/dev/null 2>&1 || true' EXIT
+trap 'exit 130' INT TERM
+"$mn/up.sh" "$nodes" || { echo "check-multinode: FAIL: $mn/up.sh $nodes failed"; exit 1; }
+
+rm -rf "$out" "$summary" # (the logs only: in a build in the source tree, test/multinode holds this script)
+mkdir -p "$out"
+cd "$build" || exit 1
+start=$(date +%s)
+passed=0 failed=0 failures=''
+for l in $LAYOUTS; do
+    read -r n rpn map <<<"$(layout_args "$l")"
+    mkdir -p "$out/$l"
+    for prog in $MN_MPI_TESTS; do
+        name=${prog##*/}
+        wanted "$name" || continue
+        if [ "$l" != 2x2 ]; then
+            case " $NODE_TESTS " in *" $name "*) ;; *) continue ;; esac
+        fi
+        log=$out/$l/$name.log
+        t0=$(date +%s)
+        MN_MAP=$map "$mn/run.sh" "$n" "$rpn" "$build/$prog" >"$log" 2>&1
+        rc=$?
+        took=$(($(date +%s) - t0))
+        if [ "$rc" = 0 ]; then
+            passed=$((passed + 1))
+            echo "PASS: $l $name (${took} s)"
+        else
+            failed=$((failed + 1))
+            why="exit $rc"
+            [ "$rc" = 124 ] && why="killed after MN_TIMEOUT=${MN_TIMEOUT} s (hang?)"
+            echo "FAIL: $l $name ($why; log: $log)"
+            failures+="$l $name $log"$'\n'
+        fi
+    done
+done
+took=$(($(date +%s) - start))
+
+{
+    printf '# TOTAL: %d\n# PASS: %d\n# SKIP: 0\n# FAIL: %d\n# ERROR: 0\n\n' $((passed + failed)) "$passed" "$failed"
+    printf 'layouts: %s; %d s\n' "$LAYOUTS" "$took"
+    while read -r l name log; do
+        [ -n "$l" ] || continue
+        printf '\n=== FAIL: %s %s (the last 40 lines of %s)\n' "$l" "$name" "$log"
+        tail -n 40 "$log"
+    done <<<"$failures"
+} >"$summary"
+[ "$failed" = 0 ] || sed -n '/^=== FAIL/,$p' "$summary"
+echo "check-multinode: $passed passed, $failed failed in $took s (layouts: $LAYOUTS; logs in $out)"
+[ "$failed" = 0 ]
