@@ -9,7 +9,8 @@
 #   3+1      2 nodes, uneven: ranks 0-2 on node0, rank 3 on node1
 #   1+2+1    3 nodes, uneven
 # The last four run the tests whose behaviour depends on where the ranks
-# are (NODE_TESTS below).
+# are (NODE_TESTS below). Then ckpt_node_local: a checkpoint into a
+# node-local TMPDIR at 2 nodes x 1 fails on every rank with the reason.
 #
 # Environment (make passes the first four):
 #   top_builddir, top_srcdir  the build and source trees
@@ -17,7 +18,7 @@
 #   MN_MPI_TESTS              the test programs, relative to top_builddir
 #   MN_TIMEOUT                seconds per run before it is killed and fails (default 300)
 #   MN_LAYOUTS                the layouts to run (default: all five)
-#   MN_TESTS                  run only these test names (e.g. "test_comm test_sp")
+#   MN_TESTS                  run only these test names (e.g. "test_comm test_sp ckpt_node_local")
 # Logs: top_builddir/test/multinode/logs/LAYOUT/TEST.log; a summary in
 # automake's form in test/multinode/test-suite.log. Exit status: 0 when every run
 # passed, 1 when one failed, 77 (skipped) without root or without the harness.
@@ -108,6 +109,25 @@ for l in $LAYOUTS; do
         fi
     done
 done
+# A checkpoint into a directory that only some ranks see (a node-local
+# TMPDIR, as on clusters): every rank must fail at once with the reason, not
+# hang (the reliability issue's fix, proven across real nodes).
+if wanted ckpt_node_local && [ -x "$build/tools/dsm-ckpt" ]; then # (built with HDF5)
+    log=$out/ckpt_node_local.log
+    t0=$(date +%s)
+    TMPDIR=/run/mnode/tmp MN_MAP=slot "$mn/run.sh" 2 1 "$build/tools/dsm-bench" checkpoint --params 100000 \
+        >"$log" 2>&1
+    rc=$?
+    took=$(($(date +%s) - t0))
+    if [ "$rc" != 0 ] && [ "$rc" != 124 ] && grep -q "every rank must name one shared directory" "$log"; then
+        passed=$((passed + 1))
+        echo "PASS: 2x1 ckpt_node_local (refused in ${took} s)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL: 2x1 ckpt_node_local (exit $rc after ${took} s, expected the shared-directory error; log: $log)"
+        failures+="2x1 ckpt_node_local $log"$'\n'
+    fi
+fi
 took=$(($(date +%s) - start))
 
 {
