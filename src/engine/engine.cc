@@ -43,15 +43,15 @@ dsm_dtype_t to_dtype(config::Dtype d, dsm_dtype_t fallback) {
     return fallback;
 }
 
-// ZeRO-Offload: an offload_optimizer or offload_param device "cpu".
-bool offloads(const config::Config &c) {
-    return c.zero.offload_optimizer.device == config::OffloadDevice::CPU ||
-           c.zero.offload_param.device == config::OffloadDevice::CPU;
-}
-
 size_t dtype_bytes(dsm_dtype_t t) { return dtype_size(t); }
 
 } // namespace
+
+// ZeRO-Offload: an offload_optimizer or offload_param device "cpu".
+bool Engine::offloads(const config::Config &c) {
+    return c.zero.offload_optimizer.device == config::OffloadDevice::CPU ||
+           c.zero.offload_param.device == config::OffloadDevice::CPU;
+}
 
 std::unique_ptr<Engine> Engine::create(std::unique_ptr<Mesh> mesh, const char *config,
                                        const dsm_param_desc_t *params, int nparams, bool have_output,
@@ -248,7 +248,7 @@ void *Engine::stream() const noexcept { return user_stream_ ? space_->queue().ha
 // work (a gather, the zeroing of gradients, the update) is done first,
 // unless the user's stream is the engine's.
 void Engine::hand_out() {
-    if (space_->kind() != device::Kind::HOST && !user_stream_) space_->synchronize();
+    if (!user_stream_) space_->synchronize(); // nothing to wait for on the host
 }
 
 void Engine::check_usable() const {
@@ -364,12 +364,12 @@ void Engine::release(bool abandon) {
     if (abandon) {
         if (sp_) sp_->abandon();
         if (dp_) dp_->abandon();
+        if (world_backend_) world_backend_->abandon();
     }
     compute_->release();
     if (stage_) stage_->free(); // shared buffers: collective, in reverse order of allocation
     sp_.reset();
     dp_.reset();
-    if (world_backend_ && abandon) world_backend_->abandon();
     world_backend_.reset();
     if (abandon) { // MPI_Comm_free is collective too
         (void)sp_comm_.release();

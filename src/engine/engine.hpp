@@ -149,6 +149,7 @@ private:
     void allocate();
     void allocate_or_fall_back(int node);
     void initialize_values(const dsm_param_desc_t *params);
+    static bool offloads(const config::Config &c); // ZeRO-Offload is configured
     void choose_space(const Options &options);  // engine_init.cc
     void make_backends(const Options &options); // engine_init.cc
     // Before a pointer goes to the user: the space's queued work is done

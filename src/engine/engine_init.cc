@@ -148,12 +148,6 @@ void Engine::allocate() {
 
 namespace {
 
-// ZeRO-Offload: an offload_optimizer or offload_param device "cpu".
-bool offloading(const config::Config &c) {
-    return c.zero.offload_optimizer.device == config::OffloadDevice::CPU ||
-           c.zero.offload_param.device == config::OffloadDevice::CPU;
-}
-
 const char *device_word(dsm_device_t d) {
     switch (d) {
     case DSM_DEVICE_HOST: return "host";
@@ -184,10 +178,10 @@ void Engine::choose_space(const Options &options) {
         // The device-resident engine needs the CUDA kernels and NCCL built.
         const bool gpus =
             DSM_HAVE_CUDA_KERNELS && comm::nccl_built() && comm::every_rank_has_a_device(world_, &why);
-        want = gpus && !offloading(cfg_) ? DSM_DEVICE_CUDA : DSM_DEVICE_HOST;
+        want = gpus && !offloads(cfg_) ? DSM_DEVICE_CUDA : DSM_DEVICE_HOST;
     }
     agree(world_, [&] {
-        DSM_REQUIRE(want == DSM_DEVICE_HOST || !offloading(cfg_), DSM_ERR_CONFIG, from, " ", device_word(want),
+        DSM_REQUIRE(want == DSM_DEVICE_HOST || !offloads(cfg_), DSM_ERR_CONFIG, from, " ", device_word(want),
                     ": device-resident training keeps the master weights and optimizer state on the device, and "
                     "zero_optimization offloads them to the CPU (choose one: device host with offload, or no "
                     "offload)");

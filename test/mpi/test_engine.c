@@ -403,14 +403,21 @@ static void test_init_paths(void **state) {
 }
 
 /* A data_parallel x sequence_parallel mesh: gradients summed over SP. */
+/* A (data_parallel, sequence_parallel) mesh over every rank, and this rank's
+   data-parallel index. */
+static dsm_mesh_t dp_sp_mesh(int dp, int sp, int *dp_rank) {
+    dsm_mesh_t mesh;
+    ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, dp, sp, &mesh));
+    ASSERT_OK(dsm_mesh_rank(mesh, "data_parallel", dp_rank));
+    return mesh;
+}
+
 static void test_dp_sp_mesh(void **state) {
     (void)state;
     if (test_size % 2 != 0 || test_size < 4) skip();
     const int sp = 2, dp = test_size / sp;
-    dsm_mesh_t mesh;
-    ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, dp, sp, &mesh));
     int dp_rank;
-    ASSERT_OK(dsm_mesh_rank(mesh, "data_parallel", &dp_rank));
+    dsm_mesh_t mesh = dp_sp_mesh(dp, sp, &dp_rank);
     for (int stage = 0; stage <= 3; ++stage) {
         run_t r = {stage, 2, 2, 3, ADAMW, "", 1};
         float got[TOTAL], want[TOTAL];
@@ -659,10 +666,8 @@ static void test_device_bit_exact(void **state) {
     check_bits(NULL, &l, test_size, test_rank, 1, "stage 3, Lamb, bf16 reductions");
     if (test_size % 2 == 0) {
         const int sp = 2, dp = test_size / sp;
-        dsm_mesh_t mesh;
-        ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, dp, sp, &mesh));
         int dp_rank;
-        ASSERT_OK(dsm_mesh_rank(mesh, "data_parallel", &dp_rank));
+        dsm_mesh_t mesh = dp_sp_mesh(dp, sp, &dp_rank);
         for (int stage = 1; stage <= 3; stage += 2) {
             run_t r = {stage, 2, 2, 3, ADAMW, ", \"bf16\": {\"enabled\": true}", 1};
             char what[64];
@@ -767,10 +772,8 @@ static void test_device_cuda(void **state) {
         }
     if (test_size % 2 == 0) { /* NCCL communicators split per mesh dimension */
         const int sp = 2, dp = test_size / sp;
-        dsm_mesh_t mesh;
-        ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, dp, sp, &mesh));
         int dp_rank;
-        ASSERT_OK(dsm_mesh_rank(mesh, "data_parallel", &dp_rank));
+        dsm_mesh_t mesh = dp_sp_mesh(dp, sp, &dp_rank);
         for (int stage = 1; stage <= 3; stage += 2) {
             run_t q = {stage, 2, 2, 3, ADAMW, "", 1};
             float host[TOTAL], gpu[TOTAL];
