@@ -398,16 +398,17 @@ Optimizer::~Optimizer() = default;
 void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
                      const SumFn &sum) {
     DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");
-    (void)items_of(segments, n_); // the checks, before anything is enqueued
-    if (!space_->host_addressable()) {
-        cuda_step(p, g, segments, args, sum);
-    } else if (hyper_.type == OptimizerType::LAMB || space_->kind() == device::Kind::HOST) {
-        // Lamb's sums come back to the host between its passes.
+    // On the host, and Lamb anywhere host-addressable (its sums come back to
+    // the host between its passes): now, checked once by host_step.
+    const bool now = hyper_.type == OptimizerType::LAMB || space_->kind() == device::Kind::HOST;
+    if (space_->host_addressable() && now) {
         space_->synchronize();
         host_step(p, g, segments, args, sum);
-    } else {
-        space_->run([this, p, g, segments, args] { host_step(p, g, segments, args, SumFn()); });
+        return;
     }
+    (void)items_of(segments, n_); // the checks, before anything is enqueued
+    if (!space_->host_addressable()) cuda_step(p, g, segments, args, sum);
+    else space_->run([this, p, g, segments, args] { host_step(p, g, segments, args, SumFn()); });
 }
 
 void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
