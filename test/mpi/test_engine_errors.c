@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "mpi_test.h"
+#include "engine_memory.h"
 
 static const int64_t shape_a[2] = {5, 3}, shape_b[1] = {17};
 
@@ -471,7 +472,7 @@ static void test_min_scale(void **state) {
     ASSERT_OK(dsm_engine_grad_acquire(e, 0, &g));
     if (test_rank == 0) {
         float inf = INFINITY;
-        ASSERT_OK(dsm_convert(&inf, DSM_FLOAT32, g, DSM_FLOAT16, 1));
+        engine_write_f32(e, g, &inf, 1); /* the engine's dtype: fp16 */
     }
     ASSERT_OK(dsm_engine_grad_release(e, 0));
     ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_NUMERIC, "scale");
