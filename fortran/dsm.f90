@@ -356,7 +356,7 @@ module dsm
   !> size = DSM_ENGINE_OPTIONS_SIZE, which libdsm checks (leave it alone),
   !> and the defaults below.
   !>   device:      DSM_DEVICE_DEFAULT (DSM_ENGINE_DEVICE, else device-resident
-  !>                CUDA where every rank has a GPU and NCCL is built, see
+  !>                CUDA where every rank has a GPU of its own and NCCL is built, see
   !>                dsm.h), DSM_DEVICE_HOST, DSM_DEVICE_CUDA or
   !>                DSM_DEVICE_SIMULATED. A program computing on the host
   !>                asks for DSM_DEVICE_HOST.

@@ -662,7 +662,8 @@ typedef struct dsm_step_info {
 /** Where the engine keeps the model state and runs its math (dsm_engine_options_t::device). */
 typedef enum dsm_device {
     /** DSM_ENGINE_DEVICE from the environment; when that is unset or "auto": DSM_DEVICE_CUDA when
-     *  NCCL is built, every rank has a usable CUDA device and no ZeRO-Offload is configured, else
+     *  NCCL is built, every rank has a CUDA device of its own (no two ranks of a node share
+     *  one) and no ZeRO-Offload is configured, else
      *  DSM_DEVICE_HOST. */
     DSM_DEVICE_DEFAULT = 0,
     /** Host memory: the parameters the user reads and the gradients it writes are host memory. */
