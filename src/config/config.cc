@@ -144,7 +144,7 @@ void read_precision(Node &root, Config &cfg) {
     Bf16Config &b = cfg.bf16;
     b.enabled = bf16.get_bool("enabled", false);
     b.immediate_grad_update = bf16.get_bool("immediate_grad_update", false);
-    b.check_grad_overflow = bf16.get_bool("check_grad_overflow", false);
+    b.check_grad_overflow = bf16.get_bool("check_grad_overflow", true); // DeepSpeed's default since PR #6976
     static const char *unsupported[] = {"bf16_master_weights_and_grads", "bf16_optimizer_states"};
     for (const char *k : unsupported)
         if (bf16.get_bool(k, false))

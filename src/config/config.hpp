@@ -57,7 +57,7 @@ struct Fp16Config {
 struct Bf16Config {
     bool enabled = false;
     bool immediate_grad_update = false;
-    bool check_grad_overflow = false;
+    bool check_grad_overflow = true;
 };
 
 struct OffloadConfig {

@@ -185,6 +185,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
 
     scaler_ = std::make_unique<amp::LossScaler>(amp::loss_scaler_config(cfg_));
     schedule_ = optim::schedule_from_config(cfg_);
+    schedule_pending_ = schedule_ && schedule_->last_step() >= 0;
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
              "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s",
              num_params(), layout_.used(), stage_->number(), dtype_name(dtype_), dtype_name(comm_dtype_),

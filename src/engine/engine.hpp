@@ -227,6 +227,9 @@ private:
     bool last_boundary_ = false, last_skipped_ = false;
     bool broken_ = false, closed_ = false;
     bool warned_nonfinite_ = false; // fp32_nonfinite_gradients "warn": said once
+    // A schedule configured with last_batch_iteration >= 0 leaves the
+    // optimizer's lr and betas until its first step, as DeepSpeed's do.
+    bool schedule_pending_ = false;
     Timers timers_;
     double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
     int64_t window_samples_ = 0;

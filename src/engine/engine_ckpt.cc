@@ -319,7 +319,10 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         global_samples_ = counters[3];
         applied_steps_ = counters[4];
         if (restore_scaler) scaler_->set_state(lss);
-        if (schedule_ && !(flags & DSM_CKPT_LOAD_NO_LR_SCHEDULE)) schedule_->set_last_step(last_step);
+        if (schedule_ && !(flags & DSM_CKPT_LOAD_NO_LR_SCHEDULE)) {
+            schedule_->set_last_step(last_step); // the lr the checkpoint's optimizer stepped with
+            schedule_pending_ = false;
+        }
     }
     window_start_ = 0.0;
     zero_grads();

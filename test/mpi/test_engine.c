@@ -383,6 +383,32 @@ static void test_counters(void **state) {
     assert_true(last.loss_scale == 1.0);
 }
 
+/* A schedule resumed from the configuration (last_batch_iteration >= 0)
+   leaves the optimizer's lr until its first step, as DeepSpeed's schedules
+   do (they set the lr at construction only from iteration -1); from then on
+   each step sets the lr of the schedule's next iteration. */
+static void test_schedule_resumed(void **state) {
+    (void)state;
+    run_t r = {1, 1, 2, 0, "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.5}}",
+               ", \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
+               "\"warmup_max_lr\": 0.01, \"warmup_num_steps\": 10, \"warmup_type\": \"linear\", "
+               "\"last_batch_iteration\": 4}}",
+               0};
+    char cfg[2048];
+    make_config(cfg, sizeof cfg, &r, r.mb);
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    ASSERT_OK(dsm_engine_get_step_info(e, &info));
+    if (info.lr != 0.5) fail_msg("lr before the first step: %.17g, expected the optimizer's 0.5", info.lr);
+    micro_step(e, (unsigned)(test_rank * r.mb), r.mb, 1.0f, 0);
+    ASSERT_OK(dsm_step(e, &info)); /* steps with 0.5; the schedule moves to iteration 5 */
+    if (fabs(info.lr - 0.005) > 1e-15) fail_msg("lr after the first step: %.17g, expected 0.005", info.lr);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
 /* init_fn and init_values give the same parameters at every stage. */
 static void test_init_paths(void **state) {
     (void)state;
@@ -789,6 +815,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stages),       cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_precision),    cmocka_unit_test(test_allreduce_semantics),
         cmocka_unit_test(test_overflow_skip), cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_schedule_resumed),
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),

@@ -224,15 +224,28 @@ static void test_warn(void **state) {
                      before + 8);
 }
 
-/* The key is about fp32: bf16 without check_grad_overflow applies the step
-   as DeepSpeed does, whatever fp32_nonfinite_gradients says. */
+/* The key is about fp32: bf16 with check_grad_overflow false applies the
+   step as DeepSpeed does, whatever fp32_nonfinite_gradients says. */
 static void test_bf16_unaffected(void **state) {
     (void)state;
-    dsm_engine_t e = engine(1, ", \"fp32_nonfinite_gradients\": \"fail\", \"bf16\": {\"enabled\": true}");
+    dsm_engine_t e = engine(1, ", \"fp32_nonfinite_gradients\": \"fail\", \"bf16\": {\"enabled\": true, "
+                               "\"check_grad_overflow\": false}");
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
     nan_in_b(e);
     ASSERT_OK(dsm_step(e, &info));
     assert_int_equal(info.skipped, 0);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+/* bf16 checks its gradients by default (DeepSpeed's check_grad_overflow
+   default, true): one rank's NaN skips the step on every rank. */
+static void test_bf16_checks_by_default(void **state) {
+    (void)state;
+    dsm_engine_t e = engine(1, ", \"bf16\": {\"enabled\": true}");
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    nan_in_b(e);
+    ASSERT_OK(dsm_step(e, &info));
+    assert_int_equal(info.skipped, 1);
     ASSERT_OK(dsm_engine_free(&e));
 }
 
@@ -268,7 +281,8 @@ int main(int argc, char **argv) {
     setenv("DSM_DEBUG_FILE", file, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_skip), cmocka_unit_test(test_fail), cmocka_unit_test(test_warn),
-        cmocka_unit_test(test_bf16_unaffected), cmocka_unit_test(test_bad_value),
+        cmocka_unit_test(test_bf16_unaffected), cmocka_unit_test(test_bf16_checks_by_default),
+        cmocka_unit_test(test_bad_value),
     };
     atexit(cleanup);
     return RUN_MPI_TESTS("test_engine_nonfinite", tests);

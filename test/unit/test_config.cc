@@ -255,6 +255,10 @@ static void test_duplicate_keys(void **) {
     // The same key in different objects is fine.
     Config c = parse("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}}");
     assert_true(c.bf16.enabled);
+    // DeepSpeed's default (DeepSpeedBF16Config.check_grad_overflow = True).
+    assert_true(c.bf16.check_grad_overflow);
+    assert_false(parse("{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, \"check_grad_overflow\": false}}")
+                     .bf16.check_grad_overflow);
 }
 
 static void test_files(void **) {
@@ -542,7 +546,8 @@ static void test_optimizer(void **) {
     assert_true(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"LAMB\"}}").optimizer.type ==
                 OptimizerType::LAMB);
     c = parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lion\"}}");
-    assert_true(c.optimizer.type == OptimizerType::LION && c.optimizer.beta2 == 0.99);
+    // DeepSpeed's FusedLion and CPU Lion: betas (0.9, 0.999).
+    assert_true(c.optimizer.type == OptimizerType::LION && c.optimizer.beta1 == 0.9 && c.optimizer.beta2 == 0.999);
     c = parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"adagrad\"}}");
     assert_true(c.optimizer.type == OptimizerType::ADAGRAD && c.optimizer.lr == 1e-2 && c.optimizer.eps == 1e-10);
 
