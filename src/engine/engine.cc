@@ -12,6 +12,10 @@
 #include <cstring>
 #include <sstream>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "config/config_load.hpp"
 #include "core/agree.hpp"
 #include "core/dtype.hpp"
@@ -19,6 +23,8 @@
 #include "core/log.hpp"
 #include "cuda/device.hpp"
 #include "optim/lr_from_config.hpp"
+#include "optim/optimizer.hpp"
+#include "topo/threads.hpp"
 
 namespace dsm {
 namespace engine {
@@ -135,6 +141,21 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         canon << ']' << (p.trainable ? "" : " frozen") << (p.no_weight_decay ? " no_decay" : "") << ';';
     }
     agree_same(world_, "the parameter lists (name[shape] flags;...)", canon.str());
+
+    // The CPU kernels' threads: DSM_NUM_THREADS, OMP_NUM_THREADS, the
+    // binding, or the node's cores shared by its ranks (agreed: a bad
+    // DSM_NUM_THREADS fails every rank).
+    agree(world_, [&] {
+        const MeshState &m = mesh_->state();
+        const size_t r = static_cast<size_t>(m.rank);
+        const int local_size = r < m.ranks.size() ? m.ranks[r].local_size : 1;
+        const bool first_on_node = r < m.ranks.size() && m.ranks[r].local_rank == 0;
+        const int threads = topo::decide_threads(local_size, first_on_node).threads;
+        optim::set_num_threads(threads);
+#ifdef _OPENMP
+        omp_set_num_threads(threads); // the conversions' and checksums' loops, and the program's
+#endif
+    });
 
     dtype_ = compute_dtype(cfg_);
     esize_ = dtype_bytes(dtype_);

@@ -96,6 +96,21 @@ static void test_bad_arguments(void **state) {
     ASSERT_FAILS(dsm_engine_init(NULL, NULL, d, 3, &e), DSM_ERR_NULL_POINTER, "config is NULL");
     ASSERT_FAILS(dsm_engine_init(NULL, CFG0, NULL, 3, &e), DSM_ERR_NULL_POINTER, "params is NULL");
     ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 0, &e), DSM_ERR_INVALID_ARGUMENT, "nparams is 0");
+    /* A bad DSM_NUM_THREADS, on every rank or on the last one only: every rank fails, naming it. */
+    const char *bad_threads[] = {"0", "-2", "four", "3x", ""};
+    for (size_t k = 0; k < sizeof bad_threads / sizeof bad_threads[0]; ++k) {
+        const int here = k < 4 || test_rank == test_size - 1;
+        if (k == 4) setenv("DSM_NUM_THREADS", test_rank == test_size - 1 ? "many" : "1", 1);
+        else if (here) setenv("DSM_NUM_THREADS", bad_threads[k], 1);
+        char want[64];
+        snprintf(want, sizeof want, "DSM_NUM_THREADS=\"%s\"", k == 4 ? "many" : bad_threads[k]);
+        ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, want);
+        unsetenv("DSM_NUM_THREADS");
+    }
+    setenv("DSM_NUM_THREADS", "2", 1);
+    ASSERT_OK(dsm_engine_init(NULL, CFG0, d, 3, &e));
+    ASSERT_OK(dsm_engine_free(&e));
+    unsetenv("DSM_NUM_THREADS");
     /* only the last rank passes a bad count: all fail */
     ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, test_rank == test_size - 1 ? -3 : 3, &e),
                  DSM_ERR_INVALID_ARGUMENT, "nparams is -3");
