@@ -642,6 +642,11 @@ typedef struct dsm_param_desc {
     void *init_user_data;      /**< passed to @c init_fn */
 } dsm_param_desc_t;
 
+/** Initializer of dsm_param_desc_t: a trainable fp32 scalar with decay and
+ *  zero initial values; set name, ndims and shape. (A zeroed descriptor is
+ *  frozen: trainable = 0.) */
+#define DSM_PARAM_DESC_INITIALIZER { NULL, 0, NULL, DSM_FLOAT32, 1, 0, NULL, NULL, NULL }
+
 /** What dsm_step() did, and the engine's counters (dsm_engine_get_step_info()). */
 typedef struct dsm_step_info {
     size_t size;            /**< sizeof(dsm_step_info_t): set by DSM_STEP_INFO_INITIALIZER */
@@ -861,6 +866,54 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
  * handle that is not a live engine.
  */
 DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *device);
+
+/**
+ * @brief The engine's batch values after DeepSpeed's derivation (as
+ * dsm_config_get_batch() on its configuration): train_batch_size,
+ * train_micro_batch_size_per_gpu, gradient_accumulation_steps and the
+ * data-parallel size.
+ *
+ * Not collective. Any output pointer may be NULL.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a handle that is not a
+ * live engine.
+ */
+DSM_API dsm_status_t dsm_engine_get_batch(dsm_engine_t engine, int64_t *train_batch_size,
+                                          int64_t *micro_batch_size, int64_t *gradient_accumulation_steps,
+                                          int64_t *data_parallel_size);
+
+/**
+ * @brief Parameter @p index's values as fp32 in host memory @p values
+ * (@p count elements, the parameter's numel), whatever the compute dtype
+ * and wherever the engine keeps them (host, CUDA device, ZeRO-Offload's
+ * device copies): dsm_engine_param_acquire(), a copy converted with the
+ * vectorised kernels of dsm_convert(), dsm_engine_param_release().
+ *
+ * Collective where the acquire is (ZeRO-3 gathers a partitioned parameter).
+ * Call it where the acquire would be called, not while the parameter is
+ * acquired.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a bad index or a
+ * @p count other than the parameter's numel (naming both);
+ * DSM_ERR_NULL_POINTER for NULL @p values; DSM_ERR_STATE when the parameter
+ * is acquired; the acquire's errors.
+ */
+DSM_API dsm_status_t dsm_engine_param_read_f32(dsm_engine_t engine, int index, float *values, int64_t count);
+
+/**
+ * @brief Add the fp32 gradient @p grad (host memory, @p count elements, the
+ * parameter's numel) into parameter @p index's gradient buffer, whatever the
+ * compute dtype and wherever the buffer lives: dsm_engine_grad_acquire(), the
+ * buffer's sum converted to fp32, @p grad added, converted back,
+ * dsm_engine_grad_release() (which starts the bucket's reduction under
+ * ZeRO-2/3 as a release does). Multiply the loss gradient by
+ * dsm_engine_get_loss_scale() before, as for the buffer itself.
+ *
+ * Collective where the release is. Not while the gradient is acquired.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a bad index, a frozen
+ * parameter or a @p count other than its numel; DSM_ERR_NULL_POINTER for
+ * NULL @p grad; DSM_ERR_STATE when the gradient is acquired; the acquire's
+ * and release's errors.
+ */
+DSM_API dsm_status_t dsm_engine_grad_add_f32(dsm_engine_t engine, int index, const float *grad, int64_t count);
 
 /**
  * @brief Get the values of parameter @p index (numel elements of the compute

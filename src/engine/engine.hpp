@@ -123,6 +123,10 @@ public:
     void param_release(int index);
     void *grad_acquire(int index);
     void grad_release(int index);
+    // dsm_engine_param_read_f32 / dsm_engine_grad_add_f32 (engine_f32.cc):
+    // acquire, copy as fp32 to or add from host memory, release.
+    void param_read_f32(int index, float *out, int64_t count);
+    void grad_add_f32(int index, const float *grad, int64_t count);
     void step(dsm_step_info_t *info);
     void step_info(dsm_step_info_t *info) const;
     std::string describe(dsm_format_t format) const;

@@ -71,6 +71,11 @@ void Engine::check_params(const dsm_param_desc_t *params, int nparams) const {
                     i, "] '", name, "': no_weight_decay is ", p.no_weight_decay, ", must be 0 or 1");
         names.push_back(name);
     }
+    int trainable = 0;
+    for (int i = 0; i < nparams; ++i) trainable += params[i].trainable;
+    DSM_REQUIRE(trainable > 0, DSM_ERR_INVALID_ARGUMENT, "every parameter is frozen (trainable = 0 in all ", nparams,
+                "): the engine has nothing to train (a zeroed dsm_param_desc_t is frozen; "
+                "DSM_PARAM_DESC_INITIALIZER makes one trainable)");
     std::vector<std::string> sorted = names;
     std::sort(sorted.begin(), sorted.end());
     auto dup = std::adjacent_find(sorted.begin(), sorted.end());

@@ -92,8 +92,16 @@ static void add_grad(dsm_engine_t e, void *grad, const float *g, size_t n) {
     free(cur);
 }
 
+/* 1: get_param and the gradients go through dsm_engine_param_read_f32 and
+   dsm_engine_grad_add_f32 instead (test_f32_helpers). */
+static int use_f32_helpers;
+
 /* Acquire parameter i as fp32 into dst (and release it). */
 static void get_param(dsm_engine_t e, int i, float *dst) {
+    if (use_f32_helpers) {
+        ASSERT_OK(dsm_engine_param_read_f32(e, i, dst, (int64_t)numel[i]));
+        return;
+    }
     const void *v;
     ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
     to_f32(e, v, dst, numel[i]);
@@ -150,6 +158,10 @@ static double micro_step(dsm_engine_t e, unsigned first, int count, float gscale
     /* Backward order, re-acquiring what backward reads (a ZeRO-3 re-gather). */
     for (int i = F - 1; i >= 0; --i) {
         if (i == W2 || i == S) get_param(e, i, p[i]);
+        if (use_f32_helpers) {
+            ASSERT_OK(dsm_engine_grad_add_f32(e, i, g[i], (int64_t)numel[i]));
+            continue;
+        }
         void *buf;
         ASSERT_OK(dsm_engine_grad_acquire(e, i, &buf));
         add_grad(e, buf, g[i], numel[i]);
@@ -381,6 +393,32 @@ static void test_counters(void **state) {
     assert_int_equal(last.global_samples, 2 * 2 * 3 * test_size);
     assert_true(last.grad_norm > 0);
     assert_true(last.loss_scale == 1.0);
+}
+
+static void train_on(const char *device, dsm_mesh_t mesh, const run_t *r, int dp, int dp_rank, int sp, float *out,
+                     dsm_step_info_t *last);
+
+/* dsm_engine_param_read_f32 and dsm_engine_grad_add_f32 train to the same
+   bits as acquiring, converting and releasing by hand, at every stage, in
+   fp32, fp16 and bf16, on the host and on the simulated device. */
+static void test_f32_helpers(void **state) {
+    (void)state;
+    const char *precisions[] = {"", ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}",
+                                ", \"bf16\": {\"enabled\": true}"};
+    const char *devices[] = {"host", "sim"};
+    for (int stage = 0; stage <= 3; ++stage)
+        for (int p = 0; p < 3; ++p)
+            for (int dev = 0; dev < 2; ++dev) {
+                run_t r = {stage, 2, 2, 2, ADAMW, precisions[p], 0};
+                float by_hand[TOTAL], helpers[TOTAL];
+                train_on(devices[dev], NULL, &r, test_size, test_rank, 1, by_hand, NULL);
+                use_f32_helpers = 1;
+                train_on(devices[dev], NULL, &r, test_size, test_rank, 1, helpers, NULL);
+                use_f32_helpers = 0;
+                if (memcmp(by_hand, helpers, sizeof by_hand) != 0)
+                    fail_msg("stage %d%s on %s: the fp32 helpers train to other bits", stage, precisions[p],
+                             devices[dev]);
+            }
 }
 
 /* A schedule resumed from the configuration (last_batch_iteration >= 0)
@@ -815,7 +853,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stages),       cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_precision),    cmocka_unit_test(test_allreduce_semantics),
         cmocka_unit_test(test_overflow_skip), cmocka_unit_test(test_counters),
-        cmocka_unit_test(test_schedule_resumed),
+        cmocka_unit_test(test_schedule_resumed), cmocka_unit_test(test_f32_helpers),
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),

@@ -65,6 +65,7 @@ static void other_shape(dsm_param_desc_t *d) {
     d[1].shape = s;
 }
 static void other_flag(dsm_param_desc_t *d) { d[1].no_weight_decay = 1; }
+static void all_frozen(dsm_param_desc_t *d) { d[0].trainable = d[1].trainable = 0; }
 
 static void test_bad_descriptors(void **state) {
     (void)state;
@@ -81,6 +82,16 @@ static void test_bad_descriptors(void **state) {
     expect_bad_desc(bad_dtype, last, DSM_ERR_INVALID_ARGUMENT, "dtype 6");
     expect_bad_desc(bad_trainable, last, DSM_ERR_INVALID_ARGUMENT, "trainable is 2");
     expect_bad_desc(bad_decay, last, DSM_ERR_INVALID_ARGUMENT, "no_weight_decay is -1");
+    expect_bad_desc(all_frozen, -1, DSM_ERR_INVALID_ARGUMENT, "every parameter is frozen (trainable = 0 in all 3)");
+    /* DSM_PARAM_DESC_INITIALIZER: trainable, fp32, decay, nothing else set. */
+    const dsm_param_desc_t init = DSM_PARAM_DESC_INITIALIZER;
+    assert_int_equal(init.trainable, 1);
+    assert_int_equal(init.dtype, DSM_FLOAT32);
+    assert_int_equal(init.no_weight_decay, 0);
+    assert_int_equal(init.ndims, 0);
+    assert_null(init.name);
+    assert_null(init.init_values);
+    assert_null(init.init_fn);
     if (test_size > 1) {
         expect_bad_desc(other_shape, last, DSM_ERR_MISMATCH, "b[18]");
         expect_bad_desc(other_flag, last, DSM_ERR_MISMATCH, "no_decay");
@@ -253,6 +264,52 @@ static void test_unreleased_gradient(void **state) {
         ASSERT_FAILS(dsm_engine_grad_acquire(e, 0, &g), DSM_ERR_STATE, "can only be freed");
         ASSERT_OK(dsm_engine_free(&e));
     }
+}
+
+/* The fp32 helpers and dsm_engine_get_batch: every bad argument gets a
+   clear status naming it, on every rank, and the engine stays usable. */
+static void test_f32_helpers_errors(void **state) {
+    (void)state;
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    float a[15], b[17];
+    ASSERT_FAILS(dsm_engine_param_read_f32(NULL, 0, a, 15), DSM_ERR_NULL_POINTER, "engine");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 3, a, 15), DSM_ERR_INVALID_ARGUMENT, "index 3 is out of range 0..2");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, -1, a, 15), DSM_ERR_INVALID_ARGUMENT, "index -1");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, a, 14), DSM_ERR_INVALID_ARGUMENT,
+                 "count 14 is not the 15 elements of parameter 'a'");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, a, -1), DSM_ERR_INVALID_ARGUMENT, "count -1");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, NULL, 15), DSM_ERR_NULL_POINTER, "values is NULL");
+    ASSERT_FAILS(dsm_engine_grad_add_f32(e, 1, b, 16), DSM_ERR_INVALID_ARGUMENT,
+                 "count 16 is not the 17 elements of parameter 'b'");
+    ASSERT_FAILS(dsm_engine_grad_add_f32(e, 1, NULL, 17), DSM_ERR_NULL_POINTER, "grad is NULL");
+    ASSERT_FAILS(dsm_engine_grad_add_f32(e, 2, b, 17), DSM_ERR_INVALID_ARGUMENT, "'frozen' is frozen");
+    /* While acquired: a state error, and the acquisition stays. */
+    const void *v;
+    ASSERT_OK(dsm_engine_param_acquire(e, 0, &v));
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, a, 15), DSM_ERR_STATE, "'a' is already acquired");
+    ASSERT_OK(dsm_engine_param_release(e, 0));
+    /* Then a whole micro-step through the helpers. */
+    for (int i = 0; i < 17; ++i) b[i] = 0.5f;
+    ASSERT_OK(dsm_engine_param_read_f32(e, 0, a, 15));
+    ASSERT_OK(dsm_engine_param_read_f32(e, 2, b, 17));
+    for (int i = 0; i < 15; ++i) a[i] = 1.0f;
+    for (int i = 0; i < 17; ++i) b[i] = 0.25f;
+    ASSERT_OK(dsm_engine_grad_add_f32(e, 1, b, 17));
+    ASSERT_OK(dsm_engine_grad_add_f32(e, 0, a, 15));
+    ASSERT_OK(dsm_step(e, NULL));
+    /* The batch values: as configured, NULL outputs allowed. */
+    int64_t tb = 0, mb = 0, gas = 0, dp = 0;
+    ASSERT_OK(dsm_engine_get_batch(e, &tb, &mb, &gas, &dp));
+    assert_int_equal(mb, 1);
+    assert_int_equal(gas, 1);
+    assert_int_equal(dp, test_size);
+    assert_int_equal(tb, test_size);
+    ASSERT_OK(dsm_engine_get_batch(e, NULL, NULL, NULL, NULL));
+    ASSERT_FAILS(dsm_engine_get_batch(NULL, &tb, NULL, NULL, NULL), DSM_ERR_NULL_POINTER, "engine");
+    ASSERT_OK(dsm_engine_free(&e));
 }
 
 /* ZeRO-2: released gradients differ across ranks -> mismatch at the bucket or the step. */
@@ -497,6 +554,7 @@ static void test_min_scale(void **state) {
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors), cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_f32_helpers_errors),
         cmocka_unit_test(test_init_fn_failure), cmocka_unit_test(test_local_misuse),
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
