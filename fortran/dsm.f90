@@ -415,6 +415,7 @@ module dsm
   public :: dsm_engine_num_params, dsm_engine_get_device, dsm_engine_set_stream, dsm_engine_get_stream
   public :: dsm_engine_param_index, dsm_engine_param_numel, dsm_engine_get_dtype
   public :: dsm_engine_get_batch, dsm_engine_param_read_f32, dsm_engine_grad_add_f32
+  public :: dsm_engine_log_loss, dsm_engine_log_scalar, dsm_engine_set_flops
   public :: dsm_engine_param_acquire, dsm_engine_param_release
   public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
   public :: dsm_engine_get_loss_scale, dsm_engine_get_step_info, dsm_engine_get_mesh
@@ -949,6 +950,29 @@ module dsm
        integer(c_int64_t), value :: count
        integer(c_int) :: st
      end function c_dsm_engine_grad_add_f32
+
+     function c_dsm_engine_log_loss(engine, loss) bind(C, name='dsm_engine_log_loss') result(st)
+       import :: c_int, c_ptr, c_double
+       type(c_ptr), value :: engine
+       real(c_double), value :: loss
+       integer(c_int) :: st
+     end function c_dsm_engine_log_loss
+
+     function c_dsm_engine_log_scalar(engine, name, value) bind(C, name='dsm_engine_log_scalar') result(st)
+       import :: c_int, c_ptr, c_double, c_char
+       type(c_ptr), value :: engine
+       character(kind=c_char), dimension(*), intent(in) :: name
+       real(c_double), value :: value
+       integer(c_int) :: st
+     end function c_dsm_engine_log_scalar
+
+     function c_dsm_engine_set_flops(engine, flops_per_sample, peak_flops) &
+          bind(C, name='dsm_engine_set_flops') result(st)
+       import :: c_int, c_ptr, c_double
+       type(c_ptr), value :: engine
+       real(c_double), value :: flops_per_sample, peak_flops
+       integer(c_int) :: st
+     end function c_dsm_engine_set_flops
 
      function c_dsm_engine_get_device(engine, device) bind(C, name='dsm_engine_get_device') result(st)
        import :: c_int, c_ptr
@@ -2343,6 +2367,44 @@ contains
     st = c_dsm_engine_grad_add_f32(engine%ptr, int(index, c_int), grad, int(size(grad), c_int64_t))
     call finish(st, 'dsm_engine_grad_add_f32', ierr)
   end subroutine dsm_engine_grad_add_f32
+
+  !> This micro-step's loss for the metrics files (csv_monitor,
+  !> tensorboard): the mean since the last boundary is written as
+  !> Train/Samples/train_loss by the first rank. Local.
+  subroutine dsm_engine_log_loss(engine, loss, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    real(c_double), intent(in) :: loss
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_log_loss(engine%ptr, loss)
+    call finish(st, 'dsm_engine_log_loss', ierr)
+  end subroutine dsm_engine_log_loss
+
+  !> One scalar of the program's own to the metrics files, at the global
+  !> sample count. Local.
+  subroutine dsm_engine_log_scalar(engine, name, value, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: name
+    real(c_double), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_log_scalar(engine%ptr, trim(name) // c_null_char, value)
+    call finish(st, 'dsm_engine_log_scalar', ierr)
+  end subroutine dsm_engine_log_scalar
+
+  !> The model's FLOPs per sample and each rank's peak FLOP/s, for the
+  !> metrics Train/Samples/tflops and Train/Samples/mfu (0 turns one off). Local.
+  subroutine dsm_engine_set_flops(engine, flops_per_sample, peak_flops, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    real(c_double), intent(in) :: flops_per_sample, peak_flops
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_set_flops(engine%ptr, flops_per_sample, peak_flops)
+    call finish(st, 'dsm_engine_set_flops', ierr)
+  end subroutine dsm_engine_set_flops
 
   !> Where the engine keeps its model state: DSM_DEVICE_HOST,
   !> DSM_DEVICE_CUDA or DSM_DEVICE_SIMULATED (never DSM_DEVICE_DEFAULT).

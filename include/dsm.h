@@ -916,6 +916,46 @@ DSM_API dsm_status_t dsm_engine_param_read_f32(dsm_engine_t engine, int index, f
 DSM_API dsm_status_t dsm_engine_grad_add_f32(dsm_engine_t engine, int index, const float *grad, int64_t count);
 
 /**
+ * @brief Give the engine this micro-step's loss for the metrics files
+ * (configuration blocks csv_monitor and tensorboard, doc/engine.md
+ * "Metrics"): at each accumulation boundary the mean of the losses given
+ * since the last one is written as Train/Samples/train_loss.
+ *
+ * Local (no communication); only the engine's first rank writes, so the
+ * value that counts is that rank's (as DeepSpeed's monitor). Any value,
+ * NaN and infinities included, is recorded as given.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a handle that is not a
+ * live engine; DSM_ERR_STATE after a failed collective call.
+ */
+DSM_API dsm_status_t dsm_engine_log_loss(dsm_engine_t engine, double loss);
+
+/**
+ * @brief Write one scalar of the program's own to the metrics files, with
+ * the global sample count as its step (nothing when no monitor is enabled).
+ *
+ * Local; only the engine's first rank writes. @p name: 1..255 printable
+ * characters without a comma or a double quote ("Eval/accuracy"; the CSV
+ * file is named after it with '/' and ' ' as '_').
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER for NULL @p name;
+ * DSM_ERR_INVALID_ARGUMENT for a bad name (naming it) or handle;
+ * DSM_ERR_STATE after a failed collective call. A file that cannot be
+ * written is a warning, and metrics stop; training goes on.
+ */
+DSM_API dsm_status_t dsm_engine_log_scalar(dsm_engine_t engine, const char *name, double value);
+
+/**
+ * @brief The model's FLOPs per training sample (forward and backward, the
+ * program's own count, e.g. 6 x parameters x tokens for a transformer) and
+ * each rank's peak FLOP/s, for the metrics Train/Samples/tflops (achieved
+ * TFLOP/s per rank) and Train/Samples/mfu (their ratio to the peak). 0
+ * turns a figure off.
+ *
+ * Local. @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a negative or
+ * non-finite figure (naming it) or a bad handle.
+ */
+DSM_API dsm_status_t dsm_engine_set_flops(dsm_engine_t engine, double flops_per_sample, double peak_flops);
+
+/**
  * @brief Get the values of parameter @p index (numel elements of the compute
  * dtype, row-major) until dsm_engine_param_release().
  *

@@ -467,6 +467,9 @@ int main(int argc, char **argv) {
             make_batch(step * train_batch + (m * dp_size + dp_rank) * micro_batch, wk.n, wk.x, wk.t);
             double loss, scale;
             CHECK(forward(engine, &wk, &loss));
+            /* For the metrics files, when the configuration enables
+               csv_monitor or tensorboard (else it costs nothing). */
+            CHECK(dsm_engine_log_loss(engine, loss));
             /* The scale may change at each boundary (fp16 dynamic scaling). */
             CHECK(dsm_engine_get_loss_scale(engine, &scale));
             CHECK(backward(engine, &wk, scale));

@@ -255,6 +255,24 @@ DSM_API dsm_status_t dsm_engine_grad_add_f32(dsm_engine_t engine, int index, con
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_log_loss(dsm_engine_t engine, double loss) {
+    DSM_API_BEGIN
+    impl(engine).log_loss(loss);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_log_scalar(dsm_engine_t engine, const char *name, double value) {
+    DSM_API_BEGIN
+    impl(engine).log_scalar(name, value);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_set_flops(dsm_engine_t engine, double flops_per_sample, double peak_flops) {
+    DSM_API_BEGIN
+    impl(engine).set_flops(flops_per_sample, peak_flops);
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_engine_param_acquire(dsm_engine_t engine, int index, const void **values) {
     DSM_API_BEGIN
     auto &e = impl(engine);

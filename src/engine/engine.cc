@@ -157,6 +157,8 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
 #endif
     });
 
+    open_monitor(); // csv_monitor, tensorboard: the first rank's files
+
     dtype_ = compute_dtype(cfg_);
     esize_ = dtype_bytes(dtype_);
     comm_dtype_ = to_dtype(cfg_.communication_data_type, dtype_);

@@ -43,6 +43,7 @@
 #include "core/comm.hpp"
 #include "device/space.hpp"
 #include "engine/compute.hpp"
+#include "engine/monitor.hpp"
 #include "dsm.h"
 #include "mesh/mesh.hpp"
 #include "optim/lr_schedule.hpp"
@@ -237,6 +238,24 @@ private:
     Timers timers_;
     double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
     int64_t window_samples_ = 0;
+    // Metrics (csv_monitor, tensorboard; engine_monitor.cc): the losses
+    // given since the last boundary, the FLOPs figures, the last boundary.
+    std::unique_ptr<Monitor> monitor_;
+    double loss_sum_ = 0.0;
+    int64_t loss_count_ = 0;
+    double flops_per_sample_ = 0.0, peak_flops_ = 0.0;
+    double monitor_last_ = 0.0;
+    Timers monitor_timers_;
+
+public:
+    // dsm_engine_log_loss, dsm_engine_log_scalar, dsm_engine_set_flops (local).
+    void log_loss(double loss);
+    void log_scalar(const char *name, double value);
+    void set_flops(double flops_per_sample, double peak_flops);
+
+private:
+    void open_monitor();
+    void record_step(double norm); // rank 0, at a boundary
 };
 
 } // namespace engine

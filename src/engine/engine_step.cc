@@ -270,6 +270,7 @@ void Engine::step(dsm_step_info_t *info) {
             (void)t0;
             if (world_rank_ == 0 && cfg_.steps_per_print > 0 && global_steps_ % cfg_.steps_per_print == 0)
                 log_step(norm);
+            record_step(norm);
         }
     } catch (...) {
         broken_ = true;

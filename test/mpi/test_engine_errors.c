@@ -312,6 +312,88 @@ static void test_f32_helpers_errors(void **state) {
     ASSERT_OK(dsm_engine_free(&e));
 }
 
+/* The text of a file, or "" when it cannot be read (at most 4 KiB). */
+static void read_text(const char *path, char *buf, size_t len) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Metrics: with csv_monitor and tensorboard on, the first rank alone writes
+   DeepSpeed's files under output_path/job_name at every boundary (global
+   samples as the step), the mean of the losses given, the program's
+   scalars and the FLOPs figures; bad arguments fail naming them. */
+static void test_metrics(void **state) {
+    (void)state;
+    char root[64] = "/tmp/dsm-test-metrics-XXXXXX";
+    if (test_rank == 0) assert_non_null(mkdtemp(root));
+    MPI_Bcast(root, sizeof root, MPI_CHAR, 0, MPI_COMM_WORLD);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2,"
+             " \"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": \"AdamW\"},"
+             " \"fp16\": {\"enabled\": true, \"initial_scale_power\": 4},"
+             " \"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s/csv\", \"job_name\": \"job\"},"
+             " \"tensorboard\": {\"enabled\": true, \"output_path\": \"%s/tb\"}}",
+             root, root);
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, 3, &e));
+    ASSERT_FAILS(dsm_engine_log_scalar(e, NULL, 1.0), DSM_ERR_NULL_POINTER, "name is NULL");
+    ASSERT_FAILS(dsm_engine_log_scalar(e, "", 1.0), DSM_ERR_INVALID_ARGUMENT, "name '' must have 1..255");
+    ASSERT_FAILS(dsm_engine_log_scalar(e, "a,b", 1.0), DSM_ERR_INVALID_ARGUMENT, "name 'a,b' has");
+    ASSERT_FAILS(dsm_engine_set_flops(e, -1.0, 0.0), DSM_ERR_INVALID_ARGUMENT, "flops_per_sample -1");
+    ASSERT_FAILS(dsm_engine_set_flops(e, 1.0, NAN), DSM_ERR_INVALID_ARGUMENT, "peak_flops nan");
+    ASSERT_FAILS(dsm_engine_log_loss(NULL, 1.0), DSM_ERR_NULL_POINTER, "engine");
+    ASSERT_OK(dsm_engine_set_flops(e, 1e9, 1e12));
+    for (int step = 0; step < 3; ++step)
+        for (int micro = 0; micro < 2; ++micro) {
+            ASSERT_OK(dsm_engine_log_loss(e, step + micro + 0.5)); /* mean per step: step + 1 */
+            ASSERT_OK(dsm_step(e, NULL));
+        }
+    ASSERT_OK(dsm_engine_log_scalar(e, "Eval/accuracy", 0.75));
+    ASSERT_OK(dsm_engine_free(&e));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank == 0) {
+        const long long tb = 2LL * 2 * test_size; /* samples per boundary */
+        char path[256], text[4096], want[512];
+        snprintf(path, sizeof path, "%s/csv/job/Train_Samples_train_loss.csv", root);
+        read_text(path, text, sizeof text);
+        snprintf(want, sizeof want, "step,train_loss\n%lld,1\n%lld,2\n%lld,3\n", tb, 2 * tb, 3 * tb);
+        if (strcmp(text, want) != 0) fail_msg("%s is \"%s\", expected \"%s\"", path, text, want);
+        const char *names[] = {"Train_Samples_lr", "Train_Samples_loss_scale", "Train_Samples_grad_norm",
+                               "Train_Samples_skipped_steps", "Train_Samples_samples_per_sec",
+                               "Train_Samples_elapsed_time_ms_step", "Train_Samples_tflops", "Train_Samples_mfu"};
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; ++k) {
+            snprintf(path, sizeof path, "%s/csv/job/%s.csv", root, names[k]);
+            read_text(path, text, sizeof text);
+            int lines = 0;
+            for (const char *c = text; *c; ++c) lines += *c == '\n';
+            if (strncmp(text, "step,", 5) != 0 || lines != 4) fail_msg("%s: \"%s\" (4 lines expected)", path, text);
+        }
+        snprintf(path, sizeof path, "%s/csv/job/Eval_accuracy.csv", root);
+        read_text(path, text, sizeof text);
+        snprintf(want, sizeof want, "step,accuracy\n%lld,0.75\n", 3 * tb);
+        if (strcmp(text, want) != 0) fail_msg("%s is \"%s\", expected \"%s\"", path, text, want);
+        /* One event file, under the default job name. */
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "test \"$(ls '%s/tb/DeepSpeedJobName' | grep -c '^events.out.tfevents.')\" = 1", root);
+        assert_int_equal(system(cmd), 0);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+        assert_int_equal(system(cmd), 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* A directory the first rank cannot create: init fails on every rank, naming it. */
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
+             " \"csv_monitor\": {\"enabled\": true, \"output_path\": \"/proc/dsm-no-such-dir\"}}");
+    ASSERT_FAILS(dsm_engine_init(NULL, cfg, d, 3, &e), DSM_ERR_IO, "/proc/dsm-no-such-dir");
+}
+
 /* ZeRO-2: released gradients differ across ranks -> mismatch at the bucket or the step. */
 static void test_release_mismatch(void **state) {
     (void)state;
@@ -554,7 +636,7 @@ static void test_min_scale(void **state) {
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors), cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_f32_helpers_errors),
+        cmocka_unit_test(test_f32_helpers_errors), cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_init_fn_failure), cmocka_unit_test(test_local_misuse),
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
