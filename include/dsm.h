@@ -21,6 +21,15 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* In C++, <mpi.h> without the MPI C++ bindings (removed from the standard in
+ * MPI-3.0, and full of warnings): a program that still uses them includes
+ * <mpi.h> before dsm.h. */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if defined(__cplusplus) && !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "dsm_version.h"
@@ -730,7 +739,7 @@ typedef struct dsm_engine_options {
  * the same on every rank.
  *
  * The model state lives where DSM_DEVICE_DEFAULT says: on a CUDA device
- * (device-resident) when NCCL is built and every rank has one, else in host
+ * (device-resident) when NCCL is built and every rank has one of its own, else in host
  * memory; dsm_engine_init_with_options() chooses explicitly. A program that
  * computes its forward and backward on the host must ask for
  * DSM_DEVICE_HOST (or set DSM_ENGINE_DEVICE=host) to keep working on GPU
