@@ -25,9 +25,12 @@ for f in "$includedir/dsm.h" "$includedir/dsm_version.h" "$libdir/pkgconfig/dsm.
          "$libdir/cmake/dsm/dsmConfig.cmake" "$libdir/cmake/dsm/dsmConfigVersion.cmake" \
          "$bindir/dsm-info" "$bindir/dsm-bench" "$mandir/man1/dsm-info.1" "$mandir/man1/dsm-bench.1" \
          "$mandir/man3/dsm_mesh_create.3" "$mandir/man3/dsm_engine_init.3" "$mandir/man3/dsm_step.3" \
-         "$includedir/dsm/cuda.h" "$mandir/man3/dsm_engine_set_stream.3"; do
+         "$includedir/dsm/cuda.h" "$mandir/man3/dsm_engine_set_stream.3" \
+         "${docdir:?}/README.md" "$docdir/doc/engine.md" "$docdir/doc/configuration.md"; do
   [ -e "$f" ] || fail "not installed: $f"
 done
+# A function's page is its own (not a link to the group page).
+grep -q '^\.so ' "$mandir/man3/dsm_engine_init.3" && fail "dsm_engine_init(3) is a link, not its own page"
 if [ "$DSM_HAVE_FORTRAN" = 1 ]; then
   for f in "$includedir/dsm.mod" "$libdir/pkgconfig/dsmf.pc"; do
     [ -e "$f" ] || fail "not installed: $f"
