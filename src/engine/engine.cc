@@ -152,6 +152,9 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         ss.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
         ss.prefetch_bucket_size = cfg_.zero.prefetch_bucket_size;
         ss.persistence_threshold = cfg_.zero.param_persistence_threshold;
+        ss.max_live_parameters = cfg_.zero.max_live_parameters;
+        ss.max_reuse_distance = cfg_.zero.max_reuse_distance;
+        ss.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
         stage_ = zero::Stage::create(ss);
     }
     build_params(params, nparams);
@@ -186,10 +189,11 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     scaler_ = std::make_unique<amp::LossScaler>(amp::loss_scaler_config(cfg_));
     schedule_ = optim::schedule_from_config(cfg_);
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
-             "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s",
+             "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s, overlap_comm: %s",
              num_params(), layout_.used(), stage_->number(), dtype_name(dtype_), dtype_name(comm_dtype_),
              dp_size_, sp_size_, space_->name().c_str(), dp_->name(),
-             offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str());
+             offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str(),
+             comm::Pipeline::mode_name(stage_->overlap()));
 }
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {

@@ -4,6 +4,9 @@
 // elements: an allreduce (stage 0, where the optimizer state is whole too)
 // or a reduce-scatter to the owner of each partition (stage 1), whose
 // optimizer updates it; publish() then allgathers the partitions (stage 1).
+// With overlap_comm that allgather goes in slices of allgather_bucket_size
+// elements through the pipeline (stage.hpp), and acquire_param() waits for
+// the slice it reads; the reduction stays at the boundary (all of it, once).
 
 #include "core/error.hpp"
 #include "mpi.h"
@@ -18,6 +21,7 @@ namespace {
 class Replicated final : public Stage {
 public:
     explicit Replicated(const StageSettings &s) : Stage(s) {}
+    ~Replicated() override { quiet_settle(); }
 
     int parts(int dp) const override { return s_.stage == 0 ? 1 : dp; }
     bool persistent(size_t) const override { return true; }
@@ -35,6 +39,8 @@ public:
         }
     }
     void free() noexcept override {
+        quiet_settle();
+        published_.clear();
         grad_flat_.reset();
         param_flat_.reset();
         comm_scratch_ = Buffer();
@@ -48,13 +54,37 @@ public:
         return param_flat_.data();
     }
     const void *acquire_param(int index, const Before &) override {
-        return static_cast<const char *>(param_flat_.data()) + layout_->slot_of(index)->offset * esize_;
+        const Slot *s = layout_->slot_of(index);
+        for (const auto &sl : published_)
+            if (sl.first >= s->offset + s->numel) {
+                pipe_->wait(sl.second);
+                break;
+            }
+        return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
     }
     void release_param(int) override {}
     void publish(const float *master) override {
         void *part = param_partition();
         if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
-        if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
+        pipe_->wait_all();
+        published_.clear();
+        if (s_.stage != 1) return;
+        if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
+            dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
+            return;
+        }
+        char *flat = static_cast<char *>(param_flat_.data());
+        for (const auto &r : flat_regions(layout_->total(), s_.allgather_bucket_size)) {
+            const size_t a = r.first, b = r.second;
+            published_.emplace_back(b, pipe_->submit([this, a, b, flat] {
+                const double t0 = MPI_Wtime();
+                const std::vector<size_t> counts = layout_->counts(a, b);
+                size_t mine = 0;
+                for (int q = 0; q < part_; ++q) mine += counts[static_cast<size_t>(q)];
+                dp_->allgatherv(flat + (a + mine) * esize_, flat + a * esize_, counts, s_.dtype, queue());
+                timers_->gather += MPI_Wtime() - t0;
+            }));
+        }
     }
     void new_micro_step(bool) override {}
 
@@ -63,6 +93,7 @@ public:
     }
     void release_grad(int, const Before &) override {}
     void reduce(bool boundary, const Before &) override {
+        pipe_->wait_all(); // the allgather after the last step reads the partition the optimizer writes next
         if (!boundary) return;
         const double t0 = MPI_Wtime();
         for (const auto &r : flat_regions(layout_->total(), s_.reduce_bucket_size)) reduce_region(r.first, r.second);
@@ -112,9 +143,18 @@ private:
         if (buf != g) math_->convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
     }
 
+    void quiet_settle() noexcept {
+        try {
+            pipe_->wait_all();
+        } catch (...) {
+        }
+    }
+
     SharedBuffer param_flat_; // T
     SharedBuffer grad_flat_;  // T
     Buffer comm_scratch_;     // reductions in another dtype
+    // overlap_comm: the slices of publish()'s allgather (end element, task).
+    std::vector<std::pair<size_t, comm::Pipeline::Ticket>> published_;
 };
 
 } // namespace
