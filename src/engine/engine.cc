@@ -320,6 +320,7 @@ void *Engine::grad_acquire(int index) {
     DSM_REQUIRE(p.trainable, DSM_ERR_INVALID_ARGUMENT, "parameter '", p.name,
                 "' is frozen (trainable = 0): it has no gradient");
     DSM_REQUIRE(!p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is already acquired");
+    stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     void *g = stage_->acquire_grad(index);
     hand_out();
     g = compute_->grad(index, g, p.numel);
@@ -332,6 +333,7 @@ void Engine::grad_release(int index) {
     DSM_REQUIRE(p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is not acquired");
     compute_->grad_release(index); // ZeRO-Offload: into the host gradient the engine gave
     p.grad_acquired = false;
+    stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     try {
         stage_->release_grad(index, at_point(SyncPoint::FLUSH));
     } catch (...) {

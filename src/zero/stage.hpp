@@ -145,6 +145,10 @@ public:
     // error: before a checkpoint, a load, the optimizer reading the
     // partitions, and free().
     void settle() { pipe_->wait_all(); }
+    // Whether the micro-step under way ends at the accumulation boundary
+    // (the engine says so before each gradient acquisition and release):
+    // stages 0/1 with overlap_comm reduce during its backward only.
+    void set_boundary(bool boundary) noexcept { boundary_ = boundary; }
     // Before allocate(): how the collectives run (StageSettings::overlap).
     void set_overlap(comm::Pipeline::Mode mode) { pipe_ = std::make_unique<comm::Pipeline>(mode); }
     comm::Pipeline::Mode overlap() const noexcept { return pipe_->mode(); }
@@ -165,6 +169,7 @@ protected:
     Timers *timers_ = nullptr;
     // The collectives in flight (overlap_comm; INLINE runs them at once).
     std::unique_ptr<comm::Pipeline> pipe_;
+    bool boundary_ = true;
 };
 
 } // namespace zero

@@ -734,6 +734,29 @@ static void test_overlap_bits(void **state) {
                 }
 }
 
+/* At stages 0/1 overlap_comm reduces a bucket when its last gradient is
+   released in the boundary micro-step: acquiring one of its gradients again
+   is DSM_ERR_STATE (naming the parameter), and the step still completes. */
+static dsm_engine_t engine_on(const char *device, const run_t *r);
+static void test_overlap_reacquire(void **state) {
+    (void)state;
+    for (int stage = 0; stage <= 1; ++stage) {
+        run_t r = {stage, 1, 1, 1, ADAMW, "", 0};
+        zero_extra = ", \"overlap_comm\": true";
+        dsm_engine_t e = engine_on("host", &r);
+        zero_extra = "";
+        void *buf;
+        for (int i = F - 1; i >= 0; --i) {
+            ASSERT_OK(dsm_engine_grad_acquire(e, i, &buf));
+            ASSERT_OK(dsm_engine_grad_release(e, i));
+        }
+        assert_int_equal(dsm_engine_grad_acquire(e, 0, &buf), DSM_ERR_STATE);
+        assert_non_null(strstr(dsm_get_last_error(), "acquired again after its bucket's reduction started"));
+        ASSERT_OK(dsm_step(e, NULL));
+        ASSERT_OK(dsm_engine_free(&e));
+    }
+}
+
 /* An engine on `device` for run r (every rank a data-parallel rank). */
 static dsm_engine_t engine_on(const char *device, const run_t *r) {
     char cfg[2048];
@@ -852,6 +875,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),
         cmocka_unit_test(test_device_cuda),  cmocka_unit_test(test_overlap_bits),
+        cmocka_unit_test(test_overlap_reacquire),
     };
     return RUN_MPI_TESTS("test_engine", tests);
 }

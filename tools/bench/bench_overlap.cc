@@ -4,8 +4,9 @@
 // gradient after W multiply-adds per element, layer by layer in reverse, as
 // a model's hooks would; then dsm_step. Measured in the same run, per stage:
 //   compute        the model's loops alone (no engine)
-//   communication  the engine's step with no compute (overlap off): the
-//                  reductions, gathers and the optimizer
+//   communication  the engine's step with no compute: the reductions,
+//                  gathers and the optimizer (the faster of overlap off and
+//                  on, so the ideal is the strictest)
 //   ideal          max(compute, communication)
 //   off, on        the step with overlap_comm false and true
 // and whether the two give the same parameter bits. --work auto picks W so
@@ -179,23 +180,29 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     r.work = w;
     Model m(o, w);
     auto off = make_engine(world, stage, false, o), on = make_engine(world, stage, true, o);
-    std::vector<double> tc, tm, toff, ton;
+    auto comm_on = make_engine(world, stage, true, o);
+    std::vector<double> tc, tco, tm, toff, ton;
     for (int s = 0; s <= o.steps; ++s) {
-        const double a = timed_step(world, none, comm.get()), b = timed_step(world, m, nullptr),
-                     c = timed_step(world, m, off.get()), d = timed_step(world, m, on.get());
+        const double a = timed_step(world, none, comm.get());
+        const double a2 = timed_step(world, none, comm_on.get());
+        const double b = timed_step(world, m, nullptr);
+        const double c = timed_step(world, m, off.get());
+        const double d = timed_step(world, m, on.get());
         if (s == 0) continue;
         tc.push_back(a);
+        tco.push_back(a2);
         tm.push_back(b);
         toff.push_back(c);
         ton.push_back(d);
     }
-    r.comm = median(tc);
+    r.comm = std::min(median(tc), median(tco));
     r.compute = median(tm);
     r.off = median(toff);
     r.on = median(ton);
     int same = param_hash(*off) == param_hash(*on) ? 1 : 0;
     MPI_Allreduce(MPI_IN_PLACE, &same, 1, MPI_INT, MPI_MIN, world);
     r.same = same != 0;
+    comm_on->close();
     on->close();
     off->close();
     comm->close();
@@ -294,7 +301,7 @@ int run_overlap(int argc, char **argv) {
         std::printf("%5d %6lld %10.4f %10.4f %9.4f %9.4f %9.4f %8.2fx %8.2fx %5s\n", r.stage, r.work, r.compute,
                     r.comm, ideal, r.off, r.on, r.on / ideal, r.off / r.on, r.same ? "same" : "DIFF");
     }
-    std::printf("compute: the model alone; comm: the engine's step with no compute (overlap off); ideal:\n"
+    std::printf("compute: the model alone; comm: the engine's step with no compute (the faster of overlap off and on); ideal:\n"
                 "max(compute, comm); off/on: the step with overlap_comm false/true; bits: the parameters after\n"
                 "the same steps with overlap on and off.\n");
     return 0;
