@@ -757,6 +757,30 @@ static void test_overlap_reacquire(void **state) {
     }
 }
 
+/* Bad values of the knobs overlap_comm honours fail dsm_engine_init on every
+   rank, naming the key and the value. */
+static void test_overlap_bad_config(void **state) {
+    (void)state;
+    const char *keys[] = {"stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                          "allgather_bucket_size", "overlap_comm"};
+    for (int k = 0; k < 5; ++k) {
+        char cfg[512], want[128];
+        snprintf(cfg, sizeof cfg,
+                 "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, \"%s\": %s},"
+                 " \"optimizer\": {\"type\": \"AdamW\"}}",
+                 keys[k], k == 4 ? "\"yes\"" : "-5");
+        snprintf(want, sizeof want, "zero_optimization.%s: expected", keys[k]);
+        dsm_param_desc_t d[NPARAMS];
+        describe_params(d, NULL);
+        dsm_engine_t e = NULL;
+        assert_int_equal(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e), DSM_ERR_CONFIG);
+        assert_null(e);
+        const char *msg = dsm_get_last_error();
+        if (!strstr(msg, want) || !strstr(msg, k == 4 ? "got \"yes\"" : "got -5"))
+            fail_msg("%s: the error does not name the key and the value: %s", keys[k], msg);
+    }
+}
+
 /* An engine on `device` for run r (every rank a data-parallel rank). */
 static dsm_engine_t engine_on(const char *device, const run_t *r) {
     char cfg[2048];
@@ -875,7 +899,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),
         cmocka_unit_test(test_device_cuda),  cmocka_unit_test(test_overlap_bits),
-        cmocka_unit_test(test_overlap_reacquire),
+        cmocka_unit_test(test_overlap_reacquire), cmocka_unit_test(test_overlap_bad_config),
     };
     return RUN_MPI_TESTS("test_engine", tests);
 }
