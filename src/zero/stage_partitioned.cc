@@ -113,7 +113,7 @@ private:
     struct Pending;
     void reduce_pending(std::vector<Pending> &pending, int resident, bool user_holds);
     void gather(const std::vector<int> &list);
-    void prefetch_ahead(size_t from, int index, const Before &before);
+    void prefetch_ahead(size_t p, int index, const Before &before);
     bool reused_soon(int index) const;
     size_t live_elems() const;
     size_t numel_of(int j) const { return layout_->slot_of(j)->numel; }
@@ -230,7 +230,9 @@ const void *Partitioned::acquire_param(int index, const Before &before) {
         wait_published(s->offset + s->numel);
         return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
     }
-    const size_t from = trace_pos_;
+    // Where this acquisition is in the recorded order (the end: not there).
+    size_t at = trace_pos_;
+    while (at < last_trace_.size() && last_trace_[at] != index) ++at;
     const bool overlap = pipe_->mode() != comm::Pipeline::Mode::INLINE;
     if (!gathered(index)) {
         // Blocking: this parameter and the next ones of the trace in one
@@ -245,7 +247,8 @@ const void *Partitioned::acquire_param(int index, const Before &before) {
         before(list.front());
         gather(list);
     }
-    if (overlap) prefetch_ahead(from, index, before);
+    if (at < last_trace_.size()) trace_pos_ = at + 1; // reused_soon() looks ahead from here
+    if (overlap) prefetch_ahead(at, index, before);
     pipe_->wait(gather_ticket_[static_cast<size_t>(index)]);
     trace_.push_back(index);
     if (arena_ == Arena::PARAM && arena_param_ == index) return bucket_send_.data();
@@ -317,15 +320,13 @@ void Partitioned::gather(const std::vector<int> &list) {
 }
 
 // overlap_comm, ZeRO-3: gather now the parameters of the recorded trace
-// after `index` (found at or after position `from`) that lie within
+// after `index` (at position `p`; none when p is past the end) that lie within
 // stage3_prefetch_bucket_size elements of it and are not gathered yet, so
 // that they arrive while the caller computes; never more than
 // stage3_max_live_parameters elements gathered at once. Every rank decides
 // alike (the same trace, the same acquisitions), so the gather is a
 // collective point like any other.
-void Partitioned::prefetch_ahead(size_t from, int index, const Before &before) {
-    size_t p = from;
-    while (p < last_trace_.size() && last_trace_[p] != index) ++p;
+void Partitioned::prefetch_ahead(size_t p, int index, const Before &before) {
     if (p >= last_trace_.size()) return;
     const size_t window = static_cast<size_t>(std::max<int64_t>(s_.prefetch_bucket_size, 0));
     const int64_t room = s_.max_live_parameters - static_cast<int64_t>(live_elems());

@@ -163,24 +163,26 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     Result r{};
     r.stage = stage;
     Model none(o, 0);
-    auto comm = make_engine(world, stage, false, o);
+    auto comm = make_engine(world, stage, false, o), comm_on = make_engine(world, stage, true, o);
     long long w = o.work;
-    if (w < 0) { // auto: compute = communication
+    if (w < 0) { // auto: compute = communication (as the comm column measures it)
         Model probe(o, 16);
-        std::vector<double> c, p;
-        for (int s = 0; s < 3; ++s) {
+        std::vector<double> c, c2, p;
+        for (int s = 0; s < 4; ++s) {
             c.push_back(timed_step(world, none, comm.get()));
+            c2.push_back(timed_step(world, none, comm_on.get()));
             p.push_back(timed_step(world, probe, nullptr));
         }
         c.erase(c.begin());
+        c2.erase(c2.begin());
         p.erase(p.begin());
-        w = std::max(1LL, std::llround(16.0 * median(c) / std::max(median(p), 1e-9)));
+        const double m = std::min(median(c), median(c2));
+        w = std::max(1LL, std::llround(16.0 * m / std::max(median(p), 1e-9)));
         MPI_Bcast(&w, 1, MPI_LONG_LONG, 0, world);
     }
     r.work = w;
     Model m(o, w);
     auto off = make_engine(world, stage, false, o), on = make_engine(world, stage, true, o);
-    auto comm_on = make_engine(world, stage, true, o);
     std::vector<double> tc, tco, tm, toff, ton;
     for (int s = 0; s <= o.steps; ++s) {
         const double a = timed_step(world, none, comm.get());
