@@ -25,6 +25,7 @@
 // the window of the trace ahead of the acquired parameter (prefetch_ahead).
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include "core/error.hpp"
 #include "mpi.h"
@@ -93,6 +94,7 @@ public:
     void reduce(bool, const Before &before) override {
         flush(before);
         pipe_->wait_all();
+        flushes_.clear();
     }
     const void *grad_partition() const override { return grad_part_.data(); }
     void zero_grads() override { space_->zero(grad_part_.data(), layout_->part_size() * esize_); }
@@ -159,6 +161,7 @@ private:
     // each parameter, and the slices of publish()'s allgather (end element,
     // task) not yet waited for.
     comm::Pipeline::Ticket bucket_ticket_ = 0;
+    std::deque<comm::Pipeline::Ticket> flushes_; // the reductions that may still run
     std::vector<comm::Pipeline::Ticket> gather_ticket_;
     std::vector<std::pair<size_t, comm::Pipeline::Ticket>> published_;
 };
@@ -199,6 +202,7 @@ void Partitioned::allocate() {
 
 void Partitioned::free() noexcept {
     quiet_settle();
+    flushes_.clear();
     published_.clear();
     pending_.clear();
     pool_.clear();
@@ -445,9 +449,15 @@ void Partitioned::flush(const Before &before) {
     // the rounds are packed elsewhere.
     const bool user_holds = arena_ != Arena::FREE;
     // At most one more reduction waits behind the running one (DeepSpeed's
-    // double buffering), so released gradients do not pile up.
+    // double buffering), so released gradients do not pile up; gathers in
+    // between do not count.
+    while (flushes_.size() >= 2) {
+        pipe_->wait(flushes_.front());
+        flushes_.pop_front();
+    }
     const comm::Pipeline::Ticket t =
-        pipe_->submit([this, job, resident, user_holds] { reduce_pending(*job, resident, user_holds); }, 2);
+        pipe_->submit([this, job, resident, user_holds] { reduce_pending(*job, resident, user_holds); });
+    flushes_.push_back(t);
     if (resident >= 0 || !user_holds) bucket_ticket_ = t;
 }
 
