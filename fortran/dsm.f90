@@ -356,7 +356,7 @@ module dsm
   !> size = DSM_ENGINE_OPTIONS_SIZE, which libdsm checks (leave it alone),
   !> and the defaults below.
   !>   device:      DSM_DEVICE_DEFAULT (DSM_ENGINE_DEVICE, else device-resident
-  !>                CUDA where every rank has a GPU and NCCL is built, see
+  !>                CUDA where every rank has a GPU of its own and NCCL is built, see
   !>                dsm.h), DSM_DEVICE_HOST, DSM_DEVICE_CUDA or
   !>                DSM_DEVICE_SIMULATED. A program computing on the host
   !>                asks for DSM_DEVICE_HOST.
@@ -414,6 +414,8 @@ module dsm
   public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_init_with_options, dsm_engine_free
   public :: dsm_engine_num_params, dsm_engine_get_device, dsm_engine_set_stream, dsm_engine_get_stream
   public :: dsm_engine_param_index, dsm_engine_param_numel, dsm_engine_get_dtype
+  public :: dsm_engine_get_batch, dsm_engine_param_read_f32, dsm_engine_grad_add_f32
+  public :: dsm_engine_log_loss, dsm_engine_log_scalar, dsm_engine_set_flops
   public :: dsm_engine_param_acquire, dsm_engine_param_release
   public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
   public :: dsm_engine_get_loss_scale, dsm_engine_get_step_info, dsm_engine_get_mesh
@@ -918,6 +920,59 @@ module dsm
        integer(c_int), intent(out) :: dtype
        integer(c_int) :: st
      end function c_dsm_engine_get_dtype
+
+     function c_dsm_engine_get_batch(engine, train_batch_size, micro_batch_size, &
+          gradient_accumulation_steps, data_parallel_size) &
+          bind(C, name='dsm_engine_get_batch') result(st)
+       import :: c_int, c_int64_t, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int64_t), intent(out) :: train_batch_size, micro_batch_size
+       integer(c_int64_t), intent(out) :: gradient_accumulation_steps, data_parallel_size
+       integer(c_int) :: st
+     end function c_dsm_engine_get_batch
+
+     function c_dsm_engine_param_read_f32(engine, index, values, count) &
+          bind(C, name='dsm_engine_param_read_f32') result(st)
+       import :: c_int, c_int64_t, c_ptr, c_float
+       type(c_ptr), value :: engine
+       integer(c_int), value :: index
+       real(c_float), dimension(*), intent(out) :: values
+       integer(c_int64_t), value :: count
+       integer(c_int) :: st
+     end function c_dsm_engine_param_read_f32
+
+     function c_dsm_engine_grad_add_f32(engine, index, grad, count) &
+          bind(C, name='dsm_engine_grad_add_f32') result(st)
+       import :: c_int, c_int64_t, c_ptr, c_float
+       type(c_ptr), value :: engine
+       integer(c_int), value :: index
+       real(c_float), dimension(*), intent(in) :: grad
+       integer(c_int64_t), value :: count
+       integer(c_int) :: st
+     end function c_dsm_engine_grad_add_f32
+
+     function c_dsm_engine_log_loss(engine, loss) bind(C, name='dsm_engine_log_loss') result(st)
+       import :: c_int, c_ptr, c_double
+       type(c_ptr), value :: engine
+       real(c_double), value :: loss
+       integer(c_int) :: st
+     end function c_dsm_engine_log_loss
+
+     function c_dsm_engine_log_scalar(engine, name, value) bind(C, name='dsm_engine_log_scalar') result(st)
+       import :: c_int, c_ptr, c_double, c_char
+       type(c_ptr), value :: engine
+       character(kind=c_char), dimension(*), intent(in) :: name
+       real(c_double), value :: value
+       integer(c_int) :: st
+     end function c_dsm_engine_log_scalar
+
+     function c_dsm_engine_set_flops(engine, flops_per_sample, peak_flops) &
+          bind(C, name='dsm_engine_set_flops') result(st)
+       import :: c_int, c_ptr, c_double
+       type(c_ptr), value :: engine
+       real(c_double), value :: flops_per_sample, peak_flops
+       integer(c_int) :: st
+     end function c_dsm_engine_set_flops
 
      function c_dsm_engine_get_device(engine, device) bind(C, name='dsm_engine_get_device') result(st)
        import :: c_int, c_ptr
@@ -2258,6 +2313,98 @@ contains
     dtype = int(d)
     call finish(st, 'dsm_engine_get_dtype', ierr)
   end subroutine dsm_engine_get_dtype
+
+  !> The engine's batch values after DeepSpeed's derivation:
+  !> call dsm_engine_get_batch(engine [, train_batch_size]
+  !> [, micro_batch_size] [, gradient_accumulation_steps]
+  !> [, data_parallel_size] [, ierr]), each integer(c_int64_t). Not collective.
+  subroutine dsm_engine_get_batch(engine, train_batch_size, micro_batch_size, &
+       gradient_accumulation_steps, data_parallel_size, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer(c_int64_t), intent(out), optional :: train_batch_size, micro_batch_size
+    integer(c_int64_t), intent(out), optional :: gradient_accumulation_steps, data_parallel_size
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t) :: tbs, mbs, gas, dps
+    integer(c_int) :: st
+
+    tbs = 0
+    mbs = 0
+    gas = 0
+    dps = 0
+    st = c_dsm_engine_get_batch(engine%ptr, tbs, mbs, gas, dps)
+    if (present(train_batch_size)) train_batch_size = tbs
+    if (present(micro_batch_size)) micro_batch_size = mbs
+    if (present(gradient_accumulation_steps)) gradient_accumulation_steps = gas
+    if (present(data_parallel_size)) data_parallel_size = dps
+    call finish(st, 'dsm_engine_get_batch', ierr)
+  end subroutine dsm_engine_get_batch
+
+  !> Parameter index's values as real(c_float) into values (size(values)
+  !> must be its numel), whatever the compute dtype and wherever the engine
+  !> keeps them: acquire, convert, release. Collective where the acquire is.
+  subroutine dsm_engine_param_read_f32(engine, index, values, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:), contiguous, intent(out) :: values
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_param_read_f32(engine%ptr, int(index, c_int), values, int(size(values), c_int64_t))
+    call finish(st, 'dsm_engine_param_read_f32', ierr)
+  end subroutine dsm_engine_param_read_f32
+
+  !> Add the real(c_float) gradient grad (size(grad) must be the parameter's
+  !> numel) into parameter index's gradient buffer, whatever the compute
+  !> dtype: acquire, add, release. Scale it by the loss scale first.
+  !> Collective where the release is.
+  subroutine dsm_engine_grad_add_f32(engine, index, grad, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:), contiguous, intent(in) :: grad
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_grad_add_f32(engine%ptr, int(index, c_int), grad, int(size(grad), c_int64_t))
+    call finish(st, 'dsm_engine_grad_add_f32', ierr)
+  end subroutine dsm_engine_grad_add_f32
+
+  !> This micro-step's loss for the metrics files (csv_monitor,
+  !> tensorboard): the mean since the last boundary is written as
+  !> Train/Samples/train_loss by the first rank. Local.
+  subroutine dsm_engine_log_loss(engine, loss, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    real(c_double), intent(in) :: loss
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_log_loss(engine%ptr, loss)
+    call finish(st, 'dsm_engine_log_loss', ierr)
+  end subroutine dsm_engine_log_loss
+
+  !> One scalar of the program's own to the metrics files, at the global
+  !> sample count. Local.
+  subroutine dsm_engine_log_scalar(engine, name, value, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: name
+    real(c_double), intent(in) :: value
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_log_scalar(engine%ptr, trim(name) // c_null_char, value)
+    call finish(st, 'dsm_engine_log_scalar', ierr)
+  end subroutine dsm_engine_log_scalar
+
+  !> The model's FLOPs per sample and each rank's peak FLOP/s, for the
+  !> metrics Train/Samples/tflops and Train/Samples/mfu (0 turns one off). Local.
+  subroutine dsm_engine_set_flops(engine, flops_per_sample, peak_flops, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    real(c_double), intent(in) :: flops_per_sample, peak_flops
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_set_flops(engine%ptr, flops_per_sample, peak_flops)
+    call finish(st, 'dsm_engine_set_flops', ierr)
+  end subroutine dsm_engine_set_flops
 
   !> Where the engine keeps its model state: DSM_DEVICE_HOST,
   !> DSM_DEVICE_CUDA or DSM_DEVICE_SIMULATED (never DSM_DEVICE_DEFAULT).

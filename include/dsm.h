@@ -21,6 +21,15 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* In C++, <mpi.h> without the MPI C++ bindings (removed from the standard in
+ * MPI-3.0, and full of warnings): a program that still uses them includes
+ * <mpi.h> before dsm.h. */
+#if defined(__cplusplus) && !defined(OMPI_SKIP_MPICXX)
+#define OMPI_SKIP_MPICXX 1
+#endif
+#if defined(__cplusplus) && !defined(MPICH_SKIP_MPICXX)
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include "dsm_version.h"
@@ -642,6 +651,11 @@ typedef struct dsm_param_desc {
     void *init_user_data;      /**< passed to @c init_fn */
 } dsm_param_desc_t;
 
+/** Initializer of dsm_param_desc_t: a trainable fp32 scalar with decay and
+ *  zero initial values; set name, ndims and shape. (A zeroed descriptor is
+ *  frozen: trainable = 0.) */
+#define DSM_PARAM_DESC_INITIALIZER { NULL, 0, NULL, DSM_FLOAT32, 1, 0, NULL, NULL, NULL }
+
 /** What dsm_step() did, and the engine's counters (dsm_engine_get_step_info()). */
 typedef struct dsm_step_info {
     size_t size;            /**< sizeof(dsm_step_info_t): set by DSM_STEP_INFO_INITIALIZER */
@@ -662,7 +676,8 @@ typedef struct dsm_step_info {
 /** Where the engine keeps the model state and runs its math (dsm_engine_options_t::device). */
 typedef enum dsm_device {
     /** DSM_ENGINE_DEVICE from the environment; when that is unset or "auto": DSM_DEVICE_CUDA when
-     *  NCCL is built, every rank has a usable CUDA device and no ZeRO-Offload is configured, else
+     *  NCCL is built, every rank has a CUDA device of its own (no two ranks of a node share
+     *  one) and no ZeRO-Offload is configured, else
      *  DSM_DEVICE_HOST. */
     DSM_DEVICE_DEFAULT = 0,
     /** Host memory: the parameters the user reads and the gradients it writes are host memory. */
@@ -724,7 +739,7 @@ typedef struct dsm_engine_options {
  * the same on every rank.
  *
  * The model state lives where DSM_DEVICE_DEFAULT says: on a CUDA device
- * (device-resident) when NCCL is built and every rank has one, else in host
+ * (device-resident) when NCCL is built and every rank has one of its own, else in host
  * memory; dsm_engine_init_with_options() chooses explicitly. A program that
  * computes its forward and backward on the host must ask for
  * DSM_DEVICE_HOST (or set DSM_ENGINE_DEVICE=host) to keep working on GPU
@@ -860,6 +875,94 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
  * handle that is not a live engine.
  */
 DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *device);
+
+/**
+ * @brief The engine's batch values after DeepSpeed's derivation (as
+ * dsm_config_get_batch() on its configuration): train_batch_size,
+ * train_micro_batch_size_per_gpu, gradient_accumulation_steps and the
+ * data-parallel size.
+ *
+ * Not collective. Any output pointer may be NULL.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a handle that is not a
+ * live engine.
+ */
+DSM_API dsm_status_t dsm_engine_get_batch(dsm_engine_t engine, int64_t *train_batch_size,
+                                          int64_t *micro_batch_size, int64_t *gradient_accumulation_steps,
+                                          int64_t *data_parallel_size);
+
+/**
+ * @brief Parameter @p index's values as fp32 in host memory @p values
+ * (@p count elements, the parameter's numel), whatever the compute dtype
+ * and wherever the engine keeps them (host, CUDA device, ZeRO-Offload's
+ * device copies): dsm_engine_param_acquire(), a copy converted with the
+ * vectorised kernels of dsm_convert(), dsm_engine_param_release().
+ *
+ * Collective where the acquire is (ZeRO-3 gathers a partitioned parameter).
+ * Call it where the acquire would be called, not while the parameter is
+ * acquired.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a bad index or a
+ * @p count other than the parameter's numel (naming both);
+ * DSM_ERR_NULL_POINTER for NULL @p values; DSM_ERR_STATE when the parameter
+ * is acquired; the acquire's errors.
+ */
+DSM_API dsm_status_t dsm_engine_param_read_f32(dsm_engine_t engine, int index, float *values, int64_t count);
+
+/**
+ * @brief Add the fp32 gradient @p grad (host memory, @p count elements, the
+ * parameter's numel) into parameter @p index's gradient buffer, whatever the
+ * compute dtype and wherever the buffer lives: dsm_engine_grad_acquire(), the
+ * buffer's sum converted to fp32, @p grad added, converted back,
+ * dsm_engine_grad_release() (which starts the bucket's reduction under
+ * ZeRO-2/3 as a release does). Multiply the loss gradient by
+ * dsm_engine_get_loss_scale() before, as for the buffer itself.
+ *
+ * Collective where the release is. Not while the gradient is acquired.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a bad index, a frozen
+ * parameter or a @p count other than its numel; DSM_ERR_NULL_POINTER for
+ * NULL @p grad; DSM_ERR_STATE when the gradient is acquired; the acquire's
+ * and release's errors.
+ */
+DSM_API dsm_status_t dsm_engine_grad_add_f32(dsm_engine_t engine, int index, const float *grad, int64_t count);
+
+/**
+ * @brief Give the engine this micro-step's loss for the metrics files
+ * (configuration blocks csv_monitor and tensorboard, doc/engine.md
+ * "Metrics"): at each accumulation boundary the mean of the losses given
+ * since the last one is written as Train/Samples/train_loss.
+ *
+ * Local (no communication); only the engine's first rank writes, so the
+ * value that counts is that rank's (as DeepSpeed's monitor). Any value,
+ * NaN and infinities included, is recorded as given.
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a handle that is not a
+ * live engine; DSM_ERR_STATE after a failed collective call.
+ */
+DSM_API dsm_status_t dsm_engine_log_loss(dsm_engine_t engine, double loss);
+
+/**
+ * @brief Write one scalar of the program's own to the metrics files, with
+ * the global sample count as its step (nothing when no monitor is enabled).
+ *
+ * Local; only the engine's first rank writes. @p name: 1..255 printable
+ * characters without a comma or a double quote ("Eval/accuracy"; the CSV
+ * file is named after it with '/' and ' ' as '_').
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER for NULL @p name;
+ * DSM_ERR_INVALID_ARGUMENT for a bad name (naming it) or handle;
+ * DSM_ERR_STATE after a failed collective call. A file that cannot be
+ * written is a warning, and metrics stop; training goes on.
+ */
+DSM_API dsm_status_t dsm_engine_log_scalar(dsm_engine_t engine, const char *name, double value);
+
+/**
+ * @brief The model's FLOPs per training sample (forward and backward, the
+ * program's own count, e.g. 6 x parameters x tokens for a transformer) and
+ * each rank's peak FLOP/s, for the metrics Train/Samples/tflops (achieved
+ * TFLOP/s per rank) and Train/Samples/mfu (their ratio to the peak). 0
+ * turns a figure off.
+ *
+ * Local. @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a negative or
+ * non-finite figure (naming it) or a bad handle.
+ */
+DSM_API dsm_status_t dsm_engine_set_flops(dsm_engine_t engine, double flops_per_sample, double peak_flops);
 
 /**
  * @brief Get the values of parameter @p index (numel elements of the compute

@@ -6,7 +6,7 @@
 set -e
 pkgs="build-essential gfortran autoconf automake libtool pkg-config
       libopenmpi-dev openmpi-bin libhdf5-openmpi-dev hdf5-tools
-      libhwloc-dev hwloc libcmocka-dev nlohmann-json3-dev python3 clang cmake
+      libhwloc-dev hwloc libcmocka-dev nlohmann-json3-dev python3 python3-venv clang cmake
       iproute2 procps util-linux"
 missing=
 for p in $pkgs; do

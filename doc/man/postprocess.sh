@@ -8,7 +8,9 @@
 # Kept: one real page per group of the headers (@defgroup), the page of dsm.h
 # itself (dsm.h.3, with the header's introduction as its DESCRIPTION), the
 # page of each documented struct, and for every public dsm_/DSM_ name a page
-# NAME.3 that is a `.so man3/GROUP.3` link. Dropped: directory pages and the
+# NAME.3: for a function, a short page of its own (its synopsis and
+# documentation, cut from the group page, which it names under SEE ALSO);
+# for any other name, a `.so man3/GROUP.3` link. Dropped: directory pages and the
 # links doxygen makes for struct fields. Dates and build paths are removed so
 # that regenerating the pages changes them only when dsm.h changes.
 set -eu
@@ -204,6 +206,50 @@ for f in "$stage"/*.3; do
             ;;
         .so\ *) die "${f##*/}: unexpected link '$first'" ;;
     esac
+done
+
+# One short page per function instead of a link to its group's page: its
+# synopsis and documentation, cut from the group's "Function Documentation",
+# and the group page under SEE ALSO for the types and related calls.
+for fn in $functions; do
+    f=$stage/$fn.3
+    [ -f "$f" ] || continue
+    first=$(sed -n '1p' "$f")
+    case $first in
+        .so\ man3/*) ;;
+        *) continue ;;
+    esac
+    group=${first#.so man3/}
+    group=${group%.3}
+    include='#include <dsm.h>'
+    [ "$group" = dsm_cuda ] && include='#include <dsm/cuda.h>'
+    awk -v fn="$fn" -v group="$group" -v include="$include" '
+        NR == 1 { th = $0; sub(/^\.TH "[^"]*"/, ".TH \"" fn "\"", th) }
+        /^\.SH "Function Documentation"/ { infn = 1; next }
+        infn && /^\.SH / { infn = 0; keep = 0 }
+        infn && /^\.SS / { keep = index($0, " " fn " (") > 0; if (keep) { ss = $0; found = 1 }; next }
+        infn && keep { body = body $0 "\n"; if (brief == "" && $0 !~ /^\./ && $0 != "") brief = $0 }
+        END {
+            if (!found) exit 1
+            sub(/^\.SS "/, "", ss); sub(/"$/, "", ss)
+            i = index(brief, "\\&."); if (i > 0) brief = substr(brief, 1, i - 1)
+            print th
+            print ".ad l"
+            print ".nh"
+            print ".SH NAME"
+            print fn " \\- " brief
+            print ".SH SYNOPSIS"
+            print ".nf"
+            print "\\fB" include "\\fP"
+            print ""
+            print ss ";"
+            print ".fi"
+            print ".SH DESCRIPTION"
+            printf "%s", body
+            print ".SH \"SEE ALSO\""
+            print ".BR " group " (3)"
+        }' "$stage/$group.3" >"$f.new" || die "no documentation of $fn in $group.3"
+    mv "$f.new" "$f"
 done
 
 # Every function of the headers has a page.

@@ -467,6 +467,9 @@ int main(int argc, char **argv) {
             make_batch(step * train_batch + (m * dp_size + dp_rank) * micro_batch, wk.n, wk.x, wk.t);
             double loss, scale;
             CHECK(forward(engine, &wk, &loss));
+            /* For the metrics files, when the configuration enables
+               csv_monitor or tensorboard (else it costs nothing). */
+            CHECK(dsm_engine_log_loss(engine, loss));
             /* The scale may change at each boundary (fp16 dynamic scaling). */
             CHECK(dsm_engine_get_loss_scale(engine, &scale));
             CHECK(backward(engine, &wk, scale));
@@ -488,8 +491,10 @@ int main(int argc, char **argv) {
             printf("step %5lld  loss %.6f  lr %.3e  loss_scale %g  grad_norm %.4f  skipped %lld\n",
                    (long long)info.global_steps, history[step], info.lr, info.loss_scale,
                    info.grad_norm, (long long)info.skipped_steps);
-        if (ckpt_dir != NULL && ((step + 1) % save_every == 0 || step == steps - 1))
+        if (ckpt_dir != NULL && ((step + 1) % save_every == 0 || step == steps - 1)) {
             CHECK(dsm_engine_save_checkpoint(engine, ckpt_dir, NULL, &initial_loss, sizeof initial_loss));
+            if (rank == 0) printf("saved a checkpoint of step %lld in %s\n", (long long)info.global_steps, ckpt_dir);
+        }
     }
     if (first >= steps) { /* resumed at or past the last step: nothing to train */
         if (rank == 0) printf("train_mlp: the checkpoint is at step %ld already; nothing to do\n", first);

@@ -372,6 +372,8 @@ program train_mlp
              write (arg, '(es24.16)') initial_loss
              call dsm_engine_save_checkpoint(engine, ckpt_dir, '', trim(adjustl(arg)), st)
              if (failed(st)) exit main
+             if (rank == 0) write (output_unit, '(a,i0,2a)') 'saved a checkpoint of step ', &
+                  info%global_steps, ' in ', ckpt_dir
           end if
        end if
     end do

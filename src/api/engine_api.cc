@@ -232,6 +232,47 @@ DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *de
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_get_batch(dsm_engine_t engine, int64_t *train_batch_size, int64_t *micro_batch_size,
+                                          int64_t *gradient_accumulation_steps, int64_t *data_parallel_size) {
+    DSM_API_BEGIN
+    const dsm::config::Config &c = impl(engine).config();
+    if (train_batch_size != nullptr) *train_batch_size = c.train_batch_size;
+    if (micro_batch_size != nullptr) *micro_batch_size = c.train_micro_batch_size_per_gpu;
+    if (gradient_accumulation_steps != nullptr) *gradient_accumulation_steps = c.gradient_accumulation_steps;
+    if (data_parallel_size != nullptr) *data_parallel_size = c.data_parallel_world_size;
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_param_read_f32(dsm_engine_t engine, int index, float *values, int64_t count) {
+    DSM_API_BEGIN
+    impl(engine).param_read_f32(index, values, count);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_grad_add_f32(dsm_engine_t engine, int index, const float *grad, int64_t count) {
+    DSM_API_BEGIN
+    impl(engine).grad_add_f32(index, grad, count);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_log_loss(dsm_engine_t engine, double loss) {
+    DSM_API_BEGIN
+    impl(engine).log_loss(loss);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_log_scalar(dsm_engine_t engine, const char *name, double value) {
+    DSM_API_BEGIN
+    impl(engine).log_scalar(name, value);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_set_flops(dsm_engine_t engine, double flops_per_sample, double peak_flops) {
+    DSM_API_BEGIN
+    impl(engine).set_flops(flops_per_sample, peak_flops);
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_engine_param_acquire(dsm_engine_t engine, int index, const void **values) {
     DSM_API_BEGIN
     auto &e = impl(engine);

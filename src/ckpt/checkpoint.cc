@@ -28,6 +28,7 @@
 
 #include "core/agree.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "core/param.hpp"
 
 namespace dsm {
@@ -449,6 +450,43 @@ void fault_point(const char *point, int world_rank) {
 
 // ---------------------------------------------------------------- save
 
+namespace {
+
+// Progress of a long save or load on rank 0, at INFO: a line every few
+// seconds with the bytes done, the total and the time so far.
+class Progress {
+public:
+    Progress(int rank, const char *what, const std::string &path, const std::vector<Tensor> &tensors)
+        : on_(rank == 0 && log_enabled(LogLevel::INFO, Subsys::ENGINE)), what_(what), path_(path),
+          start_(MPI_Wtime()), last_(start_) {
+        for (const Tensor &t : tensors) total_ += bytes_of(t);
+    }
+    // After tensor `t`.
+    void done(const Tensor &t) {
+        done_ += bytes_of(t);
+        if (!on_) return;
+        const double now = MPI_Wtime();
+        if (now - last_ < kEverySeconds) return;
+        last_ = now;
+        DSM_INFO(ENGINE, "checkpoint %s '%s': %.0f of %.0f MB (%.0f%%) in %.1f s", what_, path_.c_str(),
+                 done_ / 1e6, total_ / 1e6, total_ > 0 ? 100.0 * done_ / total_ : 100.0, now - start_);
+    }
+
+private:
+    static constexpr double kEverySeconds = 5.0;
+    static double bytes_of(const Tensor &t) {
+        double n = 4; // fp32
+        for (int64_t d : t.shape) n *= static_cast<double>(d);
+        return n;
+    }
+    bool on_;
+    const char *what_;
+    std::string path_;
+    double start_, last_, total_ = 0, done_ = 0;
+};
+
+} // namespace
+
 void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
           const void *client, size_t client_size) {
     int rank = 0, world_rank = 0;
@@ -535,7 +573,8 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
             h5ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
             h5ok(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
         });
-        for (size_t i = 0; i < n && !steps.stopped(); ++i) {
+        Progress progress(rank, "save", final_path, content.tensors);
+        for (size_t i = 0; i < n && !steps.stopped(); ++i, progress.done(content.tensors[i - 1])) {
             attempt([&] {
                 const Tensor &t = content.tensors[i];
                 const std::string path = dataset_path(t);
@@ -921,7 +960,8 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
         std::vector<uint64_t> got(n, 0), stored(n, 0);
         Id xfer;
         attempt([&] { xfer = collective_xfer(); });
-        for (size_t i = 0; i < n && !steps.stopped(); ++i) {
+        Progress progress(rank, "load", path, content.tensors);
+        for (size_t i = 0; i < n && !steps.stopped(); ++i, progress.done(content.tensors[i - 1])) {
             attempt([&] {
                 Tensor &t = content.tensors[i];
                 const std::string p = dataset_path(t);

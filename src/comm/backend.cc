@@ -6,6 +6,10 @@
 #include "comm/backend.hpp"
 
 #include <climits>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #if DSM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -217,6 +221,54 @@ bool every_rank_has_a_device(MPI_Comm comm, std::string *why) {
     return all == 1;
 }
 
+void require_devices_of_their_own(MPI_Comm comm, int node_color, int device) {
+    const Comm node = node_comm(comm, node_color);
+    int n = 0, rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_size(node.get(), &n));
+    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    // Each node rank's bus id (a fixed-size record) and its rank in `comm`.
+    constexpr int kId = 32;
+    char mine[kId] = {0};
+    std::string id;
+    agree(comm, [&] { id = cuda::pci_bus_id(device); });
+    std::snprintf(mine, sizeof mine, "%s", id.c_str());
+    std::vector<char> ids(static_cast<size_t>(n) * kId);
+    std::vector<int> ranks(static_cast<size_t>(n));
+    DSM_CHECK_MPI(MPI_Allgather(mine, kId, MPI_CHAR, ids.data(), kId, MPI_CHAR, node.get()));
+    DSM_CHECK_MPI(MPI_Allgather(&rank, 1, MPI_INT, ranks.data(), 1, MPI_INT, node.get()));
+    std::vector<std::string> all;
+    for (int i = 0; i < n; ++i) all.emplace_back(&ids[static_cast<size_t>(i) * kId]);
+    const std::pair<int, int> shared = cuda::first_shared(all);
+    agree(comm, [&] {
+        if (shared.first < 0) return;
+        DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "ranks ", ranks[static_cast<size_t>(shared.first)], " and ",
+                 ranks[static_cast<size_t>(shared.second)], " share the CUDA device at PCI bus id ",
+                 all[static_cast<size_t>(shared.first)], " (the nccl backend needs a GPU of its own on every "
+                 "rank: run at most as many ranks per node as it has GPUs)");
+    });
+}
+
+bool every_rank_has_its_own_device(MPI_Comm comm, int node_color, const cuda::DeviceHint *hint, std::string *why) {
+    if (!every_rank_has_a_device(comm, why)) return false;
+    cuda::DeviceHint local;
+    if (hint == nullptr) {
+        const Comm node = node_comm(comm, node_color);
+        DSM_CHECK_MPI(MPI_Comm_rank(node.get(), &local.local_rank));
+        hint = &local;
+    }
+    try {
+        int device = -1;
+        agree(comm, [&] { device = cuda::use_device(*hint); });
+        require_devices_of_their_own(comm, node_color, device);
+    } catch (const Error &e) {
+        // A shared GPU is an answer; a bad DSM_CUDA_DEVICE or a CUDA failure is an error.
+        if (e.status() != DSM_ERR_NOT_SUPPORTED) throw;
+        *why = e.message();
+        return false;
+    }
+    return true;
+}
+
 std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color, const Kind *choice) {
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     DSM_REQUIRE(space == Space::HOST || space == Space::DEVICE, DSM_ERR_INVALID_ARGUMENT, "memory space ",
@@ -231,7 +283,7 @@ std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color
     if (kind == Kind::AUTO) {
         if (space == Space::DEVICE) {
             // Collective: every rank takes the same branch.
-            if (nccl_built() && every_rank_has_a_device(c.get(), &why))
+            if (nccl_built() && every_rank_has_its_own_device(c.get(), node_color, nullptr, &why))
                 return create_backend(comm, Kind::NCCL, node_color);
             DSM_INFO(INIT, "comm: device memory without the nccl backend (%s): using the mpi backend",
                      nccl_built() ? why.c_str() : "not built");

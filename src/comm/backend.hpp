@@ -51,6 +51,9 @@
 #include "dsm.h"
 
 namespace dsm {
+namespace cuda {
+struct DeviceHint;
+} // namespace cuda
 namespace comm {
 
 enum class Op { SUM, MAX, MIN };
@@ -299,6 +302,17 @@ bool nccl_built() noexcept;
 // Collective: whether every rank of `comm` sees a CUDA device (the same
 // answer on all); *why: this rank's reason when it sees none.
 bool every_rank_has_a_device(MPI_Comm comm, std::string *why);
+
+// Collective, once every rank of `comm` has chosen `device`: fails (agreed,
+// DSM_ERR_NOT_SUPPORTED) naming two ranks of a node that chose the same GPU
+// (by PCI bus id). NCCL needs a GPU of its own on every rank.
+void require_devices_of_their_own(MPI_Comm comm, int node_color, int device);
+
+// Collective: whether every rank of `comm` has a CUDA device and no two
+// ranks of a node share one (the same answer on all; *why: the reason when
+// not). Each rank's device is chosen here unless the process chose it
+// before (cuda::use_device: `hint`, or the rank's index on its node).
+bool every_rank_has_its_own_device(MPI_Comm comm, int node_color, const cuda::DeviceHint *hint, std::string *why);
 
 // Collective over `comm` (not freed, not kept: the backend dups it).
 // `node_color` names this rank's node (ranks with equal colors are on one

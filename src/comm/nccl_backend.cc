@@ -148,7 +148,12 @@ struct NcclBackend::Impl {
     Impl() = default;
     ~Impl();
 
+    ncclComm_t split_sink = nullptr; // where a split writes when this member joins no group
+
     void init(const ncclUniqueId &id, int size, int rank);
+    // Poll this (the parent) communicator until a non-blocking split has
+    // written the child through `out`; fails as wait() does.
+    void wait_for_split(ncclComm_t *out);
     void require_usable() const {
         DSM_REQUIRE(nccl != nullptr, DSM_ERR_STATE, "the nccl backend is unusable: ", broken);
     }
@@ -217,6 +222,20 @@ void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_
         }
         if (timeout_s > 0 && Clock::now() - start >= std::chrono::seconds(timeout_s))
             fail(DSM_ERR_NCCL, cat(what, " did not complete within DSM_NCCL_TIMEOUT=", timeout_s,
+                                   " seconds (a member did not make the same call, or failed)"));
+        std::this_thread::yield();
+    }
+}
+
+void NcclBackend::Impl::wait_for_split(ncclComm_t *out) {
+    const Clock::time_point start = Clock::now();
+    while (__atomic_load_n(out, __ATOMIC_ACQUIRE) == nullptr) {
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t q = ncclCommGetAsyncError(nccl, &state);
+        if (q != ncclSuccess) fail_nccl(q, "ncclCommGetAsyncError");
+        if (!issued_ok(state)) fail_nccl(state, "ncclCommSplit");
+        if (timeout_s > 0 && Clock::now() - start >= std::chrono::seconds(timeout_s))
+            fail(DSM_ERR_NCCL, cat("ncclCommSplit did not complete within DSM_NCCL_TIMEOUT=", timeout_s,
                                    " seconds (a member did not make the same call, or failed)"));
         std::this_thread::yield();
     }
@@ -301,6 +320,8 @@ NcclBackend::NcclBackend(MPI_Comm comm, int node_color)
             DSM_REQUIRE(r == ncclSuccess, DSM_ERR_NCCL, "ncclGetUniqueId failed: ", nccl_text(r, nullptr));
         }
     });
+    // Two members on one GPU: a clear error here rather than NCCL's.
+    require_devices_of_their_own(comm_.get(), node_color, device_);
     DSM_CHECK_MPI(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm_.get()));
     // NCCL's setup, agreed too: when it failed or timed out on some member,
     // every member aborts its communicator and throws.
@@ -344,14 +365,17 @@ std::unique_ptr<NcclBackend> NcclBackend::split(int color, int key) {
         agree(comm_.get(), [&] {
             ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
             config.blocking = 0; // as the parent: wait() polls
-            ncclComm_t nc = nullptr;
-            const ncclResult_t r = ncclCommSplit(impl_->nccl, child ? color : NCCL_SPLIT_NOCOLOR, key, &nc, &config);
-            if (!child) {
-                impl_->wait(r, "ncclCommSplit", false, nullptr);
-                return;
-            }
-            child->impl_->nccl = nc;
-            child->impl_->wait(r, "ncclCommSplit", false, nullptr);
+            // Non-blocking, the split runs as a job of the parent and NCCL
+            // writes the new communicator through `out` when it completes
+            // (NULL until then, and for a member of no group): `out` must
+            // outlive the call, and is read atomically.
+            ncclComm_t *out = child ? &child->impl_->nccl : &impl_->split_sink;
+            *out = nullptr;
+            const ncclResult_t r = ncclCommSplit(impl_->nccl, child ? color : NCCL_SPLIT_NOCOLOR, key, out, &config);
+            impl_->wait(r, "ncclCommSplit", false, nullptr); // polling the parent completes the job
+            if (!child) return;
+            impl_->wait_for_split(out);
+            child->impl_->wait(ncclSuccess, "ncclCommSplit", false, nullptr);
         });
     } catch (...) {
         if (child) child->impl_->abort();

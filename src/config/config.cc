@@ -144,7 +144,7 @@ void read_precision(Node &root, Config &cfg) {
     Bf16Config &b = cfg.bf16;
     b.enabled = bf16.get_bool("enabled", false);
     b.immediate_grad_update = bf16.get_bool("immediate_grad_update", false);
-    b.check_grad_overflow = bf16.get_bool("check_grad_overflow", false);
+    b.check_grad_overflow = bf16.get_bool("check_grad_overflow", true); // DeepSpeed's default since PR #6976
     static const char *unsupported[] = {"bf16_master_weights_and_grads", "bf16_optimizer_states"};
     for (const char *k : unsupported)
         if (bf16.get_bool(k, false))
@@ -170,6 +170,18 @@ void read_checkpoint(Node &root, Config &cfg) {
     pw.finish();
     ck.finish();
 
+    for (auto [key, mc] : {std::pair<const char *, MonitorConfig *>{"csv_monitor", &cfg.csv_monitor},
+                           std::pair<const char *, MonitorConfig *>{"tensorboard", &cfg.tensorboard}}) {
+        Node m = root.child(key);
+        mc->enabled = m.get_bool("enabled", false);
+        mc->output_path = m.get_string("output_path", "");
+        mc->job_name = m.get_string("job_name", "DeepSpeedJobName");
+        if (mc->enabled)
+            DSM_REQUIRE(!mc->job_name.empty() && mc->job_name.find('/') == std::string::npos, DSM_ERR_CONFIG,
+                        key, ".job_name: \"", mc->job_name, "\" must be a non-empty name without '/'");
+        m.finish();
+    }
+
     Node dt = root.child("data_types");
     cfg.grad_accum_dtype = dtype_from(dt, "grad_accum_dtype", Dtype::NONE, false);
     for (const char *k : {"param_dtype", "buffer_dtype"})
@@ -182,8 +194,8 @@ void read_checkpoint(Node &root, Config &cfg) {
 void reject_unsupported(Node &root) {
     // Blocks switched on by "enabled": true.
     static const char *enabled_blocks[] = {
-        "amp",          "flops_profiler",  "autotuning",     "tensorboard",    "wandb",
-        "csv_monitor",  "comet",           "comms_logger",   "elasticity",     "curriculum_learning",
+        "amp",          "flops_profiler",  "autotuning",     "wandb",
+        "comet",        "comms_logger",    "elasticity",     "curriculum_learning",
         "progressive_layer_drop", "quantize_training", "data_efficiency", "hybrid_engine",
         "torch_autocast", "nebula",        "eigenvalue",     "datastates_ckpt"};
     for (const char *k : enabled_blocks) {

@@ -57,7 +57,7 @@ struct Fp16Config {
 struct Bf16Config {
     bool enabled = false;
     bool immediate_grad_update = false;
-    bool check_grad_overflow = false;
+    bool check_grad_overflow = true;
 };
 
 struct OffloadConfig {
@@ -127,6 +127,14 @@ struct CheckpointConfig {
     bool load_universal = false;
 };
 
+// DeepSpeed's csv_monitor and tensorboard blocks: files under
+// output_path/job_name, written by rank 0.
+struct MonitorConfig {
+    bool enabled = false;
+    std::string output_path;                   // "" : the working directory
+    std::string job_name = "DeepSpeedJobName"; // DeepSpeed's default
+};
+
 struct Config {
     // Batch values after DeepSpeed's derivation.
     int64_t train_batch_size = 0;
@@ -161,6 +169,7 @@ struct Config {
     OptimizerConfig optimizer;
     SchedulerConfig scheduler;
     CheckpointConfig checkpoint;
+    MonitorConfig csv_monitor, tensorboard;
     Dtype grad_accum_dtype = Dtype::NONE;   // data_types.grad_accum_dtype
 
     // Key paths that libdsm does not know (warned about, or an error when strict).

@@ -158,6 +158,9 @@ std::string config_to_json(const Config &c) {
         j["scheduler"] = s;
     }
     static const char *tags[] = {"WARN", "IGNORE", "FAIL"};
+    for (auto [key, mc] : {std::pair<const char *, const MonitorConfig *>{"csv_monitor", &c.csv_monitor},
+                           std::pair<const char *, const MonitorConfig *>{"tensorboard", &c.tensorboard}})
+        j[key] = {{"enabled", mc->enabled}, {"output_path", mc->output_path}, {"job_name", mc->job_name}};
     j["checkpoint"] = {{"tag_validation", tags[static_cast<int>(c.checkpoint.tag_validation)]},
                        {"load_universal", c.checkpoint.load_universal}};
     j["data_types"] = {{"grad_accum_dtype", dtype_json(c.grad_accum_dtype)}};

@@ -84,7 +84,7 @@ void read_optimizer(Node &root, Config &cfg) {
     // DeepSpeedCPUAdagrad) and of torch.optim.SGD.
     o.lr = o.type == OptimizerType::ADAGRAD ? 1e-2 : 1e-3;
     o.beta1 = 0.9;
-    o.beta2 = o.type == OptimizerType::LION ? 0.99 : 0.999;
+    o.beta2 = 0.999; // FusedLion and the CPU Lion too
     o.eps = o.type == OptimizerType::ADAGRAD ? 1e-10 : 1e-8;
     Node p = opt.child("params");
     if (p.present()) o.params = *p.object();

@@ -28,7 +28,7 @@ const std::vector<Param> &params() {
          "(an even share of the node's cores per rank) or gpu (the cores nearest the rank's GPU)."},
         {"DSM_COMM_BACKEND", "auto",
          "The communication backend of the engine and sequence parallelism: auto, mpi, shm or nccl. "
-         "auto: nccl for buffers in device memory when NCCL is built and every rank sees a GPU, else "
+         "auto: nccl for buffers in device memory when NCCL is built and every rank has a GPU of its own, else "
          "shm when some node holds two or more ranks of a group (node-shared memory, MPI between "
          "nodes), else mpi. nccl takes device memory only, shm host memory only; a backend that cannot "
          "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank."},
@@ -36,9 +36,13 @@ const std::vector<Param> &params() {
          "Where an engine keeps the model state when dsm_engine_options_t.device is DSM_DEVICE_DEFAULT "
          "(and for dsm_engine_init): auto, host, cuda or sim. auto: cuda (device-resident training: "
          "parameters, gradients, master weights and optimizer state in GPU memory, collectives on NCCL) "
-         "when NCCL is built, every rank has a usable GPU and no ZeRO-Offload is configured, else host. "
+         "when NCCL is built, every rank has a GPU of its own and no ZeRO-Offload is configured, else host. "
          "sim: the device-resident engine on a simulated device (host memory with a deferred queue), "
          "for testing the device paths without a GPU."},
+        {"DSM_NUM_THREADS", "",
+         "Threads of each rank's CPU kernels (optimizer, conversions, checksums) and of OpenMP in the "
+         "program, set at engine creation. Empty: OMP_NUM_THREADS when it is set, else the cores of the "
+         "rank's CPU binding, else the node's cores divided by the ranks on the node."},
         {"DSM_CUDA_DEVICE", "",
          "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
          "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "

@@ -155,6 +155,24 @@ std::vector<int> devices_in_pci_order() {
 #endif
 }
 
+std::string pci_bus_id(int device) {
+#if DSM_HAVE_CUDA
+    char id[64] = {0};
+    DSM_CHECK_CUDA(cudaDeviceGetPCIBusId(id, static_cast<int>(sizeof id), device));
+    return id;
+#else
+    (void)device;
+    no_cuda("cudaDeviceGetPCIBusId");
+#endif
+}
+
+std::pair<int, int> first_shared(const std::vector<std::string> &ids) {
+    for (size_t j = 1; j < ids.size(); ++j)
+        for (size_t i = 0; i < j; ++i)
+            if (ids[i] == ids[j]) return {static_cast<int>(i), static_cast<int>(j)};
+    return {-1, -1};
+}
+
 DeviceChoice select_device(const DeviceHint &hint) {
     // The override is checked first, so a bad value fails even without a device.
     const int override_device = parse_device_override(param_string("DSM_CUDA_DEVICE"));

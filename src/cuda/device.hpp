@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 struct CUstream_st; // cudaStream_t is CUstream_st *
@@ -88,6 +89,15 @@ DeviceChoice choose_device(int count, int override_device, const DeviceHint &hin
 // The CUDA ordinals of this process's devices sorted by PCI domain, bus and
 // device (cudaGetDeviceProperties).
 std::vector<int> devices_in_pci_order();
+
+// The PCI bus id of `device` ("0000:3b:00.0"): the same name for a GPU in
+// every process of a node, whatever CUDA_VISIBLE_DEVICES each one has.
+// DSM_ERR_CUDA, or DSM_ERR_NOT_SUPPORTED in a build without CUDA.
+std::string pci_bus_id(int device);
+
+// The first two positions of `ids` that hold the same bus id, {-1, -1} when
+// all differ (ranks of a node that would share a GPU).
+std::pair<int, int> first_shared(const std::vector<std::string> &ids);
 
 // Choose this process's device (choose_device() with the real count, PCI order
 // and DSM_CUDA_DEVICE), make it current (cudaSetDevice) and remember it for

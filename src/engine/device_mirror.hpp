@@ -67,6 +67,7 @@ public:
     DeviceMirror &operator=(const DeviceMirror &) = delete;
 
     const device::Space &memory() const noexcept { return *memory_; }
+    device::Space &memory() noexcept { return *memory_; }
 
     // How long a device copy of a parameter stays valid.
     enum class Keep {

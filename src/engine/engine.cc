@@ -12,6 +12,10 @@
 #include <cstring>
 #include <sstream>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include "config/config_load.hpp"
 #include "core/agree.hpp"
 #include "core/dtype.hpp"
@@ -19,6 +23,8 @@
 #include "core/log.hpp"
 #include "cuda/device.hpp"
 #include "optim/lr_from_config.hpp"
+#include "optim/optimizer.hpp"
+#include "topo/threads.hpp"
 
 namespace dsm {
 namespace engine {
@@ -136,6 +142,23 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     }
     agree_same(world_, "the parameter lists (name[shape] flags;...)", canon.str());
 
+    // The CPU kernels' threads: DSM_NUM_THREADS, OMP_NUM_THREADS, the
+    // binding, or the node's cores shared by its ranks (agreed: a bad
+    // DSM_NUM_THREADS fails every rank).
+    agree(world_, [&] {
+        const MeshState &m = mesh_->state();
+        const size_t r = static_cast<size_t>(m.rank);
+        const int local_size = r < m.ranks.size() ? m.ranks[r].local_size : 1;
+        const bool first_on_node = r < m.ranks.size() && m.ranks[r].local_rank == 0;
+        const int threads = topo::decide_threads(local_size, first_on_node).threads;
+        optim::set_num_threads(threads);
+#ifdef _OPENMP
+        omp_set_num_threads(threads); // the conversions' and checksums' loops, and the program's
+#endif
+    });
+
+    open_monitor(); // csv_monitor, tensorboard: the first rank's files
+
     dtype_ = compute_dtype(cfg_);
     esize_ = dtype_bytes(dtype_);
     comm_dtype_ = to_dtype(cfg_.communication_data_type, dtype_);
@@ -188,6 +211,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
 
     scaler_ = std::make_unique<amp::LossScaler>(amp::loss_scaler_config(cfg_));
     schedule_ = optim::schedule_from_config(cfg_);
+    schedule_pending_ = schedule_ && schedule_->last_step() >= 0;
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
              "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s, overlap_comm: %s",
              num_params(), layout_.used(), stage_->number(), dtype_name(dtype_), dtype_name(comm_dtype_),

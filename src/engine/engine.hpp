@@ -43,6 +43,7 @@
 #include "core/comm.hpp"
 #include "device/space.hpp"
 #include "engine/compute.hpp"
+#include "engine/monitor.hpp"
 #include "dsm.h"
 #include "mesh/mesh.hpp"
 #include "optim/lr_schedule.hpp"
@@ -123,6 +124,10 @@ public:
     void param_release(int index);
     void *grad_acquire(int index);
     void grad_release(int index);
+    // dsm_engine_param_read_f32 / dsm_engine_grad_add_f32 (engine_f32.cc):
+    // acquire, copy as fp32 to or add from host memory, release.
+    void param_read_f32(int index, float *out, int64_t count);
+    void grad_add_f32(int index, const float *grad, int64_t count);
     void step(dsm_step_info_t *info);
     void step_info(dsm_step_info_t *info) const;
     std::string describe(dsm_format_t format) const;
@@ -227,9 +232,30 @@ private:
     bool last_boundary_ = false, last_skipped_ = false;
     bool broken_ = false, closed_ = false;
     bool warned_nonfinite_ = false; // fp32_nonfinite_gradients "warn": said once
+    // A schedule configured with last_batch_iteration >= 0 leaves the
+    // optimizer's lr and betas until its first step, as DeepSpeed's do.
+    bool schedule_pending_ = false;
     Timers timers_;
     double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
     int64_t window_samples_ = 0;
+    // Metrics (csv_monitor, tensorboard; engine_monitor.cc): the losses
+    // given since the last boundary, the FLOPs figures, the last boundary.
+    std::unique_ptr<Monitor> monitor_;
+    double loss_sum_ = 0.0;
+    int64_t loss_count_ = 0;
+    double flops_per_sample_ = 0.0, peak_flops_ = 0.0;
+    double monitor_last_ = 0.0;
+    Timers monitor_timers_;
+
+public:
+    // dsm_engine_log_loss, dsm_engine_log_scalar, dsm_engine_set_flops (local).
+    void log_loss(double loss);
+    void log_scalar(const char *name, double value);
+    void set_flops(double flops_per_sample, double peak_flops);
+
+private:
+    void open_monitor();
+    void record_step(double norm); // rank 0, at a boundary
 };
 
 } // namespace engine

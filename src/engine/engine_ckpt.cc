@@ -9,6 +9,8 @@
 #include <functional>
 #include <new>
 
+#include <sys/stat.h>
+
 #include "amp/convert.hpp"
 #include "core/agree.hpp"
 #include "core/dtype.hpp"
@@ -23,6 +25,27 @@ namespace engine {
 #if DSM_HAVE_HDF5
 
 namespace {
+
+// The fp32 values of `tensors` in MB (the whole tensors, every rank's pieces).
+double tensor_megabytes(const std::vector<ckpt::Tensor> &tensors) {
+    double bytes = 0;
+    for (const ckpt::Tensor &t : tensors) {
+        double n = 4;
+        for (int64_t d : t.shape) n *= static_cast<double>(d);
+        bytes += n;
+    }
+    return bytes / 1e6;
+}
+
+// Rank 0's end line of a save or load: the file's size, the time, the rate.
+void log_done(const char *did, const std::string &dir, const std::string &tag, double seconds) {
+    const std::string path = dir + "/" + tag + ".h5";
+    struct stat st;
+    const double bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<double>(st.st_size) : 0.0;
+    DSM_INFO(ENGINE, "%s checkpoint '%s': %.1f MB in %.2f s (%.2f GB/s)", did, path.c_str(), bytes / 1e6, seconds,
+             seconds > 0 ? bytes / seconds / 1e9 : 0.0);
+}
+
 
 // A stable 63-bit hash of a string, to compare tags across ranks.
 int64_t hash_of(const std::string &s) {
@@ -234,8 +257,12 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
             {"optimizer", config::optimizer_name(cfg_.optimizer.type)},
             {"config", config::config_to_json(cfg_)},
         };
+        const double start = MPI_Wtime();
+        if (world_rank_ == 0)
+            DSM_INFO(ENGINE, "checkpoint save '%s/%s.h5': %zu tensors, %.1f MB of values, starting", dir.c_str(),
+                     tag.c_str(), content.tensors.size(), tensor_megabytes(content.tensors));
         ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize));
-        DSM_INFO(ENGINE, "saved checkpoint %s/%s.h5", dir.c_str(), tag.c_str());
+        if (world_rank_ == 0) log_done("saved", dir, tag, MPI_Wtime() - start);
     } catch (...) {
         // A failure every rank met in this save leaves the engine as it was:
         // no collective state moved. Ranks found in different calls were
@@ -274,7 +301,12 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     agree_prepared(world_, "the buffers the checkpoint is read into",
                    [&] { content.tensors = checkpoint_tensors(with_optimizer, staged, &live); });
     std::vector<unsigned char> blob;
+    const double start = MPI_Wtime();
+    if (world_rank_ == 0)
+        DSM_INFO(ENGINE, "checkpoint load '%s/%s.h5': %zu tensors, %.1f MB of values, starting", dir.c_str(),
+                 tag.c_str(), content.tensors.size(), tensor_megabytes(content.tensors));
     ckpt::load(world_, dir, tag, content, &blob);
+    const double load_seconds = MPI_Wtime() - start;
 
     // Everything was read and verified: now change the engine. Values the
     // engine needs from the attributes are checked first.
@@ -321,7 +353,10 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         global_samples_ = counters[3];
         applied_steps_ = counters[4];
         if (restore_scaler) scaler_->set_state(lss);
-        if (schedule_ && !(flags & DSM_CKPT_LOAD_NO_LR_SCHEDULE)) schedule_->set_last_step(last_step);
+        if (schedule_ && !(flags & DSM_CKPT_LOAD_NO_LR_SCHEDULE)) {
+            schedule_->set_last_step(last_step); // the lr the checkpoint's optimizer stepped with
+            schedule_pending_ = false;
+        }
     }
     window_start_ = 0.0;
     zero_grads();
@@ -329,7 +364,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     compute_->invalidate(true); // the frozen parameters were loaded too
     publish();
     if (client) *client = std::move(blob);
-    DSM_INFO(ENGINE, "loaded checkpoint %s/%s.h5", dir.c_str(), tag.c_str());
+    if (world_rank_ == 0) log_done("loaded", dir, tag, load_seconds);
     return tag;
 }
 

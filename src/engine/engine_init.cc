@@ -71,6 +71,11 @@ void Engine::check_params(const dsm_param_desc_t *params, int nparams) const {
                     i, "] '", name, "': no_weight_decay is ", p.no_weight_decay, ", must be 0 or 1");
         names.push_back(name);
     }
+    int trainable = 0;
+    for (int i = 0; i < nparams; ++i) trainable += params[i].trainable;
+    DSM_REQUIRE(trainable > 0, DSM_ERR_INVALID_ARGUMENT, "every parameter is frozen (trainable = 0 in all ", nparams,
+                "): the engine has nothing to train (a zeroed dsm_param_desc_t is frozen; "
+                "DSM_PARAM_DESC_INITIALIZER makes one trainable)");
     std::vector<std::string> sorted = names;
     std::sort(sorted.begin(), sorted.end());
     auto dup = std::adjacent_find(sorted.begin(), sorted.end());
@@ -173,7 +178,7 @@ const char *device_word(dsm_device_t d) {
 
 // The space of the model state: the options' device, else DSM_ENGINE_DEVICE;
 // auto is device-resident on CUDA when NCCL is built, every rank has a GPU
-// and nothing is offloaded. Agreed: every rank makes the same choice or
+// of its own (no two ranks of a node share one) and nothing is offloaded. Agreed: every rank makes the same choice or
 // fails with the same error.
 void Engine::choose_space(const Options &options) {
     dsm_device_t want = options.device;
@@ -188,8 +193,12 @@ void Engine::choose_space(const Options &options) {
     if (want == DSM_DEVICE_DEFAULT) {
         std::string why;
         // The device-resident engine needs the CUDA kernels and NCCL built.
-        const bool gpus =
-            DSM_HAVE_CUDA_KERNELS && comm::nccl_built() && comm::every_rank_has_a_device(world_, &why);
+        const cuda::DeviceHint hint = DSM_HAVE_CUDA_KERNELS && comm::nccl_built() ? cuda::mesh_hint(*mesh_)
+                                                                                 : cuda::DeviceHint{};
+        const bool gpus = DSM_HAVE_CUDA_KERNELS && comm::nccl_built() &&
+                          comm::every_rank_has_its_own_device(world_, mesh_->node(), &hint, &why);
+        if (!gpus && DSM_HAVE_CUDA_KERNELS && comm::nccl_built())
+            DSM_INFO(INIT, "engine: model state on the host (%s)", why.c_str());
         want = gpus && !offloads(cfg_) ? DSM_DEVICE_CUDA : DSM_DEVICE_HOST;
     }
     agree(world_, [&] {

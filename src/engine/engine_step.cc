@@ -131,7 +131,7 @@ float *Engine::fp32_grads() {
 void Engine::zero_grads() { stage_->zero_grads(); }
 
 double Engine::current_lr() const {
-    return schedule_ ? schedule_->lr().front() : cfg_.optimizer.lr;
+    return schedule_ && !schedule_pending_ ? schedule_->lr().front() : cfg_.optimizer.lr;
 }
 
 // Collective (every rank, after the gradients' non-finite check agreed that
@@ -238,7 +238,7 @@ void Engine::step(dsm_step_info_t *info) {
                 args.step = applied_steps_ + 1;
                 args.lr = current_lr();
                 args.beta1 = optimizer_->hyper().beta1;
-                if (schedule_) {
+                if (schedule_ && !schedule_pending_) {
                     const std::vector<double> mom = schedule_->momentum();
                     if (!mom.empty()) {
                         args.beta1 = mom.front();
@@ -261,12 +261,16 @@ void Engine::step(dsm_step_info_t *info) {
                 publish();
                 zero_grads();
                 scaler_->update(false);
-                if (schedule_) schedule_->step();
+                if (schedule_) {
+                    schedule_->step();
+                    schedule_pending_ = false;
+                }
                 ++applied_steps_;
             }
             (void)t0;
             if (world_rank_ == 0 && cfg_.steps_per_print > 0 && global_steps_ % cfg_.steps_per_print == 0)
                 log_step(norm);
+            record_step(norm);
         }
     } catch (...) {
         broken_ = true;

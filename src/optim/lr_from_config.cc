@@ -7,6 +7,7 @@
 
 #include "config/json_reader.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace dsm {
 namespace optim {
@@ -224,7 +225,16 @@ std::vector<double> base_lrs_from_config(const config::Config &cfg) {
 
 std::optional<LrSchedule> schedule_from_config(const config::Config &cfg) {
     if (cfg.scheduler.type == config::SchedulerType::NONE) return std::nullopt;
-    const LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
+    LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
+    // DeepSpeed cycles momentum only for optimizers with betas: SGD's
+    // momentum and Adagrad are left alone, with a warning.
+    const config::OptimizerType t = cfg.optimizer.type;
+    if (p.type == LrScheduleType::OneCycle && p.cycle_momentum &&
+        (t == config::OptimizerType::SGD || t == config::OptimizerType::ADAGRAD)) {
+        p.cycle_momentum = false;
+        DSM_WARN(INIT, "scheduler: OneCycle's cycle_momentum is off: optimizer %s has no betas to cycle",
+                 cfg.optimizer.type_name.c_str());
+    }
     const int64_t last = last_batch_iteration_from_json(cfg.scheduler.params);
     const std::vector<double> base = base_lrs_from_config(cfg);
     LrSchedule s = LrSchedule::create(p, std::vector<double>(schedule_groups(p), base[0]));

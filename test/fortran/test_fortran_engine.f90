@@ -164,6 +164,7 @@ program test_fortran_engine
 
   call test_accumulation()
   call test_precisions()
+  call test_f32_helpers()
   call test_errors()
   call test_state_errors()
   call dsm_get_feature('hdf5', have_hdf5)
@@ -374,6 +375,47 @@ contains
          'fp16 with initial_scale_power 8: dtype DSM_FLOAT16, loss scale 256, no step yet')
     call dsm_engine_free(engine)
   end subroutine test_precisions
+
+  ! ---------------------------------------------------------- fp32 helpers
+  ! dsm_engine_param_read_f32 and dsm_engine_grad_add_f32 on a bf16 engine
+  ! (no pointer form takes it), and dsm_engine_get_batch.
+  subroutine test_f32_helpers()
+    real(c_float), dimension(NW1 * NW2) :: wv
+    real(c_float), dimension(NB) :: bv
+    integer(c_int64_t) :: tb, mb, gas, dp
+
+    call dsm_engine_init(mesh, sgd_config(1, 2, ', "bf16": {"enabled": true}'), params, engine, st)
+    call check(st == DSM_SUCCESS, 'f32 helpers: a bf16 engine')
+    if (st /= DSM_SUCCESS) return
+    call dsm_engine_get_batch(engine, tb, mb, gas, dp, st)
+    call check(st == DSM_SUCCESS .and. gas == 2 .and. dp == nprocs .and. tb == mb * gas * dp, &
+         'dsm_engine_get_batch gives the derived batch values')
+    call dsm_engine_param_read_f32(engine, IW, wv, st)
+    call check(st == DSM_SUCCESS .and. all(wv == reshape(w0, [NW1 * NW2])), &
+         'dsm_engine_param_read_f32 reads a bf16 parameter as real(c_float)')
+    call dsm_engine_param_read_f32(engine, IW, bv, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'count 4 is not the 12 elements', &
+         'dsm_engine_param_read_f32 with the wrong size fails naming both')
+    bv = real(rank + 1, c_float) * gb
+    call dsm_engine_grad_add_f32(engine, IB, bv, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_grad_add_f32 adds into a bf16 gradient')
+    call dsm_engine_grad_add_f32(engine, IFR, bv, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'is frozen', 'dsm_engine_grad_add_f32 on a frozen parameter fails')
+    ! The metrics calls (no monitor enabled: recorded, nothing written).
+    call dsm_engine_log_loss(engine, 0.5d0, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_log_loss')
+    call dsm_engine_log_scalar(engine, 'Eval/accuracy', 0.75d0, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_log_scalar')
+    call dsm_engine_log_scalar(engine, 'a,b', 1d0, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, "name 'a,b' has", 'dsm_engine_log_scalar refuses a comma')
+    call dsm_engine_set_flops(engine, 1d9, 1d12, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_set_flops')
+    call dsm_engine_set_flops(engine, -1d0, 0d0, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'flops_per_sample -1', 'dsm_engine_set_flops refuses -1')
+    call dsm_step(engine, ierr=st)
+    call check(st == DSM_SUCCESS, 'f32 helpers: dsm_step')
+    call dsm_engine_free(engine)
+  end subroutine test_f32_helpers
 
   ! ---------------------------------------------------------- bad arguments
   subroutine test_errors()

@@ -61,6 +61,15 @@ $CC -std=c11 -Wall -Wextra -Werror $cflags "$dir/readme_example.c" $libs -Wl,-rp
 run2 "$dir/app_pc" || fail "the README example (pkg-config build) failed: $out"
 check_readme_output pkg-config
 echo "pkg-config: the README example builds and runs on 2 ranks"
+# C++ including dsm.h: no warning (MPI's deprecated C++ bindings stay out).
+cxx=${CXX:-mpicxx}
+if command -v "${cxx%% *}" > /dev/null 2>&1; then
+  printf '#include <dsm.h>\nint main() { return dsm_get_last_error() == nullptr; }\n' > "$dir/app.cc"
+  # shellcheck disable=SC2086
+  $cxx -std=c++17 -Wall -Wextra -Wpedantic -Werror $cflags -c "$dir/app.cc" -o "$dir/app_cxx.o" ||
+    fail "a C++ file including dsm.h does not compile without warnings ($cxx $cflags)"
+  echo "C++: dsm.h compiles with -Wall -Wextra -Wpedantic -Werror"
+fi
 
 if [ "$DSM_HAVE_FORTRAN" = 1 ]; then
   fcflags=$($PKG_CONFIG --cflags dsmf) && flibs=$($PKG_CONFIG --libs dsmf) || fail "pkg-config dsmf"

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "mpi_test.h"
+#include "engine_memory.h"
 
 enum { NP = 4 };
 static const int64_t shape_w[2] = {7, 5}, shape_b[1] = {5}, shape_s[1] = {1}, shape_e[2] = {3, 3};
@@ -76,13 +77,11 @@ static dsm_engine_t engine_on(MPI_Comm comm, int stage, const char *precision, c
 
 /* Every parameter as fp32, concatenated (the frozen one included). */
 static void snapshot(dsm_engine_t e, float *out) {
-    dsm_dtype_t dt;
-    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
     size_t off = 0;
     for (int i = 0; i < NP; ++i) {
         const void *v;
         ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
-        ASSERT_OK(dsm_convert(v, dt, out + off, DSM_FLOAT32, (size_t)numel[i]));
+        engine_read_f32(e, v, out + off, (size_t)numel[i]);
         ASSERT_OK(dsm_engine_param_release(e, i));
         off += (size_t)numel[i];
     }
@@ -94,8 +93,6 @@ static void snapshot(dsm_engine_t e, float *out) {
 static void train(dsm_engine_t e, MPI_Comm comm, int steps) {
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
-    dsm_dtype_t dt;
-    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
     for (int s = 0; s < steps; ++s) {
         dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
         ASSERT_OK(dsm_engine_get_step_info(e, &info));
@@ -106,13 +103,13 @@ static void train(dsm_engine_t e, MPI_Comm comm, int steps) {
             void *g;
             float val[35], grad[35];
             ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
-            ASSERT_OK(dsm_convert(v, dt, val, DSM_FLOAT32, (size_t)numel[i]));
+            engine_read_f32(e, v, val, (size_t)numel[i]);
             ASSERT_OK(dsm_engine_grad_acquire(e, i, &g));
-            ASSERT_OK(dsm_convert(g, dt, grad, DSM_FLOAT32, (size_t)numel[i]));
+            engine_read_f32(e, g, grad, (size_t)numel[i]);
             for (int k = 0; k < numel[i]; ++k)
                 grad[k] += (float)scale * (val[k] - 0.1f * (float)((rank + 1) * (k % 3 + 1)) -
                                            0.01f * (float)info.global_steps);
-            ASSERT_OK(dsm_convert(grad, DSM_FLOAT32, g, dt, (size_t)numel[i]));
+            engine_write_f32(e, g, grad, (size_t)numel[i]);
             ASSERT_OK(dsm_engine_grad_release(e, i));
             ASSERT_OK(dsm_engine_param_release(e, i));
         }

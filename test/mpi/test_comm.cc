@@ -1282,6 +1282,13 @@ bool every_rank_has_a_gpu() {
     return all == 1;
 }
 
+// Whether no node has more ranks than GPUs (NCCL's one GPU per rank).
+bool every_rank_has_its_own_gpu() {
+    int mine = dsm::cuda::device_count().count >= test_node_size(test_rank) ? 1 : 0, all = 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1 && every_rank_has_a_gpu();
+}
+
 // DSM_COMM_BACKEND for this rank; NULL unsets it.
 void set_backend_env(const char *v) {
     if (v)
@@ -1295,7 +1302,8 @@ std::string made(Space space, int color = -1) { return dsm::comm::make_backend(M
 void test_factory(void **state) {
     (void)state;
     guarded([] {
-        const bool nccl = dsm::comm::nccl_built() && every_rank_has_a_gpu();
+        const bool gpus = every_rank_has_a_gpu();
+        const bool nccl = dsm::comm::nccl_built() && every_rank_has_its_own_gpu();
         const std::string host_auto = test_max_node_size() > 1 ? "shm" : "mpi";
         // Unset, empty and "auto" (any case): the choice create_backend(AUTO) makes for host memory.
         for (const char *v : {static_cast<const char *>(nullptr), "", "auto", "AUTO"}) {
@@ -1322,7 +1330,8 @@ void test_factory(void **state) {
             EXPECT_ERROR(made(Space::DEVICE), DSM_ERR_NOT_SUPPORTED, "the nccl backend is not built");
         } else {
             // Refused cleanly, on every rank, before NCCL is touched.
-            EXPECT_ERROR(made(Space::DEVICE), DSM_ERR_NOT_SUPPORTED, "needs a CUDA device on every rank");
+            EXPECT_ERROR(made(Space::DEVICE), DSM_ERR_NOT_SUPPORTED,
+                         gpus ? "share the CUDA device" : "needs a CUDA device on every rank");
         }
         // Bad values: DSM_ERR_INVALID_ARGUMENT naming the variable, on every rank.
         for (const char *v : {"bogus", "gpu", "mpi,shm"}) {
@@ -1430,8 +1439,8 @@ void test_nccl_split(void **state) {
         if (test_rank == 0) print_message("skipped: libdsm was built without CUDA and NCCL\n");
         skip();
     }
-    if (!every_rank_has_a_gpu()) {
-        if (test_rank == 0) print_message("skipped: a rank has no CUDA device\n");
+    if (!every_rank_has_its_own_gpu()) {
+        if (test_rank == 0) print_message("skipped: a rank has no CUDA device of its own\n");
         skip();
     }
     guarded([] {

@@ -28,6 +28,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if DSM_HAVE_CUDA
@@ -254,6 +255,42 @@ void test_nccl_kind_without_device(void **) {
 #endif
         // AUTO never picks NCCL.
         CHECK(std::string(dsm::comm::create_backend(MPI_COMM_WORLD, Kind::AUTO)->name()) != "nccl", "AUTO gave nccl");
+    });
+}
+
+// Ranks of a node on one GPU, where NCCL cannot run: the pure check, and
+// where a node's ranks outnumber its GPUs, the clear error in place of
+// NCCL's ("Duplicate GPU detected") and the automatic choice declining.
+void test_shared_device(void **) {
+    guarded([] {
+        using P = std::pair<int, int>;
+        CHECK(cuda::first_shared({}) == P(-1, -1), "first_shared of nothing");
+        CHECK(cuda::first_shared({"0000:3b:00.0", "0000:5e:00.0"}) == P(-1, -1), "two devices shared");
+        CHECK(cuda::first_shared({"a", "b", "a", "b"}) == P(0, 2), "first_shared a b a b");
+        CHECK(cuda::first_shared({"a", "b", "b"}) == P(1, 2), "first_shared a b b");
+#if DSM_HAVE_NCCL_BACKEND
+        MPI_Comm node = MPI_COMM_NULL;
+        MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+        int local_size = 1;
+        MPI_Comm_size(node, &local_size);
+        MPI_Comm_free(&node);
+        const int count = cuda::device_count().count;
+        const char *forced = std::getenv("DSM_CUDA_DEVICE");
+        int have = count > 0 ? 1 : 0, crowded = count > 0 && count < local_size ? 1 : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, &crowded, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (have && crowded && (forced == nullptr || *forced == '\0')) {
+            std::string why;
+            CHECK(!dsm::comm::every_rank_has_its_own_device(MPI_COMM_WORLD, -1, nullptr, &why),
+                  "ranks sharing a GPU have devices of their own");
+            CHECK(why.find("share the CUDA device at PCI bus id") != std::string::npos, "why: ", why);
+            EXPECT_ERROR(dsm::comm::create_backend(MPI_COMM_WORLD, Kind::NCCL), DSM_ERR_NOT_SUPPORTED,
+                         "share the CUDA device at PCI bus id");
+            // AUTO on device memory takes the mpi backend instead.
+            CHECK(std::string(dsm::comm::make_backend(MPI_COMM_WORLD, dsm::comm::Space::DEVICE)->name()) == "mpi",
+                  "make_backend(DEVICE) on a shared GPU is not mpi");
+        }
+#endif
     });
 }
 
@@ -646,10 +683,12 @@ void test_gpu_alltoall_packed(void **) {
 
         // A failing pack on the last member: every member throws, the
         // backend stays usable.
+        // (Every block non-empty: an empty one is never packed.)
         const int last = test_size - 1;
+        const std::vector<size_t> full(n, 8);
         try {
             be.nccl->alltoall_packed(
-                sb, rb,
+                full, full,
                 [&](int, void *) {
                     if (test_rank == last) throw std::runtime_error("pack refused");
                 },
@@ -821,7 +860,12 @@ void test_gpu_offload_engine(void **) {
             d.trainable = 1;
             d.init_values = init.data();
             dsm_engine_t e = nullptr;
-            CHECK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, &d, 1, &e) == DSM_SUCCESS, "init: ", dsm_get_last_error());
+            // The model state on the host (auto would keep it on the device
+            // without offload): offload's device copies against host memory.
+            setenv("DSM_ENGINE_DEVICE", "host", 1);
+            const dsm_status_t st = dsm_engine_init_comm(MPI_COMM_WORLD, cfg, &d, 1, &e);
+            unsetenv("DSM_ENGINE_DEVICE");
+            CHECK(st == DSM_SUCCESS, "init: ", dsm_get_last_error());
             if (e == nullptr) return;
             std::vector<float> v(n), g(n);
             for (int micro = 0; micro < 6; ++micro) {
@@ -871,6 +915,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_device_count_and_errors),
         cmocka_unit_test(test_cuda_aware_mpi),
         cmocka_unit_test(test_nccl_kind_without_device),
+        cmocka_unit_test(test_shared_device),
         cmocka_unit_test(test_gpu_device_types),
         cmocka_unit_test(test_gpu_allreduce),
         cmocka_unit_test(test_gpu_reduce_scatterv),

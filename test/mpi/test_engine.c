@@ -23,6 +23,7 @@
 /* overlap_comm runs its progress thread only with MPI_THREAD_MULTIPLE. */
 #define MPI_TEST_THREAD_LEVEL MPI_THREAD_MULTIPLE
 #include "mpi_test.h"
+#include "engine_memory.h"
 
 #define NIN 7
 #define NH 61
@@ -82,25 +83,27 @@ static void sample(unsigned idx, float x[NIN], float t[NOUT]) {
     for (int o = 0; o < NOUT; ++o) t[o] = 0.5f * hashf(9u, idx * 17u + (unsigned)o);
 }
 
-static void to_f32(dsm_engine_t e, const void *src, float *dst, size_t n) {
-    dsm_dtype_t dt;
-    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
-    ASSERT_OK(dsm_convert(src, dt, dst, DSM_FLOAT32, n));
-}
+static void to_f32(dsm_engine_t e, const void *src, float *dst, size_t n) { engine_read_f32(e, src, dst, n); }
 
 /* grad += g (n elements) in the engine's dtype. */
 static void add_grad(dsm_engine_t e, void *grad, const float *g, size_t n) {
-    dsm_dtype_t dt;
-    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
     float *cur = malloc(n * sizeof *cur);
-    ASSERT_OK(dsm_convert(grad, dt, cur, DSM_FLOAT32, n));
+    engine_read_f32(e, grad, cur, n);
     for (size_t i = 0; i < n; ++i) cur[i] += g[i];
-    ASSERT_OK(dsm_convert(cur, DSM_FLOAT32, grad, dt, n));
+    engine_write_f32(e, grad, cur, n);
     free(cur);
 }
 
+/* 1: get_param and the gradients go through dsm_engine_param_read_f32 and
+   dsm_engine_grad_add_f32 instead (test_f32_helpers). */
+static int use_f32_helpers;
+
 /* Acquire parameter i as fp32 into dst (and release it). */
 static void get_param(dsm_engine_t e, int i, float *dst) {
+    if (use_f32_helpers) {
+        ASSERT_OK(dsm_engine_param_read_f32(e, i, dst, (int64_t)numel[i]));
+        return;
+    }
     const void *v;
     ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
     to_f32(e, v, dst, numel[i]);
@@ -157,6 +160,10 @@ static double micro_step(dsm_engine_t e, unsigned first, int count, float gscale
     /* Backward order, re-acquiring what backward reads (a ZeRO-3 re-gather). */
     for (int i = F - 1; i >= 0; --i) {
         if (i == W2 || i == S) get_param(e, i, p[i]);
+        if (use_f32_helpers) {
+            ASSERT_OK(dsm_engine_grad_add_f32(e, i, g[i], (int64_t)numel[i]));
+            continue;
+        }
         void *buf;
         ASSERT_OK(dsm_engine_grad_acquire(e, i, &buf));
         add_grad(e, buf, g[i], numel[i]);
@@ -392,6 +399,58 @@ static void test_counters(void **state) {
     assert_true(last.loss_scale == 1.0);
 }
 
+static void train_on(const char *device, dsm_mesh_t mesh, const run_t *r, int dp, int dp_rank, int sp, float *out,
+                     dsm_step_info_t *last);
+
+/* dsm_engine_param_read_f32 and dsm_engine_grad_add_f32 train to the same
+   bits as acquiring, converting and releasing by hand, at every stage, in
+   fp32, fp16 and bf16, on the host and on the simulated device. */
+static void test_f32_helpers(void **state) {
+    (void)state;
+    const char *precisions[] = {"", ", \"fp16\": {\"enabled\": true, \"initial_scale_power\": 8}",
+                                ", \"bf16\": {\"enabled\": true}"};
+    const char *devices[] = {"host", "sim"};
+    for (int stage = 0; stage <= 3; ++stage)
+        for (int p = 0; p < 3; ++p)
+            for (int dev = 0; dev < 2; ++dev) {
+                run_t r = {stage, 2, 2, 2, ADAMW, precisions[p], 0};
+                float by_hand[TOTAL], helpers[TOTAL];
+                train_on(devices[dev], NULL, &r, test_size, test_rank, 1, by_hand, NULL);
+                use_f32_helpers = 1;
+                train_on(devices[dev], NULL, &r, test_size, test_rank, 1, helpers, NULL);
+                use_f32_helpers = 0;
+                if (memcmp(by_hand, helpers, sizeof by_hand) != 0)
+                    fail_msg("stage %d%s on %s: the fp32 helpers train to other bits", stage, precisions[p],
+                             devices[dev]);
+            }
+}
+
+/* A schedule resumed from the configuration (last_batch_iteration >= 0)
+   leaves the optimizer's lr until its first step, as DeepSpeed's schedules
+   do (they set the lr at construction only from iteration -1); from then on
+   each step sets the lr of the schedule's next iteration. */
+static void test_schedule_resumed(void **state) {
+    (void)state;
+    run_t r = {1, 1, 2, 0, "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.5}}",
+               ", \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_min_lr\": 0, "
+               "\"warmup_max_lr\": 0.01, \"warmup_num_steps\": 10, \"warmup_type\": \"linear\", "
+               "\"last_batch_iteration\": 4}}",
+               0};
+    char cfg[2048];
+    make_config(cfg, sizeof cfg, &r, r.mb);
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    ASSERT_OK(dsm_engine_get_step_info(e, &info));
+    if (info.lr != 0.5) fail_msg("lr before the first step: %.17g, expected the optimizer's 0.5", info.lr);
+    micro_step(e, (unsigned)(test_rank * r.mb), r.mb, 1.0f, 0);
+    ASSERT_OK(dsm_step(e, &info)); /* steps with 0.5; the schedule moves to iteration 5 */
+    if (fabs(info.lr - 0.005) > 1e-15) fail_msg("lr after the first step: %.17g, expected 0.005", info.lr);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
 /* init_fn and init_values give the same parameters at every stage. */
 static void test_init_paths(void **state) {
     (void)state;
@@ -485,6 +544,14 @@ static long long offload_count(dsm_engine_t e, const char *key) {
     return n;
 }
 
+/* train() with the engine's model state on `device` (DSM_ENGINE_DEVICE). */
+static void train_on(const char *device, dsm_mesh_t mesh, const run_t *r, int dp, int dp_rank, int sp, float *out,
+                     dsm_step_info_t *last) {
+    setenv("DSM_ENGINE_DEVICE", device, 1);
+    train(MPI_COMM_WORLD, mesh, r, r->mb, dp, dp_rank, sp, out, last);
+    unsetenv("DSM_ENGINE_DEVICE");
+}
+
 /*
  * ZeRO-Offload with the device simulated in host memory
  * (DSM_SIM_DEVICE_MEMORY=1): the parameters the model reads and the
@@ -518,7 +585,8 @@ static void test_offload(void **state) {
         train(MPI_COMM_WORLD, NULL, r, r->mb, test_size, test_rank, 1, got, NULL);
         unsetenv("DSM_SIM_DEVICE_MEMORY");
         zero_extra = "";
-        train(MPI_COMM_WORLD, NULL, r, r->mb, test_size, test_rank, 1, want, NULL);
+        /* The same arithmetic on the host (auto would train on a GPU where every rank has one). */
+        train_on("host", NULL, r, test_size, test_rank, 1, want, NULL);
         for (int i = 0; i < TOTAL; ++i)
             if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
                 fail_msg("offload, stage %d, gas %d%s%s: element %d is %.9g, without offload %.9g", r->stage, r->gas,
@@ -628,13 +696,6 @@ static void test_offload(void **state) {
 
 /* ---------------------------------------------------------------- device-resident (simulated) */
 
-/* train() with the engine's model state on `device` (DSM_ENGINE_DEVICE). */
-static void train_on(const char *device, dsm_mesh_t mesh, const run_t *r, int dp, int dp_rank, int sp, float *out,
-                     dsm_step_info_t *last) {
-    setenv("DSM_ENGINE_DEVICE", device, 1);
-    train(MPI_COMM_WORLD, mesh, r, r->mb, dp, dp_rank, sp, out, last);
-    unsetenv("DSM_ENGINE_DEVICE");
-}
 
 static void check_bits(dsm_mesh_t mesh, const run_t *r, int dp, int dp_rank, int sp, const char *what) {
     float host[TOTAL], sim[TOTAL];
@@ -895,6 +956,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_stages),       cmocka_unit_test(test_optimizers),
         cmocka_unit_test(test_precision),    cmocka_unit_test(test_allreduce_semantics),
         cmocka_unit_test(test_overflow_skip), cmocka_unit_test(test_counters),
+        cmocka_unit_test(test_schedule_resumed), cmocka_unit_test(test_f32_helpers),
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "mpi_test.h"
+#include "engine_memory.h"
 
 static const int64_t shape_a[2] = {5, 3}, shape_b[1] = {17};
 
@@ -64,6 +65,7 @@ static void other_shape(dsm_param_desc_t *d) {
     d[1].shape = s;
 }
 static void other_flag(dsm_param_desc_t *d) { d[1].no_weight_decay = 1; }
+static void all_frozen(dsm_param_desc_t *d) { d[0].trainable = d[1].trainable = 0; }
 
 static void test_bad_descriptors(void **state) {
     (void)state;
@@ -80,6 +82,16 @@ static void test_bad_descriptors(void **state) {
     expect_bad_desc(bad_dtype, last, DSM_ERR_INVALID_ARGUMENT, "dtype 6");
     expect_bad_desc(bad_trainable, last, DSM_ERR_INVALID_ARGUMENT, "trainable is 2");
     expect_bad_desc(bad_decay, last, DSM_ERR_INVALID_ARGUMENT, "no_weight_decay is -1");
+    expect_bad_desc(all_frozen, -1, DSM_ERR_INVALID_ARGUMENT, "every parameter is frozen (trainable = 0 in all 3)");
+    /* DSM_PARAM_DESC_INITIALIZER: trainable, fp32, decay, nothing else set. */
+    const dsm_param_desc_t init = DSM_PARAM_DESC_INITIALIZER;
+    assert_int_equal(init.trainable, 1);
+    assert_int_equal(init.dtype, DSM_FLOAT32);
+    assert_int_equal(init.no_weight_decay, 0);
+    assert_int_equal(init.ndims, 0);
+    assert_null(init.name);
+    assert_null(init.init_values);
+    assert_null(init.init_fn);
     if (test_size > 1) {
         expect_bad_desc(other_shape, last, DSM_ERR_MISMATCH, "b[18]");
         expect_bad_desc(other_flag, last, DSM_ERR_MISMATCH, "no_decay");
@@ -95,6 +107,21 @@ static void test_bad_arguments(void **state) {
     ASSERT_FAILS(dsm_engine_init(NULL, NULL, d, 3, &e), DSM_ERR_NULL_POINTER, "config is NULL");
     ASSERT_FAILS(dsm_engine_init(NULL, CFG0, NULL, 3, &e), DSM_ERR_NULL_POINTER, "params is NULL");
     ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 0, &e), DSM_ERR_INVALID_ARGUMENT, "nparams is 0");
+    /* A bad DSM_NUM_THREADS, on every rank or on the last one only: every rank fails, naming it. */
+    const char *bad_threads[] = {"0", "-2", "four", "3x", ""};
+    for (size_t k = 0; k < sizeof bad_threads / sizeof bad_threads[0]; ++k) {
+        const int here = k < 4 || test_rank == test_size - 1;
+        if (k == 4) setenv("DSM_NUM_THREADS", test_rank == test_size - 1 ? "many" : "1", 1);
+        else if (here) setenv("DSM_NUM_THREADS", bad_threads[k], 1);
+        char want[64];
+        snprintf(want, sizeof want, "DSM_NUM_THREADS=\"%s\"", k == 4 ? "many" : bad_threads[k]);
+        ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, want);
+        unsetenv("DSM_NUM_THREADS");
+    }
+    setenv("DSM_NUM_THREADS", "2", 1);
+    ASSERT_OK(dsm_engine_init(NULL, CFG0, d, 3, &e));
+    ASSERT_OK(dsm_engine_free(&e));
+    unsetenv("DSM_NUM_THREADS");
     /* only the last rank passes a bad count: all fail */
     ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, test_rank == test_size - 1 ? -3 : 3, &e),
                  DSM_ERR_INVALID_ARGUMENT, "nparams is -3");
@@ -237,6 +264,134 @@ static void test_unreleased_gradient(void **state) {
         ASSERT_FAILS(dsm_engine_grad_acquire(e, 0, &g), DSM_ERR_STATE, "can only be freed");
         ASSERT_OK(dsm_engine_free(&e));
     }
+}
+
+/* The fp32 helpers and dsm_engine_get_batch: every bad argument gets a
+   clear status naming it, on every rank, and the engine stays usable. */
+static void test_f32_helpers_errors(void **state) {
+    (void)state;
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    float a[15], b[17];
+    ASSERT_FAILS(dsm_engine_param_read_f32(NULL, 0, a, 15), DSM_ERR_NULL_POINTER, "engine");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 3, a, 15), DSM_ERR_INVALID_ARGUMENT, "index 3 is out of range 0..2");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, -1, a, 15), DSM_ERR_INVALID_ARGUMENT, "index -1");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, a, 14), DSM_ERR_INVALID_ARGUMENT,
+                 "count 14 is not the 15 elements of parameter 'a'");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, a, -1), DSM_ERR_INVALID_ARGUMENT, "count -1");
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, NULL, 15), DSM_ERR_NULL_POINTER, "values is NULL");
+    ASSERT_FAILS(dsm_engine_grad_add_f32(e, 1, b, 16), DSM_ERR_INVALID_ARGUMENT,
+                 "count 16 is not the 17 elements of parameter 'b'");
+    ASSERT_FAILS(dsm_engine_grad_add_f32(e, 1, NULL, 17), DSM_ERR_NULL_POINTER, "grad is NULL");
+    ASSERT_FAILS(dsm_engine_grad_add_f32(e, 2, b, 17), DSM_ERR_INVALID_ARGUMENT, "'frozen' is frozen");
+    /* While acquired: a state error, and the acquisition stays. */
+    const void *v;
+    ASSERT_OK(dsm_engine_param_acquire(e, 0, &v));
+    ASSERT_FAILS(dsm_engine_param_read_f32(e, 0, a, 15), DSM_ERR_STATE, "'a' is already acquired");
+    ASSERT_OK(dsm_engine_param_release(e, 0));
+    /* Then a whole micro-step through the helpers. */
+    for (int i = 0; i < 17; ++i) b[i] = 0.5f;
+    ASSERT_OK(dsm_engine_param_read_f32(e, 0, a, 15));
+    ASSERT_OK(dsm_engine_param_read_f32(e, 2, b, 17));
+    for (int i = 0; i < 15; ++i) a[i] = 1.0f;
+    for (int i = 0; i < 17; ++i) b[i] = 0.25f;
+    ASSERT_OK(dsm_engine_grad_add_f32(e, 1, b, 17));
+    ASSERT_OK(dsm_engine_grad_add_f32(e, 0, a, 15));
+    ASSERT_OK(dsm_step(e, NULL));
+    /* The batch values: as configured, NULL outputs allowed. */
+    int64_t tb = 0, mb = 0, gas = 0, dp = 0;
+    ASSERT_OK(dsm_engine_get_batch(e, &tb, &mb, &gas, &dp));
+    assert_int_equal(mb, 1);
+    assert_int_equal(gas, 1);
+    assert_int_equal(dp, test_size);
+    assert_int_equal(tb, test_size);
+    ASSERT_OK(dsm_engine_get_batch(e, NULL, NULL, NULL, NULL));
+    ASSERT_FAILS(dsm_engine_get_batch(NULL, &tb, NULL, NULL, NULL), DSM_ERR_NULL_POINTER, "engine");
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+/* The text of a file, or "" when it cannot be read (at most 4 KiB). */
+static void read_text(const char *path, char *buf, size_t len) {
+    buf[0] = '\0';
+    FILE *f = fopen(path, "r");
+    if (f == NULL) return;
+    size_t n = fread(buf, 1, len - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+}
+
+/* Metrics: with csv_monitor and tensorboard on, the first rank alone writes
+   DeepSpeed's files under output_path/job_name at every boundary (global
+   samples as the step), the mean of the losses given, the program's
+   scalars and the FLOPs figures; bad arguments fail naming them. */
+static void test_metrics(void **state) {
+    (void)state;
+    char root[64] = "/tmp/dsm-test-metrics-XXXXXX";
+    if (test_rank == 0) assert_non_null(mkdtemp(root));
+    MPI_Bcast(root, sizeof root, MPI_CHAR, 0, MPI_COMM_WORLD);
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 2,"
+             " \"zero_optimization\": {\"stage\": 1}, \"optimizer\": {\"type\": \"AdamW\"},"
+             " \"fp16\": {\"enabled\": true, \"initial_scale_power\": 4},"
+             " \"csv_monitor\": {\"enabled\": true, \"output_path\": \"%s/csv\", \"job_name\": \"job\"},"
+             " \"tensorboard\": {\"enabled\": true, \"output_path\": \"%s/tb\"}}",
+             root, root);
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init(NULL, cfg, d, 3, &e));
+    ASSERT_FAILS(dsm_engine_log_scalar(e, NULL, 1.0), DSM_ERR_NULL_POINTER, "name is NULL");
+    ASSERT_FAILS(dsm_engine_log_scalar(e, "", 1.0), DSM_ERR_INVALID_ARGUMENT, "name '' must have 1..255");
+    ASSERT_FAILS(dsm_engine_log_scalar(e, "a,b", 1.0), DSM_ERR_INVALID_ARGUMENT, "name 'a,b' has");
+    ASSERT_FAILS(dsm_engine_set_flops(e, -1.0, 0.0), DSM_ERR_INVALID_ARGUMENT, "flops_per_sample -1");
+    ASSERT_FAILS(dsm_engine_set_flops(e, 1.0, NAN), DSM_ERR_INVALID_ARGUMENT, "peak_flops nan");
+    ASSERT_FAILS(dsm_engine_log_loss(NULL, 1.0), DSM_ERR_NULL_POINTER, "engine");
+    ASSERT_OK(dsm_engine_set_flops(e, 1e9, 1e12));
+    for (int step = 0; step < 3; ++step)
+        for (int micro = 0; micro < 2; ++micro) {
+            ASSERT_OK(dsm_engine_log_loss(e, step + micro + 0.5)); /* mean per step: step + 1 */
+            ASSERT_OK(dsm_step(e, NULL));
+        }
+    ASSERT_OK(dsm_engine_log_scalar(e, "Eval/accuracy", 0.75));
+    ASSERT_OK(dsm_engine_free(&e));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (test_rank == 0) {
+        const long long tb = 2LL * 2 * test_size; /* samples per boundary */
+        char path[256], text[4096], want[512];
+        snprintf(path, sizeof path, "%s/csv/job/Train_Samples_train_loss.csv", root);
+        read_text(path, text, sizeof text);
+        snprintf(want, sizeof want, "step,train_loss\n%lld,1\n%lld,2\n%lld,3\n", tb, 2 * tb, 3 * tb);
+        if (strcmp(text, want) != 0) fail_msg("%s is \"%s\", expected \"%s\"", path, text, want);
+        const char *names[] = {"Train_Samples_lr", "Train_Samples_loss_scale", "Train_Samples_grad_norm",
+                               "Train_Samples_skipped_steps", "Train_Samples_samples_per_sec",
+                               "Train_Samples_elapsed_time_ms_step", "Train_Samples_tflops", "Train_Samples_mfu"};
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; ++k) {
+            snprintf(path, sizeof path, "%s/csv/job/%s.csv", root, names[k]);
+            read_text(path, text, sizeof text);
+            int lines = 0;
+            for (const char *c = text; *c; ++c) lines += *c == '\n';
+            if (strncmp(text, "step,", 5) != 0 || lines != 4) fail_msg("%s: \"%s\" (4 lines expected)", path, text);
+        }
+        snprintf(path, sizeof path, "%s/csv/job/Eval_accuracy.csv", root);
+        read_text(path, text, sizeof text);
+        snprintf(want, sizeof want, "step,accuracy\n%lld,0.75\n", 3 * tb);
+        if (strcmp(text, want) != 0) fail_msg("%s is \"%s\", expected \"%s\"", path, text, want);
+        /* One event file, under the default job name. */
+        char cmd[512];
+        snprintf(cmd, sizeof cmd, "test \"$(ls '%s/tb/DeepSpeedJobName' | grep -c '^events.out.tfevents.')\" = 1", root);
+        assert_int_equal(system(cmd), 0);
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+        assert_int_equal(system(cmd), 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* A directory the first rank cannot create: init fails on every rank, naming it. */
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
+             " \"csv_monitor\": {\"enabled\": true, \"output_path\": \"/proc/dsm-no-such-dir\"}}");
+    ASSERT_FAILS(dsm_engine_init(NULL, cfg, d, 3, &e), DSM_ERR_IO, "/proc/dsm-no-such-dir");
 }
 
 /* ZeRO-2: released gradients differ across ranks -> mismatch at the bucket or the step. */
@@ -471,7 +626,7 @@ static void test_min_scale(void **state) {
     ASSERT_OK(dsm_engine_grad_acquire(e, 0, &g));
     if (test_rank == 0) {
         float inf = INFINITY;
-        ASSERT_OK(dsm_convert(&inf, DSM_FLOAT32, g, DSM_FLOAT16, 1));
+        engine_write_f32(e, g, &inf, 1); /* the engine's dtype: fp16 */
     }
     ASSERT_OK(dsm_engine_grad_release(e, 0));
     ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_NUMERIC, "scale");
@@ -481,6 +636,7 @@ static void test_min_scale(void **state) {
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors), cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_f32_helpers_errors), cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_init_fn_failure), cmocka_unit_test(test_local_misuse),
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "mpi_test.h"
+#include "engine_memory.h"
 
 #define NP 3
 static const int64_t shape_a[2] = {5, 3}, shape_b[1] = {17}, shape_c[1] = {40};
@@ -55,7 +56,7 @@ static dsm_engine_t engine(int stage, const char *extra) {
 
 /* Every rank adds finite gradients; rank `bad_rank[k]` puts `bad_value[k]` into
    parameter `bad_param[k]` (k < nbad). */
-static void gradients(dsm_engine_t e, dsm_dtype_t dtype, int nbad, const int *bad_rank, const int *bad_param,
+static void gradients(dsm_engine_t e, int nbad, const int *bad_rank, const int *bad_param,
                       const float *bad_value) {
     for (int i = 0; i < NP; ++i) {
         float g32[40];
@@ -64,26 +65,26 @@ static void gradients(dsm_engine_t e, dsm_dtype_t dtype, int nbad, const int *ba
             if (bad_rank[k] == test_rank && bad_param[k] == i) g32[numel[i] / 2] = bad_value[k];
         void *g;
         ASSERT_OK(dsm_engine_grad_acquire(e, i, &g));
-        ASSERT_OK(dsm_convert(g32, DSM_FLOAT32, g, dtype, numel[i]));
+        engine_write_f32(e, g, g32, numel[i]);
         ASSERT_OK(dsm_engine_grad_release(e, i));
     }
 }
 
 /* One bad element (NaN) in parameter 'b' on the last rank. */
-static void nan_in_b(dsm_engine_t e, dsm_dtype_t dtype) {
+static void nan_in_b(dsm_engine_t e) {
     const int r = test_size - 1, p = 1;
     const float v = NAN;
-    gradients(e, dtype, 1, &r, &p, &v);
+    gradients(e, 1, &r, &p, &v);
 }
 
-static void good(dsm_engine_t e) { gradients(e, DSM_FLOAT32, 0, NULL, NULL, NULL); }
+static void good(dsm_engine_t e) { gradients(e, 0, NULL, NULL, NULL); }
 
 static void snapshot(dsm_engine_t e, float out[TOTAL]) {
     size_t off = 0;
     for (int i = 0; i < NP; ++i) {
         const void *v;
         ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
-        memcpy(out + off, v, numel[i] * sizeof(float));
+        engine_download(e, out + off, v, numel[i] * sizeof(float));
         ASSERT_OK(dsm_engine_param_release(e, i));
         off += numel[i];
     }
@@ -128,7 +129,7 @@ static void test_skip(void **state) {
         ASSERT_OK(dsm_step(e, &info));
         assert_int_equal(info.skipped, 0);
         snapshot(e, w1);
-        nan_in_b(e, DSM_FLOAT32);
+        nan_in_b(e);
         ASSERT_OK(dsm_step(e, &info));
         assert_int_equal(info.boundary, 1);
         assert_int_equal(info.skipped, 1);
@@ -152,7 +153,7 @@ static void test_skip(void **state) {
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
     float w0[TOTAL], w1[TOTAL];
     snapshot(e, w0);
-    nan_in_b(e, DSM_FLOAT32);
+    nan_in_b(e);
     ASSERT_OK(dsm_step(e, &info));
     assert_int_equal(info.boundary, 0);
     good(e);
@@ -177,7 +178,7 @@ static void test_fail(void **state) {
         /* rank 0: NaN in 'c'; the last rank: Inf in 'b' (rank 0 has both on one rank) */
         const int ranks[2] = {0, test_size - 1}, which[2] = {2, 1};
         const float values[2] = {NAN, -INFINITY};
-        gradients(e, DSM_FLOAT32, 2, ranks, which, values);
+        gradients(e, 2, ranks, which, values);
         ASSERT_FAILS(dsm_step(e, NULL), DSM_ERR_NUMERIC,
                      "step 2: non-finite (Inf or NaN) fp32 gradients (first in parameter 'b'); "
                      "fp32_nonfinite_gradients is \"fail\"");
@@ -204,7 +205,7 @@ static void test_warn(void **state) {
             dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
             good(e);
             ASSERT_OK(dsm_step(e, &info));
-            nan_in_b(e, DSM_FLOAT32);
+            nan_in_b(e);
             ASSERT_OK(dsm_step(e, &info));
             assert_int_equal(info.skipped, 0);
             assert_int_equal(info.skipped_steps, 0);
@@ -212,7 +213,7 @@ static void test_warn(void **state) {
             float w[TOTAL];
             snapshot(e, w);
             assert_false(all_finite(w + numel[0], numel[1])); /* 'b' */
-            nan_in_b(e, DSM_FLOAT32);
+            nan_in_b(e);
             ASSERT_OK(dsm_step(e, &info));
             assert_int_equal(info.skipped, 0);
             ASSERT_OK(dsm_engine_free(&e));
@@ -223,15 +224,28 @@ static void test_warn(void **state) {
                      before + 8);
 }
 
-/* The key is about fp32: bf16 without check_grad_overflow applies the step
-   as DeepSpeed does, whatever fp32_nonfinite_gradients says. */
+/* The key is about fp32: bf16 with check_grad_overflow false applies the
+   step as DeepSpeed does, whatever fp32_nonfinite_gradients says. */
 static void test_bf16_unaffected(void **state) {
     (void)state;
-    dsm_engine_t e = engine(1, ", \"fp32_nonfinite_gradients\": \"fail\", \"bf16\": {\"enabled\": true}");
+    dsm_engine_t e = engine(1, ", \"fp32_nonfinite_gradients\": \"fail\", \"bf16\": {\"enabled\": true, "
+                               "\"check_grad_overflow\": false}");
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
-    nan_in_b(e, DSM_BFLOAT16);
+    nan_in_b(e);
     ASSERT_OK(dsm_step(e, &info));
     assert_int_equal(info.skipped, 0);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+/* bf16 checks its gradients by default (DeepSpeed's check_grad_overflow
+   default, true): one rank's NaN skips the step on every rank. */
+static void test_bf16_checks_by_default(void **state) {
+    (void)state;
+    dsm_engine_t e = engine(1, ", \"bf16\": {\"enabled\": true}");
+    dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+    nan_in_b(e);
+    ASSERT_OK(dsm_step(e, &info));
+    assert_int_equal(info.skipped, 1);
     ASSERT_OK(dsm_engine_free(&e));
 }
 
@@ -267,7 +281,8 @@ int main(int argc, char **argv) {
     setenv("DSM_DEBUG_FILE", file, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_skip), cmocka_unit_test(test_fail), cmocka_unit_test(test_warn),
-        cmocka_unit_test(test_bf16_unaffected), cmocka_unit_test(test_bad_value),
+        cmocka_unit_test(test_bf16_unaffected), cmocka_unit_test(test_bf16_checks_by_default),
+        cmocka_unit_test(test_bad_value),
     };
     atexit(cleanup);
     return RUN_MPI_TESTS("test_engine_nonfinite", tests);

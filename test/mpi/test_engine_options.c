@@ -38,8 +38,11 @@ static const int64_t shape_w[2] = {5, 3};
 static const char *CFG = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 1},"
                          " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.5}}}";
 
-/* 1 when every rank sees a CUDA device. */
+/* 1 when every rank has a CUDA device of its own (no node has more ranks
+   than GPUs): where the default engine is device-resident. */
 static int every_rank_has_gpu;
+/* 1 when every rank sees a CUDA device, its own or shared. */
+static int every_rank_sees_gpu;
 
 static void params(dsm_param_desc_t d[2]) {
     memset(d, 0, 2 * sizeof d[0]);
@@ -73,9 +76,12 @@ static int setup(void **state) {
     unsetenv("DSM_ENGINE_DEVICE");
     unsetenv("DSM_COMM_BACKEND");
     unsetenv("DSM_CUDA_DEVICE");
-    int mine = gpu_count() > 0, all = 0;
+    int mine = gpu_count() > 0 && gpu_count() >= test_node_size(test_rank), all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     every_rank_has_gpu = all;
+    mine = gpu_count() > 0;
+    MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    every_rank_sees_gpu = all;
     return 0;
 }
 
@@ -260,7 +266,9 @@ static void test_mismatch(void **state) {
 }
 
 /* DSM_DEVICE_CUDA: without a CUDA device on every rank, DSM_ERR_NOT_SUPPORTED
-   on every rank; with one, a device-resident engine that takes a stream. */
+   on every rank; where ranks share a GPU, a device-resident engine (its
+   collectives through the mpi backend); with a GPU of its own, one that
+   takes a stream. */
 static void test_cuda(void **state) {
     (void)state;
     dsm_param_desc_t d[2];
@@ -268,6 +276,14 @@ static void test_cuda(void **state) {
     dsm_engine_options_t o = DSM_ENGINE_OPTIONS_INITIALIZER;
     o.device = DSM_DEVICE_CUDA;
     dsm_engine_t e = (dsm_engine_t)0x1;
+    if (every_rank_sees_gpu && !every_rank_has_gpu) {
+        ASSERT_OK(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e));
+        dsm_device_t device = DSM_DEVICE_DEFAULT;
+        ASSERT_OK(dsm_engine_get_device(e, &device));
+        assert_int_equal(device, DSM_DEVICE_CUDA);
+        ASSERT_OK(dsm_engine_free(&e));
+        return;
+    }
     if (!every_rank_has_gpu) {
         dsm_status_t st = dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e);
         char message[512];

@@ -32,9 +32,19 @@ else
     [ "$rc" = 0 ] || fail "training with checkpoints: $out"
     for f in global_step20.h5 global_step40.h5; do [ -f "$ckdir/$f" ] || fail "no $f after 40 steps"; done
     [ "$(cat "$ckdir/latest")" = global_step40 ] || fail "latest is $(cat "$ckdir/latest")"
-    out=$(timeout 300 $launcher -n 2 "$bin" "$cfg" --steps 60 --checkpoint "$ckdir" --save-every 20 2>&1) ||
+    echo "$out" | grep -q "^saved a checkpoint of step 20 in $ckdir\$" || fail "the save of step 20 is not announced: $out"
+    # The resume at DSM_DEBUG=INFO: rank 0 alone logs the load's and each
+    # save's start, and the end with the size, the time and the rate.
+    out=$(DSM_DEBUG=INFO DSM_DEBUG_SUBSYS=ENGINE timeout 300 $launcher -n 2 "$bin" "$cfg" \
+          --steps 60 --checkpoint "$ckdir" --save-every 20 2>&1) ||
         fail "resuming on 2 ranks: $out"
     echo "$out" | grep -q "resumed from .* at step 40" || fail "no resume: $out"
+    [ "$(echo "$out" | grep -c "checkpoint load '.*/global_step40.h5': .* tensors, .* MB of values, starting")" = 1 ] ||
+        fail "no single start line of the load: $out"
+    [ "$(echo "$out" | grep -Ec "loaded checkpoint '.*/global_step40.h5': [0-9.]+ MB in [0-9.]+ s \([0-9.]+ GB/s\)")" = 1 ] ||
+        fail "no single end line of the load: $out"
+    [ "$(echo "$out" | grep -Ec "saved checkpoint '.*/global_step60.h5': [0-9.]+ MB in [0-9.]+ s \([0-9.]+ GB/s\)")" = 1 ] ||
+        fail "no single end line of the save: $out"
     echo "$out" | grep -q "final loss" || fail "no final loss after the resume: $out"
     [ "$(cat "$ckdir/latest")" = global_step60 ] || fail "latest after the resume is $(cat "$ckdir/latest")"
     echo "checkpoints: 40 steps on 4 ranks, resumed on 2 to step 60: $(echo "$out" | grep 'final loss')"

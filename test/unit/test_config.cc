@@ -255,6 +255,25 @@ static void test_duplicate_keys(void **) {
     // The same key in different objects is fine.
     Config c = parse("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": false}, \"bf16\": {\"enabled\": true}}");
     assert_true(c.bf16.enabled);
+    // csv_monitor and tensorboard: DeepSpeed's keys and defaults.
+    c = parse("{\"train_batch_size\": 8}");
+    assert_false(c.csv_monitor.enabled);
+    assert_false(c.tensorboard.enabled);
+    assert_string_equal(c.csv_monitor.job_name.c_str(), "DeepSpeedJobName");
+    c = parse("{\"train_batch_size\": 8, \"csv_monitor\": {\"enabled\": true, \"output_path\": \"logs\", "
+              "\"job_name\": \"run1\"}, \"tensorboard\": {\"enabled\": true}}");
+    assert_true(c.csv_monitor.enabled && c.tensorboard.enabled);
+    assert_string_equal(c.csv_monitor.output_path.c_str(), "logs");
+    assert_string_equal(c.csv_monitor.job_name.c_str(), "run1");
+    assert_string_equal(c.tensorboard.output_path.c_str(), "");
+    expect_error("{\"train_batch_size\": 8, \"csv_monitor\": {\"enabled\": true, \"job_name\": \"a/b\"}}",
+                 DSM_ERR_CONFIG, "csv_monitor.job_name: \"a/b\" must be a non-empty name without '/'");
+    expect_error("{\"train_batch_size\": 8, \"tensorboard\": {\"enabled\": 1}}", DSM_ERR_CONFIG,
+                 "tensorboard.enabled");
+    // DeepSpeed's default (DeepSpeedBF16Config.check_grad_overflow = True).
+    assert_true(c.bf16.check_grad_overflow);
+    assert_false(parse("{\"train_batch_size\": 8, \"bf16\": {\"enabled\": true, \"check_grad_overflow\": false}}")
+                     .bf16.check_grad_overflow);
 }
 
 static void test_files(void **) {
@@ -542,7 +561,8 @@ static void test_optimizer(void **) {
     assert_true(parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"LAMB\"}}").optimizer.type ==
                 OptimizerType::LAMB);
     c = parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Lion\"}}");
-    assert_true(c.optimizer.type == OptimizerType::LION && c.optimizer.beta2 == 0.99);
+    // DeepSpeed's FusedLion and CPU Lion: betas (0.9, 0.999).
+    assert_true(c.optimizer.type == OptimizerType::LION && c.optimizer.beta1 == 0.9 && c.optimizer.beta2 == 0.999);
     c = parse("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"adagrad\"}}");
     assert_true(c.optimizer.type == OptimizerType::ADAGRAD && c.optimizer.lr == 1e-2 && c.optimizer.eps == 1e-10);
 
@@ -652,7 +672,7 @@ static void test_not_supported(void **) {
         {"\"amp\": {\"enabled\": true, \"opt_level\": \"O1\"}", "amp"},
         {"\"flops_profiler\": {\"enabled\": true}", "flops_profiler"},
         {"\"autotuning\": {\"enabled\": true}", "autotuning"},
-        {"\"tensorboard\": {\"enabled\": true}", "tensorboard"},
+        {"\"wandb\": {\"enabled\": true}", "wandb"},
         {"\"compression_training\": {}", "compression_training"},
         {"\"pipeline\": {\"stages\": 2}", "pipeline"},
         {"\"sparse_gradients\": true", "sparse_gradients"},

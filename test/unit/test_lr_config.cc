@@ -198,6 +198,23 @@ static void test_last_batch_iteration(void **) {
     NEAR(s.lr()[0], 0.15);
 }
 
+// OneCycle cycles momentum only for optimizers with betas, as DeepSpeed does
+// (its OneCycle turns cycle_momentum off when the optimizer's defaults have
+// no "betas"): SGD and Adagrad keep their own.
+static void test_one_cycle_momentum_needs_betas(void **) {
+    const char *one_cycle = R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.001,
+        "cycle_max_lr": 0.01, "cycle_first_step_size": 10}})";
+    for (const char *opt : {R"({"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}})",
+                            R"({"type": "Adagrad", "params": {"lr": 0.1}})"}) {
+        auto s = schedule(opt, one_cycle);
+        assert_true(s.momentum().empty());
+    }
+    for (const char *opt : {kAdamW, R"({"type": "Lion"})", R"({"type": "Lamb"})"}) {
+        auto s = schedule(opt, one_cycle);
+        ALL_NEAR(s.momentum(), {0.8}); // cycle_min_mom at t = -1
+    }
+}
+
 // --- Per-group lists ------------------------------------------------------
 
 static void test_per_group(void **) {
@@ -481,6 +498,7 @@ int main(void) {
         cmocka_unit_test(test_one_cycle),
         cmocka_unit_test(test_lr_range_test),
         cmocka_unit_test(test_last_batch_iteration),
+        cmocka_unit_test(test_one_cycle_momentum_needs_betas),
         cmocka_unit_test(test_per_group),
         cmocka_unit_test(test_params_from_json),
         cmocka_unit_test(test_wrong_types),

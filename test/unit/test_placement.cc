@@ -2,6 +2,7 @@
 #include <vector>
 
 #include "topo/placement.hpp"
+#include "topo/threads.hpp"
 
 // CMocka last: its fail() macro would break the C++ headers.
 #include <setjmp.h>
@@ -117,8 +118,39 @@ static void test_gpu_assignment(void **) {
     for (size_t r = 0; r < 4; ++r) assert_int_equal(p.gpu_of_rank[r], cyc[r]);
 }
 
+// The CPU kernels' threads: what the user set, else the binding, else an
+// even share of the node (never 0).
+static void test_thread_choice(void **) {
+    using dsm::topo::choose_threads;
+    using dsm::topo::CoreProbe;
+    const CoreProbe unbound{16, 16, false}, bound4{16, 4, true};
+    // An even share of an unbound node: 16 cores, 2 ranks -> 8; more ranks than cores -> 1.
+    auto c = choose_threads(0, 0, unbound, 2);
+    assert_int_equal(c.threads, 8);
+    assert_string_equal(c.source.c_str(), "node share");
+    assert_int_equal(choose_threads(0, 0, unbound, 3).threads, 5);
+    assert_int_equal(choose_threads(0, 0, unbound, 40).threads, 1);
+    assert_int_equal(choose_threads(0, 0, unbound, 0).threads, 16);
+    // The binding's cores when bound.
+    c = choose_threads(0, 0, bound4, 2);
+    assert_int_equal(c.threads, 4);
+    assert_string_equal(c.source.c_str(), "binding");
+    assert_int_equal(choose_threads(0, 0, CoreProbe{16, 0, true}, 2).threads, 1);
+    // OMP_NUM_THREADS, then DSM_NUM_THREADS above it.
+    c = choose_threads(0, 3, bound4, 2);
+    assert_int_equal(c.threads, 3);
+    assert_string_equal(c.source.c_str(), "OMP_NUM_THREADS");
+    c = choose_threads(6, 3, bound4, 2);
+    assert_int_equal(c.threads, 6);
+    assert_string_equal(c.source.c_str(), "DSM_NUM_THREADS");
+    // This process's probe is sane.
+    const CoreProbe p = dsm::topo::probe_cores();
+    assert_true(p.node_cores >= 1 && p.bound_cores >= 1 && p.bound_cores <= p.node_cores);
+}
+
 int main() {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_thread_choice),
         cmocka_unit_test(test_no_placement_is_identity),
         cmocka_unit_test(test_cyclic_launch_keeps_inner_dims_on_node),
         cmocka_unit_test(test_block_launch_unchanged),

@@ -26,6 +26,9 @@ void usage(FILE *out) {
 } // namespace
 
 int main(int argc, char **argv) {
+    // Line by line even into a pipe or a file (a job's output): each result
+    // shows as it is measured, not when the run ends.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

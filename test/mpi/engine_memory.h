@@ -1,0 +1,68 @@
+/*
+ * The engine's parameter and gradient pointers, read and written from the
+ * host whatever the engine's device: on the device-resident engine (CUDA)
+ * they are device memory and go through a copy; on the host and the
+ * simulated device they are host memory. For the C tests that compute
+ * forward and backward on the host (include after mpi_test.h).
+ */
+#ifndef DSM_TEST_ENGINE_MEMORY_H
+#define DSM_TEST_ENGINE_MEMORY_H
+
+#include "dsm_config.h"
+
+#if DSM_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static inline int engine_on_cuda(dsm_engine_t e) {
+    dsm_device_t d = DSM_DEVICE_HOST;
+    assert_int_equal(dsm_engine_get_device(e, &d), DSM_SUCCESS);
+    return d == DSM_DEVICE_CUDA;
+}
+
+/* bytes from the engine's memory `src` to host memory `dst`, and back. */
+static inline void engine_download(dsm_engine_t e, void *dst, const void *src, size_t bytes) {
+#if DSM_HAVE_CUDA
+    if (engine_on_cuda(e)) {
+        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        return;
+    }
+#endif
+    memcpy(dst, src, bytes);
+}
+
+static inline void engine_upload(dsm_engine_t e, void *dst, const void *src, size_t bytes) {
+#if DSM_HAVE_CUDA
+    if (engine_on_cuda(e)) {
+        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+        return;
+    }
+#endif
+    memcpy(dst, src, bytes);
+}
+
+/* n elements of the engine's compute dtype at `src` as fp32 into `dst`. */
+static inline void engine_read_f32(dsm_engine_t e, const void *src, float *dst, size_t n) {
+    dsm_dtype_t dt;
+    size_t es = 0;
+    assert_int_equal(dsm_engine_get_dtype(e, &dt), DSM_SUCCESS);
+    assert_int_equal(dsm_dtype_size(dt, &es), DSM_SUCCESS);
+    void *tmp = malloc(n * es + 1);
+    engine_download(e, tmp, src, n * es);
+    assert_int_equal(dsm_convert(tmp, dt, dst, DSM_FLOAT32, n), DSM_SUCCESS);
+    free(tmp);
+}
+
+/* fp32 `src` (n elements) written to `dst` in the engine's compute dtype. */
+static inline void engine_write_f32(dsm_engine_t e, void *dst, const float *src, size_t n) {
+    dsm_dtype_t dt;
+    size_t es = 0;
+    assert_int_equal(dsm_engine_get_dtype(e, &dt), DSM_SUCCESS);
+    assert_int_equal(dsm_dtype_size(dt, &es), DSM_SUCCESS);
+    void *tmp = malloc(n * es + 1);
+    assert_int_equal(dsm_convert(src, DSM_FLOAT32, tmp, dt, n), DSM_SUCCESS);
+    engine_upload(e, dst, tmp, n * es);
+    free(tmp);
+}
+
+#endif
