@@ -973,8 +973,14 @@ DSM_API dsm_status_t dsm_engine_set_flops(dsm_engine_t engine, double flops_per_
  * the data-parallel group (every rank acquires the same parameters in the
  * same order), and the engine also gathers the parameters that followed this
  * one in the previous step's order, up to stage3_prefetch_bucket_size
- * elements, in the same collective. Otherwise it is local. Acquiring a
- * parameter twice without release is DSM_ERR_STATE.
+ * elements (and stage3_max_live_parameters gathered at once), in the same
+ * collective; with zero_optimization.overlap_comm it gathers this one alone
+ * and starts the prefetch of the next ones, which arrive while the caller
+ * computes (also collective). A released parameter that the recorded order
+ * acquires again within stage3_max_reuse_distance elements stays gathered.
+ * Otherwise it is local. With overlap_comm at stages 1 and 2 the call waits
+ * for the slice of the allgather after the last step that holds the
+ * parameter. Acquiring a parameter twice without release is DSM_ERR_STATE.
  *
  * The values are in host memory, or with ZeRO-Offload
  * (zero_optimization.offload_optimizer / offload_param device "cpu") in
@@ -1021,6 +1027,13 @@ DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, voi
  * (a reduce-scatter to its owners over the data-parallel group) when it holds
  * reduce_bucket_size elements: the call is then collective, and every rank
  * releases the same gradients in the same order. Otherwise it is local.
+ * With zero_optimization.overlap_comm the reduction only starts there and
+ * runs while the caller computes (dsm_step() waits for it); at ZeRO-0 and 1
+ * the release that completes a reduce_bucket_size region of the flat
+ * gradient in the micro-step ending at the accumulation boundary starts that
+ * region's reduction the same way (collective too), and acquiring one of its
+ * gradients again before dsm_step() is DSM_ERR_STATE. The results have the
+ * same bits with overlap_comm on and off (doc/engine.md, Overlap).
  * With ZeRO-Offload the call enqueues the device buffer's copy to host
  * memory and returns; the engine adds it into its host gradient later (by
  * the next bucket flush or dsm_step() at the latest). The writes into the

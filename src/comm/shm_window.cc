@@ -78,8 +78,13 @@ namespace {
 std::string read_backing_directory() {
     std::string dir = "/dev/shm";
 #if MPI_VERSION > 3 || (MPI_VERSION == 3 && MPI_SUBVERSION >= 1)
-    int provided = 0;
-    if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS) return dir;
+    // Ask for the thread level MPI already gives: Open MPI 4 takes the level
+    // given to MPI_T_init_thread as the whole library's, so asking for
+    // MPI_THREAD_SINGLE would turn off its locks under an MPI_THREAD_MULTIPLE
+    // application (and overlap_comm's progress thread).
+    int level = MPI_THREAD_SINGLE, provided = 0;
+    if (MPI_Query_thread(&level) != MPI_SUCCESS) level = MPI_THREAD_SINGLE;
+    if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS) return dir;
     int index = -1;
     if (MPI_T_cvar_get_index("osc_sm_backing_directory", &index) == MPI_SUCCESS && index >= 0) {
         char name[256];

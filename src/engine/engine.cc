@@ -175,6 +175,9 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         ss.reduce_bucket_size = cfg_.zero.reduce_bucket_size;
         ss.prefetch_bucket_size = cfg_.zero.prefetch_bucket_size;
         ss.persistence_threshold = cfg_.zero.param_persistence_threshold;
+        ss.max_live_parameters = cfg_.zero.max_live_parameters;
+        ss.max_reuse_distance = cfg_.zero.max_reuse_distance;
+        ss.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
         stage_ = zero::Stage::create(ss);
     }
     build_params(params, nparams);
@@ -210,10 +213,11 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     schedule_ = optim::schedule_from_config(cfg_);
     schedule_pending_ = schedule_ && schedule_->last_step() >= 0;
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
-             "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s",
+             "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s, overlap_comm: %s",
              num_params(), layout_.used(), stage_->number(), dtype_name(dtype_), dtype_name(comm_dtype_),
              dp_size_, sp_size_, space_->name().c_str(), dp_->name(),
-             offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str());
+             offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str(),
+             comm::Pipeline::mode_name(stage_->overlap()));
 }
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
@@ -340,6 +344,7 @@ void *Engine::grad_acquire(int index) {
     DSM_REQUIRE(p.trainable, DSM_ERR_INVALID_ARGUMENT, "parameter '", p.name,
                 "' is frozen (trainable = 0): it has no gradient");
     DSM_REQUIRE(!p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is already acquired");
+    stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     void *g = stage_->acquire_grad(index);
     hand_out();
     g = compute_->grad(index, g, p.numel);
@@ -352,6 +357,7 @@ void Engine::grad_release(int index) {
     DSM_REQUIRE(p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is not acquired");
     compute_->grad_release(index); // ZeRO-Offload: into the host gradient the engine gave
     p.grad_acquired = false;
+    stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     try {
         stage_->release_grad(index, at_point(SyncPoint::FLUSH));
     } catch (...) {

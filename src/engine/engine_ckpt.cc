@@ -189,6 +189,7 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
     try {
+        stage_->settle(); // the collectives in flight (overlap_comm) read and write the state
         DSM_REQUIRE(dir_arg != nullptr, DSM_ERR_NULL_POINTER, "dir is NULL");
         DSM_REQUIRE(!dir.empty(), DSM_ERR_INVALID_ARGUMENT, "the checkpoint directory is empty");
         ckpt::check_tag(tag);
@@ -278,6 +279,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     dsm_status_t status = DSM_SUCCESS;
     const unsigned known = DSM_CKPT_LOAD_MODULE_ONLY | DSM_CKPT_LOAD_NO_OPTIMIZER | DSM_CKPT_LOAD_NO_LR_SCHEDULE;
     try {
+        stage_->settle(); // the collectives in flight (overlap_comm) read and write the state
         DSM_REQUIRE(dir_arg != nullptr, DSM_ERR_NULL_POINTER, "dir is NULL");
         DSM_REQUIRE(!dir.empty(), DSM_ERR_INVALID_ARGUMENT, "the checkpoint directory is empty");
         DSM_REQUIRE((flags & ~known) == 0, DSM_ERR_INVALID_ARGUMENT, "flags 0x", std::hex, flags,

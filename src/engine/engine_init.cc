@@ -133,8 +133,20 @@ void Engine::allocate_or_fall_back(int node) {
     });
 }
 
+// overlap_comm: a progress thread where the stage's memory is the host's and
+// MPI allows calls from two threads at once; else the collectives wait for
+// the next point that needs them (the same results, no overlap).
+static comm::Pipeline::Mode overlap_mode(bool overlap, const device::Space &space) {
+    if (!overlap) return comm::Pipeline::Mode::INLINE;
+    int level = MPI_THREAD_SINGLE;
+    DSM_CHECK_MPI(MPI_Query_thread(&level));
+    return level == MPI_THREAD_MULTIPLE && space.kind() == device::Kind::HOST ? comm::Pipeline::Mode::THREAD
+                                                                               : comm::Pipeline::Mode::DEFERRED;
+}
+
 void Engine::allocate() {
     const size_t P = layout_.part_size();
+    stage_->set_overlap(overlap_mode(cfg_.zero.overlap_comm, *space_));
     stage_->bind(&layout_, part_, dp_.get(), sp_.get(), space_, math_.get(), &timers_);
     stage_->allocate(); // the collective (shared) allocations first
     if (dtype_ == DSM_FLOAT32) {

@@ -9,16 +9,21 @@ namespace dsm {
 namespace zero {
 
 Buffer BufferPool::take(size_t bytes, bool zero) {
+    std::unique_lock<std::mutex> lock(mu_);
     size_t best = idle_.size();
     for (size_t i = 0; i < idle_.size(); ++i) {
         const size_t c = idle_[i].capacity();
         if (c >= bytes && c / 2 <= bytes && (best == idle_.size() || c < idle_[best].capacity())) best = i;
     }
-    if (best == idle_.size()) return Buffer(*space_, bytes, zero);
+    if (best == idle_.size()) {
+        lock.unlock();
+        return Buffer(*space_, bytes, zero);
+    }
     Buffer b = std::move(idle_[best]);
     idle_[best] = std::move(idle_.back());
     idle_.pop_back();
     idle_bytes_ -= b.capacity();
+    lock.unlock();
     b.resize(bytes);
     if (zero && bytes > 0) space_->zero(b.data(), bytes);
     return b;
@@ -27,6 +32,7 @@ Buffer BufferPool::take(size_t bytes, bool zero) {
 void BufferPool::give(Buffer &&b) noexcept {
     if (!b) return;
     Buffer mine = std::move(b);
+    std::lock_guard<std::mutex> lock(mu_);
     if (idle_bytes_ + mine.capacity() > limit_) return; // freed here
     try {
         idle_.push_back(std::move(mine));
@@ -37,6 +43,7 @@ void BufferPool::give(Buffer &&b) noexcept {
 }
 
 void BufferPool::clear() noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
     idle_.clear();
     idle_bytes_ = 0;
 }

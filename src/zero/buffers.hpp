@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "comm/backend.hpp"
@@ -39,6 +40,7 @@ public:
 
 private:
     device::Space *space_ = &device::host();
+    std::mutex mu_;
     std::vector<Buffer> idle_;
     size_t idle_bytes_ = 0, limit_ = 0;
 };

@@ -16,7 +16,8 @@ std::unique_ptr<Stage> Stage::create(const StageSettings &s) {
 }
 
 Stage::Stage(const StageSettings &s)
-    : s_(s), esize_(dtype_size(s.dtype)), csize_(dtype_size(s.comm_dtype)) {}
+    : s_(s), esize_(dtype_size(s.dtype)), csize_(dtype_size(s.comm_dtype)),
+      pipe_(std::make_unique<comm::Pipeline>(s.overlap)) {}
 
 void Stage::bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, device::Space *space,
                  amp::Math *math, Timers *timers) {

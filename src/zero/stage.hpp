@@ -19,6 +19,18 @@
 // conversion (amp/math.hpp) and collective is ordered on its queue: the same code serves
 // the host engine and the device-resident one.
 //
+// overlap_comm (StageSettings::overlap): the collectives go through a
+// comm::Pipeline, in the order the blocking path makes them. A full bucket's
+// reduction is submitted and release_grad() returns (at most one more
+// waits behind the running one); ZeRO-3 prefetches along the recorded
+// trace, beyond the parameter being acquired, while the caller computes;
+// publish() submits the allgather of the updated parameters in slices of
+// allgather_bucket_size (stages 1 and 2) and acquire_param() waits for the
+// slice it needs only. Every wait is where the data is needed: acquire_param
+// (its gather or slice), acquire_grad (stages 0/1: the flat gradients),
+// reduce() (everything: the step reads the gradients), new_micro_step()
+// (prefetches write gathered buffers), settle() (checkpoints, free).
+//
 // Collective calls take a `before` callback that the stage runs on every
 // rank before its first collective at that point (the engine's agreement
 // that all ranks are there, and the offload drain); stages that move nothing
@@ -33,6 +45,7 @@
 
 #include "amp/math.hpp"
 #include "comm/backend.hpp"
+#include "comm/pipeline.hpp"
 #include "dsm.h"
 #include "zero/buffers.hpp"
 #include "zero/layout.hpp"
@@ -53,6 +66,16 @@ struct StageSettings {
     int64_t reduce_bucket_size = 1;
     int64_t prefetch_bucket_size = 0;
     int64_t persistence_threshold = 0;     // ZeRO-3: parameters up to this many elements stay whole
+    // ZeRO-3, DeepSpeed's stage3_max_live_parameters: prefetch no further
+    // than this many elements gathered at once; stage3_max_reuse_distance: a
+    // released parameter the trace uses again within this many elements
+    // stays gathered.
+    int64_t max_live_parameters = 1000000000;
+    int64_t max_reuse_distance = 1000000000;
+    // Stages 1/2 with overlap: elements per slice of the allgather after the step.
+    int64_t allgather_bucket_size = 500000000;
+    // overlap_comm: how the collectives run (comm/pipeline.hpp); INLINE: off.
+    comm::Pipeline::Mode overlap = comm::Pipeline::Mode::INLINE;
 };
 
 // The memory a stage holds, by kind (Engine::describe()).
@@ -118,6 +141,18 @@ public:
 
     virtual StageMemory memory() const = 0;
 
+    // Wait for every collective in flight (overlap_comm) and rethrow its
+    // error: before a checkpoint, a load, the optimizer reading the
+    // partitions, and free().
+    void settle() { pipe_->wait_all(); }
+    // Whether the micro-step under way ends at the accumulation boundary
+    // (the engine says so before each gradient acquisition and release):
+    // stages 0/1 with overlap_comm reduce during its backward only.
+    void set_boundary(bool boundary) noexcept { boundary_ = boundary; }
+    // Before allocate(): how the collectives run (StageSettings::overlap).
+    void set_overlap(comm::Pipeline::Mode mode) { pipe_ = std::make_unique<comm::Pipeline>(mode); }
+    comm::Pipeline::Mode overlap() const noexcept { return pipe_->mode(); }
+
 protected:
     explicit Stage(const StageSettings &s);
     size_t esize() const noexcept { return esize_; }
@@ -132,6 +167,9 @@ protected:
     // The queue of the space now (dsm_engine_set_stream may change it).
     comm::Queue queue() const noexcept { return space_->queue(); }
     Timers *timers_ = nullptr;
+    // The collectives in flight (overlap_comm; INLINE runs them at once).
+    std::unique_ptr<comm::Pipeline> pipe_;
+    bool boundary_ = true;
 };
 
 } // namespace zero

@@ -17,8 +17,15 @@
 // backend's scratch memory. So the memory beyond the ZeRO formula is one
 // bucket. A buffer the bucket cannot hold (larger, or the bucket busy) comes
 // from the pool of idle buffers.
+//
+// overlap_comm (stage.hpp, comm/pipeline.hpp): a flush hands its pending
+// gradients to a task (reduce_pending) and returns; the bucket is the task's
+// until its ticket is done (bucket_ticket_), so the next gradients go to
+// pool buffers meanwhile. A gather is a task too, and ZeRO-3 also prefetches
+// the window of the trace ahead of the acquired parameter (prefetch_ahead).
 #include <algorithm>
 #include <cstring>
+#include <deque>
 
 #include "core/error.hpp"
 #include "mpi.h"
@@ -33,6 +40,7 @@ namespace {
 class Partitioned final : public Stage {
 public:
     explicit Partitioned(const StageSettings &s) : Stage(s) {}
+    ~Partitioned() override { quiet_settle(); }
 
     int parts(int dp) const override { return dp; }
     bool persistent(size_t numel) const override {
@@ -55,7 +63,7 @@ public:
     }
     const void *acquire_param(int index, const Before &before) override;
     void release_param(int index) override {
-        if (held_whole(index)) return;
+        if (held_whole(index) || reused_soon(index)) return;
         if (arena_ == Arena::PARAM && arena_param_ == index) arena_ = Arena::FREE;
         pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
     }
@@ -65,6 +73,7 @@ public:
     void *acquire_grad(int index) override {
         const size_t n = layout_->slot_of(index)->numel;
         if (arena_fits(n)) {
+            pipe_->wait(bucket_ticket_); // done: only rethrows a task's error
             arena_ = Arena::GRAD;
             arena_param_ = index;
             space_->zero(bucket_send_.data(), n * esize_);
@@ -82,7 +91,11 @@ public:
         pending_.push_back(Pending{index, std::move(b), data, in_bucket});
         if (bucket_elems_ >= bucket_cap_) flush(before);
     }
-    void reduce(bool, const Before &before) override { flush(before); }
+    void reduce(bool, const Before &before) override {
+        flush(before);
+        pipe_->wait_all();
+        flushes_.clear();
+    }
     const void *grad_partition() const override { return grad_part_.data(); }
     void zero_grads() override { space_->zero(grad_part_.data(), layout_->part_size() * esize_); }
 
@@ -93,12 +106,26 @@ private:
     bool gathered(int index) const {
         return gathered_[static_cast<size_t>(index)] || (arena_ == Arena::PARAM && arena_param_ == index);
     }
-    // Whether `n` compute elements may use the bucket now.
+    // Whether `n` compute elements may use the bucket now (no task uses it).
     bool arena_fits(size_t n) const {
-        return arena_ == Arena::FREE && s_.comm_dtype == s_.dtype && n > 0 && n <= bucket_cap_;
+        return arena_ == Arena::FREE && s_.comm_dtype == s_.dtype && n > 0 && n <= bucket_cap_ &&
+               pipe_->done(bucket_ticket_);
     }
     void flush(const Before &before);
+    struct Pending;
+    void reduce_pending(std::vector<Pending> &pending, int resident, bool user_holds);
     void gather(const std::vector<int> &list);
+    void prefetch_ahead(size_t p, int index, const Before &before);
+    bool reused_soon(int index) const;
+    size_t live_elems() const;
+    size_t numel_of(int j) const { return layout_->slot_of(j)->numel; }
+    void wait_published(size_t end);
+    void quiet_settle() noexcept {
+        try {
+            pipe_->wait_all();
+        } catch (...) {
+        }
+    }
 
     SharedBuffer param_flat_;  // stage 2: T; stage 3: the persistent region
     SharedBuffer param_part_;  // stage 3: P
@@ -129,6 +156,14 @@ private:
     // Stage 3 prefetch: the order of gathered acquisitions in the last micro-step.
     std::vector<int> trace_, last_trace_;
     size_t trace_pos_ = 0;
+
+    // overlap_comm: the last task that uses the bucket, the task that gathers
+    // each parameter, and the slices of publish()'s allgather (end element,
+    // task) not yet waited for.
+    comm::Pipeline::Ticket bucket_ticket_ = 0;
+    std::deque<comm::Pipeline::Ticket> flushes_; // the reductions that may still run
+    std::vector<comm::Pipeline::Ticket> gather_ticket_;
+    std::vector<std::pair<size_t, comm::Pipeline::Ticket>> published_;
 };
 
 void Partitioned::allocate() {
@@ -158,6 +193,7 @@ void Partitioned::allocate() {
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
     staging_.resize(static_cast<size_t>(max_param + 1));
+    gather_ticket_.assign(static_cast<size_t>(max_param + 1), 0);
     // Idle buffers kept for reuse: twice the largest staging or gather need
     // (one parameter, or a ZeRO-3 prefetch group).
     const size_t prefetch = static_cast<size_t>(std::max<int64_t>(s_.prefetch_bucket_size, 0));
@@ -165,6 +201,9 @@ void Partitioned::allocate() {
 }
 
 void Partitioned::free() noexcept {
+    quiet_settle();
+    flushes_.clear();
+    published_.clear();
     pending_.clear();
     pool_.clear();
     for (auto &b : gathered_) b = Buffer();
@@ -191,15 +230,30 @@ StageMemory Partitioned::memory() const {
 
 const void *Partitioned::acquire_param(int index, const Before &before) {
     const zero::Slot *s = layout_->slot_of(index);
-    if (persistent(s->numel)) return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
+    if (persistent(s->numel)) {
+        wait_published(s->offset + s->numel);
+        return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
+    }
+    // Where this acquisition is in the recorded order (the end: not there).
+    size_t at = trace_pos_;
+    while (at < last_trace_.size() && last_trace_[at] != index) ++at;
+    const bool overlap = pipe_->mode() != comm::Pipeline::Mode::INLINE;
     if (!gathered(index)) {
+        // Blocking: this parameter and the next ones of the trace in one
+        // gather, up to stage3_prefetch_bucket_size elements, no more than
+        // stage3_max_live_parameters gathered at once. Overlapped: this one
+        // alone (the least to wait for); prefetch_ahead() sends the rest.
+        const int64_t room = std::max<int64_t>(0, s_.max_live_parameters - static_cast<int64_t>(live_elems()));
+        const size_t budget = overlap ? 0 : static_cast<size_t>(std::min(std::max<int64_t>(s_.prefetch_bucket_size, 0), room));
         const std::vector<int> list = prefetch_list(
-            last_trace_, trace_pos_, index, static_cast<size_t>(std::max<int64_t>(s_.prefetch_bucket_size, 0)),
-            [this](int j) { return layout_->slot_of(j)->numel; },
+            last_trace_, trace_pos_, index, budget, [this](int j) { return numel_of(j); },
             [this](int j) { return gathered(j); });
         before(list.front());
         gather(list);
     }
+    if (at < last_trace_.size()) trace_pos_ = at + 1; // reused_soon() looks ahead from here
+    if (overlap) prefetch_ahead(at, index, before);
+    pipe_->wait(gather_ticket_[static_cast<size_t>(index)]);
     trace_.push_back(index);
     if (arena_ == Arena::PARAM && arena_param_ == index) return bucket_send_.data();
     return gathered_[static_cast<size_t>(index)].data();
@@ -209,9 +263,9 @@ const void *Partitioned::acquire_param(int index, const Before &before) {
 // data-parallel group). One parameter goes straight into its buffer; several
 // (prefetch) are packed by owner and unpacked.
 void Partitioned::gather(const std::vector<int> &list) {
-    const double t0 = MPI_Wtime();
     const char *part = static_cast<const char *>(param_part_.data());
     const size_t my_begin = layout_->part_begin(part_);
+    comm::Pipeline::Ticket t = 0;
     if (list.size() == 1) {
         // One parameter: straight into the bucket when it is free (shared
         // memory, which the backend's peers read in place), else into a buffer.
@@ -226,46 +280,145 @@ void Partitioned::gather(const std::vector<int> &list) {
             gathered_[static_cast<size_t>(j)] = pool_.take(s->numel * esize_, false);
             to = gathered_[static_cast<size_t>(j)].data();
         }
-        const std::vector<size_t> counts = layout_->counts(s->offset, s->offset + s->numel);
         const size_t lo = std::max(s->offset, my_begin);
-        dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype, queue());
+        const bool arena = to == bucket_send_.data();
+        t = pipe_->submit([this, s, lo, my_begin, part, to] {
+            const double t0 = MPI_Wtime();
+            const std::vector<size_t> counts = layout_->counts(s->offset, s->offset + s->numel);
+            dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype, queue());
+            timers_->gather += MPI_Wtime() - t0;
+        });
+        if (arena) bucket_ticket_ = t;
     } else {
-        for (int j : list) gathered_[static_cast<size_t>(j)] = pool_.take(layout_->slot_of(j)->numel * esize_, false);
-        const GatherPlan plan = plan_gather(*layout_, list);
-        size_t total = 0;
-        for (size_t c : plan.counts) total += c;
-        Buffer send(*space_, plan.counts[static_cast<size_t>(part_)] * esize_ + 64, false),
-            recv(*space_, total * esize_ + 64, false);
-        size_t at = 0;
-        for (const auto &jp : plan.pieces)
-            if (jp.second.part == part_) {
-                space_->copy(static_cast<char *>(send.data()) + at * esize_,
-                             part + (jp.second.flat_offset - my_begin) * esize_, jp.second.count * esize_);
+        auto dst = std::make_shared<std::vector<char *>>();
+        for (int j : list) {
+            gathered_[static_cast<size_t>(j)] = pool_.take(numel_of(j) * esize_, false);
+            dst->push_back(static_cast<char *>(gathered_[static_cast<size_t>(j)].data()));
+        }
+        t = pipe_->submit([this, list, dst, part, my_begin] {
+            const double t0 = MPI_Wtime();
+            const GatherPlan plan = plan_gather(*layout_, list);
+            size_t total = 0;
+            for (size_t c : plan.counts) total += c;
+            Buffer send(*space_, plan.counts[static_cast<size_t>(part_)] * esize_ + 64, false),
+                recv(*space_, total * esize_ + 64, false);
+            size_t at = 0;
+            for (const auto &jp : plan.pieces)
+                if (jp.second.part == part_) {
+                    space_->copy(static_cast<char *>(send.data()) + at * esize_,
+                                 part + (jp.second.flat_offset - my_begin) * esize_, jp.second.count * esize_);
+                    at += jp.second.count;
+                }
+            dp_->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue());
+            at = 0;
+            for (const auto &jp : plan.pieces) {
+                const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
+                space_->copy((*dst)[k] + jp.second.param_offset * esize_, static_cast<char *>(recv.data()) + at * esize_,
+                             jp.second.count * esize_);
                 at += jp.second.count;
             }
-        dp_->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue());
-        at = 0;
-        for (const auto &jp : plan.pieces) {
-            space_->copy(static_cast<char *>(gathered_[static_cast<size_t>(jp.first)].data()) + jp.second.param_offset * esize_,
-                         static_cast<char *>(recv.data()) + at * esize_, jp.second.count * esize_);
-            at += jp.second.count;
-        }
+            timers_->gather += MPI_Wtime() - t0;
+        });
     }
-    timers_->gather += MPI_Wtime() - t0;
+    for (int j : list) gather_ticket_[static_cast<size_t>(j)] = t;
+}
+
+// overlap_comm, ZeRO-3: gather now the parameters of the recorded trace
+// after `index` (at position `p`; none when p is past the end) that lie within
+// stage3_prefetch_bucket_size elements of it and are not gathered yet, so
+// that they arrive while the caller computes; never more than
+// stage3_max_live_parameters elements gathered at once. Every rank decides
+// alike (the same trace, the same acquisitions), so the gather is a
+// collective point like any other.
+void Partitioned::prefetch_ahead(size_t p, int index, const Before &before) {
+    if (p >= last_trace_.size()) return;
+    const size_t window = static_cast<size_t>(std::max<int64_t>(s_.prefetch_bucket_size, 0));
+    const int64_t room = s_.max_live_parameters - static_cast<int64_t>(live_elems());
+    std::vector<int> list;
+    size_t ahead = 0, adding = 0;
+    for (size_t k = p + 1; k < last_trace_.size(); ++k) {
+        const int j = last_trace_[k];
+        if (j == index || std::find(list.begin(), list.end(), j) != list.end()) continue;
+        ahead += numel_of(j);
+        if (ahead > window) break;
+        if (gathered(j)) continue;
+        if (static_cast<int64_t>(adding + numel_of(j)) > room) break;
+        adding += numel_of(j);
+        list.push_back(j);
+    }
+    if (list.empty()) return;
+    before(list.front());
+    gather(list);
+}
+
+// stage3_max_reuse_distance: whether the trace acquires `index` again within
+// that many elements of the current position (then a release keeps it).
+bool Partitioned::reused_soon(int index) const {
+    if (last_trace_.empty()) return false;
+    size_t traversed = 0;
+    for (size_t k = trace_pos_; k < last_trace_.size(); ++k) {
+        if (static_cast<int64_t>(traversed) >= s_.max_reuse_distance) break;
+        if (last_trace_[k] == index) return true;
+        traversed += numel_of(last_trace_[k]);
+    }
+    return false;
+}
+
+// Elements of the parameters gathered (or being gathered) now.
+size_t Partitioned::live_elems() const {
+    size_t n = 0;
+    for (const auto &s : layout_->slots())
+        if (!persistent(s.numel) && gathered(s.param)) n += s.numel;
+    return n;
+}
+
+// Wait for the slice of publish()'s allgather that holds element `end - 1`
+// (the slices before it are done first: the pipeline runs in order).
+void Partitioned::wait_published(size_t end) {
+    for (const auto &sl : published_)
+        if (sl.first >= end) {
+            pipe_->wait(sl.second);
+            return;
+        }
 }
 
 void Partitioned::publish(const float *master) {
+    pipe_->wait_all(); // gathers in flight read the partition
+    published_.clear();
     void *part = param_partition();
     if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
-    if (s_.stage == 2) {
-        dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
-    } else if (persist_end_ > 0) {
-        const std::vector<size_t> counts = layout_->counts(0, persist_end_);
-        dp_->allgatherv(part, param_flat_.data(), counts, s_.dtype, queue());
+    if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
+        if (s_.stage == 2) {
+            dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
+        } else if (persist_end_ > 0) {
+            const std::vector<size_t> counts = layout_->counts(0, persist_end_);
+            dp_->allgatherv(part, param_flat_.data(), counts, s_.dtype, queue());
+        }
+        return;
+    }
+    // Overlapped: slices of allgather_bucket_size elements, in place, each
+    // waited for by the first acquisition that reads it.
+    // This rank's block of a slice starts in its partition (stage 2: in
+    // place in the flat parameters; stage 3: the partition's own buffer).
+    const size_t end = s_.stage == 2 ? layout_->total() : persist_end_;
+    char *flat = static_cast<char *>(param_flat_.data());
+    const char *mine = static_cast<const char *>(part);
+    const size_t my_begin = layout_->part_begin(part_);
+    for (const auto &r : flat_regions(end, s_.allgather_bucket_size)) {
+        const size_t a = r.first, b = r.second;
+        const char *send = mine + (std::max(a, my_begin) - my_begin) * esize_;
+        const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, flat, send] {
+            const double t0 = MPI_Wtime();
+            const std::vector<size_t> counts = layout_->counts(a, b);
+            dp_->allgatherv(send, flat + a * esize_, counts, s_.dtype, queue());
+            timers_->gather += MPI_Wtime() - t0;
+        });
+        published_.emplace_back(b, t);
     }
 }
 
 void Partitioned::new_micro_step(bool forget) {
+    pipe_->wait_all(); // prefetches write the gathered buffers
     for (const auto &s : layout_->slots())
         if (!persistent(s.numel)) pool_.give(std::move(gathered_[static_cast<size_t>(s.param)]));
     if (arena_ == Arena::PARAM) arena_ = Arena::FREE;
@@ -285,11 +438,38 @@ void Partitioned::flush(const Before &before) {
     for (const auto &p : pending_) h = (h ^ static_cast<uint64_t>(p.param + 1)) * 1099511628211ull;
     before(static_cast<int64_t>(h >> 2));
     if (pending_.empty()) return;
+    auto job = std::make_shared<std::vector<Pending>>(std::move(pending_));
+    pending_.clear();
+    bucket_elems_ = 0;
+    int resident = -1;
+    for (size_t e = 0; e < job->size(); ++e)
+        if ((*job)[e].in_bucket) resident = static_cast<int>(e);
+    if (resident >= 0) arena_ = Arena::FREE; // the bucket is the reduction's now
+    // The user holds the bucket (an acquired gradient or a gathered parameter):
+    // the rounds are packed elsewhere.
+    const bool user_holds = arena_ != Arena::FREE;
+    // At most one more reduction waits behind the running one (DeepSpeed's
+    // double buffering), so released gradients do not pile up; gathers in
+    // between do not count.
+    while (flushes_.size() >= 2) {
+        pipe_->wait(flushes_.front());
+        flushes_.pop_front();
+    }
+    const comm::Pipeline::Ticket t =
+        pipe_->submit([this, job, resident, user_holds] { reduce_pending(*job, resident, user_holds); });
+    flushes_.push_back(t);
+    if (resident >= 0 || !user_holds) bucket_ticket_ = t;
+}
+
+// The reduction of one flush's gradients (on overlap_comm's progress thread
+// when there is one): touches the bucket (unless the user holds it), the
+// gradient partition, the pool and the backends only.
+void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bool user_holds) {
     const double t0 = MPI_Wtime();
     const dsm_dtype_t dt = s_.dtype, cd = s_.comm_dtype;
     const float post = static_cast<float>(s_.post);
     std::vector<int> released;
-    for (auto &p : pending_) {
+    for (auto &p : pending) {
         const size_t n = layout_->slot_of(p.param)->numel;
         if (s_.pre != 1.0) math_->scale(p.data, dt, n, s_.pre);
         if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue());
@@ -299,27 +479,23 @@ void Partitioned::flush(const Before &before) {
     // A gradient in the bucket that makes the first round alone is reduced
     // in place; one that shares its round moves out first, so that the
     // rounds can be packed into the bucket.
-    int resident = -1;
-    for (size_t e = 0; e < pending_.size(); ++e)
-        if (pending_[e].in_bucket) resident = static_cast<int>(e);
     bool in_place = false;
     if (resident >= 0) {
         in_place = resident == 0;
         for (const SendPiece &pc : rounds.front().pieces) in_place = in_place && pc.entry == 0;
         if (!in_place) {
-            Pending &pe = pending_[static_cast<size_t>(resident)];
+            Pending &pe = pending[static_cast<size_t>(resident)];
             const size_t bytes = layout_->slot_of(pe.param)->numel * esize_;
             pe.grad = pool_.take(bytes, false);
             space_->copy(pe.grad.data(), pe.data, bytes);
             pe.data = static_cast<char *>(pe.grad.data());
             pe.in_bucket = false;
         }
-        arena_ = Arena::FREE;
     }
     // Packed into the bucket unless the user holds a buffer there.
     Buffer spare;
     char *send = static_cast<char *>(bucket_send_.data());
-    if (arena_ != Arena::FREE) {
+    if (user_holds) {
         spare = pool_.take(bucket_cap_ * csize_, false);
         send = static_cast<char *>(spare.data());
     }
@@ -334,7 +510,7 @@ void Partitioned::flush(const Before &before) {
         } else {
             size_t at = 0;
             for (const SendPiece &pc : r.pieces) {
-                math_->convert(pending_[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt, buf + at * csize_,
+                math_->convert(pending[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt, buf + at * csize_,
                                 cd, pc.count);
                 at += pc.count;
             }
@@ -356,9 +532,7 @@ void Partitioned::flush(const Before &before) {
     }
     pool_.give(std::move(spare));
     pool_.give(std::move(scratch));
-    for (Pending &pe : pending_) pool_.give(std::move(pe.grad));
-    pending_.clear();
-    bucket_elems_ = 0;
+    for (Pending &pe : pending) pool_.give(std::move(pe.grad));
     timers_->reduce += MPI_Wtime() - t0;
 }
 

@@ -4,6 +4,14 @@
 // elements: an allreduce (stage 0, where the optimizer state is whole too)
 // or a reduce-scatter to the owner of each partition (stage 1), whose
 // optimizer updates it; publish() then allgathers the partitions (stage 1).
+// With overlap_comm that allgather goes in slices of allgather_bucket_size
+// elements through the pipeline (stage.hpp), and acquire_param() waits for
+// the slice it reads. And in the micro-step that ends at the boundary, a
+// region of reduce_bucket_size elements starts its reduction as soon as the
+// last gradient in it is released (DeepSpeed reduces stages 0/1 in buckets
+// during the backward with overlap_comm too); reduce() does the regions no
+// release completed. A gradient acquired again after its region started is
+// an error (DSM_ERR_STATE): the reduction cannot take it in.
 
 #include "core/error.hpp"
 #include "mpi.h"
@@ -18,6 +26,7 @@ namespace {
 class Replicated final : public Stage {
 public:
     explicit Replicated(const StageSettings &s) : Stage(s) {}
+    ~Replicated() override { quiet_settle(); }
 
     int parts(int dp) const override { return s_.stage == 0 ? 1 : dp; }
     bool persistent(size_t) const override { return true; }
@@ -35,6 +44,9 @@ public:
         }
     }
     void free() noexcept override {
+        quiet_settle();
+        regions_.clear();
+        published_.clear();
         grad_flat_.reset();
         param_flat_.reset();
         comm_scratch_ = Buffer();
@@ -48,22 +60,81 @@ public:
         return param_flat_.data();
     }
     const void *acquire_param(int index, const Before &) override {
-        return static_cast<const char *>(param_flat_.data()) + layout_->slot_of(index)->offset * esize_;
+        const Slot *s = layout_->slot_of(index);
+        for (const auto &sl : published_)
+            if (sl.first >= s->offset + s->numel) {
+                pipe_->wait(sl.second);
+                break;
+            }
+        return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
     }
     void release_param(int) override {}
     void publish(const float *master) override {
         void *part = param_partition();
         if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
-        if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
+        pipe_->wait_all();
+        published_.clear();
+        if (s_.stage != 1) return;
+        if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
+            dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
+            return;
+        }
+        char *flat = static_cast<char *>(param_flat_.data());
+        for (const auto &r : flat_regions(layout_->total(), s_.allgather_bucket_size)) {
+            const size_t a = r.first, b = r.second;
+            published_.emplace_back(b, pipe_->submit([this, a, b, flat] {
+                const double t0 = MPI_Wtime();
+                const std::vector<size_t> counts = layout_->counts(a, b);
+                size_t mine = 0;
+                for (int q = 0; q < part_; ++q) mine += counts[static_cast<size_t>(q)];
+                dp_->allgatherv(flat + (a + mine) * esize_, flat + a * esize_, counts, s_.dtype, queue());
+                timers_->gather += MPI_Wtime() - t0;
+            }));
+        }
     }
-    void new_micro_step(bool) override {}
+    void new_micro_step(bool forget) override {
+        if (forget) { // a load: the boundary micro-step under way starts over
+            quiet_settle();
+            regions_.clear();
+        }
+    }
 
     void *acquire_grad(int index) override {
-        return static_cast<char *>(grad_flat_.data()) + layout_->slot_of(index)->offset * esize_;
+        const Slot *s = layout_->slot_of(index);
+        if (early()) {
+            prepare_regions();
+            for (size_t k = region_of(s->offset); k < regions_.size() && regions_[k].first < s->offset + s->numel; ++k)
+                DSM_REQUIRE(!started_[k], DSM_ERR_STATE, "the gradient of parameter ", index,
+                            " is acquired again after its bucket's reduction started (overlap_comm at ZeRO stage ",
+                            s_.stage, " reduces a bucket when its last gradient is released; release each gradient "
+                            "once per boundary micro-step, or set overlap_comm false)");
+        }
+        return static_cast<char *>(grad_flat_.data()) + s->offset * esize_;
     }
-    void release_grad(int, const Before &) override {}
-    void reduce(bool boundary, const Before &) override {
+    void release_grad(int index, const Before &before) override {
+        if (!early()) return;
+        prepare_regions();
+        if (released_[static_cast<size_t>(index)]) return;
+        released_[static_cast<size_t>(index)] = 1;
+        const Slot *s = layout_->slot_of(index);
+        for (size_t k = region_of(s->offset); k < regions_.size() && regions_[k].first < s->offset + s->numel; ++k) {
+            const size_t a = std::max(regions_[k].first, s->offset),
+                         b = std::min(regions_[k].second, s->offset + s->numel);
+            left_[k] -= b - a;
+            if (left_[k] == 0) start_region(k, before);
+        }
+    }
+    void reduce(bool boundary, const Before &before) override {
+        pipe_->wait_all(); // the allgather after the last step reads the partition the optimizer writes next
         if (!boundary) return;
+        if (early()) {
+            prepare_regions();
+            for (size_t k = 0; k < regions_.size(); ++k)
+                if (!started_[k]) start_region(k, before);
+            pipe_->wait_all();
+            regions_.clear();
+            return;
+        }
         const double t0 = MPI_Wtime();
         for (const auto &r : flat_regions(layout_->total(), s_.reduce_bucket_size)) reduce_region(r.first, r.second);
         timers_->reduce += MPI_Wtime() - t0;
@@ -112,9 +183,58 @@ private:
         if (buf != g) math_->convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
     }
 
+    // overlap_comm's reductions during the boundary micro-step's backward.
+    bool early() const noexcept { return boundary_ && pipe_->mode() != comm::Pipeline::Mode::INLINE; }
+    // The regions and the elements of released gradients each still waits
+    // for, at the first acquisition or release of the boundary micro-step.
+    void prepare_regions() {
+        if (!regions_.empty()) return;
+        regions_ = flat_regions(layout_->total(), s_.reduce_bucket_size);
+        left_.assign(regions_.size(), 0);
+        started_.assign(regions_.size(), 0);
+        int max_param = -1;
+        for (const auto &s : layout_->slots()) {
+            max_param = std::max(max_param, s.param);
+            for (size_t k = region_of(s.offset); k < regions_.size() && regions_[k].first < s.offset + s.numel; ++k)
+                left_[k] += std::min(regions_[k].second, s.offset + s.numel) - std::max(regions_[k].first, s.offset);
+        }
+        released_.assign(static_cast<size_t>(max_param + 1), 0);
+    }
+    size_t region_of(size_t offset) const {
+        const size_t bucket = regions_.empty() ? 1 : regions_.front().second - regions_.front().first;
+        return offset / std::max<size_t>(bucket, 1);
+    }
+    // A region's reduction, agreed (`before`: every rank is at the same
+    // release) and submitted.
+    void start_region(size_t k, const Before &before) {
+        started_[k] = 1;
+        before(static_cast<int64_t>(k));
+        const size_t a = regions_[k].first, b = regions_[k].second;
+        pipe_->submit([this, a, b] {
+            const double t0 = MPI_Wtime();
+            reduce_region(a, b);
+            timers_->reduce += MPI_Wtime() - t0;
+        });
+    }
+
+    void quiet_settle() noexcept {
+        try {
+            pipe_->wait_all();
+        } catch (...) {
+        }
+    }
+
     SharedBuffer param_flat_; // T
     SharedBuffer grad_flat_;  // T
     Buffer comm_scratch_;     // reductions in another dtype
+    // overlap_comm: the slices of publish()'s allgather (end element, task).
+    std::vector<std::pair<size_t, comm::Pipeline::Ticket>> published_;
+    // overlap_comm, the boundary micro-step: the regions (empty between
+    // boundaries), the elements each waits for, whether it started, and the
+    // parameters whose gradient was released.
+    std::vector<std::pair<size_t, size_t>> regions_;
+    std::vector<size_t> left_;
+    std::vector<char> started_, released_;
 };
 
 } // namespace

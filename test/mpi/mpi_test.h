@@ -182,11 +182,17 @@ static int mpi_test_teardown(void **state) {
     return rc;
 }
 
+/* The thread level a test program asks for (test_engine: MPI_THREAD_MULTIPLE,
+   which overlap_comm's progress thread needs). */
+#ifndef MPI_TEST_THREAD_LEVEL
+#define MPI_TEST_THREAD_LEVEL MPI_THREAD_SERIALIZED
+#endif
+
 /* Run a CMocka group under MPI; returns nonzero on this rank if a test failed. */
 static inline int run_mpi_group(const char *name, const struct CMUnitTest *tests, size_t n,
                                 int *argc, char ***argv) {
     int provided;
-    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Init_thread(argc, argv, MPI_TEST_THREAD_LEVEL, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &test_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &test_size);
     MPI_Comm_dup(MPI_COMM_WORLD, &mpi_test_comm);

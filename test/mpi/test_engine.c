@@ -20,6 +20,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+/* overlap_comm runs its progress thread only with MPI_THREAD_MULTIPLE. */
+#define MPI_TEST_THREAD_LEVEL MPI_THREAD_MULTIPLE
 #include "mpi_test.h"
 #include "engine_memory.h"
 
@@ -188,16 +190,18 @@ typedef struct {
 
 /* More zero_optimization keys for every run (test_offload), "" or starting with ','. */
 static const char *zero_extra = "";
+/* stage3_prefetch_bucket_size for every run (test_overlap_bits). */
+static int prefetch_bucket = 500;
 
 static void make_config(char *buf, size_t len, const run_t *r, int mb) {
     snprintf(buf, len,
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
              " \"steps_per_print\": 1000000%s,"
              " \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 100,"
-             " \"stage3_param_persistence_threshold\": 10, \"stage3_prefetch_bucket_size\": 500%s},"
+             " \"stage3_param_persistence_threshold\": 10, \"stage3_prefetch_bucket_size\": %d%s},"
              " \"optimizer\": %s %s}",
              mb, r->gas, strstr(r->extra, "gradient_clipping") ? "" : ", \"gradient_clipping\": 0.5", r->stage,
-             zero_extra, r->optimizer, r->extra);
+             prefetch_bucket, zero_extra, r->optimizer, r->extra);
 }
 
 /*
@@ -739,6 +743,105 @@ static void test_device_bit_exact(void **state) {
     }
 }
 
+/* overlap_comm changes when the collectives run, never what they compute:
+   the same bits with it on and off, at every stage, on the host (a progress
+   thread: this program runs at MPI_THREAD_MULTIPLE) and on the simulated
+   device (deferred to the waits; its poisoned memory and deferred queue make
+   a missing wait visible), with gradient accumulation, 16-bit precision,
+   small buckets, and ZeRO-3 prefetch windows, live limits and reuse
+   distances of every kind. */
+static void overlap_pair(const run_t *r, const char *device, const char *zero_keys, const char *what) {
+    float off[TOTAL], on[TOTAL];
+    dsm_step_info_t oi = DSM_STEP_INFO_INITIALIZER, ni = DSM_STEP_INFO_INITIALIZER;
+    char keys[512];
+    snprintf(keys, sizeof keys, ", \"overlap_comm\": false%s", zero_keys);
+    zero_extra = keys;
+    train_on(device, NULL, r, test_size, test_rank, 1, off, &oi);
+    snprintf(keys, sizeof keys, ", \"overlap_comm\": true%s", zero_keys);
+    train_on(device, NULL, r, test_size, test_rank, 1, on, &ni);
+    zero_extra = "";
+    for (int i = 0; i < TOTAL; ++i)
+        if (memcmp(&off[i], &on[i], sizeof(float)) != 0)
+            fail_msg("%s on %s: element %d: overlap_comm on %.9g, off %.9g (must be the same bits)", what, device, i,
+                     on[i], off[i]);
+    if (memcmp(&oi.grad_norm, &ni.grad_norm, sizeof(double)) != 0 || oi.loss_scale != ni.loss_scale ||
+        oi.skipped_steps != ni.skipped_steps)
+        fail_msg("%s on %s: step info differs with overlap_comm: grad_norm %.17g / %.17g", what, device,
+                 ni.grad_norm, oi.grad_norm);
+}
+
+static void test_overlap_bits(void **state) {
+    (void)state;
+    const char *precisions[] = {"", ", \"bf16\": {\"enabled\": true}"};
+    const char *devices[] = {"host", "sim"};
+    /* make_config: reduce_bucket_size 100 (several flushes per micro-step). */
+    const char *keys[] = {"", ", \"allgather_bucket_size\": 7", ", \"stage3_max_reuse_distance\": 0",
+                          ", \"stage3_max_live_parameters\": 30, \"stage3_max_reuse_distance\": 40",
+                          ", \"stage3_max_reuse_distance\": 100000"};
+    const int prefetch[] = {500, 500, 0, 500, 100000};
+    for (int stage = 0; stage <= 3; ++stage)
+        for (int p = 0; p < 2; ++p)
+            for (int d = 0; d < 2; ++d)
+                for (int k = 0; k < 5; ++k) {
+                    if (k >= 2 && stage < 3) continue;
+                    if (k == 1 && stage == 0) continue;
+                    run_t r = {stage, 2, 2, 3, ADAMW, precisions[p], 0};
+                    char what[256];
+                    snprintf(what, sizeof what, "stage %d%s%s, stage3_prefetch_bucket_size %d", stage, precisions[p],
+                             keys[k], prefetch[k]);
+                    prefetch_bucket = prefetch[k];
+                    overlap_pair(&r, devices[d], keys[k], what);
+                    prefetch_bucket = 500;
+                }
+}
+
+/* At stages 0/1 overlap_comm reduces a bucket when its last gradient is
+   released in the boundary micro-step: acquiring one of its gradients again
+   is DSM_ERR_STATE (naming the parameter), and the step still completes. */
+static dsm_engine_t engine_on(const char *device, const run_t *r);
+static void test_overlap_reacquire(void **state) {
+    (void)state;
+    for (int stage = 0; stage <= 1; ++stage) {
+        run_t r = {stage, 1, 1, 1, ADAMW, "", 0};
+        zero_extra = ", \"overlap_comm\": true";
+        dsm_engine_t e = engine_on("host", &r);
+        zero_extra = "";
+        void *buf;
+        for (int i = F - 1; i >= 0; --i) {
+            ASSERT_OK(dsm_engine_grad_acquire(e, i, &buf));
+            ASSERT_OK(dsm_engine_grad_release(e, i));
+        }
+        assert_int_equal(dsm_engine_grad_acquire(e, 0, &buf), DSM_ERR_STATE);
+        assert_non_null(strstr(dsm_get_last_error(), "acquired again after its bucket's reduction started"));
+        ASSERT_OK(dsm_step(e, NULL));
+        ASSERT_OK(dsm_engine_free(&e));
+    }
+}
+
+/* Bad values of the knobs overlap_comm honours fail dsm_engine_init on every
+   rank, naming the key and the value. */
+static void test_overlap_bad_config(void **state) {
+    (void)state;
+    const char *keys[] = {"stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                          "allgather_bucket_size", "overlap_comm"};
+    for (int k = 0; k < 5; ++k) {
+        char cfg[512], want[128];
+        snprintf(cfg, sizeof cfg,
+                 "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 3, \"%s\": %s},"
+                 " \"optimizer\": {\"type\": \"AdamW\"}}",
+                 keys[k], k == 4 ? "\"yes\"" : "-5");
+        snprintf(want, sizeof want, "zero_optimization.%s: expected", keys[k]);
+        dsm_param_desc_t d[NPARAMS];
+        describe_params(d, NULL);
+        dsm_engine_t e = NULL;
+        assert_int_equal(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e), DSM_ERR_CONFIG);
+        assert_null(e);
+        const char *msg = dsm_get_last_error();
+        if (!strstr(msg, want) || !strstr(msg, k == 4 ? "got \"yes\"" : "got -5"))
+            fail_msg("%s: the error does not name the key and the value: %s", keys[k], msg);
+    }
+}
+
 /* An engine on `device` for run r (every rank a data-parallel rank). */
 static dsm_engine_t engine_on(const char *device, const run_t *r) {
     char cfg[2048];
@@ -857,7 +960,8 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),
-        cmocka_unit_test(test_device_cuda),
+        cmocka_unit_test(test_device_cuda),  cmocka_unit_test(test_overlap_bits),
+        cmocka_unit_test(test_overlap_reacquire), cmocka_unit_test(test_overlap_bad_config),
     };
     return RUN_MPI_TESTS("test_engine", tests);
 }

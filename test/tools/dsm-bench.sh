@@ -95,6 +95,18 @@ some alltoall --iters 0 -1 1001
 # Each dimension in range, their product beyond the MPI baselines' int counts.
 refused alltoall "beyond the int counts" --batch 1099511627776 --seq 1099511627776 --heads 1099511627776
 
+# ---------------------------------------------------------------- overlap
+for_each overlap --layers 0 -1 100001
+some overlap --params 0 -1 1099511627777
+some overlap --work -1 -5 1099511627777 AUTO
+some overlap --stage -1 4
+some overlap --steps 0 1001
+some overlap --bucket 0 -1
+some overlap --allgather-bucket 0
+some overlap --prefetch 0
+refused overlap "--layers 100000 --params 1099511627776 needs" --layers 100000 --params 1099511627776
+refused overlap "--work needs a value" --work
+
 # The collectives' memory check, where this machine has less than the
 # 96 GiB that 2^31 - 1 fp64 elements in six buffers need.
 mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null)
@@ -127,6 +139,8 @@ if command -v "${launcher%% *}" > /dev/null 2>&1; then
     on2 "--stage '9'" checkpoint --stage 9
     on2 "--seq 3 is not a multiple" alltoall --seq 3
     on2 "--head-dim '-2'" alltoall --head-dim -2
+    on2 "--layers '0'" overlap --layers 0
+    on2 "--layers 100000 --params 1099511627776 needs" overlap --layers 100000 --params 1099511627776
 fi
 
 echo "PASS: dsm-bench refused $checked bad option values"

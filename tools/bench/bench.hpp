@@ -25,6 +25,7 @@ int run_collectives(int argc, char **argv); // dsm-bench collectives
 int run_zero(int argc, char **argv);        // dsm-bench zero
 int run_checkpoint(int argc, char **argv);  // dsm-bench checkpoint
 int run_alltoall(int argc, char **argv);    // dsm-bench alltoall
+int run_overlap(int argc, char **argv);     // dsm-bench overlap
 
 // The Python that runs the PyTorch baselines: $DSM_BENCH_PYTHON, else
 // "python3" from PATH.
