@@ -14,6 +14,7 @@
 
 #include "comm/backend.hpp"
 #include "comm/common.hpp"
+#include "comm/net.hpp"
 #include "core/comm.hpp"
 
 namespace dsm {
@@ -175,6 +176,12 @@ public:
     Capabilities capabilities() const noexcept override { return capabilities_of(Kind::SHM); }
     int nodes() const noexcept { return nodes_; }
     int local_size() const noexcept { return local_size_; }
+    // The between-node algorithm the parameters asked for (DSM_COMM_NET_ALGO,
+    // read at construction) and the one the last collective over several
+    // nodes ran (AUTO before any); for the tests and the benchmark.
+    NetAlgo net_algo() const noexcept { return net_algo_; }
+    NetAlgo last_net_algo() const noexcept { return last_algo_; }
+    size_t net_chunk() const noexcept { return net_chunk_; }
     // alltoall_direct: the peers this member has, so far, read from and
     // written to in node-shared memory (inputs there), pulled from and
     // pushed to with cross-memory attach (one per peer and call; for the
@@ -247,6 +254,12 @@ private:
     const char *lane_partial(int v, const std::vector<size_t> &offs, const std::vector<size_t> &counts,
                              std::vector<size_t> *lane_counts, std::vector<size_t> *lane_displs,
                              dsm_dtype_t dtype, Op op, size_t esize, bool direct_ok);
+    // The node's contribution to the lanes: peers_' inputs reduced in
+    // ascending local rank (net.hpp); `direct` when this rank is alone on
+    // the node and its input does not overlap the output.
+    NodeInput node_input(dsm_dtype_t dtype, Op op, size_t esize, bool direct_ok) const;
+    // The between-node algorithm for a lane of these blocks (the same on every member).
+    NetAlgo lane_algo(const std::vector<size_t> &lc, size_t esize) const;
     // alltoall_direct: on the first call (collective), the window and, on
     // Linux, the probe of cross-memory attach between every pair of the
     // node's members (direct_state_); the state it keeps between calls.
@@ -272,7 +285,9 @@ private:
     std::map<int64_t, SharedWindow> allocs_;
     int64_t next_id_ = 0;
     std::vector<Slot> peers_; // the slots read at the start of the current call
-    ScratchBuffer partial_;
+    ScratchBuffer partial_, net_b_, net_c_;
+    NetAlgo net_algo_ = NetAlgo::AUTO, last_algo_ = NetAlgo::AUTO;
+    size_t net_chunk_ = 0;
     DirectPtr direct_; // holds a window: after the communicators
     int direct_state_ = -1;          // alltoall_direct: -1 not set up, 0 no cross-memory attach, 1 works
     bool refuse_cma_ = false;
