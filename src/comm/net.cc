@@ -72,9 +72,12 @@ const char *net_algo_label(NetAlgo a) noexcept {
     return "invalid";
 }
 
-NetAlgo net_resolve(NetAlgo a, int k, size_t bytes) noexcept {
+NetAlgo net_resolve(NetAlgo a, int k, size_t bytes, bool allreduce) noexcept {
     if (a != NetAlgo::AUTO) return a;
-    // Two nodes: both are one exchange, and the ring pipelines the phases.
+    // Two nodes: a reduce-scatter or an allgather is one exchange either
+    // way; an allreduce with rhd is one exchange of the whole lane, where
+    // the ring's allgather waits for its reduce-scatter.
+    if (k == 2) return allreduce ? NetAlgo::RHD : NetAlgo::RING;
     // More: halving/doubling takes log2(k) steps where the ring takes k-1,
     // which wins when the blocks are too small to pipeline (below 64 KiB);
     // only for powers of two, where it moves no more bytes than the ring.
@@ -121,12 +124,52 @@ void NetLane::allgather(char *w, const std::vector<size_t> &lc, const std::vecto
 }
 
 void NetLane::allreduce(const NodeInput &in, char *w, const std::vector<size_t> &lc, const std::vector<size_t> &ld) {
-    if (algo_ == NetAlgo::RHD) {
+    if (algo_ == NetAlgo::RHD && k_ == 2) {
+        exchange(in, lc, ld, w);
+    } else if (algo_ == NetAlgo::RHD) {
         rhd_rs(in, lc, ld, w + ld[static_cast<size_t>(me_)] * esize_);
         rhd_ag(w, lc, ld);
     } else {
         ring(in, lc, ld, w + ld[static_cast<size_t>(me_)] * esize_, w);
     }
+}
+
+// ---------------------------------------------------------------- two nodes
+
+// Allreduce between two nodes: each sends its whole partial, computed chunk
+// by chunk and sent as each chunk is ready, and reduces the other's as it
+// lands, node 0's partial first on both, so that both get the same bits.
+// The same bytes per direction as reduce-scatter + allgather, in one phase:
+// no chunk waits for another's reduction on the far side.
+void NetLane::exchange(const NodeInput &in, const std::vector<size_t> &lc, const std::vector<size_t> &ld, char *w) {
+    const size_t es = esize_, ch = chunk_;
+    const int other = 1 - me_;
+    const size_t total = lc[0] + lc[1];
+    char *own = static_cast<char *>(c_->get(total * es)), *got = static_cast<char *>(a_->get(total * es));
+    std::vector<MPI_Request> sends, recvs;
+    for (size_t j = 0, pos = 0; j < 2; pos += lc[j], ++j)
+        for (size_t at = 0; at < lc[j]; at += ch) irecv(got + (pos + at) * es, std::min(ch, lc[j] - at), other, kTagRs, &recvs);
+    for (size_t j = 0, pos = 0; j < 2; pos += lc[j], ++j)
+        for (size_t at = 0; at < lc[j]; at += ch) {
+            const size_t n = std::min(ch, lc[j] - at);
+            if (in.direct != nullptr) {
+                isend(in.direct + (ld[j] + at) * es, n, other, kTagRs, &sends);
+            } else {
+                in.reduce(own + (pos + at) * es, nullptr, ld[j] + at, n);
+                isend(own + (pos + at) * es, n, other, kTagRs, &sends);
+            }
+        }
+    size_t c = 0;
+    for (size_t j = 0, pos = 0; j < 2; pos += lc[j], ++j)
+        for (size_t at = 0; at < lc[j]; at += ch, ++c) {
+            const size_t n = std::min(ch, lc[j] - at);
+            DSM_CHECK_MPI(MPI_Wait(&recvs[c], MPI_STATUS_IGNORE));
+            const char *mine = in.direct != nullptr ? in.direct + (ld[j] + at) * es : own + (pos + at) * es;
+            const char *theirs = got + (pos + at) * es;
+            const void *srcs[2] = {me_ == 0 ? mine : theirs, me_ == 0 ? theirs : mine};
+            reduce_sources(w + (ld[j] + at) * es, srcs, 2, n, dtype_, op_);
+        }
+    wait_all(&sends);
 }
 
 // ---------------------------------------------------------------- ring

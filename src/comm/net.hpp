@@ -24,19 +24,20 @@ namespace comm {
 //   RHD   recursive halving (reduce-scatter) and doubling (allgather),
 //         log2(k) steps, non-powers of two folded onto a power of two;
 //   MPI   MPI's own collectives on the lane (MPI_Reduce_scatter, MPI_Allgatherv);
-//   AUTO  RHD for more than two nodes when each node's block is small
-//         (latency-bound), else RING.
+//   AUTO  two nodes: RHD for an allreduce (one exchange), else RING; more
+//         nodes: RHD for a power of two when each node's block is under
+//         64 KiB (latency-bound), else RING.
 enum class NetAlgo { AUTO, RING, RHD, MPI };
 
 // The parameters, read at each call (cheap: a getenv); DSM_ERR_INVALID_ARGUMENT
 // naming the variable and the value when malformed.
 NetAlgo net_algo_param();
-size_t net_chunk_param(); // DSM_COMM_NET_CHUNK, bytes per message (>= 4096)
+size_t net_chunk_param(); // DSM_COMM_NET_CHUNK, bytes per message (4096 to 1 GiB)
 const char *net_algo_label(NetAlgo a) noexcept;
 
-// The algorithm AUTO resolves to for k nodes and a lane of `bytes` in all
-// (the same on every lane member: both are).
-NetAlgo net_resolve(NetAlgo a, int k, size_t bytes) noexcept;
+// The algorithm AUTO resolves to for k nodes, a lane of `bytes` in all
+// and the collective (the same on every lane member: all three are).
+NetAlgo net_resolve(NetAlgo a, int k, size_t bytes, bool allreduce) noexcept;
 
 // The node's contribution to a range [at, at + n) of the full buffer (in
 // elements): `reduce` stores into dst, extra op partial (extra first, then
@@ -76,6 +77,7 @@ private:
     void isend(const char *p, size_t n, int to, int tag, std::vector<MPI_Request> *reqs);
     void irecv(char *p, size_t n, int from, int tag, std::vector<MPI_Request> *reqs);
     void combine(char *dst, const char *received, size_t n) const; // dst = received op dst
+    void exchange(const NodeInput &in, const std::vector<size_t> &lc, const std::vector<size_t> &ld, char *w);
     void ring(const NodeInput &in, const std::vector<size_t> &lc, const std::vector<size_t> &ld, char *out,
               char *w);
     void ring_ag(char *w, const std::vector<size_t> &lc, const std::vector<size_t> &ld);

@@ -277,10 +277,10 @@ NodeInput ShmBackend::node_input(dsm_dtype_t dtype, Op op, size_t esize, bool di
     return in;
 }
 
-NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize) const {
+NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool allreduce) const {
     size_t total = 0;
     for (size_t c : lc) total += c;
-    return net_resolve(net_algo_, nodes_, total * esize);
+    return net_resolve(net_algo_, nodes_, total * esize, allreduce);
 }
 
 // ---------------------------------------------------------------- collectives
@@ -333,7 +333,7 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
         for (const Lane &lane : lanes_) {
             lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
             if (sum(lc) == 0) continue; // every lane member has an empty slice
-            const NetAlgo algo = lane_algo(lc, esize);
+            const NetAlgo algo = lane_algo(lc, esize, true);
             last_algo_ = algo;
             if (algo == NetAlgo::MPI) {
                 const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
@@ -400,7 +400,7 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
         for (const Lane &lane : lanes_) {
             lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
             if (sum(lc) == 0) continue;
-            const NetAlgo algo = lane_algo(lc, esize);
+            const NetAlgo algo = lane_algo(lc, esize, false);
             last_algo_ = algo;
             if (algo == NetAlgo::MPI) {
                 const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
@@ -452,7 +452,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
         for (const Lane &lane : lanes_) {
             lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
             if (sum(lc) == 0) continue;
-            const NetAlgo algo = lane_algo(lc, esize);
+            const NetAlgo algo = lane_algo(lc, esize, false);
             last_algo_ = algo;
             if (algo == NetAlgo::MPI) {
                 mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);

@@ -259,7 +259,7 @@ private:
     // the node and its input does not overlap the output.
     NodeInput node_input(dsm_dtype_t dtype, Op op, size_t esize, bool direct_ok) const;
     // The between-node algorithm for a lane of these blocks (the same on every member).
-    NetAlgo lane_algo(const std::vector<size_t> &lc, size_t esize) const;
+    NetAlgo lane_algo(const std::vector<size_t> &lc, size_t esize, bool allreduce) const;
     // alltoall_direct: on the first call (collective), the window and, on
     // Linux, the probe of cross-memory attach between every pair of the
     // node's members (direct_state_); the state it keeps between calls.
