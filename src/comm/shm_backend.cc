@@ -591,6 +591,14 @@ void ShmBackend::alltoall_packed_node(const std::vector<size_t> &send_bytes, con
     unpacked.rethrow_if_failed();
 }
 
+bool ShmBackend::alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan,
+                                 const PlanFn &recv_plan, Queue queue) {
+    drain(queue);
+    if (nodes_ == 1) return false;
+    return alltoall_pieces_mpi(exposed, send_plan, recv_plan,
+                               [this](int q) { return node_of_[static_cast<size_t>(q)] != node_index_; });
+}
+
 void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
     drain(queue);
     const size_t esize = dtype_size(dtype);

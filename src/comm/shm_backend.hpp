@@ -205,6 +205,11 @@ public:
     void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                          const PackFn &pack, const UnpackFn &unpack, Queue queue = {}) override;
     bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan, Queue queue = {}) override;
+    // Over several nodes: MPI reads and writes the buffers in place
+    // (Backend::alltoall_pieces); on one node false (alltoall_direct is the
+    // single copy there).
+    bool alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan, const PlanFn &recv_plan,
+                         Queue queue = {}) override;
     void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) override;
     void barrier(Queue queue = {}) override;
     void *alloc_shared(size_t bytes) override;

@@ -1169,6 +1169,73 @@ void test_collectives(void **state) {
     });
 }
 
+// alltoall_pieces: MPI reads each member's pieces from its exposed buffers
+// and writes them where the receiver's plan says (direct_specs: random,
+// gathered and scattered pieces, gaps that keep their sentinel), on the mpi
+// backend and the shm backend over simulated nodes; false on one node (the
+// shm backend's alltoall_direct is the path there) and for a group of one.
+void test_alltoall_pieces(void **state) {
+    (void)state;
+    guarded([] {
+        const size_t n = static_cast<size_t>(test_size), me = static_cast<size_t>(test_rank);
+        const DirectShape sh{3, 2000, 40, 64, 24, false};
+        uint64_t seed = 7000;
+        for (const Config &c : {kConfigs[0], kConfigs[1], kConfigs[2], kConfigs[4], kConfigs[5]}) {
+            const auto be = make(c);
+            ++seed;
+            std::vector<std::vector<unsigned char>> in(sh.buffers);
+            std::vector<Backend::Exposed> exposed;
+            for (size_t b = 0; b < sh.buffers; ++b) {
+                in[b].resize(direct_size(sh.base, me, b));
+                for (size_t k = 0; k < in[b].size(); ++k) in[b][k] = direct_byte(seed, me, b, k);
+                exposed.push_back({in[b].data(), in[b].size()});
+            }
+            std::vector<std::vector<unsigned char>> out(n);
+            std::vector<std::vector<DirectSpec>> specs(n);
+            for (size_t q = 0; q < n; ++q) {
+                size_t end = 0;
+                specs[q] = direct_specs(seed, sh, q, me, &end);
+                out[q].assign(end + 1, 0xee);
+            }
+            auto recv_plan = [&](int peer, std::vector<Backend::Piece> &pieces) {
+                const size_t q = static_cast<size_t>(peer);
+                for (const DirectSpec &d : specs[q]) pieces.push_back({d.b, d.from, out[q].data() + d.at, d.bytes});
+            };
+            auto send_plan = [&](int peer, std::vector<Backend::Piece> &pieces) {
+                size_t end = 0;
+                for (const DirectSpec &d : direct_specs(seed, sh, me, static_cast<size_t>(peer), &end))
+                    pieces.push_back({d.b, d.from, nullptr, d.bytes});
+            };
+            be->reset_stats();
+            const bool ran = be->alltoall_pieces(exposed, send_plan, recv_plan);
+            CHECK(agreed(ran), c.label, ": alltoall_pieces returned ", ran, " here but not on every member");
+            const bool expected = n > 1 && (c.kind == Kind::MPI || !shm_one_node(*be));
+            CHECK(ran == expected, c.label, ": alltoall_pieces returned ", ran, ", expected ", expected);
+            if (!ran) continue;
+            for (size_t q = 0; q < n; ++q) {
+                std::vector<unsigned char> want(out[q].size(), 0xee);
+                for (const DirectSpec &d : specs[q])
+                    for (size_t k = 0; k < d.bytes; ++k) want[d.at + k] = direct_byte(seed, q, static_cast<size_t>(d.b), d.from + k);
+                CHECK(want == out[q], c.label, ": alltoall_pieces: the bytes from member ", q, " differ");
+            }
+            uint64_t sent = 0;
+            for (size_t q = 0; q < n; ++q) {
+                if (q == me) continue;
+                size_t end = 0;
+                for (const DirectSpec &d : direct_specs(seed, sh, me, q, &end)) sent += d.bytes;
+            }
+            CHECK(be->stats().calls == 1 && be->stats().bytes_sent == sent, c.label, ": stats ", be->stats().calls,
+                  " calls, ", be->stats().bytes_sent, " bytes; expected 1, ", sent);
+            // A piece outside the sender's buffers fails every member, naming it.
+            auto bad_send = [&](int peer, std::vector<Backend::Piece> &pieces) {
+                send_plan(peer, pieces);
+                if (test_rank == test_size - 1) pieces.push_back({0, in[0].size(), nullptr, 1});
+            };
+            EXPECT_ERROR(be->alltoall_pieces(exposed, bad_send, recv_plan), DSM_ERR_INVALID_ARGUMENT, "outside");
+        }
+    });
+}
+
 // The shm backend's between-node algorithms, each forced
 // (DSM_COMM_NET_ALGO, read at creation) with small chunks (DSM_COMM_NET_CHUNK
 // = 4096 bytes, so that most blocks travel in several messages and no count
@@ -1617,6 +1684,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nccl_split),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_chunked_beyond_count_limit),
+        cmocka_unit_test(test_alltoall_pieces),
         cmocka_unit_test(test_net_algorithms),
         cmocka_unit_test(test_net_parameters),
         cmocka_unit_test(test_alltoall_direct),
