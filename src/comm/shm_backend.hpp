@@ -81,13 +81,17 @@ Comm node_comm(MPI_Comm group, int node_color);
 //
 // Between nodes the buffer is cut into "lanes": lane v holds the blocks of
 // the members whose local rank is v. On each node, local rank v % L (L the
-// node's rank count) serves lane v: it reduces the lane's blocks over its
-// node, then runs MPI on the lane's communicator (one rank per node, in node
-// order): a reduce-scatter that leaves each block at its owner, and for an
-// allreduce or allgather an allgather that gives every node all the lane's
-// blocks, which the node's ranks then copy from the server. Every rank
-// drives the inter-node traffic of its own blocks, so the links of all local
-// ranks are used, and unequal nodes still work (a rank serves several lanes).
+// node's rank count) serves lane v on the lane's communicator (one rank per
+// node, in node order): a reduce-scatter that leaves each block, reduced over
+// every node, at its owner, and for an allreduce or allgather an allgather
+// that gives every node all the lane's blocks, which the node's ranks then
+// copy from the server. Every rank drives the inter-node traffic of its own
+// blocks, so the links of all local ranks are used, and unequal nodes still
+// work (a rank serves several lanes). The lane's stage is NetLane (net.hpp):
+// a pipelined ring or recursive halving/doubling over point-to-point MPI in
+// chunks, which reads the node's reduction of a chunk from the peers' inputs
+// just before that chunk leaves (DSM_COMM_NET_ALGO, DSM_COMM_NET_CHUNK, read
+// at construction; mpi: MPI's collectives on a reduced copy of the lane).
 //
 // Buffers: a pointer inside an alloc_shared allocation (any allocation, any
 // offset, which may differ between ranks) is read by the peers in place;
@@ -111,7 +115,8 @@ Comm node_comm(MPI_Comm group, int node_color);
 // whose segment is too small packs nothing and says so in its control slot;
 // then the window grows (collectively, to the largest need on the node), the
 // members that had packed copy their segments over, and the others pack.
-// Over several nodes alltoall_packed is the default's MPI_Alltoallv.
+// Over several nodes alltoall_packed is the default's MPI_Alltoallv, and
+// alltoall_pieces lets MPI read and write the buffers in place.
 //
 // alltoall_direct on one node: the first call makes a small node window and,
 // on Linux, probes cross-memory attach (each member reads, with
