@@ -99,7 +99,6 @@ NetLane::NetLane(MPI_Comm lane, size_t esize, size_t chunk_bytes, NetAlgo algo, 
 void NetLane::isend(const char *p, size_t n, int to, int tag, std::vector<MPI_Request> *reqs) {
     reqs->emplace_back();
     DSM_CHECK_MPI(MPI_Isend(p, static_cast<int>(n * esize_), MPI_BYTE, to, tag, comm_, &reqs->back()));
-    sent_ += n * esize_;
 }
 
 void NetLane::irecv(char *p, size_t n, int from, int tag, std::vector<MPI_Request> *reqs) {

@@ -70,8 +70,6 @@ public:
     void allreduce(const NodeInput &in, char *w, const std::vector<size_t> &lc, const std::vector<size_t> &ld);
 
     NetAlgo algo() const noexcept { return algo_; }
-    // The bytes this member has sent so far (Stats::bytes_off_node).
-    size_t bytes_sent() const noexcept { return sent_; }
 
 private:
     void isend(const char *p, size_t n, int to, int tag, std::vector<MPI_Request> *reqs);
@@ -91,7 +89,6 @@ private:
     dsm_dtype_t dtype_;
     Op op_;
     ScratchBuffer *a_, *b_, *c_;
-    size_t sent_ = 0;
 };
 
 } // namespace comm

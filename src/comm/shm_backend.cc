@@ -344,7 +344,7 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
             }
             NetLane net(lane.comm.get(), esize, net_chunk_, algo, dtype, op, &partial_, &net_b_, &net_c_);
             net.allreduce(node_input(dtype, op, esize, direct_ok), w, lc, ld);
-            stats_.bytes_off_node += net.bytes_sent();
+            stats_.bytes_off_node += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
     node_sync();
@@ -412,7 +412,7 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
             // serves for absent members).
             NetLane net(lane.comm.get(), esize, net_chunk_, algo, dtype, op, &partial_, &net_b_, &net_c_);
             net.reduce_scatter(node_input(dtype, op, esize, direct_ok), lc, ld, static_cast<char *>(recv));
-            stats_.bytes_off_node += net.bytes_sent();
+            stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
     node_sync(); // the peers are done reading this rank's input
@@ -461,7 +461,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
             }
             NetLane net(lane.comm.get(), esize, net_chunk_, algo, dtype, Op::SUM, &partial_, &net_b_, &net_c_);
             net.allgather(w, lc, ld);
-            stats_.bytes_off_node += net.bytes_sent();
+            stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
     node_sync();

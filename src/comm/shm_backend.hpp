@@ -166,7 +166,10 @@ Comm node_comm(MPI_Comm group, int node_color);
 // pointers are 64-byte aligned.
 //
 // Stats: bytes_off_node counts the bytes sent over MPI between nodes (0 on
-// one node). alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
+// one node): for the collectives the volume of a bandwidth-optimal exchange
+// (each node sends the other nodes' shares of its lanes, twice for an
+// allreduce), whichever algorithm moves them (a ring also forwards blocks
+// through nodes that hold no member of a lane; rhd's fold sends more). alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
 // and the destructor are collective over the node (window allocation).
 class ShmBackend final : public Backend {
 public:
