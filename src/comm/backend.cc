@@ -5,8 +5,10 @@
 
 #include "comm/backend.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -123,6 +125,141 @@ void Backend::alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const s
 // No single-copy path: every member of a group has the same backend class,
 // so all return false without communicating.
 bool Backend::alltoall_direct(const std::vector<Exposed> &, const PlanFn &, Queue) { return false; }
+
+bool Backend::alltoall_pieces(const std::vector<Exposed> &, const PlanFn &, const PlanFn &, Queue) { return false; }
+
+namespace {
+
+// One message's worth of pieces: contiguous runs (neighbours merged) at
+// absolute addresses.
+struct Runs {
+    std::vector<MPI_Aint> at;
+    std::vector<int> len;
+    size_t bytes = 0;
+    bool too_large = false;
+    void add(const char *p, size_t n) {
+        if (n == 0) return;
+        bytes += n;
+        MPI_Aint a = 0;
+        MPI_Get_address(p, &a);
+        if (!at.empty() && at.back() + len.back() == a && static_cast<size_t>(len.back()) + n <= INT_MAX) {
+            len.back() += static_cast<int>(n);
+            return;
+        }
+        if (n > INT_MAX) too_large = true;
+        at.push_back(a);
+        len.push_back(static_cast<int>(std::min<size_t>(n, INT_MAX)));
+    }
+};
+
+// An MPI datatype freed at scope exit.
+class OwnedType {
+public:
+    OwnedType() = default;
+    ~OwnedType() {
+        if (t_ != MPI_DATATYPE_NULL) MPI_Type_free(&t_);
+    }
+    OwnedType(OwnedType &&o) noexcept : t_(o.t_) { o.t_ = MPI_DATATYPE_NULL; }
+    OwnedType(const OwnedType &) = delete;
+    OwnedType &operator=(const OwnedType &) = delete;
+    OwnedType &operator=(OwnedType &&) = delete;
+    MPI_Datatype *out() { return &t_; }
+    MPI_Datatype get() const { return t_; }
+
+private:
+    MPI_Datatype t_ = MPI_DATATYPE_NULL;
+};
+
+} // namespace
+
+bool Backend::alltoall_pieces_mpi(const std::vector<Exposed> &exposed, const PlanFn &send_plan,
+                                  const PlanFn &recv_plan, const std::function<bool(int)> &off_node) {
+    const int n = size(), me = rank();
+    std::vector<Runs> sends(static_cast<size_t>(n)), recvs(static_cast<size_t>(n));
+    std::vector<Piece> self, pieces;
+    // Every plan first, checked, before anything moves.
+    Deferred failed;
+    failed.run([&] {
+        for (const Exposed &e : exposed)
+            DSM_REQUIRE(e.data != nullptr || e.bytes == 0, DSM_ERR_NULL_POINTER,
+                        "alltoall_pieces: an exposed buffer is NULL with ", e.bytes, " bytes");
+        for (int k = 0; k < n; ++k) {
+            const int q = (me + k) % n;
+            pieces.clear();
+            recv_plan(q, pieces);
+            for (const Piece &p : pieces) {
+                if (p.bytes == 0) continue;
+                DSM_REQUIRE(p.to != nullptr, DSM_ERR_NULL_POINTER, "alltoall_pieces: a piece from member ", q,
+                            " has no destination");
+                if (q == me) self.push_back(p);
+                else recvs[static_cast<size_t>(q)].add(static_cast<const char *>(p.to), p.bytes);
+            }
+            if (q == me) continue;
+            pieces.clear();
+            send_plan(q, pieces);
+            for (const Piece &p : pieces) {
+                if (p.bytes == 0) continue;
+                DSM_REQUIRE(p.buffer >= 0 && static_cast<size_t>(p.buffer) < exposed.size() &&
+                                p.from <= exposed[static_cast<size_t>(p.buffer)].bytes &&
+                                p.bytes <= exposed[static_cast<size_t>(p.buffer)].bytes - p.from,
+                            DSM_ERR_INVALID_ARGUMENT, "alltoall_pieces: a piece for member ", q, " (buffer ",
+                            p.buffer, ", bytes ", p.from, " to ", p.from + p.bytes, ") lies outside this member's ",
+                            exposed.size(), " exposed buffers");
+                sends[static_cast<size_t>(q)].add(
+                    static_cast<const char *>(exposed[static_cast<size_t>(p.buffer)].data) + p.from, p.bytes);
+            }
+        }
+        for (const Piece &p : self)
+            DSM_REQUIRE(p.buffer >= 0 && static_cast<size_t>(p.buffer) < exposed.size() &&
+                            p.from <= exposed[static_cast<size_t>(p.buffer)].bytes &&
+                            p.bytes <= exposed[static_cast<size_t>(p.buffer)].bytes - p.from,
+                        DSM_ERR_INVALID_ARGUMENT, "alltoall_pieces: a piece of this member's own block lies outside "
+                        "its exposed buffers");
+    });
+    // The lowest failing member's error on every member, then whether every
+    // message fits.
+    agree(comm(), [&] { failed.rethrow_if_failed(); });
+    int fits = 1, all_fit = 0;
+    for (int q = 0; q < n; ++q) {
+        const Runs &s = sends[static_cast<size_t>(q)], &r = recvs[static_cast<size_t>(q)];
+        if (s.too_large || r.too_large || s.bytes > INT_MAX || r.bytes > INT_MAX) fits = 0;
+    }
+    DSM_CHECK_MPI(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, comm()));
+    if (!all_fit) return false;
+
+    ++stats_.calls;
+    ++pieces_calls_;
+    std::vector<OwnedType> types;
+    types.reserve(2 * static_cast<size_t>(n));
+    std::vector<MPI_Request> reqs;
+    auto post = [&](const Runs &r, int q, bool send) {
+        if (r.bytes == 0) return;
+        reqs.emplace_back();
+        if (r.at.size() == 1) {
+            void *p = reinterpret_cast<void *>(static_cast<uintptr_t>(r.at[0]));
+            if (send) DSM_CHECK_MPI(MPI_Isend(p, r.len[0], MPI_BYTE, q, 0, comm(), &reqs.back()));
+            else DSM_CHECK_MPI(MPI_Irecv(p, r.len[0], MPI_BYTE, q, 0, comm(), &reqs.back()));
+            return;
+        }
+        types.emplace_back();
+        DSM_CHECK_MPI(MPI_Type_create_hindexed(static_cast<int>(r.at.size()), r.len.data(), r.at.data(), MPI_BYTE,
+                                               types.back().out()));
+        DSM_CHECK_MPI(MPI_Type_commit(types.back().out()));
+        if (send) DSM_CHECK_MPI(MPI_Isend(MPI_BOTTOM, 1, types.back().get(), q, 0, comm(), &reqs.back()));
+        else DSM_CHECK_MPI(MPI_Irecv(MPI_BOTTOM, 1, types.back().get(), q, 0, comm(), &reqs.back()));
+    };
+    for (int k = 1; k < n; ++k) post(recvs[static_cast<size_t>((me + n - k) % n)], (me + n - k) % n, false);
+    for (int k = 1; k < n; ++k) {
+        const int q = (me + k) % n;
+        post(sends[static_cast<size_t>(q)], q, true);
+        stats_.bytes_sent += sends[static_cast<size_t>(q)].bytes;
+        if (off_node(q)) stats_.bytes_off_node += sends[static_cast<size_t>(q)].bytes;
+    }
+    for (const Piece &p : self)
+        std::memcpy(p.to, static_cast<const char *>(exposed[static_cast<size_t>(p.buffer)].data) + p.from, p.bytes);
+    if (!reqs.empty()) DSM_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE));
+    return true;
+}
 
 Kind kind_from_name(const std::string &name) {
     if (name == "auto") return Kind::AUTO;

@@ -222,6 +222,29 @@ public:
     using PlanFn = std::function<void(int peer, std::vector<Piece> &pieces)>;
     virtual bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan, Queue queue = {});
 
+    // An all-to-all over MPI point-to-point in which MPI reads every block
+    // from the sender's buffers and writes it into the receiver's, however
+    // they are laid out: the pieces of a peer become one message whose
+    // datatype lists them at their addresses (one contiguous run: plain
+    // bytes), so nothing is packed or unpacked by the caller, and each byte
+    // crosses the network once, from the rank that holds it to the rank that
+    // wants it. recv_plan is alltoall_direct's plan (the pieces this member
+    // gets from a peer); send_plan(peer, pieces) lists what this member sends
+    // to that peer (Piece::buffer and from in this member's exposed buffers;
+    // `to` unused), in the order, and with the bytes, the peer's recv_plan
+    // lists them (MPI matches the two byte streams). Both are called for
+    // every peer before anything moves; the block to this member itself is
+    // copied with memcpy. Host memory only. Collective. Returns false on
+    // every member, having moved nothing, where the backend does not take
+    // this path (the default; the shm backend on one node, whose
+    // alltoall_direct is faster; the nccl backend) or where a piece or a
+    // peer's total exceeds what one MPI message can describe (the caller then
+    // packs). Errors as alltoall_direct (agreed before anything moves; a
+    // piece outside its buffer: DSM_ERR_INVALID_ARGUMENT). Stats as
+    // alltoall_packed().
+    virtual bool alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan,
+                                 const PlanFn &recv_plan, Queue queue = {});
+
     virtual void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) = 0;
 
     virtual void barrier(Queue queue = {}) = 0;
@@ -246,6 +269,9 @@ public:
 
     const Stats &stats() const noexcept { return stats_; }
     void reset_stats() noexcept { stats_ = Stats{}; }
+    // The alltoall_pieces() calls that moved data so far (for the tests and
+    // the benchmark).
+    uint64_t pieces_calls() const noexcept { return pieces_calls_; }
 
 protected:
     // Count `bytes` sent, all of them off the node (a backend that does not
@@ -261,12 +287,18 @@ protected:
     // work can be on the queue). DSM_ERR_CUDA for an error of that work.
     static void drain(Queue queue);
 
+    // alltoall_pieces() over comm(); off_node(q): whether bytes to member q
+    // count as sent off the node.
+    bool alltoall_pieces_mpi(const std::vector<Exposed> &exposed, const PlanFn &send_plan, const PlanFn &recv_plan,
+                             const std::function<bool(int)> &off_node);
+
     // The data movement of the default alltoall_packed() over comm(), after
     // the checks and the Stats.
     void alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                              const PackFn &pack, const UnpackFn &unpack);
 
     Stats stats_;
+    uint64_t pieces_calls_ = 0;
 
 private:
     struct PackedBuffers; // alltoall_packed_mpi's send and receive buffers, kept between calls

@@ -196,5 +196,12 @@ void MpiBackend::free_shared(void *ptr) {
 // released collectively.
 void MpiBackend::abandon() noexcept { (void)comm_.release(); }
 
+bool MpiBackend::alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan,
+                                 const PlanFn &recv_plan, Queue queue) {
+    drain(queue);
+    if (size_ == 1) return false; // the caller's packed path copies once
+    return alltoall_pieces_mpi(exposed, send_plan, recv_plan, [](int) { return true; });
+}
+
 } // namespace comm
 } // namespace dsm

@@ -66,6 +66,10 @@ public:
     void alltoallv(const void *send, const std::vector<size_t> &send_counts, const std::vector<size_t> &send_displs,
                    void *recv, const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
                    dsm_dtype_t dtype, Queue queue = {}) override;
+    // MPI reads and writes the buffers in place (Backend::alltoall_pieces):
+    // every byte off the node.
+    bool alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan, const PlanFn &recv_plan,
+                         Queue queue = {}) override;
     void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) override;
     void barrier(Queue queue = {}) override;
     void *alloc_shared(size_t bytes) override;

@@ -23,6 +23,7 @@
 #endif
 
 #include "comm/shm_backend.hpp"
+#include "comm/net.hpp"
 #include "comm/reduce.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
@@ -69,6 +70,12 @@ Comm split_or_null(MPI_Comm parent, int color, int key) {
 
 ShmBackend::ShmBackend(MPI_Comm comm, int node_color) : comm_(Comm::dup(comm)) {
     const MPI_Comm g = comm_.get();
+    // The between-node stage's parameters, read once; a malformed value
+    // fails every rank with the message of the lowest rank that has it.
+    agree(g, [&] {
+        net_algo_ = net_algo_param();
+        net_chunk_ = net_chunk_param();
+    });
     DSM_CHECK_MPI(MPI_Comm_rank(g, &rank_));
     DSM_CHECK_MPI(MPI_Comm_size(g, &size_));
     node_ = node_comm(g, node_color);
@@ -254,6 +261,28 @@ const char *ShmBackend::lane_partial(int v, const std::vector<size_t> &offs, con
     return buf;
 }
 
+NodeInput ShmBackend::node_input(dsm_dtype_t dtype, Op op, size_t esize, bool direct_ok) const {
+    std::vector<const char *> bases(static_cast<size_t>(local_size_));
+    for (int p = 0; p < local_size_; ++p)
+        bases[static_cast<size_t>(p)] = peer_ptr(p, peers_[static_cast<size_t>(p)].src);
+    NodeInput in;
+    if (local_size_ == 1 && direct_ok) in.direct = bases[0];
+    in.reduce = [bases, dtype, op, esize](char *dst, const char *extra, size_t at, size_t n) {
+        std::vector<const void *> srcs;
+        srcs.reserve(bases.size() + 1);
+        if (extra != nullptr) srcs.push_back(extra);
+        for (const char *b : bases) srcs.push_back(b + at * esize);
+        reduce_sources(dst, srcs.data(), srcs.size(), n, dtype, op);
+    };
+    return in;
+}
+
+NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool allreduce) const {
+    size_t total = 0;
+    for (size_t c : lc) total += c;
+    return net_resolve(net_algo_, nodes_, total * esize, allreduce);
+}
+
 // ---------------------------------------------------------------- collectives
 
 void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
@@ -302,10 +331,19 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
         const bool direct_ok = !overlap(peer_ptr(local_rank_, src), bytes, w, bytes);
         std::vector<size_t> lc, ld;
         for (const Lane &lane : lanes_) {
-            const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
-            if (part == nullptr) continue; // every lane member has an empty slice
-            mpi_reduce_scatterv(lane.comm.get(), part, w + offs[me] * esize, lc, type, mop, esize);
-            mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
+            lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
+            if (sum(lc) == 0) continue; // every lane member has an empty slice
+            const NetAlgo algo = lane_algo(lc, esize, true);
+            last_algo_ = algo;
+            if (algo == NetAlgo::MPI) {
+                const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
+                mpi_reduce_scatterv(lane.comm.get(), part, w + offs[me] * esize, lc, type, mop, esize);
+                mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
+                stats_.bytes_off_node += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+                continue;
+            }
+            NetLane net(lane.comm.get(), esize, net_chunk_, algo, dtype, op, &partial_, &net_b_, &net_c_);
+            net.allreduce(node_input(dtype, op, esize, direct_ok), w, lc, ld);
             stats_.bytes_off_node += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
@@ -360,9 +398,20 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
         const bool direct_ok = !overlap(peer_ptr(local_rank_, src), total * esize, recv, mine * esize);
         std::vector<size_t> lc, ld;
         for (const Lane &lane : lanes_) {
-            const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
-            if (part == nullptr) continue;
-            mpi_reduce_scatterv(lane.comm.get(), part, recv, lc, type, mop, esize);
+            lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
+            if (sum(lc) == 0) continue;
+            const NetAlgo algo = lane_algo(lc, esize, false);
+            last_algo_ = algo;
+            if (algo == NetAlgo::MPI) {
+                const char *part = lane_partial(lane.v, offs, counts, &lc, &ld, dtype, op, esize, direct_ok);
+                mpi_reduce_scatterv(lane.comm.get(), part, recv, lc, type, mop, esize);
+                stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+                continue;
+            }
+            // This rank's block of the lane is its own (empty on lanes it
+            // serves for absent members).
+            NetLane net(lane.comm.get(), esize, net_chunk_, algo, dtype, op, &partial_, &net_b_, &net_c_);
+            net.reduce_scatter(node_input(dtype, op, esize, direct_ok), lc, ld, static_cast<char *>(recv));
             stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
@@ -402,7 +451,16 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
         std::vector<size_t> lc, ld;
         for (const Lane &lane : lanes_) {
             lane_blocks(lane.v, node_size_, members_, offs, counts, &lc, &ld);
-            mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
+            if (sum(lc) == 0) continue;
+            const NetAlgo algo = lane_algo(lc, esize, false);
+            last_algo_ = algo;
+            if (algo == NetAlgo::MPI) {
+                mpi_allgatherv_in_place(lane.comm.get(), w, lc, ld, type, esize);
+                stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
+                continue;
+            }
+            NetLane net(lane.comm.get(), esize, net_chunk_, algo, dtype, Op::SUM, &partial_, &net_b_, &net_c_);
+            net.allgather(w, lc, ld);
             stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
@@ -531,6 +589,14 @@ void ShmBackend::alltoall_packed_node(const std::vector<size_t> &send_bytes, con
     });
     node_sync(); // the peers are done reading this member's segment
     unpacked.rethrow_if_failed();
+}
+
+bool ShmBackend::alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan,
+                                 const PlanFn &recv_plan, Queue queue) {
+    drain(queue);
+    if (nodes_ == 1) return false;
+    return alltoall_pieces_mpi(exposed, send_plan, recv_plan,
+                               [this](int q) { return node_of_[static_cast<size_t>(q)] != node_index_; });
 }
 
 void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {

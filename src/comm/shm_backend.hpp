@@ -14,6 +14,7 @@
 
 #include "comm/backend.hpp"
 #include "comm/common.hpp"
+#include "comm/net.hpp"
 #include "core/comm.hpp"
 
 namespace dsm {
@@ -80,13 +81,17 @@ Comm node_comm(MPI_Comm group, int node_color);
 //
 // Between nodes the buffer is cut into "lanes": lane v holds the blocks of
 // the members whose local rank is v. On each node, local rank v % L (L the
-// node's rank count) serves lane v: it reduces the lane's blocks over its
-// node, then runs MPI on the lane's communicator (one rank per node, in node
-// order): a reduce-scatter that leaves each block at its owner, and for an
-// allreduce or allgather an allgather that gives every node all the lane's
-// blocks, which the node's ranks then copy from the server. Every rank
-// drives the inter-node traffic of its own blocks, so the links of all local
-// ranks are used, and unequal nodes still work (a rank serves several lanes).
+// node's rank count) serves lane v on the lane's communicator (one rank per
+// node, in node order): a reduce-scatter that leaves each block, reduced over
+// every node, at its owner, and for an allreduce or allgather an allgather
+// that gives every node all the lane's blocks, which the node's ranks then
+// copy from the server. Every rank drives the inter-node traffic of its own
+// blocks, so the links of all local ranks are used, and unequal nodes still
+// work (a rank serves several lanes). The lane's stage is NetLane (net.hpp):
+// a pipelined ring or recursive halving/doubling over point-to-point MPI in
+// chunks, which reads the node's reduction of a chunk from the peers' inputs
+// just before that chunk leaves (DSM_COMM_NET_ALGO, DSM_COMM_NET_CHUNK, read
+// at construction; mpi: MPI's collectives on a reduced copy of the lane).
 //
 // Buffers: a pointer inside an alloc_shared allocation (any allocation, any
 // offset, which may differ between ranks) is read by the peers in place;
@@ -110,7 +115,8 @@ Comm node_comm(MPI_Comm group, int node_color);
 // whose segment is too small packs nothing and says so in its control slot;
 // then the window grows (collectively, to the largest need on the node), the
 // members that had packed copy their segments over, and the others pack.
-// Over several nodes alltoall_packed is the default's MPI_Alltoallv.
+// Over several nodes alltoall_packed is the default's MPI_Alltoallv, and
+// alltoall_pieces lets MPI read and write the buffers in place.
 //
 // alltoall_direct on one node: the first call makes a small node window and,
 // on Linux, probes cross-memory attach (each member reads, with
@@ -160,7 +166,10 @@ Comm node_comm(MPI_Comm group, int node_color);
 // pointers are 64-byte aligned.
 //
 // Stats: bytes_off_node counts the bytes sent over MPI between nodes (0 on
-// one node). alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
+// one node): for the collectives the volume of a bandwidth-optimal exchange
+// (each node sends the other nodes' shares of its lanes, twice for an
+// allreduce), whichever algorithm moves them (a ring also forwards blocks
+// through nodes that hold no member of a lane; rhd's fold sends more). alltoallv and bcast are plain MPI on the group. alloc_shared, free_shared
 // and the destructor are collective over the node (window allocation).
 class ShmBackend final : public Backend {
 public:
@@ -175,6 +184,12 @@ public:
     Capabilities capabilities() const noexcept override { return capabilities_of(Kind::SHM); }
     int nodes() const noexcept { return nodes_; }
     int local_size() const noexcept { return local_size_; }
+    // The between-node algorithm the parameters asked for (DSM_COMM_NET_ALGO,
+    // read at construction) and the one the last collective over several
+    // nodes ran (AUTO before any); for the tests and the benchmark.
+    NetAlgo net_algo() const noexcept { return net_algo_; }
+    NetAlgo last_net_algo() const noexcept { return last_algo_; }
+    size_t net_chunk() const noexcept { return net_chunk_; }
     // alltoall_direct: the peers this member has, so far, read from and
     // written to in node-shared memory (inputs there), pulled from and
     // pushed to with cross-memory attach (one per peer and call; for the
@@ -198,6 +213,11 @@ public:
     void alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                          const PackFn &pack, const UnpackFn &unpack, Queue queue = {}) override;
     bool alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan, Queue queue = {}) override;
+    // Over several nodes: MPI reads and writes the buffers in place
+    // (Backend::alltoall_pieces); on one node false (alltoall_direct is the
+    // single copy there).
+    bool alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan, const PlanFn &recv_plan,
+                         Queue queue = {}) override;
     void bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue = {}) override;
     void barrier(Queue queue = {}) override;
     void *alloc_shared(size_t bytes) override;
@@ -247,6 +267,12 @@ private:
     const char *lane_partial(int v, const std::vector<size_t> &offs, const std::vector<size_t> &counts,
                              std::vector<size_t> *lane_counts, std::vector<size_t> *lane_displs,
                              dsm_dtype_t dtype, Op op, size_t esize, bool direct_ok);
+    // The node's contribution to the lanes: peers_' inputs reduced in
+    // ascending local rank (net.hpp); `direct` when this rank is alone on
+    // the node and its input does not overlap the output.
+    NodeInput node_input(dsm_dtype_t dtype, Op op, size_t esize, bool direct_ok) const;
+    // The between-node algorithm for a lane of these blocks (the same on every member).
+    NetAlgo lane_algo(const std::vector<size_t> &lc, size_t esize, bool allreduce) const;
     // alltoall_direct: on the first call (collective), the window and, on
     // Linux, the probe of cross-memory attach between every pair of the
     // node's members (direct_state_); the state it keeps between calls.
@@ -272,7 +298,9 @@ private:
     std::map<int64_t, SharedWindow> allocs_;
     int64_t next_id_ = 0;
     std::vector<Slot> peers_; // the slots read at the start of the current call
-    ScratchBuffer partial_;
+    ScratchBuffer partial_, net_b_, net_c_;
+    NetAlgo net_algo_ = NetAlgo::AUTO, last_algo_ = NetAlgo::AUTO;
+    size_t net_chunk_ = 0;
     DirectPtr direct_; // holds a window: after the communicators
     int direct_state_ = -1;          // alltoall_direct: -1 not set up, 0 no cross-memory attach, 1 works
     bool refuse_cma_ = false;

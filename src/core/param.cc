@@ -32,6 +32,18 @@ const std::vector<Param> &params() {
          "shm when some node holds two or more ranks of a group (node-shared memory, MPI between "
          "nodes), else mpi. nccl takes device memory only, shm host memory only; a backend that cannot "
          "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank."},
+        {"DSM_COMM_NET_ALGO", "auto",
+         "How the shm backend's allreduce, reduce-scatter and allgather cross nodes (on one lane per "
+         "local rank): ring (pipelined ring over point-to-point MPI), rhd (recursive halving and doubling; "
+         "node counts that are not powers of two fold onto one), mpi (MPI's own collectives on the lanes) "
+         "or auto (two nodes: rhd for an allreduce, which is then one exchange of the whole lane, else ring; "
+         "more nodes: rhd for a power of two when each node's block is under 64 KiB, else ring). Read when "
+         "the backend is created."},
+        {"DSM_COMM_NET_CHUNK", "60K",
+         "Bytes per message of the shm backend's between-node stage (ring, rhd): the unit in which the "
+         "stages of a collective overlap. The default stays under Open MPI's eager limit over TCP (64 KiB), "
+         "so that no message waits for a handshake behind queued data; raise it on fabrics with a larger "
+         "eager limit. 4096 to 1073741824; a K or M suffix allowed."},
         {"DSM_ENGINE_DEVICE", "auto",
          "Where an engine keeps the model state when dsm_engine_options_t.device is DSM_DEVICE_DEFAULT "
          "(and for dsm_engine_init): auto, host, cuda or sim. auto: cuda (device-resident training: "

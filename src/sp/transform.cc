@@ -440,7 +440,36 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
             }
         }
     };
-    if (!backend_->alltoall_direct(exposed, plan)) backend_->alltoall_packed(send_bytes, recv_bytes, pack, unpack);
+    // What this rank sends to a peer, in the order the peer's plan lists it.
+    auto send_plan = [&](int peer, std::vector<comm::Backend::Piece> &pieces) {
+        const size_t j = static_cast<size_t>(peer);
+        for (int k = 0; k < n; ++k) {
+            const Geometry g = geometry(k);
+            const size_t rows = g.b * g.chunk;
+            if (fwd) {
+                // My rows, peer j's heads of each.
+                const HeadRange h = heads[static_cast<size_t>(k)][j];
+                const size_t len = static_cast<size_t>(h.count) * g.d * g.es;
+                if (len == 0) continue;
+                for (size_t r = 0; r < rows; ++r)
+                    pieces.push_back({k, r * g.H * g.d * g.es + static_cast<size_t>(h.first) * g.d * g.es, nullptr, len});
+            } else {
+                // Peer j's tokens of my heads, from my [.., s, c_me, d] rows.
+                const size_t len = static_cast<size_t>(mine(k).count) * g.d * g.es;
+                if (len == 0) continue;
+                for (size_t r = 0; r < rows; ++r) {
+                    const size_t token_row = g.seq_first ? j * g.chunk * g.b + r
+                                                         : (r / g.chunk) * g.s + j * g.chunk + r % g.chunk;
+                    pieces.push_back({k, token_row * len, nullptr, len});
+                }
+            }
+        }
+    };
+    // Across nodes: MPI reads each block from the input and writes it into
+    // the output where it belongs (no pack or unpack pass; a block that is
+    // contiguous on its side travels as plain bytes).
+    if (!backend_->alltoall_direct(exposed, plan) && !backend_->alltoall_pieces(exposed, send_plan, plan))
+        backend_->alltoall_packed(send_bytes, recv_bytes, pack, unpack);
 
     if (!any_replicated_back) return;
     for (int k = 0; k < n; ++k) {

@@ -1169,6 +1169,167 @@ void test_collectives(void **state) {
     });
 }
 
+// alltoall_pieces: MPI reads each member's pieces from its exposed buffers
+// and writes them where the receiver's plan says (direct_specs: random,
+// gathered and scattered pieces, gaps that keep their sentinel), on the mpi
+// backend and the shm backend over simulated nodes; false on one node (the
+// shm backend's alltoall_direct is the path there) and for a group of one.
+void test_alltoall_pieces(void **state) {
+    (void)state;
+    guarded([] {
+        const size_t n = static_cast<size_t>(test_size), me = static_cast<size_t>(test_rank);
+        const DirectShape sh{3, 2000, 40, 64, 24, false};
+        uint64_t seed = 7000;
+        for (const Config &c : {kConfigs[0], kConfigs[1], kConfigs[2], kConfigs[4], kConfigs[5]}) {
+            const auto be = make(c);
+            ++seed;
+            std::vector<std::vector<unsigned char>> in(sh.buffers);
+            std::vector<Backend::Exposed> exposed;
+            for (size_t b = 0; b < sh.buffers; ++b) {
+                in[b].resize(direct_size(sh.base, me, b));
+                for (size_t k = 0; k < in[b].size(); ++k) in[b][k] = direct_byte(seed, me, b, k);
+                exposed.push_back({in[b].data(), in[b].size()});
+            }
+            std::vector<std::vector<unsigned char>> out(n);
+            std::vector<std::vector<DirectSpec>> specs(n);
+            for (size_t q = 0; q < n; ++q) {
+                size_t end = 0;
+                specs[q] = direct_specs(seed, sh, q, me, &end);
+                out[q].assign(end + 1, 0xee);
+            }
+            auto recv_plan = [&](int peer, std::vector<Backend::Piece> &pieces) {
+                const size_t q = static_cast<size_t>(peer);
+                for (const DirectSpec &d : specs[q]) pieces.push_back({d.b, d.from, out[q].data() + d.at, d.bytes});
+            };
+            auto send_plan = [&](int peer, std::vector<Backend::Piece> &pieces) {
+                size_t end = 0;
+                for (const DirectSpec &d : direct_specs(seed, sh, me, static_cast<size_t>(peer), &end))
+                    pieces.push_back({d.b, d.from, nullptr, d.bytes});
+            };
+            be->reset_stats();
+            const bool ran = be->alltoall_pieces(exposed, send_plan, recv_plan);
+            CHECK(agreed(ran), c.label, ": alltoall_pieces returned ", ran, " here but not on every member");
+            const bool expected = n > 1 && (c.kind == Kind::MPI || !shm_one_node(*be));
+            CHECK(ran == expected, c.label, ": alltoall_pieces returned ", ran, ", expected ", expected);
+            if (!ran) continue;
+            for (size_t q = 0; q < n; ++q) {
+                std::vector<unsigned char> want(out[q].size(), 0xee);
+                for (const DirectSpec &d : specs[q])
+                    for (size_t k = 0; k < d.bytes; ++k) want[d.at + k] = direct_byte(seed, q, static_cast<size_t>(d.b), d.from + k);
+                CHECK(want == out[q], c.label, ": alltoall_pieces: the bytes from member ", q, " differ");
+            }
+            uint64_t sent = 0;
+            for (size_t q = 0; q < n; ++q) {
+                if (q == me) continue;
+                size_t end = 0;
+                for (const DirectSpec &d : direct_specs(seed, sh, me, q, &end)) sent += d.bytes;
+            }
+            CHECK(be->stats().calls == 1 && be->stats().bytes_sent == sent, c.label, ": stats ", be->stats().calls,
+                  " calls, ", be->stats().bytes_sent, " bytes; expected 1, ", sent);
+            // A piece outside the sender's buffers fails every member, naming it.
+            auto bad_send = [&](int peer, std::vector<Backend::Piece> &pieces) {
+                send_plan(peer, pieces);
+                if (test_rank == test_size - 1) pieces.push_back({0, in[0].size(), nullptr, 1});
+            };
+            EXPECT_ERROR(be->alltoall_pieces(exposed, bad_send, recv_plan), DSM_ERR_INVALID_ARGUMENT, "outside");
+        }
+    });
+}
+
+// The shm backend's between-node algorithms, each forced
+// (DSM_COMM_NET_ALGO, read at creation) with small chunks (DSM_COMM_NET_CHUNK
+// = 4096 bytes, so that most blocks travel in several messages and no count
+// divides evenly), on every simulated node layout: every dtype and op, odd
+// and uneven counts, empty members, every buffer placement. The ring and
+// halving/doubling paths for 2 nodes (the two-node exchange), 3 nodes (rhd
+// folds onto 2), 4 and 8 nodes (one rank each), and uneven nodes. Then auto,
+// and the algorithm each call ran.
+void test_net_algorithms(void **state) {
+    (void)state;
+    guarded([] {
+        const auto ref = dsm::comm::create_backend(MPI_COMM_WORLD, Kind::MPI);
+        setenv("DSM_COMM_NET_CHUNK", "4096", 1);
+        for (const char *algo : {"ring", "rhd", "mpi"}) {
+            setenv("DSM_COMM_NET_ALGO", algo, 1);
+            for (const Config &c : {kConfigs[2], kConfigs[3], kConfigs[4], kConfigs[5]}) {
+                const auto be = make(c);
+                const auto &shm = static_cast<const dsm::comm::ShmBackend &>(*be);
+                CHECK(std::string(dsm::comm::net_algo_label(shm.net_algo())) == algo && shm.net_chunk() == 4096,
+                      c.label, ": DSM_COMM_NET_ALGO=", algo, " gave ", dsm::comm::net_algo_label(shm.net_algo()),
+                      " and chunk ", shm.net_chunk());
+                const std::string label = dsm::cat(c.label, " net ", algo);
+                allreduce_suite(*be, *ref, label.c_str());
+                if (shm.nodes() > 1)
+                    CHECK(std::string(dsm::comm::net_algo_label(shm.last_net_algo())) == algo, label,
+                          ": the allreduce ran ", dsm::comm::net_algo_label(shm.last_net_algo()));
+                reduce_scatter_suite(*be, *ref, label.c_str());
+                allgather_suite(*be, label.c_str());
+            }
+        }
+        // auto: two nodes exchange the whole lane for an allreduce and run
+        // the ring otherwise; more nodes halve and double small blocks when
+        // they are a power of two, else ring.
+        unsetenv("DSM_COMM_NET_ALGO");
+        unsetenv("DSM_COMM_NET_CHUNK");
+        using dsm::comm::NetAlgo;
+        using dsm::comm::net_resolve;
+        CHECK(net_resolve(NetAlgo::AUTO, 2, 1 << 20, true) == NetAlgo::RHD &&
+                  net_resolve(NetAlgo::AUTO, 2, 64, false) == NetAlgo::RING &&
+                  net_resolve(NetAlgo::AUTO, 4, 4 * 1000, false) == NetAlgo::RHD &&
+                  net_resolve(NetAlgo::AUTO, 4, size_t(64) << 20, true) == NetAlgo::RING &&
+                  net_resolve(NetAlgo::AUTO, 3, 64, true) == NetAlgo::RING &&
+                  net_resolve(NetAlgo::RING, 2, 64, true) == NetAlgo::RING,
+              "net_resolve: unexpected choices");
+        const auto be = make(kConfigs[5]); // a node per rank
+        const auto &shm = static_cast<const dsm::comm::ShmBackend &>(*be);
+        CHECK(shm.net_algo() == NetAlgo::AUTO && shm.net_chunk() == 61440, "defaults: ",
+              dsm::comm::net_algo_label(shm.net_algo()), ", chunk ", shm.net_chunk());
+        std::vector<float> x(1000, 1.0f);
+        be->allreduce(x.data(), x.data(), x.size(), DSM_FLOAT32, Op::SUM);
+        const NetAlgo want = test_size == 1 ? NetAlgo::AUTO : net_resolve(NetAlgo::AUTO, test_size, 4000, true);
+        CHECK(shm.last_net_algo() == want, "auto ran ", dsm::comm::net_algo_label(shm.last_net_algo()),
+              ", expected ", dsm::comm::net_algo_label(want));
+        CHECK(x[999] == static_cast<float>(test_size), "auto allreduce of ones gives ", x[999]);
+    });
+}
+
+// Malformed parameters of the between-node stage fail the backend's
+// creation on every rank, naming the variable and the value; a value set on
+// one rank only fails every rank too.
+void test_net_parameters(void **state) {
+    (void)state;
+    guarded([] {
+        auto create = [] { return dsm::comm::create_backend(MPI_COMM_WORLD, Kind::SHM, alone(test_rank)); };
+        setenv("DSM_COMM_NET_ALGO", "tree", 1);
+        EXPECT_ERROR(create(), DSM_ERR_INVALID_ARGUMENT, "DSM_COMM_NET_ALGO=\"tree\"");
+        setenv("DSM_COMM_NET_ALGO", "RING", 1); // case-insensitive
+        {
+            const auto be = create();
+            CHECK(static_cast<const dsm::comm::ShmBackend &>(*be).net_algo() == dsm::comm::NetAlgo::RING,
+                  "DSM_COMM_NET_ALGO=RING is not the ring");
+        }
+        unsetenv("DSM_COMM_NET_ALGO");
+        for (const char *bad : {"abc", "-4096", "100", "4095", "2G", "64KB", "2048M", "99999999999999999999"}) {
+            setenv("DSM_COMM_NET_CHUNK", bad, 1);
+            EXPECT_ERROR(create(), DSM_ERR_INVALID_ARGUMENT, dsm::cat("DSM_COMM_NET_CHUNK=\"", bad, "\"").c_str());
+        }
+        for (const auto &good : {std::make_pair("4096", size_t(4096)), std::make_pair("64k", size_t(65536)),
+                                 std::make_pair("1M", size_t(1) << 20), std::make_pair("1024M", size_t(1) << 30)}) {
+            setenv("DSM_COMM_NET_CHUNK", good.first, 1);
+            const auto be = create();
+            CHECK(static_cast<const dsm::comm::ShmBackend &>(*be).net_chunk() == good.second,
+                  "DSM_COMM_NET_CHUNK=", good.first, " gave ",
+                  static_cast<const dsm::comm::ShmBackend &>(*be).net_chunk());
+        }
+        unsetenv("DSM_COMM_NET_CHUNK");
+        if (test_size > 1) {
+            if (test_rank == test_size - 1) setenv("DSM_COMM_NET_ALGO", "butterfly", 1);
+            EXPECT_ERROR(create(), DSM_ERR_INVALID_ARGUMENT, "\"butterfly\"");
+            unsetenv("DSM_COMM_NET_ALGO");
+        }
+    });
+}
+
 // Beyond the MPI count limit every collective is chunked: lower the limit to
 // a few elements and run the MPI paths (the mpi backend, and the shm
 // backend's inter-node lanes).
@@ -1532,6 +1693,9 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_nccl_split),
         cmocka_unit_test(test_collectives),
         cmocka_unit_test(test_chunked_beyond_count_limit),
+        cmocka_unit_test(test_alltoall_pieces),
+        cmocka_unit_test(test_net_algorithms),
+        cmocka_unit_test(test_net_parameters),
         cmocka_unit_test(test_alltoall_direct),
     };
     return RUN_MPI_TESTS("comm", tests);

@@ -234,10 +234,11 @@ private:
 // written to in node-shared memory, pulled from and pushed to with
 // cross-memory attach); zero for another backend.
 struct DirectCounts {
-    uint64_t reads = 0, writes = 0, pulls = 0, pushes = 0;
+    uint64_t reads = 0, writes = 0, pulls = 0, pushes = 0, pieces = 0;
 };
 DirectCounts direct_counts(comm::Backend &be) {
     DirectCounts c;
+    c.pieces = be.pieces_calls();
     if (const auto *s = dynamic_cast<const comm::ShmBackend *>(&be)) {
         c.reads = s->direct_reads();
         c.writes = s->direct_writes();
@@ -249,12 +250,14 @@ DirectCounts direct_counts(comm::Backend &be) {
 
 // How a transform moved its data on this rank, from the counts before and
 // after it: "memcpy" (single copy from the peers' node-shared inputs),
-// "cma" (single copy with cross-memory attach), "packed" (alltoall_packed),
-// "self" (one rank).
+// "cma" (single copy with cross-memory attach), "mpi-dt" (alltoall_pieces:
+// MPI reads the inputs and writes the outputs in place, with derived
+// datatypes), "packed" (alltoall_packed), "self" (one rank).
 const char *path_name(comm::Backend &be, const DirectCounts &a, const DirectCounts &b) {
     if (be.size() == 1) return "self";
     if (b.reads > a.reads || b.writes > a.writes) return "memcpy";
     if (b.pulls > a.pulls || b.pushes > a.pushes) return "cma";
+    if (b.pieces > a.pieces) return "mpi-dt";
     return "packed";
 }
 
@@ -578,7 +581,8 @@ int run(const Options &o) {
                 "(sent + received) per second. inputs shared: the transform's inputs and outputs in node-shared\n"
                 "memory (the backend's alloc_shared, what dsm_sp_alloc() gives); private: in malloc'd memory.\n"
                 "path (rank 0): memcpy = single copy from the peers' node-shared inputs; cma = single copy with\n"
-                "cross-memory attach; packed = pack, exchange, unpack; self = one rank. raw: MPI_Alltoall of the\n"
+                "cross-memory attach; mpi-dt = MPI reads the inputs and writes the outputs in place (derived\n"
+                "datatypes, across nodes); packed = pack, exchange, unpack; self = one rank. raw: MPI_Alltoall of the\n"
                 "same bytes on MPI_COMM_WORLD (contiguous blocks, no permutation); unfused: the same transform as\n"
                 "a permuting copy into a send buffer, MPI_Alltoallv and a permuting copy out; the four timed in\n"
                 "turn in every round (raw and unfused: the same timings on both rows). vs raw, vs unfused: their\n"
