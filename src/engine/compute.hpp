@@ -22,9 +22,9 @@ public:
     virtual ~Compute() = default;
     // "" on the host, else the device ("cuda:0", "simulated").
     virtual std::string device() const { return std::string(); }
-    // The space of the memory param() and grad() hand out; nullptr: the
-    // engine's own.
-    virtual device::Space *space() noexcept { return nullptr; }
+    // The space of the memory param() and grad() hand out: the engine's own
+    // (`engine`) on the host, the mirror's with ZeRO-Offload.
+    virtual device::Space &space(device::Space &engine) noexcept { return engine; }
     // The values (gradient buffer) the user gets for parameter `index`, whose
     // host values (host gradient) the engine holds at `host`.
     virtual const void *param(int, const void *host, size_t, Keep) { return host; }
@@ -51,7 +51,7 @@ public:
     // `pin`: page-lock the host parameters (offload pin_memory).
     OffloadCompute(std::unique_ptr<DeviceMirror> mirror, bool pin) : mirror_(std::move(mirror)), pin_(pin) {}
     std::string device() const override { return mirror_ ? mirror_->memory().name() : std::string(); }
-    device::Space *space() noexcept override { return mirror_ ? &mirror_->memory() : nullptr; }
+    device::Space &space(device::Space &engine) noexcept override { return mirror_ ? mirror_->memory() : engine; }
     const void *param(int index, const void *host, size_t numel, Keep keep) override {
         return mirror_->param(index, host, numel, keep);
     }

@@ -128,6 +128,9 @@ public:
     // acquire, copy as fp32 to or add from host memory, release.
     void param_read_f32(int index, float *out, int64_t count);
     void grad_add_f32(int index, const float *grad, int64_t count);
+    // The space of the memory the acquires hand out (ZeRO-Offload's device
+    // copies, else the engine's own).
+    device::Space &user_space() noexcept { return compute_->space(*space_); }
     void step(dsm_step_info_t *info);
     void step_info(dsm_step_info_t *info) const;
     std::string describe(dsm_format_t format) const;

@@ -29,7 +29,7 @@ void Engine::param_read_f32(int index, float *out, int64_t count) {
     DSM_REQUIRE(out != nullptr || p.numel == 0, DSM_ERR_NULL_POINTER, "values is NULL");
     const void *v = param_acquire(index); // collective under ZeRO-3, as the acquire
     try {
-        device::Space &s = compute_->space() ? *compute_->space() : *space_;
+        device::Space &s = user_space();
         if (dtype_ == DSM_FLOAT32) {
             s.download(out, v, p.numel * sizeof(float));
         } else {
@@ -52,7 +52,7 @@ void Engine::grad_add_f32(int index, const float *grad, int64_t count) {
     DSM_REQUIRE(grad != nullptr || p.numel == 0, DSM_ERR_NULL_POINTER, "grad is NULL");
     void *g = grad_acquire(index);
     try {
-        device::Space &s = compute_->space() ? *compute_->space() : *space_;
+        device::Space &s = user_space();
         if (dtype_ == DSM_FLOAT32 && s.kind() == device::Kind::HOST) {
             float *dst = static_cast<float *>(g);
             for (size_t i = 0; i < p.numel; ++i) dst[i] += grad[i];

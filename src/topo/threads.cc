@@ -33,9 +33,9 @@ int affinity_cpus() {
 
 // The first number of OMP_NUM_THREADS ("8" or "8,2"), 0 when unset or not a number.
 int omp_env_threads() {
-    const char *v = std::getenv("OMP_NUM_THREADS");
-    if (v == nullptr) return 0;
-    const long n = std::strtol(v, nullptr, 10);
+    const std::string v = param_string("OMP_NUM_THREADS");
+    if (v.empty()) return 0;
+    const long n = std::strtol(v.c_str(), nullptr, 10);
     return n > 0 && n <= 65536 ? static_cast<int>(n) : 0;
 }
 

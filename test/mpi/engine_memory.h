@@ -20,24 +20,17 @@ static inline int engine_on_cuda(dsm_engine_t e) {
     return d == DSM_DEVICE_CUDA;
 }
 
-/* bytes from the engine's memory `src` to host memory `dst`, and back. */
-static inline void engine_download(dsm_engine_t e, void *dst, const void *src, size_t bytes) {
+/* `bytes` between the engine's memory and host memory, either way: a CUDA
+   copy on a device-resident engine (cudaMemcpyDefault tells the direction
+   from the pointers), else memcpy. */
+static inline void engine_copy(dsm_engine_t e, void *dst, const void *src, size_t bytes) {
 #if DSM_HAVE_CUDA
     if (engine_on_cuda(e)) {
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), cudaSuccess);
         return;
     }
 #endif
-    memcpy(dst, src, bytes);
-}
-
-static inline void engine_upload(dsm_engine_t e, void *dst, const void *src, size_t bytes) {
-#if DSM_HAVE_CUDA
-    if (engine_on_cuda(e)) {
-        assert_int_equal(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-        return;
-    }
-#endif
+    (void)e;
     memcpy(dst, src, bytes);
 }
 
@@ -48,7 +41,7 @@ static inline void engine_read_f32(dsm_engine_t e, const void *src, float *dst, 
     assert_int_equal(dsm_engine_get_dtype(e, &dt), DSM_SUCCESS);
     assert_int_equal(dsm_dtype_size(dt, &es), DSM_SUCCESS);
     void *tmp = malloc(n * es + 1);
-    engine_download(e, tmp, src, n * es);
+    engine_copy(e, tmp, src, n * es);
     assert_int_equal(dsm_convert(tmp, dt, dst, DSM_FLOAT32, n), DSM_SUCCESS);
     free(tmp);
 }
@@ -61,7 +54,7 @@ static inline void engine_write_f32(dsm_engine_t e, void *dst, const float *src,
     assert_int_equal(dsm_dtype_size(dt, &es), DSM_SUCCESS);
     void *tmp = malloc(n * es + 1);
     assert_int_equal(dsm_convert(src, DSM_FLOAT32, tmp, dt, n), DSM_SUCCESS);
-    engine_upload(e, dst, tmp, n * es);
+    engine_copy(e, dst, tmp, n * es);
     free(tmp);
 }
 

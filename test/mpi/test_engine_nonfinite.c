@@ -84,7 +84,7 @@ static void snapshot(dsm_engine_t e, float out[TOTAL]) {
     for (int i = 0; i < NP; ++i) {
         const void *v;
         ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
-        engine_download(e, out + off, v, numel[i] * sizeof(float));
+        engine_copy(e, out + off, v, numel[i] * sizeof(float));
         ASSERT_OK(dsm_engine_param_release(e, i));
         off += numel[i];
     }
