@@ -55,9 +55,6 @@ const std::vector<Param> &params() {
          "Threads of each rank's CPU kernels (optimizer, conversions, checksums) and of OpenMP in the "
          "program, set at engine creation. Empty: OMP_NUM_THREADS when it is set, else the cores of the "
          "rank's CPU binding, else the node's cores divided by the ranks on the node."},
-        {"OMP_NUM_THREADS", "",
-         "OpenMP's own variable, read by libdsm too: when DSM_NUM_THREADS is empty and this is set, its "
-         "first number is each rank's thread count (see DSM_NUM_THREADS)."},
         {"DSM_CUDA_DEVICE", "",
          "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
          "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "

@@ -31,11 +31,13 @@ int affinity_cpus() {
     return CPU_COUNT(&set);
 }
 
-// The first number of OMP_NUM_THREADS ("8" or "8,2"), 0 when unset or not a number.
+// The first number of OMP_NUM_THREADS ("8" or "8,2"), 0 when unset or not a
+// number. OpenMP's variable, not one of libdsm's: the parameter registry
+// holds DSM_ names only (test_param), so this one read stays outside it.
 int omp_env_threads() {
-    const std::string v = param_string("OMP_NUM_THREADS");
-    if (v.empty()) return 0;
-    const long n = std::strtol(v.c_str(), nullptr, 10);
+    const char *v = std::getenv("OMP_NUM_THREADS");
+    if (v == nullptr) return 0;
+    const long n = std::strtol(v, nullptr, 10);
     return n > 0 && n <= 65536 ? static_cast<int>(n) : 0;
 }
 
