@@ -605,9 +605,11 @@ static void test_offload(void **state) {
             dsm_param_desc_t d[NPARAMS];
             describe_params(d, NULL);
             dsm_engine_t e;
-            if (off) setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
+            /* The baseline on the host, where the gradient is written in place (auto would choose a GPU). */
+            setenv(off ? "DSM_SIM_DEVICE_MEMORY" : "DSM_ENGINE_DEVICE", off ? "1" : "host", 1);
             ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
             unsetenv("DSM_SIM_DEVICE_MEMORY");
+            unsetenv("DSM_ENGINE_DEVICE");
             for (int k = 0; k < 2; ++k) {
                 void *g;
                 ASSERT_OK(dsm_engine_grad_acquire(e, B1, &g));
@@ -671,9 +673,11 @@ static void test_offload(void **state) {
     assert_int_equal(offload_count(e, "param_copies_after_step"), 1 + (NPARAMS - 1));
     ASSERT_OK(dsm_engine_free(&e));
 
-    /* The same two steps without offload: the values the offloading engine gave after the first one. */
+    /* The same two steps without offload, on the host: the values the offloading engine gave after the first one. */
     make_config(cfg, sizeof cfg, &r, 1);
+    setenv("DSM_ENGINE_DEVICE", "host", 1);
     ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    unsetenv("DSM_ENGINE_DEVICE");
     ASSERT_OK(dsm_engine_grad_acquire(e, W1, &g));
     ((float *)g)[0] = 1.0f;
     ASSERT_OK(dsm_engine_grad_release(e, W1));
