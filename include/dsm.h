@@ -510,7 +510,9 @@ DSM_API dsm_status_t dsm_config_load(MPI_Comm comm, const char *config, unsigned
 
 /**
  * @brief dsm_config_load() over the ranks of a mesh, with W taken from its
- * "data_parallel" dimension when it has one.
+ * "data_parallel" dimension when it has one, and sequence_parallel_size from
+ * its "sequence_parallel" dimension when it has one (a configuration that
+ * names another size above 1 is DSM_ERR_CONFIG).
  *
  * Collective over the mesh (all ranks of the communicator it was created
  * from, also when @p mesh is a slice).
@@ -527,7 +529,12 @@ DSM_API dsm_status_t dsm_config_load_for_mesh(dsm_mesh_t mesh, const char *confi
  * @param config             path of a JSON file, or inline JSON starting with '{'
  * @param world_size         number of ranks, >= 1
  * @param data_parallel_size the mesh's data_parallel size, or 0 when there is
- *                           no mesh (W then follows sequence_parallel_size)
+ *                           no mesh (W then follows sequence_parallel_size);
+ *                           with a mesh, its other world_size / data_parallel_size
+ *                           ranks are the sequence_parallel dimension, which
+ *                           the resolved sequence_parallel_size reports (a
+ *                           configuration naming another size above 1 is
+ *                           DSM_ERR_CONFIG)
  * @param flags              as dsm_config_load()
  * @param[out] cfg           the resolved configuration
  * @return as dsm_config_load(), without DSM_ERR_MISMATCH and DSM_ERR_MPI;

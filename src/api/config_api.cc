@@ -21,12 +21,13 @@ const dsm::config::Config &impl(dsm_config_t cfg) {
     return cfg->cfg;
 }
 
-dsm::config::ConfigContext context(unsigned flags, int64_t world, int64_t dp) {
+dsm::config::ConfigContext context(unsigned flags, int64_t world, int64_t dp, int64_t sp = 0) {
     DSM_REQUIRE((flags & ~DSM_CONFIG_STRICT) == 0, DSM_ERR_INVALID_ARGUMENT, "flags is ", flags,
                 ", only DSM_CONFIG_STRICT (1) is defined");
     dsm::config::ConfigContext ctx;
     ctx.world_size = world;
     ctx.mesh_data_parallel = dp;
+    ctx.mesh_sequence_parallel = sp;
     ctx.strict = (flags & DSM_CONFIG_STRICT) != 0;
     return ctx;
 }
@@ -38,7 +39,7 @@ dsm_config_t wrap(dsm::config::Config cfg) {
 }
 
 // Collective load with argument checks agreed like every other collective.
-void load(MPI_Comm comm, int64_t dp, const char *config, unsigned flags, dsm_config_t *cfg) {
+void load(MPI_Comm comm, int64_t dp, int64_t sp, const char *config, unsigned flags, dsm_config_t *cfg) {
     if (cfg != nullptr) *cfg = nullptr;
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     int size = 0;
@@ -56,7 +57,7 @@ void load(MPI_Comm comm, int64_t dp, const char *config, unsigned flags, dsm_con
         why = e.message();
     }
     dsm::config::Config c = dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "",
-                                                         context(flags & DSM_CONFIG_STRICT, size, dp),
+                                                         context(flags & DSM_CONFIG_STRICT, size, dp, sp),
                                                          dsm::optim::check_schedule_params, bad, why);
     *cfg = wrap(std::move(c));
 }
@@ -67,7 +68,7 @@ extern "C" {
 
 DSM_API dsm_status_t dsm_config_load(MPI_Comm comm, const char *config, unsigned flags, dsm_config_t *cfg) {
     DSM_API_BEGIN
-    load(comm, 0, config, flags, cfg);
+    load(comm, 0, 0, config, flags, cfg);
     DSM_API_END
 }
 
@@ -78,10 +79,12 @@ DSM_API dsm_status_t dsm_config_load_for_mesh(dsm_mesh_t mesh, const char *confi
     DSM_ARG_NOT_NULL(mesh);
     DSM_REQUIRE(mesh->mesh != nullptr, DSM_ERR_INVALID_ARGUMENT, "mesh is not a live mesh handle");
     const dsm::MeshState &st = mesh->mesh->state();
-    int64_t dp = 0;
-    for (size_t d = 0; d < st.names.size(); ++d)
+    int64_t dp = 0, sp = 0;
+    for (size_t d = 0; d < st.names.size(); ++d) {
         if (st.names[d] == "data_parallel") dp = st.shape[d];
-    load(st.mesh_comm.get(), dp, config, flags, cfg);
+        if (st.names[d] == "sequence_parallel") sp = st.shape[d];
+    }
+    load(st.mesh_comm.get(), dp, sp, config, flags, cfg);
     DSM_API_END
 }
 
@@ -95,7 +98,9 @@ DSM_API dsm_status_t dsm_config_resolve(const char *config, int64_t world_size, 
     DSM_REQUIRE(data_parallel_size >= 0 && data_parallel_size <= world_size && (data_parallel_size == 0 || world_size % data_parallel_size == 0),
                 DSM_ERR_INVALID_ARGUMENT, "data_parallel_size is ", data_parallel_size,
                 ", must be 0 (no mesh) or divide world_size ", world_size);
-    dsm::config::Config c = dsm::config::parse_config(config, context(flags, world_size, data_parallel_size));
+    // The engine's mesh is data parallel x sequence parallel: the ranks outside the data-parallel dimension.
+    const int64_t sp = data_parallel_size > 0 ? world_size / data_parallel_size : 0;
+    dsm::config::Config c = dsm::config::parse_config(config, context(flags, world_size, data_parallel_size, sp));
     dsm::optim::check_schedule_params(c);
     *cfg = wrap(std::move(c));
     DSM_API_END

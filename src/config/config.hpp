@@ -39,6 +39,7 @@ const char *scheduler_name(SchedulerType t);     // DeepSpeed's class name ("War
 struct ConfigContext {
     int64_t world_size = 1;          // number of ranks
     int64_t mesh_data_parallel = 0;  // size of the mesh's data_parallel dimension, 0 if unknown
+    int64_t mesh_sequence_parallel = 0;  // size of the mesh's sequence_parallel dimension, 0 if unknown
     bool strict = false;             // unknown keys are an error instead of a warning
 };
 
@@ -193,6 +194,10 @@ Config parse_config(const std::string &text_or_path, const ConfigContext &ctx);
 // the derived batch values (format in config_json.cc).
 std::string config_to_json(const Config &cfg);
 
+// Whether the key at `path` (as config_to_json() nests it: "zero_optimization.sub_group_size")
+// is read and checked but changes nothing in this version of libdsm.
+bool key_has_no_effect(const std::string &path);
+
 // DeepSpeed's batch derivation and checks: which of tb/mb/gas are given
 // (nullptr: not given) decides the derivation, then TB > 0, MB > 0, GAS > 0 and
 // TB == MB * GAS * W. Fills the three values of `cfg`; `w_note` is appended
@@ -200,7 +205,8 @@ std::string config_to_json(const Config &cfg);
 void resolve_batch(Config &cfg, const int64_t *tb, const int64_t *mb, const int64_t *gas, int64_t w,
                    const std::string &w_note);
 
-// The data-parallel size W (DeepSpeed's chain: mesh, world / sequence_parallel_size, world).
+// The data-parallel size W (DeepSpeed's chain: mesh, world / sequence_parallel_size, world),
+// and sequence_parallel_size from the mesh where the context knows it.
 void resolve_data_parallel(Config &cfg, const ConfigContext &ctx, bool sp_given);
 
 } // namespace config

@@ -101,6 +101,14 @@ void resolve_data_parallel(Config &cfg, const ConfigContext &ctx, bool sp_given)
         cfg.data_parallel_world_size = ctx.world_size;
         cfg.data_parallel_source = "world";
     }
+    if (ctx.mesh_sequence_parallel > 0) {
+        // The mesh decides; a configuration that names another size above 1 contradicts it.
+        DSM_REQUIRE(!sp_given || cfg.sequence_parallel_size == 1 ||
+                        cfg.sequence_parallel_size == ctx.mesh_sequence_parallel,
+                    DSM_ERR_CONFIG, "sequence_parallel_size: the configuration says ", cfg.sequence_parallel_size,
+                    " but the mesh's sequence_parallel dimension has ", ctx.mesh_sequence_parallel, " ranks");
+        cfg.sequence_parallel_size = ctx.mesh_sequence_parallel;
+    }
     if (cfg.data_parallel_size > 0)
         DSM_REQUIRE(cfg.data_parallel_size == cfg.data_parallel_world_size, DSM_ERR_CONFIG,
                     "data_parallel_size: ", cfg.data_parallel_size, " differs from the data-parallel size ",

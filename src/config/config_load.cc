@@ -147,7 +147,9 @@ Config load_collective(MPI_Comm comm, const std::string &text_or_path, const Con
 
 std::string config_to_text(const Config &cfg) {
     std::string out;
-    for (const auto &e : entries(cfg)) out += e.first + " = " + e.second + "\n";
+    for (const auto &e : entries(cfg))
+        if (e.first != "resolved.no_effect")
+            out += e.first + " = " + e.second + (key_has_no_effect(e.first) ? "  # no effect in libdsm\n" : "\n");
     return out;
 }
 

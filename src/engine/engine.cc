@@ -108,6 +108,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     config::ConfigContext ctx;
     ctx.world_size = world_size_;
     ctx.mesh_data_parallel = dp_size_;
+    ctx.mesh_sequence_parallel = sp_size_; // a sequence_parallel_size that contradicts it is DSM_ERR_CONFIG
     auto check = [this](const config::Config &c) {
         optim::check_schedule_params(c);
         DSM_REQUIRE(c.optimizer.type != config::OptimizerType::NONE, DSM_ERR_CONFIG,
@@ -125,10 +126,6 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
                         ".device \"cpu\": ZeRO-Offload keeps the parameters and gradients on a CUDA device, "
                         "and this rank has ", why);
         }
-        DSM_REQUIRE(c.sequence_parallel_size == 1 || c.sequence_parallel_size == sp_size_,
-                    DSM_ERR_CONFIG, "sequence_parallel_size: the configuration says ",
-                    c.sequence_parallel_size, " but the mesh's sequence_parallel dimension has ",
-                    sp_size_, " ranks");
     };
     cfg_ = config::load_collective(world_, bad == DSM_SUCCESS ? config : "", ctx, check, bad, why);
 

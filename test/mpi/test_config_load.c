@@ -288,7 +288,16 @@ static void test_data_parallel_size_from_mesh_and_sp(void **state) {
     ASSERT_OK(dsm_config_get_batch(cfg, &tb, NULL, NULL, &w));
     assert_int_equal(w, test_size / 2);
     assert_int_equal(tb, 3 * test_size / 2);
+    /* The resolved sequence_parallel_size is the mesh's; a configuration that says otherwise fails every rank. */
+    char *text = NULL;
+    ASSERT_OK(dsm_config_describe(cfg, DSM_FORMAT_TEXT, &text));
+    assert_non_null(strstr(text, "\nsequence_parallel_size = 2\n"));
+    dsm_free(text);
     ASSERT_OK(dsm_config_free(&cfg));
+    ASSERT_FAILS(dsm_config_load_for_mesh(mesh, "{\"train_micro_batch_size_per_gpu\": 3, \"sequence_parallel_size\": 4}",
+                                          0, &cfg),
+                 DSM_ERR_CONFIG, "the configuration says 4 but the mesh's sequence_parallel dimension has 2 ranks");
+    assert_null(cfg);
     ASSERT_FAILS(dsm_config_load_for_mesh(NULL, "{}", 0, &cfg), DSM_ERR_NULL_POINTER, "mesh is NULL");
     ASSERT_OK(dsm_mesh_free(&mesh));
 }
@@ -305,6 +314,10 @@ static void test_resolve_and_lr(void **state) {
     assert_int_equal(w, 4);
     assert_int_equal(mb, 8);
     char *out = NULL;
+    /* The other ranks of the world form the sequence_parallel dimension (world 8 / data parallel 4). */
+    ASSERT_OK(dsm_config_describe(cfg, DSM_FORMAT_JSON, &out));
+    assert_non_null(strstr(out, "\"sequence_parallel_size\": 2"));
+    dsm_free(out);
     ASSERT_OK(dsm_config_describe_lr(cfg, 10, DSM_FORMAT_JSON, &out));
     assert_non_null(strstr(out, "\"dsm-lr\""));
     dsm_free(out);

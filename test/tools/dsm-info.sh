@@ -77,7 +77,19 @@ assert j["zero_optimization"]["stage"] == 2 and j["bf16"]["enabled"] is True
 assert j["resolved"]["data_parallel_world_size"] == 8
 k = json.load(open(sys.argv[2]))
 assert k["resolved"]["data_parallel_world_size"] == 4 and k["train_batch_size"] == 8 * 4 * 4
+assert j["sequence_parallel_size"] == 1 and k["sequence_parallel_size"] == 2, k["sequence_parallel_size"]
+assert "zero_optimization.sub_group_size" in j["resolved"]["no_effect"], j["resolved"]["no_effect"]
+assert "zero_optimization.stage" not in j["resolved"]["no_effect"]
 PY
+"$bin" config "$cfg" --world-size 8 --sequence-parallel-size 2 | grep -q "^sequence_parallel_size = 2$" ||
+  fail "dsm-info config --sequence-parallel-size 2 must show sequence_parallel_size = 2"
+"$bin" config "$cfg" --world-size 8 | grep -q "^zero_optimization.sub_group_size = .*  # no effect in libdsm$" ||
+  fail "dsm-info config must mark keys accepted without effect"
+"$bin" config '{"train_batch_size": 8, "sequence_parallel_size": 4}' --world-size 8 --sequence-parallel-size 2 \
+  > /dev/null 2> "$tmp/err"
+[ $? -eq 1 ] || fail "a sequence_parallel_size that contradicts --sequence-parallel-size must exit 1"
+grep -q "sequence_parallel_size: the configuration says 4 but the mesh's sequence_parallel dimension has 2 ranks" \
+  "$tmp/err" || { cat "$tmp/err"; fail "sequence_parallel_size mismatch message"; }
 "$bin" config "$cfg" --world-size 8 | grep -q "^zero_optimization.stage = 2$" || fail "dsm-info config text"
 "$bin" config '{"train_batch_size": 8, "zero_optimization": {"stage": 4}}' --world-size 2 \
   > /dev/null 2> "$tmp/err"

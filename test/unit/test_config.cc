@@ -1,6 +1,7 @@
 // The DeepSpeed JSON configuration reader: defaults, batch arithmetic, errors,
 // unsupported features, unknown keys, and real configuration files
 // (test/data/config/*.json, found through $top_srcdir).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "config/config.hpp"
+#include "config/config_load.hpp"
 #include "core/error.hpp"
 
 // CMocka last: its fail() macro would break the C++ headers.
@@ -232,6 +234,31 @@ static void test_batch_world_from_mesh(void **) {
     expect_batch(parse("{\"train_batch_size\": 16, \"data_parallel_size\": 4}", 8, 4), 16, 4, 1);
     expect_error("{\"train_batch_size\": 16, \"data_parallel_size\": 2}", DSM_ERR_CONFIG,
                  "data_parallel_size: 2 differs from the data-parallel size 4", 8, 4);
+}
+
+static void test_sequence_parallel_from_mesh(void **) {
+    // Where the mesh's sequence_parallel dimension is known it is the resolved size;
+    // a key of 1 (or no key) defers to it, another value contradicts it.
+    ConfigContext ctx;
+    ctx.world_size = 8;
+    ctx.mesh_data_parallel = 4;
+    ctx.mesh_sequence_parallel = 2;
+    for (const char *text : {"{\"train_batch_size\": 8}", "{\"train_batch_size\": 8, \"sequence_parallel_size\": 1}",
+                             "{\"train_batch_size\": 8, \"sequence_parallel_size\": 2}"}) {
+        Config c = dsm::config::parse_config(text, ctx);
+        assert_int_equal(c.sequence_parallel_size, 2);
+        assert_int_equal(c.data_parallel_world_size, 4);
+        Json j = Json::parse(dsm::config::config_to_json(c));
+        assert_int_equal(j["sequence_parallel_size"].get<int>(), 2);
+    }
+    try {
+        (void)dsm::config::parse_config("{\"train_batch_size\": 8, \"sequence_parallel_size\": 4}", ctx);
+        fail_msg("a sequence_parallel_size that contradicts the mesh was accepted");
+    } catch (const dsm::Error &e) {
+        assert_int_equal(e.status(), DSM_ERR_CONFIG);
+        assert_non_null(strstr(e.what(), "sequence_parallel_size: the configuration says 4 but the mesh's "
+                                         "sequence_parallel dimension has 2 ranks"));
+    }
 }
 
 // ---------------------------------------------------------------- syntax, duplicates, files
@@ -728,6 +755,20 @@ static void test_to_json(void **) {
     assert_int_equal(j["resolved"]["given"].size(), 1);
     assert_int_equal(j["resolved"]["derived"].size(), 2);
     assert_string_equal(j["unknown_keys"][0].get<std::string>().c_str(), "extra");
+    // Keys accepted without effect are listed, and marked in the text form; keys with an effect are not.
+    std::vector<std::string> none = j["resolved"]["no_effect"].get<std::vector<std::string>>();
+    for (const char *k : {"zero_optimization.contiguous_gradients", "zero_optimization.offload_optimizer.buffer_count",
+                          "checkpoint.load_universal", "seq_parallel_communication_data_type"})
+        if (std::find(none.begin(), none.end(), k) == none.end()) fail_msg("%s is not in resolved.no_effect", k);
+    for (const std::string &k : none) assert_true(dsm::config::key_has_no_effect(k));
+    for (const char *k : {"zero_optimization.stage", "gradient_clipping", "bf16.enabled", "optimizer.type",
+                          "zero_optimization.overlap_comm", "checkpoint.tag_validation"}) {
+        assert_false(dsm::config::key_has_no_effect(k));
+        if (std::find(none.begin(), none.end(), k) != none.end()) fail_msg("%s is in resolved.no_effect", k);
+    }
+    const std::string text = dsm::config::config_to_text(c);
+    assert_non_null(strstr(text.c_str(), "\nzero_optimization.sub_group_size = 1000000000  # no effect in libdsm\n"));
+    assert_non_null(strstr(text.c_str(), "\nzero_optimization.stage = 0\n"));
 }
 
 // ---------------------------------------------------------------- real configuration files
@@ -803,6 +844,7 @@ int main(void) {
         cmocka_unit_test(test_batch_values),
         cmocka_unit_test(test_batch_world_from_sequence_parallel),
         cmocka_unit_test(test_batch_world_from_mesh),
+        cmocka_unit_test(test_sequence_parallel_from_mesh),
         cmocka_unit_test(test_syntax_error_position),
         cmocka_unit_test(test_duplicate_keys),
         cmocka_unit_test(test_files),
