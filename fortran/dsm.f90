@@ -416,6 +416,7 @@ module dsm
   public :: dsm_engine_param_index, dsm_engine_param_numel, dsm_engine_get_dtype
   public :: dsm_engine_get_batch, dsm_engine_param_read_f32, dsm_engine_grad_add_f32
   public :: dsm_engine_log_loss, dsm_engine_log_scalar, dsm_engine_set_flops
+  public :: dsm_engine_set_stop_signal, dsm_engine_stop_requested
   public :: dsm_engine_param_acquire, dsm_engine_param_release
   public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
   public :: dsm_engine_get_loss_scale, dsm_engine_get_step_info, dsm_engine_get_mesh
@@ -973,6 +974,20 @@ module dsm
        real(c_double), value :: flops_per_sample, peak_flops
        integer(c_int) :: st
      end function c_dsm_engine_set_flops
+
+     function c_dsm_engine_set_stop_signal(engine, signum) bind(C, name='dsm_engine_set_stop_signal') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: signum
+       integer(c_int) :: st
+     end function c_dsm_engine_set_stop_signal
+
+     function c_dsm_engine_stop_requested(engine, stop) bind(C, name='dsm_engine_stop_requested') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), intent(out) :: stop
+       integer(c_int) :: st
+     end function c_dsm_engine_stop_requested
 
      function c_dsm_engine_get_device(engine, device) bind(C, name='dsm_engine_get_device') result(st)
        import :: c_int, c_ptr
@@ -2405,6 +2420,33 @@ contains
     st = c_dsm_engine_set_flops(engine%ptr, flops_per_sample, peak_flops)
     call finish(st, 'dsm_engine_set_flops', ierr)
   end subroutine dsm_engine_set_flops
+
+  !> Catch signal signum (a number: 10 is SIGUSR1 on Linux; 0: none) as a
+  !> request to stop at the next step boundary. Collective, the same signum
+  !> on every rank.
+  subroutine dsm_engine_set_stop_signal(engine, signum, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: signum
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    st = c_dsm_engine_set_stop_signal(engine%ptr, int(signum, c_int))
+    call finish(st, 'dsm_engine_set_stop_signal', ierr)
+  end subroutine dsm_engine_set_stop_signal
+
+  !> stop is .true. on every rank once the stop signal arrived on some rank
+  !> before a dsm_step that ended an accumulation boundary. Local.
+  subroutine dsm_engine_stop_requested(engine, stop, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    logical, intent(out) :: stop
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st, s
+
+    s = 0
+    st = c_dsm_engine_stop_requested(engine%ptr, s)
+    stop = s /= 0
+    call finish(st, 'dsm_engine_stop_requested', ierr)
+  end subroutine dsm_engine_stop_requested
 
   !> Where the engine keeps its model state: DSM_DEVICE_HOST,
   !> DSM_DEVICE_CUDA or DSM_DEVICE_SIMULATED (never DSM_DEVICE_DEFAULT).

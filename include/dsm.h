@@ -972,6 +972,43 @@ DSM_API dsm_status_t dsm_engine_log_scalar(dsm_engine_t engine, const char *name
 DSM_API dsm_status_t dsm_engine_set_flops(dsm_engine_t engine, double flops_per_sample, double peak_flops);
 
 /**
+ * @brief Catch signal @p signum as a request to stop training at the next
+ * step boundary (0: catch none, the default).
+ *
+ * Collective over the engine's ranks, with the same @p signum on every
+ * rank. The handler only records that the signal arrived: training goes
+ * on. Every dsm_step() shares the record among the ranks in the collective
+ * it already makes, so a signal delivered to any one rank (as Slurm's
+ * `--signal=USR1@120` or a launcher forwarding SIGUSR1 delivers it to all)
+ * makes dsm_engine_stop_requested() report 1 on every rank from the
+ * dsm_step() that ends the next accumulation boundary on: the program
+ * saves a checkpoint and exits cleanly, e.g. before a requeue. The handler
+ * replaces the process's handler for the signal while an engine uses it,
+ * and the previous one is restored when the last engine that uses it is
+ * freed. The DSM_STOP_SIGNAL environment parameter sets the signal of
+ * every engine created while it is set. SIGKILL and SIGSTOP cannot be
+ * caught; fault signals (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS)
+ * are refused.
+ * @param engine the engine
+ * @param signum a signal number (SIGUSR1, SIGTERM, SIGRTMIN + n, ...) or 0
+ * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT (a signal that does not
+ * exist or is refused, naming it: on every rank); DSM_ERR_MISMATCH (ranks
+ * passed different signals: on every rank); DSM_ERR_STATE after a failed
+ * collective call; DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_engine_set_stop_signal(dsm_engine_t engine, int signum);
+
+/**
+ * @brief Whether the stop signal (dsm_engine_set_stop_signal(),
+ * DSM_STOP_SIGNAL) arrived on some rank before a dsm_step() that ended an
+ * accumulation boundary: @p stop gets 1, the same on every rank, else 0.
+ *
+ * Local: it reads what the last dsm_step() agreed. Once 1, it stays 1.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for a bad handle.
+ */
+DSM_API dsm_status_t dsm_engine_stop_requested(dsm_engine_t engine, int *stop);
+
+/**
  * @brief Get the values of parameter @p index (numel elements of the compute
  * dtype, row-major) until dsm_engine_param_release().
  *

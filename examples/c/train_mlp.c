@@ -26,9 +26,14 @@
  * any number of ranks: training goes on from that step up to step N with the
  * same samples it would have seen without the interruption.
  *
+ * With DSM_STOP_SIGNAL set (e.g. DSM_STOP_SIGNAL=USR1), that signal, sent
+ * to any rank, stops the training at the next step boundary: with
+ * --checkpoint the program saves a checkpoint of that step first, then it
+ * exits with status 3 (examples/slurm/dsm-job.sh requeues the job on it).
+ *
  * Exit status: 0 when the loss fell by at least a factor of 5, 2 when it did
- * not, 1 on an error (every rank reports it: libdsm fails collective calls
- * on every rank together).
+ * not, 3 when it stopped on the signal, 1 on an error (every rank reports
+ * it: libdsm fails collective calls on every rank together).
  */
 #include <math.h>
 #include <stdint.h>
@@ -491,9 +496,19 @@ int main(int argc, char **argv) {
             printf("step %5lld  loss %.6f  lr %.3e  loss_scale %g  grad_norm %.4f  skipped %lld\n",
                    (long long)info.global_steps, history[step], info.lr, info.loss_scale,
                    info.grad_norm, (long long)info.skipped_steps);
-        if (ckpt_dir != NULL && ((step + 1) % save_every == 0 || step == steps - 1)) {
+        /* The stop signal: the same answer on every rank, at a boundary. */
+        int stop = 0;
+        CHECK(dsm_engine_stop_requested(engine, &stop));
+        if (ckpt_dir != NULL && ((step + 1) % save_every == 0 || step == steps - 1 || stop)) {
             CHECK(dsm_engine_save_checkpoint(engine, ckpt_dir, NULL, &initial_loss, sizeof initial_loss));
             if (rank == 0) printf("saved a checkpoint of step %lld in %s\n", (long long)info.global_steps, ckpt_dir);
+        }
+        if (stop && step < steps - 1) {
+            if (rank == 0)
+                printf("train_mlp: stopped on the stop signal after step %lld%s\n", (long long)info.global_steps,
+                       ckpt_dir != NULL ? " (checkpoint saved)" : " (no --checkpoint: nothing saved)");
+            exit_code = 3;
+            goto done;
         }
     }
     if (first >= steps) { /* resumed at or past the last step: nothing to train */

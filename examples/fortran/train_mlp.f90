@@ -28,9 +28,13 @@
 ! the engine with shape [in, out]; the engine and the checkpoint see the C
 ! tensor [out][in], the layout of PyTorch's nn.Linear.
 !
+! With DSM_STOP_SIGNAL set (e.g. DSM_STOP_SIGNAL=USR1), that signal, sent to
+! any rank, stops the training at the next step boundary: with --checkpoint
+! the program saves a checkpoint of that step first, then exits with status 3.
+!
 ! Exit status: 0 when the loss fell by at least a factor of 5, 2 when it did
-! not, 1 on an error (every rank reports it: libdsm fails collective calls on
-! every rank together).
+! not, 3 when it stopped on the signal, 1 on an error (every rank reports it:
+! libdsm fails collective calls on every rank together).
 module mlp_model
   use, intrinsic :: iso_c_binding, only: c_float, c_int, c_int64_t, c_ptr, c_f_pointer
   use, intrinsic :: iso_fortran_env, only: int64, real64
@@ -189,6 +193,7 @@ program train_mlp
   type(dsm_engine_t) :: engine
   type(dsm_config_t) :: cfg
   type(dsm_step_info_t) :: info
+  logical :: stop_now
   type(dsm_param_desc_t) :: params(2 * nlayers)
   integer, target :: fan_in(nlayers)
   character(len=:), allocatable :: config, ckpt_dir, text, client
@@ -367,14 +372,23 @@ program train_mlp
             write (output_unit, '(a,i5,a,f10.6,a,es10.3,a,g0,a,f8.4,a,i0)') 'step ', info%global_steps, &
             '  loss ', history(step + 1), '  lr ', info%lr, '  loss_scale ', info%loss_scale, &
             '  grad_norm ', info%grad_norm, '  skipped ', info%skipped_steps
+       ! The stop signal: the same answer on every rank, at a boundary.
+       call dsm_engine_stop_requested(engine, stop_now, st)
+       if (failed(st)) exit main
        if (allocated(ckpt_dir)) then
-          if (mod(step + 1, save_every) == 0 .or. step == steps - 1) then
+          if (mod(step + 1, save_every) == 0 .or. step == steps - 1 .or. stop_now) then
              write (arg, '(es24.16)') initial_loss
              call dsm_engine_save_checkpoint(engine, ckpt_dir, '', trim(adjustl(arg)), st)
              if (failed(st)) exit main
              if (rank == 0) write (output_unit, '(a,i0,2a)') 'saved a checkpoint of step ', &
                   info%global_steps, ' in ', ckpt_dir
           end if
+       end if
+       if (stop_now .and. step < steps - 1) then
+          if (rank == 0) write (output_unit, '(a,i0)') 'train_mlp: stopped on the stop signal after step ', &
+               info%global_steps
+          exit_code = 3
+          exit main
        end if
     end do
     if (first >= steps) then ! resumed at or past the last step: nothing to train

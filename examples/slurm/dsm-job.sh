@@ -20,12 +20,17 @@
 #    it to end and puts the job back in the queue with `scontrol requeue`.
 #    The requeued job runs this script again, which resumes from the last
 #    checkpoint.
+#  * DSM_STOP_SIGNAL is exported to the tasks: libdsm's engines catch that
+#    signal (the DSM_STOP_SIGNAL parameter), dsm_engine_stop_requested()
+#    reports it on every rank at the next step boundary, and the examples
+#    then save a checkpoint of that step and exit with status 3. Nothing
+#    trained is lost.
 #
 # The checkpoints are written every DSM_SAVE_EVERY steps and committed
 # atomically (a temporary file renamed, then `latest` replaced), so a step
-# killed in the middle of a save leaves the previous checkpoint intact: at
-# most DSM_SAVE_EVERY steps of work are lost. (A program that catches
-# DSM_STOP_SIGNAL can save before it exits and lose nothing.)
+# killed in the middle of a save (a program that does not stop within
+# DSM_STOP_TIMEOUT) leaves the previous checkpoint intact: at most
+# DSM_SAVE_EVERY steps of work are lost then.
 #
 # Environment (defaults in brackets):
 #   DSM_CONFIG        the DeepSpeed JSON configuration (required)
@@ -37,14 +42,15 @@
 #   DSM_SRUN_ARGS     more srun options, split at blanks [none]
 #   DSM_LAUNCHER      a launcher in place of srun and the two above, split
 #                     at blanks, e.g. "mpirun" where srun has no PMIx [none]
-#   DSM_STOP_SIGNAL   the signal that stops the step before a requeue [TERM]
+#   DSM_STOP_SIGNAL   the signal that stops the step before a requeue, caught
+#                     by libdsm in every task [USR1]
 #   DSM_STOP_TIMEOUT  seconds the step gets to stop before SIGKILL [60];
 #                     keep it well under the --signal lead time
 #   DSM_MAX_REQUEUES  the job stops requeueing itself after this many
 #                     restarts, so a job that cannot progress stops [10]
 #
-# Exit status: the program's (0 trained, 2 the loss did not fall, 1 error),
-# or 0 after a requeue.
+# Exit status: the program's (0 trained, 2 the loss did not fall, 1 error,
+# 3 stopped on DSM_STOP_SIGNAL), or 0 after a requeue.
 set -euo pipefail
 
 if [ "$#" -lt 1 ]; then
@@ -70,7 +76,9 @@ steps=${DSM_STEPS:-200}
 ckpt_dir=${DSM_CKPT_DIR:-${SLURM_SUBMIT_DIR:-$PWD}/checkpoints/${SLURM_JOB_NAME:-dsm}}
 save_every=${DSM_SAVE_EVERY:-50}
 mpi=${DSM_SRUN_MPI:-pmix}
-stop_signal=${DSM_STOP_SIGNAL:-TERM}
+stop_signal=${DSM_STOP_SIGNAL:-USR1}
+# The tasks' engines catch it (libdsm's DSM_STOP_SIGNAL parameter).
+export DSM_STOP_SIGNAL=$stop_signal
 stop_timeout=${DSM_STOP_TIMEOUT:-60}
 max_requeues=${DSM_MAX_REQUEUES:-10}
 restarts=${SLURM_RESTART_COUNT:-0}

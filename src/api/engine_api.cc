@@ -273,6 +273,20 @@ DSM_API dsm_status_t dsm_engine_set_flops(dsm_engine_t engine, double flops_per_
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_set_stop_signal(dsm_engine_t engine, int signum) {
+    DSM_API_BEGIN
+    impl(engine).set_stop_signal(signum);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_stop_requested(dsm_engine_t engine, int *stop) {
+    DSM_API_BEGIN
+    DSM_ARG_NOT_NULL(stop);
+    *stop = 0;
+    *stop = impl(engine).stop_requested() ? 1 : 0;
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_engine_param_acquire(dsm_engine_t engine, int index, const void **values) {
     DSM_API_BEGIN
     auto &e = impl(engine);

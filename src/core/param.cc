@@ -55,6 +55,10 @@ const std::vector<Param> &params() {
          "Threads of each rank's CPU kernels (optimizer, conversions, checksums) and of OpenMP in the "
          "program, set at engine creation. Empty: OMP_NUM_THREADS when it is set, else the cores of the "
          "rank's CPU binding, else the node's cores divided by the ranks on the node."},
+        {"DSM_STOP_SIGNAL", "",
+         "A signal (USR1, SIGTERM, a number) that asks training to stop: every engine created while it is "
+         "set catches it, and dsm_engine_stop_requested() reports it on every rank from the next step "
+         "boundary on (as dsm_engine_set_stop_signal()). Empty: no signal is caught."},
         {"DSM_CUDA_DEVICE", "",
          "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
          "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "

@@ -5,6 +5,7 @@
 #include "dsm_config.h"
 
 #include "engine/engine.hpp"
+#include "engine/stop_signal.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -21,6 +22,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/param.hpp"
 #include "cuda/device.hpp"
 #include "optim/lr_from_config.hpp"
 #include "optim/optimizer.hpp"
@@ -91,10 +93,13 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     // Arguments first, agreed, so that one rank's bad argument fails all.
     dsm_status_t bad = DSM_SUCCESS;
     std::string why;
+    int env_stop = 0;
     try {
         DSM_REQUIRE(have_output, DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
         DSM_ARG_NOT_NULL(config);
         check_params(params, nparams);
+        if (param_is_set("DSM_STOP_SIGNAL"))
+            env_stop = parse_stop_signal(param_string("DSM_STOP_SIGNAL"), "DSM_STOP_SIGNAL");
     } catch (const Error &e) {
         bad = e.status();
         why = e.message();
@@ -215,6 +220,11 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
              dp_size_, sp_size_, space_->name().c_str(), dp_->name(),
              offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str(),
              comm::Pipeline::mode_name(stage_->overlap()));
+    if (env_stop != 0) {
+        stop_signal_use(env_stop);
+        stop_signal_ = env_stop;
+        DSM_INFO(ENGINE, "stop signal: SIG%s (%d) from DSM_STOP_SIGNAL", stop_signal_name(env_stop), env_stop);
+    }
 }
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
@@ -388,6 +398,8 @@ void Engine::close() {
 }
 
 void Engine::release(bool abandon) {
+    stop_signal_release(stop_signal_);
+    stop_signal_ = 0;
     if (abandon) {
         if (sp_) sp_->abandon();
         if (dp_) dp_->abandon();

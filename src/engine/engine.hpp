@@ -173,7 +173,7 @@ private:
     static DeviceMirror::Keep mirror_keep(const Param &p);
 
     // Reductions (engine_step.cc).
-    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD };
+    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, STOP_SIGNAL };
     void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
@@ -250,7 +250,16 @@ private:
     double monitor_last_ = 0.0;
     Timers monitor_timers_;
 
+    // The stop signal (stop_signal.hpp; 0: none), and whether it arrived on
+    // some rank: agreed at every dsm_step, reported from the next boundary on.
+    int stop_signal_ = 0;
+    bool stop_pending_ = false, stop_requested_ = false;
+
 public:
+    // dsm_engine_set_stop_signal (collective), dsm_engine_stop_requested (local).
+    void set_stop_signal(int signum);
+    bool stop_requested() const noexcept { return stop_requested_; }
+
     // dsm_engine_log_loss, dsm_engine_log_scalar, dsm_engine_set_flops (local).
     void log_loss(double loss);
     void log_scalar(const char *name, double value);

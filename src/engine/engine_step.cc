@@ -15,6 +15,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "engine/engine.hpp"
+#include "engine/stop_signal.hpp"
 
 namespace dsm {
 namespace engine {
@@ -32,6 +33,7 @@ const char *point_name(int64_t p) {
     case 5: return "dsm_engine_free";
     case 6: return "dsm_engine_save_checkpoint";
     case 7: return "dsm_engine_load_checkpoint";
+    case 8: return "dsm_engine_set_stop_signal";
     }
     return "?";
 }
@@ -39,7 +41,8 @@ const char *point_name(int64_t p) {
 } // namespace
 
 // One allreduce (MAX) of: the point and its detail, negated copies (so MAX
-// gives the minimum too), and the lowest failing rank. Then, if any rank
+// gives the minimum too), the lowest failing rank, and at dsm_step whether
+// the stop signal arrived here (so every rank learns it from any rank). Then, if any rank
 // failed, the lowest failing rank's message is broadcast and every rank
 // throws it; if the ranks are at different points, every rank throws
 // DSM_ERR_MISMATCH. Ranks at different points are in different engine calls
@@ -49,10 +52,11 @@ const char *point_name(int64_t p) {
 void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_error, dsm_status_t local_status) {
     const int64_t p = static_cast<int64_t>(point);
     const bool failed = local_status != DSM_SUCCESS;
-    int64_t mine[5] = {p, -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1};
-    int64_t all[5];
+    const bool stop = point == SyncPoint::STEP && stop_signal_received(stop_signal_);
+    int64_t mine[6] = {p, -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1, stop ? 1 : 0};
+    int64_t all[6];
     try {
-        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 5, MPI_INT64_T, MPI_MAX, world_));
+        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MAX, world_));
     } catch (...) {
         broken_ = true; // the ranks' states are unknown
         throw;
@@ -78,7 +82,22 @@ void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_erro
                  -all[3], " to ", all[2],
                  (point == SyncPoint::GATHER ? " (parameter index: acquire the same parameters in the same order)"
                   : point == SyncPoint::FLUSH ? " (gradient bucket: release the same gradients in the same order)"
+                  : point == SyncPoint::STOP_SIGNAL ? " (the signal number)"
                                               : ""));
+    if (all[5] > 0) stop_pending_ = true;
+}
+
+void Engine::set_stop_signal(int signum) {
+    check_usable();
+    const std::string bad = stop_signal_check(signum);
+    sync(SyncPoint::STOP_SIGNAL, signum, bad.empty() ? "" : cat("signum is ", signum, ": ", bad),
+         bad.empty() ? DSM_SUCCESS : DSM_ERR_INVALID_ARGUMENT);
+    if (signum == stop_signal_) return;
+    stop_signal_use(signum);
+    stop_signal_release(stop_signal_);
+    stop_signal_ = signum;
+    DSM_INFO(ENGINE, "stop signal: %s%s (%d); dsm_engine_stop_requested() reports it at the next step boundary",
+            signum ? "SIG" : "none", stop_signal_name(signum), signum);
 }
 
 // ZeRO-Offload: add in the gradients released so far before the engine
@@ -175,6 +194,7 @@ void Engine::step(dsm_step_info_t *info) {
         ++micro_steps_;
         const bool boundary = micro_steps_ % cfg_.gradient_accumulation_steps == 0;
         last_boundary_ = boundary;
+        if (boundary && stop_pending_) stop_requested_ = true;
         last_skipped_ = false;
         // Prefetched parameters nobody acquired are dropped; the trace rolls over.
         stage_->new_micro_step(false);

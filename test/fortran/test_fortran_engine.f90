@@ -383,6 +383,16 @@ contains
     real(c_float), dimension(NW1 * NW2) :: wv
     real(c_float), dimension(NB) :: bv
     integer(c_int64_t) :: tb, mb, gas, dp
+    logical :: stop
+    integer(c_int) :: rc
+    integer, parameter :: SIGUSR1 = 10, SIGKILL = 9
+    interface
+       function c_raise(sig) bind(C, name='raise') result(rc)
+         import :: c_int
+         integer(c_int), value :: sig
+         integer(c_int) :: rc
+       end function c_raise
+    end interface
 
     call dsm_engine_init(mesh, sgd_config(1, 2, ', "bf16": {"enabled": true}'), params, engine, st)
     call check(st == DSM_SUCCESS, 'f32 helpers: a bf16 engine')
@@ -412,8 +422,19 @@ contains
     call check(st == DSM_SUCCESS, 'dsm_engine_set_flops')
     call dsm_engine_set_flops(engine, -1d0, 0d0, st)
     call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'flops_per_sample -1', 'dsm_engine_set_flops refuses -1')
+    ! The stop signal: SIGUSR1 on the last rank; every rank stops at the boundary (2 micro-steps).
+    call dsm_engine_set_stop_signal(engine, SIGKILL, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'SIGKILL cannot be caught', 'dsm_engine_set_stop_signal refuses SIGKILL')
+    call dsm_engine_set_stop_signal(engine, SIGUSR1, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_set_stop_signal(SIGUSR1)')
+    if (rank == nprocs - 1) rc = c_raise(int(SIGUSR1, c_int))
     call dsm_step(engine, ierr=st)
     call check(st == DSM_SUCCESS, 'f32 helpers: dsm_step')
+    call dsm_engine_stop_requested(engine, stop, st)
+    call check(st == DSM_SUCCESS .and. .not. stop, 'no stop before the accumulation boundary')
+    call dsm_step(engine, ierr=st)
+    call dsm_engine_stop_requested(engine, stop, st)
+    call check(st == DSM_SUCCESS .and. stop, 'dsm_engine_stop_requested on every rank at the boundary')
     call dsm_engine_free(engine)
   end subroutine test_f32_helpers
 
