@@ -31,20 +31,11 @@ static const int64_t shape[NP] = {1000, 37, 515, 8};
 static const char *names[NP] = {"a", "b", "c", "d"};
 #define MAXN 1000
 
-static float hashf(unsigned a, unsigned b) {
-    unsigned h = a * 2654435761u ^ (b + 0x9e3779b9u + (a << 6) + (a >> 2));
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return (float)(h & 0xffffff) / (float)0x800000 - 1.0f;
-}
 
 static int init_fn(void *user, int index, const char *name, int64_t offset, int64_t count, float *values) {
     (void)user;
     (void)name;
-    for (int64_t i = 0; i < count; ++i) values[i] = 0.5f * hashf(7u + (unsigned)index, (unsigned)(offset + i));
+    for (int64_t i = 0; i < count; ++i) values[i] = 0.5f * test_hashf(7u + (unsigned)index, (unsigned)(offset + i));
     return 0;
 }
 
@@ -155,7 +146,7 @@ static report_t train(dsm_mesh_t mesh, const variant_t *v, int hpz, int steps, f
                              k, names[i]);
                 engine_read_f32(e, p, vals, (size_t)shape[i]);
                 for (int64_t j = 0; j < shape[i]; ++j)
-                    g[j] = 0.05f * vals[j] + 0.01f * hashf((unsigned)(test_rank * 131 + s * 7 + k), (unsigned)j);
+                    g[j] = 0.05f * vals[j] + 0.01f * test_hashf((unsigned)(test_rank * 131 + s * 7 + k), (unsigned)j);
                 ASSERT_OK(dsm_engine_grad_acquire(e, i, &grad));
                 engine_write_f32(e, grad, g, (size_t)shape[i]);
                 ASSERT_OK(dsm_engine_grad_release(e, i));
