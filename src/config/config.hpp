@@ -92,7 +92,7 @@ struct ZeroConfig {
     bool use_all_reduce_for_fetch_params = false;     // stage3_use_all_reduce_for_fetch_params
     bool ignore_unused_parameters = true;
     bool round_robin_gradients = false;
-    int64_t zero_hpz_partition_size = 1;              // accepted only <= 1
+    int64_t zero_hpz_partition_size = 1;              // ZeRO-3 hpZ group size (0, 1: off)
     int64_t mics_shard_size = -1;                     // accepted only <= 0
     bool memory_efficient_linear = true;
     bool override_module_apply = true;

@@ -104,10 +104,9 @@ void read_zero(Node &root, Config &cfg) {
         zero.get_bool("stage3_use_all_reduce_for_fetch_params", z.use_all_reduce_for_fetch_params);
     z.ignore_unused_parameters = zero.get_bool("ignore_unused_parameters", z.ignore_unused_parameters);
     z.round_robin_gradients = zero.get_bool("round_robin_gradients", z.round_robin_gradients);
+    // ZeRO++ hpZ; the engine checks it against the data-parallel size
+    // (stage 3) or ignores it with a warning (stages 0-2), as DeepSpeed does.
     z.zero_hpz_partition_size = zero.get_int("zero_hpz_partition_size", 1, 0);
-    if (z.zero_hpz_partition_size > 1)
-        unsupported(zero.key_path("zero_hpz_partition_size"),
-                    cat("hierarchical partitioning (ZeRO++ hpZ, ", z.zero_hpz_partition_size, ")"));
     z.mics_shard_size = zero.get_int("mics_shard_size", -1);
     if (z.mics_shard_size > 0)
         unsupported(zero.key_path("mics_shard_size"), cat("MiCS sharding (", z.mics_shard_size, ")"));

@@ -131,6 +131,12 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
                         ".device \"cpu\": ZeRO-Offload keeps the parameters and gradients on a CUDA device, "
                         "and this rank has ", why);
         }
+        // hpZ groups are zero_hpz_partition_size consecutive data-parallel ranks.
+        const int64_t hpz = c.zero.zero_hpz_partition_size;
+        DSM_REQUIRE(c.zero.stage != 3 || hpz <= 1 || (hpz <= dp_size_ && dp_size_ % hpz == 0), DSM_ERR_CONFIG,
+                    "zero_optimization.zero_hpz_partition_size: ", hpz, " does not divide the data-parallel size ",
+                    dp_size_, " (hpZ's secondary partition groups are that many consecutive data-parallel ranks: "
+                    "use a divisor, normally the ranks per node)");
     };
     cfg_ = config::load_collective(world_, bad == DSM_SUCCESS ? config : "", ctx, check, bad, why);
 
@@ -160,6 +166,10 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     });
 
     open_monitor(); // csv_monitor, tensorboard: the first rank's files
+    if (cfg_.zero.stage != 3 && cfg_.zero.zero_hpz_partition_size > 1 && world_rank_ == 0)
+        DSM_WARN(INIT, "configuration: zero_optimization.zero_hpz_partition_size %lld is ignored with ZeRO stage %d "
+                 "(hpZ keeps secondary partitions of the parameters, which only stage 3 partitions)",
+                 static_cast<long long>(cfg_.zero.zero_hpz_partition_size), cfg_.zero.stage);
 
     dtype_ = compute_dtype(cfg_);
     esize_ = dtype_bytes(dtype_);
@@ -180,6 +190,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         ss.max_live_parameters = cfg_.zero.max_live_parameters;
         ss.max_reuse_distance = cfg_.zero.max_reuse_distance;
         ss.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
+        ss.hpz = cfg_.zero.stage == 3 ? static_cast<int>(std::max<int64_t>(cfg_.zero.zero_hpz_partition_size, 1)) : 1;
         stage_ = zero::Stage::create(ss);
     }
     build_params(params, nparams);
@@ -189,6 +200,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     // shm within a node, else mpi, for host memory).
     choose_space(options);
     make_backends(options);
+    make_hpz_group(options);
     // Local allocations may fail on one rank: agree before anything collective uses them.
     allocate_or_fall_back(mesh_->node());
     if (offloads(cfg_)) {
@@ -401,21 +413,25 @@ void Engine::release(bool abandon) {
     stop_signal_release(stop_signal_);
     stop_signal_ = 0;
     if (abandon) {
+        if (hpz_) hpz_->abandon();
         if (sp_) sp_->abandon();
         if (dp_) dp_->abandon();
         if (world_backend_) world_backend_->abandon();
     }
     compute_->release();
     if (stage_) stage_->free(); // shared buffers: collective, in reverse order of allocation
+    hpz_.reset();
     sp_.reset();
     dp_.reset();
     world_backend_.reset();
     if (abandon) { // MPI_Comm_free is collective too
+        (void)hpz_comm_.release();
         (void)sp_comm_.release();
         (void)dp_comm_.release();
         (void)world_comm_.release();
     }
-    int rc1 = sp_comm_.reset(), rc2 = dp_comm_.reset();
+    int rc1 = hpz_comm_.reset(), rc2 = dp_comm_.reset();
+    rc1 = rc1 != MPI_SUCCESS ? rc1 : sp_comm_.reset();
     rc1 = rc1 != MPI_SUCCESS ? rc1 : world_comm_.reset();
     mesh_handle_.reset();
     int rc3 = mesh_ ? mesh_->release() : MPI_SUCCESS;

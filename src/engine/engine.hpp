@@ -17,6 +17,11 @@
 // (OffloadCompute over a DeviceMirror, compute.hpp; without offload the
 // host Compute hands out the engine's own buffers).
 //
+// ZeRO++ hpZ (zero_hpz_partition_size > 1, stage 3): the stage also gets
+// the backend of this rank's secondary partition group (hpz_: consecutive
+// data-parallel ranks, normally those of a node), and the engine counts the
+// bytes that leave the node per step (bytes_off_node()).
+//
 // Collective points (every rank of the engine in the same order): init,
 // param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
 // bucket (ZeRO-2/3), step, checkpoint save and load, and free. Each starts
@@ -144,6 +149,20 @@ public:
     // For benchmarks: time spent so far, and the bytes this rank sent.
     const Timers &timers() const noexcept { return timers_; }
     uint64_t bytes_sent() const noexcept;
+    // Of those, the bytes that left this rank's node: what the backends
+    // count, none for a group whose ranks share one node (the mesh's
+    // placement says so, whatever the backend).
+    uint64_t bytes_off_node() const noexcept;
+    // The same two counts over the last global step (from the end of the
+    // step before, or the engine's creation, to the end of its last
+    // dsm_step: every micro-step's gathers and reductions and the update's
+    // gathers).
+    uint64_t last_step_bytes_sent() const noexcept { return last_step_sent_; }
+    uint64_t last_step_bytes_off_node() const noexcept { return last_step_off_; }
+    // hpZ: ranks per secondary partition group (1: off), and whether every
+    // group lies inside one node.
+    int hpz_size() const noexcept { return hpz_size_; }
+    bool hpz_within_node() const noexcept { return hpz_one_node_; }
     // Bytes of the model state on this rank, and the ZeRO paper's bytes per parameter.
     size_t model_state_bytes() const;
     double zero_formula_bytes_per_param() const;
@@ -160,6 +179,7 @@ private:
     static bool offloads(const config::Config &c); // ZeRO-Offload is configured
     void choose_space(const Options &options);  // engine_init.cc
     void make_backends(const Options &options); // engine_init.cc
+    void make_hpz_group(const Options &options); // engine_init.cc
     // Before a pointer goes to the user: the space's queued work is done
     // (unless the user's stream orders it).
     void hand_out();
@@ -205,6 +225,16 @@ private:
     Comm dp_comm_, sp_comm_;
     std::unique_ptr<comm::Backend> dp_, sp_;
     std::unique_ptr<comm::Backend> world_backend_; // nccl: the communicator dp_ and sp_ were split from
+    // hpZ: the secondary partition group (zero_hpz_partition_size consecutive
+    // data-parallel ranks; none with hpz_size_ 1).
+    Comm hpz_comm_;
+    std::unique_ptr<comm::Backend> hpz_;
+    int hpz_size_ = 1;
+    // Whether each group's ranks share one node (their bytes stay on it).
+    bool dp_one_node_ = false, sp_one_node_ = false, hpz_one_node_ = true;
+    // Bytes sent and sent off the node, at the end of the last global step
+    // and during it.
+    uint64_t step_mark_sent_ = 0, step_mark_off_ = 0, last_step_sent_ = 0, last_step_off_ = 0;
     int dp_size_ = 1, dp_rank_ = 0, sp_size_ = 1, world_size_ = 1, world_rank_ = 0;
 
     config::Config cfg_;

@@ -18,7 +18,15 @@ namespace engine {
 // ---------------------------------------------------------------- describe
 
 uint64_t Engine::bytes_sent() const noexcept {
-    return (dp_ ? dp_->stats().bytes_sent : 0) + (sp_ ? sp_->stats().bytes_sent : 0);
+    return (dp_ ? dp_->stats().bytes_sent : 0) + (sp_ ? sp_->stats().bytes_sent : 0) +
+           (hpz_ ? hpz_->stats().bytes_sent : 0);
+}
+
+uint64_t Engine::bytes_off_node() const noexcept {
+    const auto off = [](const comm::Backend *b, bool one_node) -> uint64_t {
+        return b != nullptr && !one_node ? b->stats().bytes_off_node : 0;
+    };
+    return off(dp_.get(), dp_one_node_) + off(sp_.get(), sp_one_node_) + off(hpz_.get(), hpz_one_node_);
 }
 
 double Engine::zero_formula_bytes_per_param() const {
@@ -53,6 +61,7 @@ std::string Engine::describe(dsm_format_t format) const {
     add("master_weights", master_own_.bytes());
     add("optimizer_state", optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states()));
     add("fp32_gradient_scratch", grad32_.bytes());
+    add("hpz_secondary_partition", m.secondary);
     add("reduction_buckets", m.buckets);
     size_t frozen = 0;
     for (const Param &p : params_) frozen += p.frozen.bytes();
@@ -87,8 +96,13 @@ std::string Engine::describe(dsm_format_t format) const {
           {"zero_formula_bytes_per_parameter", formula}}},
         {"communication",
          {{"bytes_sent", bytes_sent()},
-          {"bytes_off_node", dp_->stats().bytes_off_node + (sp_ ? sp_->stats().bytes_off_node : 0)},
-          {"calls", dp_->stats().calls + (sp_ ? sp_->stats().calls : 0)}}},
+          {"bytes_off_node", bytes_off_node()},
+          {"calls", dp_->stats().calls + (sp_ ? sp_->stats().calls : 0) + (hpz_ ? hpz_->stats().calls : 0)},
+          {"last_step", {{"bytes_sent", last_step_sent_}, {"bytes_off_node", last_step_off_}}}}},
+        {"hpz",
+         {{"partition_size", hpz_size_},
+          {"group_within_node", hpz_one_node_},
+          {"secondary_partition_bytes", m.secondary}}},
         {"timers_seconds",
          {{"reduce", timers_.reduce}, {"optimizer", timers_.optimizer}, {"gather", timers_.gather}}},
     };
@@ -105,6 +119,11 @@ std::string Engine::describe(dsm_format_t format) const {
     os << "parameters: " << num_params() << " (" << layout_.used() << " trainable elements, flat "
        << layout_.total() << ", partition " << layout_.part_size() << ")\n";
     os << offload.str();
+    if (hpz_size_ > 1)
+        os << "hpZ: secondary partitions over " << hpz_size_ << " data-parallel ranks ("
+           << (hpz_one_node_ ? "inside one node" : "spanning nodes") << "), " << m.secondary << " bytes here\n";
+    os << "communication: " << bytes_sent() << " bytes sent, " << bytes_off_node() << " off the node; last step "
+       << last_step_sent_ << " sent, " << last_step_off_ << " off the node\n";
     os << "memory on this rank:\n";
     for (auto &kv : buffers.items()) os << "  " << kv.key() << ": " << kv.value().get<size_t>() << " bytes\n";
     char line[160];

@@ -126,6 +126,10 @@ void Engine::allocate_or_fall_back(int node) {
         stage_->free();
         dp_.reset();
         dp_ = comm::create_backend(dp_comm_.get(), comm::Kind::MPI, node);
+        if (hpz_ && std::strcmp(hpz_->name(), "shm") == 0) { // its windows would not fit either
+            hpz_.reset();
+            hpz_ = comm::create_backend(hpz_comm_.get(), comm::Kind::MPI, node);
+        }
         attempt();
     }
     agree(world_, [&] {
@@ -148,6 +152,7 @@ void Engine::allocate() {
     const size_t P = layout_.part_size();
     stage_->set_overlap(overlap_mode(cfg_.zero.overlap_comm, *space_));
     stage_->bind(&layout_, part_, dp_.get(), sp_.get(), space_, math_.get(), &timers_);
+    stage_->bind_hpz(hpz_.get());
     stage_->allocate(); // the collective (shared) allocations first
     if (dtype_ == DSM_FLOAT32) {
         master_ = static_cast<float *>(stage_->param_partition());
@@ -233,17 +238,26 @@ void Engine::choose_space(const Options &options) {
 // The backends of the data-parallel and sequence-parallel groups for the
 // space's memory. NCCL communicators come from one communicator over the
 // engine's ranks, split per mesh dimension (ncclCommSplit).
+namespace {
+
+// The kind the options ask for, in `kind`; NULL for DSM_BACKEND_DEFAULT
+// (make_backend() reads DSM_COMM_BACKEND).
+const comm::Kind *backend_choice(const Options &options, comm::Kind &kind) {
+    switch (options.backend) {
+    case DSM_BACKEND_AUTO: kind = comm::Kind::AUTO; return &kind;
+    case DSM_BACKEND_MPI: kind = comm::Kind::MPI; return &kind;
+    case DSM_BACKEND_SHM: kind = comm::Kind::SHM; return &kind;
+    case DSM_BACKEND_NCCL: kind = comm::Kind::NCCL; return &kind;
+    default: return nullptr;
+    }
+}
+
+} // namespace
+
 void Engine::make_backends(const Options &options) {
     const int node = mesh_->node();
     comm::Kind kind = comm::Kind::AUTO;
-    const comm::Kind *choice = nullptr;
-    switch (options.backend) {
-    case DSM_BACKEND_AUTO: choice = &kind; break;
-    case DSM_BACKEND_MPI: kind = comm::Kind::MPI; choice = &kind; break;
-    case DSM_BACKEND_SHM: kind = comm::Kind::SHM; choice = &kind; break;
-    case DSM_BACKEND_NCCL: kind = comm::Kind::NCCL; choice = &kind; break;
-    default: break;
-    }
+    const comm::Kind *choice = backend_choice(options, kind);
     const comm::Space cs = space_->host_addressable() ? comm::Space::HOST : comm::Space::DEVICE;
 #if DSM_HAVE_NCCL_BACKEND
     if (cs == comm::Space::DEVICE) {
@@ -263,6 +277,59 @@ void Engine::make_backends(const Options &options) {
 #endif
     dp_ = comm::make_backend(dp_comm_.get(), cs, node, choice);
     if (sp_size_ > 1) sp_ = comm::make_backend(sp_comm_.get(), cs, node, choice);
+}
+
+namespace {
+
+// Collective over `comm`: whether its ranks share one node (`node`: this
+// rank's, from the mesh placement).
+bool one_node(MPI_Comm comm, int node) {
+    int v[2] = {node, -node}, r[2] = {0, 0};
+    DSM_CHECK_MPI(MPI_Allreduce(v, r, 2, MPI_INT, MPI_MAX, comm));
+    return r[0] == -r[1];
+}
+
+} // namespace
+
+// ZeRO++ hpZ: the secondary partition groups, zero_hpz_partition_size
+// consecutive data-parallel ranks each (as DeepSpeed's
+// _create_zero_param_parallel_group makes them), with a backend for the
+// space's memory; and which groups stay inside a node (their bytes are not
+// counted off the node). A group that spans nodes works (the same values)
+// but its gathers cross the network: a warning says so, once.
+void Engine::make_hpz_group(const Options &options) {
+    const int node = mesh_->node();
+    dp_one_node_ = one_node(dp_comm_.get(), node);
+    sp_one_node_ = one_node(sp_comm_.get(), node);
+    hpz_size_ = cfg_.zero.stage == 3 ? static_cast<int>(std::max<int64_t>(cfg_.zero.zero_hpz_partition_size, 1)) : 1;
+    if (hpz_size_ <= 1) return;
+    const int color = dp_rank_ / hpz_size_;
+    hpz_comm_ = Comm::split(dp_comm_.get(), color, dp_rank_);
+    hpz_one_node_ = one_node(hpz_comm_.get(), node);
+#if DSM_HAVE_NCCL_BACKEND
+    if (auto *nccl = dynamic_cast<comm::NcclBackend *>(world_backend_.get())) {
+        // One color per group over the engine's ranks: its sequence-parallel
+        // position and its block of data-parallel ranks.
+        int spr = 0;
+        DSM_CHECK_MPI(MPI_Comm_rank(sp_comm_.get(), &spr));
+        hpz_ = nccl->split(spr * (dp_size_ / hpz_size_) + color, dp_rank_);
+    }
+#endif
+    if (!hpz_) {
+        comm::Kind kind = comm::Kind::AUTO;
+        const comm::Space cs = space_->host_addressable() ? comm::Space::HOST : comm::Space::DEVICE;
+        hpz_ = comm::make_backend(hpz_comm_.get(), cs, node, backend_choice(options, kind));
+    }
+    int spans = hpz_one_node_ ? 0 : 1, fewest = 0;
+    const MeshState &m = mesh_->state();
+    int local = m.ranks[static_cast<size_t>(m.rank)].local_size;
+    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &spans, 1, MPI_INT, MPI_MAX, world_));
+    DSM_CHECK_MPI(MPI_Allreduce(&local, &fewest, 1, MPI_INT, MPI_MIN, world_));
+    if (spans != 0 && world_rank_ == 0)
+        DSM_WARN(INIT, "zero_optimization.zero_hpz_partition_size %d: a secondary partition group spans nodes (%d "
+                 "consecutive data-parallel ranks; a node holds %d of the engine's ranks), so hpZ's gathers cross "
+                 "the network; use the number of data-parallel ranks per node",
+                 hpz_size_, hpz_size_, fewest);
 }
 
 // A frozen parameter's values (compute dtype, in the space) from and to fp32.

@@ -200,6 +200,14 @@ void Engine::step(dsm_step_info_t *info) {
         stage_->new_micro_step(false);
         stage_->reduce(boundary, at_point(SyncPoint::FLUSH));
         if (boundary) {
+            // The step's traffic: since the previous step's reduction (its
+            // update's gathers, every micro-step's gathers and reductions);
+            // nothing is in flight after reduce().
+            const uint64_t sent = bytes_sent(), off = bytes_off_node();
+            last_step_sent_ = sent - step_mark_sent_;
+            last_step_off_ = off - step_mark_off_;
+            step_mark_sent_ = sent;
+            step_mark_off_ = off;
 
             // Unscale, check, norm, clip.
             const double t0 = now();

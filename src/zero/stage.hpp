@@ -11,6 +11,15 @@
 //                     region whole),                       as they are released
 //                     gathered on use
 //
+// ZeRO++ hpZ (StageSettings::hpz > 1, stage 3): a secondary copy of every
+// gathered parameter, partitioned over a group of hpz consecutive
+// data-parallel ranks (the ranks of a node): the first gather of a parameter
+// after publish() reads the primary partitions (the whole data-parallel
+// group) and keeps this rank's slice of the group's secondary partition;
+// the later gathers until the next publish() (or the accumulation boundary)
+// read the secondary partitions over the group only (bind_hpz()). The
+// gathered values are the same bits either way.
+//
 // T = the flat layout's total, P = one partition. The planning (which
 // elements go into which round, which parameters a gather prefetches) is in
 // plan.hpp, free of MPI.
@@ -76,11 +85,15 @@ struct StageSettings {
     int64_t allgather_bucket_size = 500000000;
     // overlap_comm: how the collectives run (comm/pipeline.hpp); INLINE: off.
     comm::Pipeline::Mode overlap = comm::Pipeline::Mode::INLINE;
+    // ZeRO-3, zero_hpz_partition_size: ranks per secondary partition group
+    // (1: none). The group's backend comes with bind_hpz().
+    int hpz = 1;
 };
 
 // The memory a stage holds, by kind (Engine::describe()).
 struct StageMemory {
     size_t params = 0, grads = 0, buckets = 0, live = 0, idle = 0;
+    size_t secondary = 0; // hpZ: this rank's slice of the secondary partition
 };
 
 class Stage {
@@ -106,6 +119,11 @@ public:
     // timers to add to.
     void bind(const Layout *layout, int part, comm::Backend *dp, comm::Backend *sp, device::Space *space,
               amp::Math *math, Timers *timers);
+    // hpZ (StageSettings::hpz > 1), before allocate(): the backend of this
+    // rank's secondary partition group (hpz consecutive data-parallel ranks;
+    // group rank = data-parallel rank % hpz). Stages that do not partition
+    // parameters ignore it.
+    void bind_hpz(comm::Backend *group) noexcept { hpz_ = group; }
     // Collective over the data-parallel group: shared allocations in the
     // same order on every rank, then private ones.
     virtual void allocate() = 0;
@@ -162,6 +180,7 @@ protected:
     const Layout *layout_ = nullptr;
     int part_ = 0;
     comm::Backend *dp_ = nullptr, *sp_ = nullptr;
+    comm::Backend *hpz_ = nullptr; // hpZ: the secondary partition group
     device::Space *space_ = &device::host();
     amp::Math *math_ = nullptr;
     // The queue of the space now (dsm_engine_set_stream may change it).

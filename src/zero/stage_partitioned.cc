@@ -23,6 +23,15 @@
 // until its ticket is done (bucket_ticket_), so the next gradients go to
 // pool buffers meanwhile. A gather is a task too, and ZeRO-3 also prefetches
 // the window of the trace ahead of the acquired parameter (prefetch_ahead).
+//
+// hpZ (stage.hpp): the secondary partition is the flat layout split into
+// StageSettings::hpz parts (secondary_layout_: the same slots and offsets);
+// this rank holds part hpz_->rank() of it, less the persistent region, in
+// secondary_ (private memory, allocated once). A primary gather copies this
+// rank's slice of each parameter it gathered into secondary_ and marks the
+// parameter (secondary_ok_); a gather of marked parameters is the same
+// allgatherv over the group's backend, from secondary_. publish() clears the
+// marks: the copies hold the values before the update.
 #include <algorithm>
 #include <cstring>
 #include <deque>
@@ -115,6 +124,28 @@ private:
     struct Pending;
     void reduce_pending(std::vector<Pending> &pending, int resident, bool user_holds);
     void gather(const std::vector<int> &list);
+    // Where one gather reads from: the partitions of `layout` over `group`,
+    // this rank's part `part`, held at `base` from flat element `begin`.
+    struct Source {
+        const Layout *layout;
+        comm::Backend *group;
+        const char *base;
+        size_t begin;
+        int part;
+        bool keep; // a primary gather that fills the secondary partition
+    };
+    Source primary() const {
+        return Source{layout_, dp_, static_cast<const char *>(param_part_.data()), layout_->part_begin(part_), part_,
+                      hpz_on()};
+    }
+    Source secondary() const {
+        return Source{&secondary_layout_, hpz_, static_cast<const char *>(secondary_.data()), secondary_begin_,
+                      hpz_->rank(), false};
+    }
+    comm::Pipeline::Ticket gather_from(const std::vector<int> &list, const Source &src);
+    // hpZ: this rank's slice of parameter `j` from its whole values.
+    void keep_secondary(int j, const char *whole);
+    bool hpz_on() const noexcept { return s_.stage == 3 && s_.hpz > 1 && hpz_ != nullptr; }
     void prefetch_ahead(size_t p, int index, const Before &before);
     bool reused_soon(int index) const;
     size_t live_elems() const;
@@ -131,6 +162,12 @@ private:
     SharedBuffer param_part_;  // stage 3: P
     SharedBuffer bucket_send_; // one round, packed by owner; reduced in place
     Buffer grad_part_;         // P
+    // hpZ: the secondary layout, this rank's slice of it (flat elements from
+    // secondary_begin_), and per parameter whether the slice holds it now.
+    Layout secondary_layout_;
+    Buffer secondary_;
+    size_t secondary_begin_ = 0;
+    std::vector<char> secondary_ok_;
     // What the bucket holds between flushes: nothing, the gradient of
     // arena_param_ (acquired, or released and pending), or its gathered values.
     enum class Arena { FREE, GRAD, PARAM };
@@ -189,6 +226,17 @@ void Partitioned::allocate() {
     bucket_cap_ = bucket_capacity(s_.reduce_bucket_size, layout_->used());
     bucket_send_ = SharedBuffer(dp_, *space_, bucket_cap_ * csize_);
     grad_part_ = Buffer(*space_, P * esize_);
+    if (hpz_on()) {
+        DSM_REQUIRE(hpz_->size() == s_.hpz, DSM_ERR_INTERNAL, "the hpZ group has ", hpz_->size(), " ranks, expected ",
+                    s_.hpz);
+        // This rank's secondary part, less the persistent region (held whole).
+        secondary_layout_ = Layout(layout_->slots(), s_.hpz);
+        const size_t b = secondary_layout_.part_begin(hpz_->rank());
+        secondary_begin_ = std::max(b, persist_end_);
+        const size_t end = std::max(b + secondary_layout_.part_size(), persist_end_);
+        secondary_ = Buffer(*space_, (end - secondary_begin_) * esize_);
+    }
+    secondary_ok_.assign(static_cast<size_t>(max_param + 1), 0);
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
@@ -213,6 +261,7 @@ void Partitioned::free() noexcept {
     param_part_.reset();
     param_flat_.reset();
     grad_part_ = Buffer();
+    secondary_ = Buffer();
     arena_ = Arena::FREE;
 }
 
@@ -220,6 +269,7 @@ StageMemory Partitioned::memory() const {
     StageMemory m;
     m.params = param_flat_.bytes() + param_part_.bytes();
     m.grads = grad_part_.bytes();
+    m.secondary = secondary_.bytes();
     m.buckets = bucket_send_.bytes();
     for (const auto &b : gathered_) m.live += b.capacity();
     for (const auto &b : staging_) m.live += b.capacity();
@@ -259,68 +309,98 @@ const void *Partitioned::acquire_param(int index, const Before &before) {
     return gathered_[static_cast<size_t>(index)].data();
 }
 
-// Gather whole parameters from their partitions (allgatherv over the
-// data-parallel group). One parameter goes straight into its buffer; several
-// (prefetch) are packed by owner and unpacked.
+// Gather whole parameters: with hpZ, those whose secondary slices are
+// current from the group's secondary partitions, the others from the
+// primary ones (keeping their secondary slices); else all from the primary.
 void Partitioned::gather(const std::vector<int> &list) {
-    const char *part = static_cast<const char *>(param_part_.data());
-    const size_t my_begin = layout_->part_begin(part_);
+    std::vector<int> from_primary, from_secondary;
+    for (int j : list) (secondary_ok_[static_cast<size_t>(j)] ? from_secondary : from_primary).push_back(j);
+    if (!from_primary.empty()) {
+        const comm::Pipeline::Ticket t = gather_from(from_primary, primary());
+        for (int j : from_primary) {
+            gather_ticket_[static_cast<size_t>(j)] = t;
+            if (hpz_on()) secondary_ok_[static_cast<size_t>(j)] = 1; // the pipeline runs in order
+        }
+    }
+    if (!from_secondary.empty()) {
+        const comm::Pipeline::Ticket t = gather_from(from_secondary, secondary());
+        for (int j : from_secondary) gather_ticket_[static_cast<size_t>(j)] = t;
+    }
+}
+
+// One allgatherv over `src`'s group. One parameter goes straight into its
+// buffer; several (prefetch) are packed by owner and unpacked.
+comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, const Source &src) {
     comm::Pipeline::Ticket t = 0;
     if (list.size() == 1) {
         // One parameter: straight into the bucket when it is free (shared
         // memory, which the backend's peers read in place), else into a buffer.
         const int j = list.front();
         const zero::Slot *s = layout_->slot_of(j);
-        void *to;
+        char *to;
         if (arena_fits(s->numel)) {
             arena_ = Arena::PARAM;
             arena_param_ = j;
-            to = bucket_send_.data();
+            to = static_cast<char *>(bucket_send_.data());
         } else {
             gathered_[static_cast<size_t>(j)] = pool_.take(s->numel * esize_, false);
-            to = gathered_[static_cast<size_t>(j)].data();
+            to = static_cast<char *>(gathered_[static_cast<size_t>(j)].data());
         }
-        const size_t lo = std::max(s->offset, my_begin);
         const bool arena = to == bucket_send_.data();
-        t = pipe_->submit([this, s, lo, my_begin, part, to] {
+        t = pipe_->submit([this, s, src, to] {
             const double t0 = MPI_Wtime();
-            const std::vector<size_t> counts = layout_->counts(s->offset, s->offset + s->numel);
-            dp_->allgatherv(part + (lo - my_begin) * esize_, to, counts, s_.dtype, queue());
+            const std::vector<size_t> counts = src.layout->counts(s->offset, s->offset + s->numel);
+            const size_t lo = std::max(s->offset, src.layout->part_begin(src.part));
+            const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
+            src.group->allgatherv(mine, to, counts, s_.dtype, queue());
+            if (src.keep) keep_secondary(s->param, to);
             timers_->gather += MPI_Wtime() - t0;
         });
         if (arena) bucket_ticket_ = t;
-    } else {
-        auto dst = std::make_shared<std::vector<char *>>();
-        for (int j : list) {
-            gathered_[static_cast<size_t>(j)] = pool_.take(numel_of(j) * esize_, false);
-            dst->push_back(static_cast<char *>(gathered_[static_cast<size_t>(j)].data()));
-        }
-        t = pipe_->submit([this, list, dst, part, my_begin] {
-            const double t0 = MPI_Wtime();
-            const GatherPlan plan = plan_gather(*layout_, list);
-            size_t total = 0;
-            for (size_t c : plan.counts) total += c;
-            Buffer send(*space_, plan.counts[static_cast<size_t>(part_)] * esize_ + 64, false),
-                recv(*space_, total * esize_ + 64, false);
-            size_t at = 0;
-            for (const auto &jp : plan.pieces)
-                if (jp.second.part == part_) {
-                    space_->copy(static_cast<char *>(send.data()) + at * esize_,
-                                 part + (jp.second.flat_offset - my_begin) * esize_, jp.second.count * esize_);
-                    at += jp.second.count;
-                }
-            dp_->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue());
-            at = 0;
-            for (const auto &jp : plan.pieces) {
-                const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
-                space_->copy((*dst)[k] + jp.second.param_offset * esize_, static_cast<char *>(recv.data()) + at * esize_,
-                             jp.second.count * esize_);
+        return t;
+    }
+    auto dst = std::make_shared<std::vector<char *>>();
+    for (int j : list) {
+        gathered_[static_cast<size_t>(j)] = pool_.take(numel_of(j) * esize_, false);
+        dst->push_back(static_cast<char *>(gathered_[static_cast<size_t>(j)].data()));
+    }
+    return pipe_->submit([this, list, dst, src] {
+        const double t0 = MPI_Wtime();
+        const GatherPlan plan = plan_gather(*src.layout, list);
+        size_t total = 0;
+        for (size_t c : plan.counts) total += c;
+        Buffer send(*space_, plan.counts[static_cast<size_t>(src.part)] * esize_ + 64, false),
+            recv(*space_, total * esize_ + 64, false);
+        size_t at = 0;
+        for (const auto &jp : plan.pieces)
+            if (jp.second.part == src.part) {
+                space_->copy(static_cast<char *>(send.data()) + at * esize_,
+                             src.base + (jp.second.flat_offset - src.begin) * esize_, jp.second.count * esize_);
                 at += jp.second.count;
             }
-            timers_->gather += MPI_Wtime() - t0;
-        });
-    }
-    for (int j : list) gather_ticket_[static_cast<size_t>(j)] = t;
+        src.group->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue());
+        at = 0;
+        for (const auto &jp : plan.pieces) {
+            const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
+            space_->copy((*dst)[k] + jp.second.param_offset * esize_, static_cast<char *>(recv.data()) + at * esize_,
+                         jp.second.count * esize_);
+            at += jp.second.count;
+        }
+        if (src.keep)
+            for (size_t k = 0; k < list.size(); ++k) keep_secondary(list[k], (*dst)[k]);
+        timers_->gather += MPI_Wtime() - t0;
+    });
+}
+
+// hpZ: copy this rank's piece of parameter `j`'s secondary partition out of
+// its gathered values.
+void Partitioned::keep_secondary(int j, const char *whole) {
+    const zero::Slot *s = layout_->slot_of(j);
+    const int g = hpz_->rank();
+    for (const Piece &pc : secondary_layout_.param_pieces(j))
+        if (pc.part == g)
+            space_->copy(static_cast<char *>(secondary_.data()) + (pc.flat_offset - secondary_begin_) * esize_,
+                         whole + (pc.flat_offset - s->offset) * esize_, pc.count * esize_);
 }
 
 // overlap_comm, ZeRO-3: gather now the parameters of the recorded trace
@@ -385,6 +465,8 @@ void Partitioned::wait_published(size_t end) {
 void Partitioned::publish(const float *master) {
     pipe_->wait_all(); // gathers in flight read the partition
     published_.clear();
+    // hpZ: the secondary copies hold the values before this update.
+    std::fill(secondary_ok_.begin(), secondary_ok_.end(), 0);
     void *part = param_partition();
     if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
     if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {

@@ -3,7 +3,8 @@
  * host whatever the engine's device: on the device-resident engine (CUDA)
  * they are device memory and go through a copy; on the host and the
  * simulated device they are host memory. For the C tests that compute
- * forward and backward on the host (include after mpi_test.h).
+ * forward and backward on the host (include after mpi_test.h), and the
+ * deterministic values they train on (test_hashf).
  */
 #ifndef DSM_TEST_ENGINE_MEMORY_H
 #define DSM_TEST_ENGINE_MEMORY_H
@@ -13,6 +14,18 @@
 #if DSM_HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
+
+/* A deterministic value in [-1, 1) from two integers (parameter values,
+   gradients). */
+static inline float test_hashf(unsigned a, unsigned b) {
+    unsigned h = a * 2654435761u ^ (b + 0x9e3779b9u + (a << 6) + (a >> 2));
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    h *= 0xc2b2ae35u;
+    h ^= h >> 16;
+    return (float)(h & 0xffffff) / (float)0x800000 - 1.0f;
+}
 
 static inline int engine_on_cuda(dsm_engine_t e) {
     dsm_device_t d = DSM_DEVICE_HOST;

@@ -36,22 +36,12 @@ static const int64_t shape_w1[2] = {NIN, NH}, shape_b1[1] = {NH}, shape_w2[2] = 
 static const size_t numel[NPARAMS] = {NIN * NH, NH, NH * NOUT, NOUT, 1, NOUT};
 #define TOTAL (NIN * NH + NH + NH * NOUT + NOUT + 1 + NOUT)
 
-/* A deterministic value in [-1, 1) from two integers. */
-static float hashf(unsigned a, unsigned b) {
-    unsigned h = a * 2654435761u ^ (b + 0x9e3779b9u + (a << 6) + (a >> 2));
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    h *= 0xc2b2ae35u;
-    h ^= h >> 16;
-    return (float)(h & 0xffffff) / (float)0x800000 - 1.0f;
-}
 
 static int init_fn(void *user, int index, const char *name, int64_t offset, int64_t count, float *values) {
     (void)user;
     (void)name;
     for (int64_t i = 0; i < count; ++i) {
-        float v = 0.4f * hashf(100u + (unsigned)index, (unsigned)(offset + i));
+        float v = 0.4f * test_hashf(100u + (unsigned)index, (unsigned)(offset + i));
         if (index == S) v = 1.0f;
         values[i] = v;
     }
@@ -79,8 +69,8 @@ static void describe_params(dsm_param_desc_t d[NPARAMS], const float *init /* TO
 
 /* One sample's input and target. */
 static void sample(unsigned idx, float x[NIN], float t[NOUT]) {
-    for (int i = 0; i < NIN; ++i) x[i] = hashf(7u, idx * 31u + (unsigned)i);
-    for (int o = 0; o < NOUT; ++o) t[o] = 0.5f * hashf(9u, idx * 17u + (unsigned)o);
+    for (int i = 0; i < NIN; ++i) x[i] = test_hashf(7u, idx * 31u + (unsigned)i);
+    for (int o = 0; o < NOUT; ++o) t[o] = 0.5f * test_hashf(9u, idx * 17u + (unsigned)o);
 }
 
 static void to_f32(dsm_engine_t e, const void *src, float *dst, size_t n) { engine_read_f32(e, src, dst, n); }
@@ -613,7 +603,7 @@ static void test_offload(void **state) {
             for (int k = 0; k < 2; ++k) {
                 void *g;
                 ASSERT_OK(dsm_engine_grad_acquire(e, B1, &g));
-                for (int i = 0; i < NH; ++i) ((float *)g)[i] += (float)(k + 1) * hashf(5u, (unsigned)(i + test_rank));
+                for (int i = 0; i < NH; ++i) ((float *)g)[i] += (float)(k + 1) * test_hashf(5u, (unsigned)(i + test_rank));
                 ASSERT_OK(dsm_engine_grad_release(e, B1));
             }
             ASSERT_OK(dsm_step(e, NULL));

@@ -36,13 +36,15 @@ struct Options {
     std::string device = "host"; // host, cuda, sim
     bool torch = true;
     bool json = false;
+    int hpz = 1;          // zero_hpz_partition_size (ZeRO-3)
+    long long reuse = -1; // stage3_max_reuse_distance; -1: DeepSpeed's default
 };
 
 void usage(FILE *out) {
     std::fprintf(out,
                  "usage: mpiexec -n N dsm-bench zero [--params N] [--steps N] [--stage S|all]\n"
                  "                                   [--dtype fp32|fp16|bf16] [--device host|cuda|sim]\n"
-                 "                                   [--no-torch] [--json]\n"
+                 "                                   [--hpz N] [--reuse-distance N] [--no-torch] [--json]\n"
                  "  One parameter of N elements (default 16777216) trained with AdamW; a step reads\n"
                  "  the parameter twice (forward, backward), adds its gradient and calls dsm_step.\n"
                  "  Per stage the median step time split into reduce, optimizer and gather, the bytes each rank\n"
@@ -50,7 +52,11 @@ void usage(FILE *out) {
                  "  next to the ZeRO formula. With torch in python3 ($DSM_BENCH_PYTHON), rank 0 also times PyTorch's\n"
                  "  allreduce + ZeroRedundancyOptimizer(Adam) on gloo with the same ranks.\n"
                  "  --device: where the engine keeps the model state (host; cuda: device-resident on\n"
-                 "  the rank's GPU with NCCL; sim: the device-resident engine on the simulated device).\n");
+                 "  the rank's GPU with NCCL; sim: the device-resident engine on the simulated device).\n"
+                 "  --hpz N: zero_hpz_partition_size (ZeRO++ hpZ, stage 3; N divides the ranks).\n"
+                 "  --reuse-distance N: stage3_max_reuse_distance (0: the backward gathers the parameter\n"
+                 "  again, as a model larger than the distance does). off/param: the bytes each rank sent\n"
+                 "  off its node in the last step over the parameter bytes.\n");
 }
 
 // A line of a /proc/self file ("VmHWM:" of status, "Pss:" of smaps_rollup)
@@ -144,6 +150,7 @@ struct Result {
     int stage;
     double step, reduce, optimizer, gather;
     double bytes_ratio; // bytes sent per step / parameter bytes
+    double off_ratio;   // bytes sent off the node in the last step / parameter bytes
     double state_per_param, formula;
     size_t peak;
     double rss_per_param; // resident growth of the stage's engine / parameters
@@ -161,8 +168,9 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
                              : o.dtype == "bf16" ? ", \"bf16\": {\"enabled\": true}" : "";
     const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
                                 " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", stage,
-                                ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}",
-                                prec, "}");
+                                ", \"stage3_param_persistence_threshold\": 0, \"zero_hpz_partition_size\": ", o.hpz,
+                                o.reuse >= 0 ? cat(", \"stage3_max_reuse_distance\": ", o.reuse) : std::string(),
+                                "}, \"optimizer\": {\"type\": \"AdamW\"}", prec, "}");
     int size = 0;
     MPI_Comm_size(world, &size);
     const int shp[1] = {size};
@@ -218,6 +226,7 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     r.optimizer = median(opt);
     r.gather = median(gat);
     r.bytes_ratio = static_cast<double>(bytes_step) / (static_cast<double>(o.params) * esize);
+    r.off_ratio = static_cast<double>(eng->last_step_bytes_off_node()) / (static_cast<double>(o.params) * esize);
     r.state_per_param = static_cast<double>(eng->model_state_bytes()) / static_cast<double>(o.params);
     r.formula = eng->zero_formula_bytes_per_param();
     r.peak = peak_rss();
@@ -244,7 +253,8 @@ int run_zero(int argc, char **argv) {
             o.json = true;
         } else if (a == "--no-torch") {
             o.torch = false;
-        } else if (a == "--params" || a == "--steps" || a == "--stage" || a == "--dtype" || a == "--device") {
+        } else if (a == "--params" || a == "--steps" || a == "--stage" || a == "--dtype" || a == "--device" ||
+                   a == "--hpz" || a == "--reuse-distance") {
             const char *v = next();
             if (!v) {
                 if (rank == 0) std::fprintf(stderr, "dsm-bench zero: %s needs a value\n", a.c_str());
@@ -266,10 +276,12 @@ int run_zero(int argc, char **argv) {
                 o.stages = {0, 1, 2, 3};
             } else {
                 long long x = 0;
-                const long long lo = a == "--stage" ? 0 : 1;
-                const long long hi = a == "--stage" ? 3 : a == "--steps" ? 1000 : kMaxParams;
+                const long long lo = a == "--stage" || a == "--reuse-distance" ? 0 : 1;
+                const long long hi = a == "--stage" ? 3 : a == "--steps" ? 1000 : a == "--hpz" ? size : kMaxParams;
                 if (!parse_integer("zero", a, v, lo, hi, rank == 0, &x)) return 2;
-                if (a == "--params") o.params = x;
+                if (a == "--hpz") o.hpz = static_cast<int>(x);
+                else if (a == "--reuse-distance") o.reuse = x;
+                else if (a == "--params") o.params = x;
                 else if (a == "--steps") o.steps = static_cast<int>(x);
                 else o.stages = {static_cast<int>(x)};
             }
@@ -316,10 +328,11 @@ int run_zero(int argc, char **argv) {
             const Result &r = results[i];
             std::printf("%s{\"stage\":%d,\"step_seconds\":%.6g,\"reduce_seconds\":%.6g,\"optimizer_seconds\":%.6g,"
                         "\"gather_seconds\":%.6g,\"bytes_sent_per_param_byte\":%.4g,"
+                        "\"bytes_off_node_per_param_byte\":%.4g,"
                         "\"model_state_bytes_per_param\":%.4g,\"zero_formula_bytes_per_param\":%.4g,"
                         "\"volume_per_param_byte\":%.4g,\"resident_bytes_per_param\":%.4g,"
                         "\"peak_rss_bytes\":%zu,\"speedup_vs_torch\":",
-                        i ? "," : "", r.stage, r.step, r.reduce, r.optimizer, r.gather, r.bytes_ratio,
+                        i ? "," : "", r.stage, r.step, r.reduce, r.optimizer, r.gather, r.bytes_ratio, r.off_ratio,
                         r.state_per_param, r.formula, volume(r.bytes_ratio), r.rss_per_param, r.peak);
             if (torch_t > 0) std::printf("%.4g}", torch_t / r.step);
             else std::printf("null}");
@@ -334,13 +347,14 @@ int run_zero(int argc, char **argv) {
     }
     std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW, model state on %s (median of %d steps, "
                 "slowest rank)\n", size, o.params, o.dtype.c_str(), o.device.c_str(), o.steps);
-    std::printf("%5s %9s %9s %9s %9s %11s %7s %14s %8s %11s %9s\n", "stage", "step s", "reduce s", "optim s",
-                "gather s", "sent/param", "volume", "state B/param", "formula", "PSS B/param", "vs torch");
+    std::printf("%5s %9s %9s %9s %9s %11s %7s %10s %14s %8s %11s %9s\n", "stage", "step s", "reduce s", "optim s",
+                "gather s", "sent/param", "volume", "off/param", "state B/param", "formula", "PSS B/param",
+                "vs torch");
     for (const Result &r : results) {
         char vs[32] = "-";
         if (torch_t > 0) std::snprintf(vs, sizeof vs, "%.1fx", torch_t / r.step);
-        std::printf("%5d %9.4f %9.4f %9.4f %9.4f %11.3f %6.2fx %14.2f %8.2f %11.2f %9s\n", r.stage, r.step,
-                    r.reduce, r.optimizer, r.gather, r.bytes_ratio, volume(r.bytes_ratio), r.state_per_param,
+        std::printf("%5d %9.4f %9.4f %9.4f %9.4f %11.3f %6.2fx %10.3f %14.2f %8.2f %11.2f %9s\n", r.stage, r.step,
+                    r.reduce, r.optimizer, r.gather, r.bytes_ratio, volume(r.bytes_ratio), r.off_ratio, r.state_per_param,
                     r.formula, r.rss_per_param, vs);
     }
     std::printf("sent/param: bytes each rank sent per step / parameter bytes; volume: the same in the ZeRO\n"
