@@ -367,6 +367,21 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_checkpoint_wait(dsm_engine_t engine) {
+    DSM_API_BEGIN
+    impl(engine).checkpoint_wait();
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_load_report(dsm_engine_t engine, dsm_format_t format, char **text) {
+    DSM_API_BEGIN
+    DSM_ARG_NOT_NULL(text);
+    *text = nullptr;
+    const auto &e = impl(engine);
+    *text = dsm::to_c_string(e.load_report(format));
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst, dsm_dtype_t dst_dtype,
                                  size_t n) {
     DSM_API_BEGIN
