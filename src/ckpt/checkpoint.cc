@@ -671,6 +671,9 @@ void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, c
             fsync_path(dir, true);
             fault_point("latest", world_rank);
             replace_file(dir, dir + "/latest", dir + "/.latest.tmp", tag + "\n");
+            // checkpoint.keep_last: the save is complete and `latest` names
+            // it; inside the agreement, so that no rank returns before.
+            if (keep_last > 0) prune(dir, static_cast<size_t>(keep_last), tag);
         });
     } catch (...) {
         if (rank == 0 && !renamed) ::unlink(tmp.c_str());
@@ -678,8 +681,6 @@ void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, c
         MPI_Barrier(comm);
         throw;
     }
-    // checkpoint.keep_last: the save is complete and `latest` names it.
-    if (rank == 0 && keep_last > 0) prune(dir, static_cast<size_t>(keep_last), tag);
 }
 
 // ---------------------------------------------------------------- load
