@@ -157,6 +157,13 @@ void init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params, i
            engine);
 }
 
+// A text of the engine for the caller to dsm_free (describe, load report).
+template <typename F> void engine_text(dsm_engine_t engine, char **text, F &&make) {
+    DSM_ARG_NOT_NULL(text);
+    *text = nullptr;
+    *text = dsm::to_c_string(make(static_cast<const dsm::engine::Engine &>(impl(engine))));
+}
+
 } // namespace
 
 extern "C" {

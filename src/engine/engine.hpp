@@ -19,7 +19,7 @@
 //
 // Collective points (every rank of the engine in the same order): init,
 // param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
-// bucket (ZeRO-2/3), step, checkpoint save and load, and free. Each starts
+// bucket (ZeRO-2/3), step, checkpoint save, load and wait, and free. Each starts
 // with sync(): one small allreduce that checks that every rank is at the same
 // point, so a rank that diverged fails every rank instead of hanging them.
 // Ranks found at different points all mark the engine failed (broken_),
