@@ -2730,15 +2730,27 @@ contains
     integer, intent(in) :: format
     character(len=:), allocatable, intent(out) :: text
     integer, intent(out), optional :: ierr
+
+    call engine_text(c_dsm_engine_describe, engine, format, text, 'dsm_engine_describe', ierr)
+  end subroutine dsm_engine_describe
+
+  ! A text of the engine from the C function `fn` (describe, load report).
+  subroutine engine_text(fn, engine, format, text, where, ierr)
+    procedure(c_dsm_engine_describe) :: fn
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: format
+    character(len=:), allocatable, intent(out) :: text
+    character(len=*), intent(in) :: where
+    integer, intent(out), optional :: ierr
     type(c_ptr) :: p
     integer(c_int) :: st
 
     p = c_null_ptr
-    st = c_dsm_engine_describe(engine%ptr, int(format, c_int), p)
+    st = fn(engine%ptr, int(format, c_int), p)
     text = c_to_f_string(p)
     call c_dsm_free(p)
-    call finish(st, 'dsm_engine_describe', ierr)
-  end subroutine dsm_engine_describe
+    call finish(st, where, ierr)
+  end subroutine engine_text
 
   !> Wait for the asynchronous checkpoint save (checkpoint.writer.decoupled)
   !> and get its outcome. Collective.
@@ -2756,14 +2768,8 @@ contains
     integer, intent(in) :: format
     character(len=:), allocatable, intent(out) :: text
     integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
 
-    p = c_null_ptr
-    st = c_dsm_engine_load_report(engine%ptr, int(format, c_int), p)
-    text = c_to_f_string(p)
-    call c_dsm_free(p)
-    call finish(st, 'dsm_engine_load_report', ierr)
+    call engine_text(c_dsm_engine_load_report, engine, format, text, 'dsm_engine_load_report', ierr)
   end subroutine dsm_engine_load_report
 
   subroutine save_ckpt_bytes(engine, dir, tag, client_state, ierr)

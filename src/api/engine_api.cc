@@ -342,10 +342,7 @@ DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh) 
 
 DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t format, char **text) {
     DSM_API_BEGIN
-    DSM_ARG_NOT_NULL(text);
-    *text = nullptr;
-    const auto &e = impl(engine);
-    *text = dsm::to_c_string(e.describe(format));
+    engine_text(engine, text, [&](const dsm::engine::Engine &e) { return e.describe(format); });
     DSM_API_END
 }
 
@@ -382,10 +379,7 @@ DSM_API dsm_status_t dsm_engine_checkpoint_wait(dsm_engine_t engine) {
 
 DSM_API dsm_status_t dsm_engine_load_report(dsm_engine_t engine, dsm_format_t format, char **text) {
     DSM_API_BEGIN
-    DSM_ARG_NOT_NULL(text);
-    *text = nullptr;
-    const auto &e = impl(engine);
-    *text = dsm::to_c_string(e.load_report(format));
+    engine_text(engine, text, [&](const dsm::engine::Engine &e) { return e.load_report(format); });
     DSM_API_END
 }
 
