@@ -178,6 +178,8 @@ module dsm
   integer, parameter, public :: DSM_CKPT_LOAD_MODULE_ONLY = 1
   integer, parameter, public :: DSM_CKPT_LOAD_NO_OPTIMIZER = 2
   integer, parameter, public :: DSM_CKPT_LOAD_NO_LR_SCHEDULE = 4
+  integer, parameter, public :: DSM_CKPT_LOAD_NON_STRICT = 8
+  integer, parameter, public :: DSM_CKPT_LOAD_FALLBACK = 16
   ! dsm_device_t: where the engine keeps the model state
   ! (dsm_engine_options_t%device; dsm_engine_get_device never gives DEFAULT).
   integer, parameter, public :: DSM_DEVICE_DEFAULT = 0
@@ -421,6 +423,7 @@ module dsm
   public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
   public :: dsm_engine_get_loss_scale, dsm_engine_get_step_info, dsm_engine_get_mesh
   public :: dsm_engine_describe, dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
+  public :: dsm_engine_checkpoint_wait, dsm_engine_load_report
   public :: dsm_sp_create, dsm_sp_free, dsm_sp_get_size, dsm_sp_get_rank
   public :: dsm_sp_alloc, dsm_sp_free_memory, dsm_sp_head_range, dsm_sp_counts
   public :: dsm_sp_seq_to_head, dsm_sp_head_to_seq, dsm_sp_seq_to_head_n, dsm_sp_head_to_seq_n
@@ -1077,6 +1080,20 @@ module dsm
        type(c_ptr), intent(out) :: text
        integer(c_int) :: st
      end function c_dsm_engine_describe
+
+     function c_dsm_engine_load_report(engine, format, text) bind(C, name='dsm_engine_load_report') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int), value :: format
+       type(c_ptr), intent(out) :: text
+       integer(c_int) :: st
+     end function c_dsm_engine_load_report
+
+     function c_dsm_engine_checkpoint_wait(engine) bind(C, name='dsm_engine_checkpoint_wait') result(st)
+       import :: c_int, c_ptr
+       type(c_ptr), value :: engine
+       integer(c_int) :: st
+     end function c_dsm_engine_checkpoint_wait
 
      function c_dsm_engine_save_checkpoint(engine, dir, tag, client_state, size) &
           bind(C, name='dsm_engine_save_checkpoint') result(st)
@@ -2755,15 +2772,47 @@ contains
     integer, intent(in) :: format
     character(len=:), allocatable, intent(out) :: text
     integer, intent(out), optional :: ierr
+
+    call engine_text(c_dsm_engine_describe, engine, format, text, 'dsm_engine_describe', ierr)
+  end subroutine dsm_engine_describe
+
+  ! A text of the engine from the C function `fn` (describe, load report).
+  subroutine engine_text(fn, engine, format, text, where, ierr)
+    procedure(c_dsm_engine_describe) :: fn
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: format
+    character(len=:), allocatable, intent(out) :: text
+    character(len=*), intent(in) :: where
+    integer, intent(out), optional :: ierr
     type(c_ptr) :: p
     integer(c_int) :: st
 
     p = c_null_ptr
-    st = c_dsm_engine_describe(engine%ptr, int(format, c_int), p)
+    st = fn(engine%ptr, int(format, c_int), p)
     text = c_to_f_string(p)
     call c_dsm_free(p)
-    call finish(st, 'dsm_engine_describe', ierr)
-  end subroutine dsm_engine_describe
+    call finish(st, where, ierr)
+  end subroutine engine_text
+
+  !> Wait for the asynchronous checkpoint save (checkpoint.writer.decoupled)
+  !> and get its outcome. Collective.
+  subroutine dsm_engine_checkpoint_wait(engine, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(out), optional :: ierr
+
+    call finish(c_dsm_engine_checkpoint_wait(engine%ptr), 'dsm_engine_checkpoint_wait', ierr)
+  end subroutine dsm_engine_checkpoint_wait
+
+  !> What the last load read, skipped and left out (DSM_FORMAT_TEXT or
+  !> DSM_FORMAT_JSON). Not collective.
+  subroutine dsm_engine_load_report(engine, format, text, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: format
+    character(len=:), allocatable, intent(out) :: text
+    integer, intent(out), optional :: ierr
+
+    call engine_text(c_dsm_engine_load_report, engine, format, text, 'dsm_engine_load_report', ierr)
+  end subroutine dsm_engine_load_report
 
   subroutine save_ckpt_bytes(engine, dir, tag, client_state, ierr)
     type(dsm_engine_t), intent(in) :: engine

@@ -185,7 +185,7 @@ DSM_API dsm_status_t dsm_info_describe(dsm_format_t format, char **text);
 /**
  * @brief Free memory that libdsm allocated for the caller: the text of
  * dsm_info_describe(), dsm_mesh_describe(), dsm_config_describe(),
- * dsm_config_describe_lr() and dsm_engine_describe(), and the client state
+ * dsm_config_describe_lr(), dsm_engine_describe() and dsm_engine_load_report(), and the client state
  * that dsm_engine_load_checkpoint() returns.
  *
  * NULL is allowed and does nothing. Not collective. Thread safe.
@@ -838,7 +838,10 @@ DSM_API dsm_status_t dsm_engine_init_with_options(dsm_mesh_t mesh, const char *c
  * local: the engine's shared-memory windows and communicators are then left
  * to MPI_Finalize instead of being freed collectively, so that no rank
  * hangs. Parameter pointers from dsm_engine_param_acquire() become invalid.
- * @return DSM_SUCCESS; DSM_ERR_MISMATCH; DSM_ERR_MPI. @p *engine is NULL
+ * An asynchronous checkpoint save still writing is waited for first; its
+ * failure is returned (the engine is freed all the same).
+ * @return DSM_SUCCESS; DSM_ERR_MISMATCH; DSM_ERR_MPI; the failure of an
+ * asynchronous save (dsm_engine_checkpoint_wait()). @p *engine is NULL
  * afterwards in every case.
  */
 DSM_API dsm_status_t dsm_engine_free(dsm_engine_t *engine);
@@ -1109,7 +1112,12 @@ DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_STATE (a buffer still
  * acquired: every rank fails); DSM_ERR_MISMATCH; DSM_ERR_NUMERIC (fp16 loss
  * scale at its minimum and still overflowing, or Inf/NaN fp32 gradients with
- * fp32_nonfinite_gradients "fail"); DSM_ERR_MPI.
+ * fp32_nonfinite_gradients "fail"); DSM_ERR_MPI. The first dsm_step()
+ * after an asynchronous save (checkpoint.writer.decoupled) has ended on every
+ * rank returns that save's failure instead, if it failed (DSM_ERR_IO,
+ * DSM_ERR_HDF5, ..., naming the checkpoint; every rank alike): that call
+ * does nothing else and the engine stays usable, so calling dsm_step()
+ * again goes on.
  */
 DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info);
 
@@ -1154,6 +1162,17 @@ DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t forma
 #define DSM_CKPT_LOAD_NO_OPTIMIZER 0x2u
 /** dsm_engine_load_checkpoint() flag: keep the engine's LR schedule position. */
 #define DSM_CKPT_LOAD_NO_LR_SCHEDULE 0x4u
+/** dsm_engine_load_checkpoint() flag: non-strict. Load the tensors whose
+ *  name and shape match the engine's; parameters missing from the file or
+ *  of another shape keep their values, tensors of the file the engine lacks
+ *  are ignored, and dsm_engine_load_report() lists all of them (a WARN too). */
+#define DSM_CKPT_LOAD_NON_STRICT 0x8u
+/** dsm_engine_load_checkpoint() flag: fall back. When the checkpoint asked
+ *  for (the tag, or the one `latest` names) does not verify (missing,
+ *  truncated, corrupt), load the newest checkpoint of the directory that
+ *  does, with a WARN for each one skipped and why; dsm_engine_load_report()
+ *  lists them. */
+#define DSM_CKPT_LOAD_FALLBACK 0x10u
 
 /**
  * @brief Save a checkpoint: DIR/TAG.h5, one parallel HDF5 file holding every
@@ -1171,7 +1190,24 @@ DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t forma
  * full disk, stops every rank), and leaves no file under the final name,
  * except a failure after the rename (flushing the directory, rewriting
  * `latest`), which leaves the complete new file with `latest` on the
- * previous tag. @p dir must name one directory that every rank sees: a
+ * previous tag.
+ *
+ * With checkpoint.writer.decoupled true and MPI at MPI_THREAD_MULTIPLE, the
+ * save is asynchronous: this call checks the arguments and the directory,
+ * copies the state it saves into host memory of its own (one more copy of
+ * this rank's master weights and optimizer states) and returns; a thread of
+ * the library writes and commits the file while training goes on. The next
+ * save, load, dsm_engine_checkpoint_wait() or dsm_engine_free() waits for it,
+ * and its failure is returned by the first of these calls or by the first
+ * dsm_step() after it ended (every rank alike, naming the checkpoint);
+ * `latest` moves only when the file is complete. Below MPI_THREAD_MULTIPLE
+ * the save is synchronous (a WARN says so once). While a save runs in the
+ * background the application must not call HDF5 itself unless HDF5 is
+ * thread-safe. With checkpoint.keep_last N > 0, a successful save then
+ * removes the complete checkpoints of the directory beyond the N newest,
+ * never the one `latest` names (doc/checkpoint.md).
+ *
+ * @p dir must name one directory that every rank sees: a
  * node-local directory or a different path on some ranks is DSM_ERR_IO on
  * every rank naming the rank and host. A file system without room for the
  * file is DSM_ERR_IO before anything is written. Temporaries of earlier
@@ -1213,7 +1249,8 @@ DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char 
  * @param dir     the checkpoint directory
  * @param tag     the tag, or NULL: the one DIR/latest names
  * @param flags   0 or DSM_CKPT_LOAD_MODULE_ONLY, DSM_CKPT_LOAD_NO_OPTIMIZER,
- *                DSM_CKPT_LOAD_NO_LR_SCHEDULE or'ed
+ *                DSM_CKPT_LOAD_NO_LR_SCHEDULE, DSM_CKPT_LOAD_NON_STRICT,
+ *                DSM_CKPT_LOAD_FALLBACK or'ed
  * @param[out] client_state the stored client bytes, to free with dsm_free()
  *                (NULL when none were stored); may be NULL to ignore them
  * @param[out] size their count; may be NULL
@@ -1225,10 +1262,48 @@ DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char 
  * DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank
  * returns the same status. DSM_ERR_MISMATCH because the ranks are in
  * different engine calls (one loads while another steps) leaves the engine
- * failed on every rank: only dsm_engine_free(), then local, is left.
+ * failed on every rank: only dsm_engine_free(), then local, is left. An
+ * asynchronous save still writing is waited for first; if it failed, its
+ * failure is returned and nothing is loaded (call again to load). With
+ * DSM_CKPT_LOAD_FALLBACK, DSM_ERR_IO when no checkpoint of the directory
+ * verifies, naming each one tried and why; DSM_ERR_MISMATCH is never skipped.
  */
 DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
                                                 unsigned flags, void **client_state, size_t *size);
+
+/**
+ * @brief Wait for the asynchronous checkpoint save (checkpoint.writer.
+ * decoupled) to be written and committed, and return its outcome.
+ *
+ * Collective over the engine's ranks, anywhere between engine calls (no
+ * accumulation boundary needed). Returns at once when no save is running.
+ * After DSM_SUCCESS the checkpoint is complete on disk and `latest` names it.
+ * A failure is reported once (by this call, or by the engine call that
+ * reported it first) and leaves the engine usable.
+ *
+ * @param engine the engine
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_STATE (a failed
+ * engine); DSM_ERR_MISMATCH (the ranks are in different engine calls); the
+ * failure of the save: DSM_ERR_IO, DSM_ERR_HDF5, DSM_ERR_OUT_OF_MEMORY or
+ * DSM_ERR_MPI with a message naming the checkpoint file. Every rank returns
+ * the same status.
+ */
+DSM_API dsm_status_t dsm_engine_checkpoint_wait(dsm_engine_t engine);
+
+/**
+ * @brief What the last successful dsm_engine_load_checkpoint() did: the
+ * checkpoint it loaded, those it skipped (DSM_CKPT_LOAD_FALLBACK) and why,
+ * and with DSM_CKPT_LOAD_NON_STRICT the tensors missing from the file, the
+ * tensors of the file the engine lacks, and those of another shape.
+ *
+ * Not collective (every rank holds the same report). The JSON form:
+ * `{"loaded", "dir", "tag", "skipped": [{"tag", "reason"}], "missing",
+ * "unexpected", "mismatched"}` (doc/checkpoint.md); before any load,
+ * "loaded" is false. Free the text with dsm_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an
+ * unknown format; DSM_ERR_OUT_OF_MEMORY.
+ */
+DSM_API dsm_status_t dsm_engine_load_report(dsm_engine_t engine, dsm_format_t format, char **text);
 
 /**
  * @brief Convert @p n elements between FLOAT32, FLOAT64, FLOAT16 and

@@ -157,6 +157,13 @@ void init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params, i
            engine);
 }
 
+// A text of the engine for the caller to dsm_free (describe, load report).
+template <typename F> void engine_text(dsm_engine_t engine, char **text, F &&make) {
+    DSM_ARG_NOT_NULL(text);
+    *text = nullptr;
+    *text = dsm::to_c_string(make(static_cast<const dsm::engine::Engine &>(impl(engine))));
+}
+
 } // namespace
 
 extern "C" {
@@ -349,10 +356,7 @@ DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh) 
 
 DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t format, char **text) {
     DSM_API_BEGIN
-    DSM_ARG_NOT_NULL(text);
-    *text = nullptr;
-    const auto &e = impl(engine);
-    *text = dsm::to_c_string(e.describe(format));
+    engine_text(engine, text, [&](const dsm::engine::Engine &e) { return e.describe(format); });
     DSM_API_END
 }
 
@@ -378,6 +382,18 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
         std::memcpy(p, blob.data(), blob.size());
         *client_state = p;
     }
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_checkpoint_wait(dsm_engine_t engine) {
+    DSM_API_BEGIN
+    impl(engine).checkpoint_wait();
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_load_report(dsm_engine_t engine, dsm_format_t format, char **text) {
+    DSM_API_BEGIN
+    engine_text(engine, text, [&](const dsm::engine::Engine &e) { return e.load_report(format); });
     DSM_API_END
 }
 

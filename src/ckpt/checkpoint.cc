@@ -487,12 +487,11 @@ private:
 
 } // namespace
 
-void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
-          const void *client, size_t client_size) {
-    int rank = 0, world_rank = 0;
+void save_prepare(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
+                  size_t client_size) {
+    int rank = 0;
     DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-    DSM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
-    const std::string final_path = file_of(dir, tag), tmp = tmp_of(dir, tag), reserve = reserve_of(dir, tag);
+    const std::string reserve = reserve_of(dir, tag);
     const size_t n = content.tensors.size();
 
     // The directory, no leftovers of earlier saves, room for the file; then
@@ -513,15 +512,30 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
             DSM_FAIL(DSM_ERR_IO, "no room for the checkpoint in '", dir, "': ", std::strerror(err));
         }
     });
-    auto free_reserve = [&] {
-        if (rank == 0) ::unlink(reserve.c_str());
-    };
     try {
         check_shared_dir(comm, rank, dir);
     } catch (...) {
-        free_reserve();
+        if (rank == 0) ::unlink(reserve.c_str());
         throw;
     }
+}
+
+void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
+          const void *client, size_t client_size, int keep_last) {
+    save_prepare(comm, dir, tag, content, client_size);
+    save_write(comm, dir, tag, content, client, client_size, keep_last);
+}
+
+void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
+                const void *client, size_t client_size, int keep_last) {
+    int rank = 0, world_rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    DSM_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+    const std::string final_path = file_of(dir, tag), tmp = tmp_of(dir, tag), reserve = reserve_of(dir, tag);
+    const size_t n = content.tensors.size();
+    auto free_reserve = [&] {
+        if (rank == 0) ::unlink(reserve.c_str());
+    };
 
     // The root attributes as the file holds them, with their checksum.
     Attributes attrs = content.attrs;
@@ -657,6 +671,9 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
             fsync_path(dir, true);
             fault_point("latest", world_rank);
             replace_file(dir, dir + "/latest", dir + "/.latest.tmp", tag + "\n");
+            // checkpoint.keep_last: the save is complete and `latest` names
+            // it; inside the agreement, so that no rank returns before.
+            if (keep_last > 0) prune(dir, static_cast<size_t>(keep_last), tag);
         });
     } catch (...) {
         if (rank == 0 && !renamed) ::unlink(tmp.c_str());
@@ -698,6 +715,19 @@ std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string
         }
     });
     return bcast_string(comm, 0, chosen);
+}
+
+std::vector<std::string> list_checkpoints(MPI_Comm comm, const std::string &dir) {
+    int rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    std::string joined;
+    if (rank == 0)
+        for (const std::string &t : tags_newest_first(dir)) joined += t + "\n";
+    joined = bcast_string(comm, 0, joined);
+    std::vector<std::string> out;
+    std::stringstream ss(joined);
+    for (std::string t; std::getline(ss, t);) out.push_back(t);
+    return out;
 }
 
 namespace {
@@ -915,9 +945,16 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
                 }
             }
             std::vector<std::string> problems;
+            content.missing.clear();
+            content.unexpected.clear();
+            content.mismatched.clear();
             for (const std::string &f : in_file)
-                if (!want.count(f)) problems.push_back(cat("unexpected tensor '", f, "' in the checkpoint"));
+                if (!want.count(f)) {
+                    problems.push_back(cat("unexpected tensor '", f, "' in the checkpoint"));
+                    content.unexpected.push_back("/params/" + f);
+                }
             for (Tensor &t : content.tensors) {
+                t.skip = false;
                 const std::string p = dataset_path(t);
                 // Each group on the way, then the dataset: hard links only
                 // (a soft or external link is refused before it is followed).
@@ -933,6 +970,8 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
                 if (!present || H5Lexists(file.get(), p.c_str(), H5P_DEFAULT) <= 0) {
                     problems.push_back(t.group == "params" ? cat("parameter '", t.name, "' is missing from the checkpoint")
                                                            : cat("the checkpoint has no ", p, " (optimizer state)"));
+                    content.missing.push_back(p);
+                    t.skip = true;
                     continue;
                 }
                 check_link(file.get(), path, p, true);
@@ -943,11 +982,17 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
                 std::vector<hsize_t> dims(static_cast<size_t>(nd));
                 if (nd > 0) H5Sget_simple_extent_dims(s.get(), dims.data(), nullptr);
                 const std::vector<int64_t> shape(dims.begin(), dims.end());
-                if (shape != t.shape)
+                if (shape != t.shape) {
                     problems.push_back(cat(p, " has shape ", shape_text(shape), " in the checkpoint but ",
                                            shape_text(t.shape), " in the engine"));
+                    content.mismatched.push_back(cat(p, " ", shape_text(shape), " in the checkpoint, ",
+                                                     shape_text(t.shape), " in the engine"));
+                    t.skip = true;
+                }
             }
-            if (!problems.empty()) {
+            // Non-strict: what matches by name and shape is read, the rest
+            // is reported (every rank read the same metadata: the same lists).
+            if (!problems.empty() && content.strict) {
                 std::string all;
                 for (size_t i = 0; i < problems.size() && i < 20; ++i) all += (i ? "; " : "") + problems[i];
                 if (problems.size() > 20) all += cat("; and ", problems.size() - 20, " more");
@@ -962,6 +1007,7 @@ void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content
         attempt([&] { xfer = collective_xfer(); });
         Progress progress(rank, "load", path, content.tensors);
         for (size_t i = 0; i < n && !steps.stopped(); ++i, progress.done(content.tensors[i - 1])) {
+            if (content.tensors[i].skip) continue; // non-strict: not in the file, or another shape
             attempt([&] {
                 Tensor &t = content.tensors[i];
                 const std::string p = dataset_path(t);

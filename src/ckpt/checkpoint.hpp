@@ -32,6 +32,7 @@ struct Tensor {
     size_t offset = 0, count = 0; // this rank's elements [offset, offset + count), row-major
     float *data = nullptr;        // count floats (written from, or read into)
     bool owner = false;           // this rank writes the piece and counts it in the checksum
+    bool skip = false;            // set by a non-strict load: not read (missing, or another shape)
 };
 
 // The file's root attributes: int64, double, string or int64-array values.
@@ -44,6 +45,13 @@ void check_tag(const std::string &tag);
 struct Content {
     std::vector<Tensor> tensors;
     Attributes attrs = Attributes::object(); // written on save, filled on load
+    // Load: strict (the default) fails on any difference between the file
+    // and `tensors`; non-strict reads the tensors that match by name and
+    // shape, marks the others `skip`, and lists the differences here (every
+    // rank the same): dataset paths missing from the file, /params entries
+    // of the file the engine lacks, and paths whose shapes differ.
+    bool strict = true;
+    std::vector<std::string> missing, unexpected, mismatched;
 };
 
 // Testing: a failure, or a SIGKILL, at a point of the save
@@ -63,8 +71,24 @@ void fault_point(const char *point, int world_rank);
 // the rename leaves no file under the final name, one after it (flushing
 // the directory, writing `latest`) leaves the complete new file and
 // `latest` on the previous tag.
+// After the save, with `keep_last` > 0, rank 0 removes the complete
+// checkpoints of the directory beyond the `keep_last` newest (files::prune).
 void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
-          const void *client, size_t client_size);
+          const void *client, size_t client_size, int keep_last = 0);
+
+// save() in two parts, for a save whose writing runs in the background:
+// save_prepare does the directory, the leftovers, the room and the shared
+// directory check (quick); save_write, with the same arguments, the rest.
+// Both collective over `comm`, errors agreed as in save().
+void save_prepare(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
+                  size_t client_size);
+void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
+                const void *client, size_t client_size, int keep_last = 0);
+
+// Collective: the tags of the checkpoint files in `dir` (<tag>.h5 with a
+// valid tag), newest first (modification time, then tag), as rank 0 sees
+// them; empty when the directory cannot be read.
+std::vector<std::string> list_checkpoints(MPI_Comm comm, const std::string &dir);
 
 // The tag a load reads: `tag`, or the one DIR/latest names when empty.
 // Collective; DSM_ERR_IO on every rank when the file is missing or names a
@@ -79,7 +103,8 @@ std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string
 // verifying the checksums. `names` are the parameter names the engine has:
 // the file's /params must hold exactly them with the tensors' shapes, else
 // DSM_ERR_MISMATCH listing the differences. Tensors whose group is not
-// "params" must exist in the file (DSM_ERR_MISMATCH otherwise). The client
+// "params" must exist in the file (DSM_ERR_MISMATCH otherwise; a non-strict
+// load, content.strict false, reads what matches instead). The client
 // state is returned in `client`. Nothing outside `content` and `client` is
 // touched, so a failed load changes nothing.
 void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content &content,

@@ -19,6 +19,7 @@
 
 #include "core/agree.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 #include "core/param.hpp"
 
 namespace dsm {
@@ -245,6 +246,51 @@ void check_space(const std::string &dir, const Content &content, size_t client_s
         DSM_FAIL(DSM_ERR_IO, "no room for the checkpoint in '", dir, "': the file needs about ", need,
                  " bytes and the file system has ", avail,
                  " bytes free (DSM_CKPT_SPACE_CHECK=0 skips this check on a file system that reports less than it has)");
+}
+
+std::vector<std::string> tags_newest_first(const std::string &dir) {
+    struct Entry {
+        std::string tag;
+        long long sec, nsec;
+    };
+    std::vector<Entry> found;
+    DIR *d = ::opendir(dir.c_str());
+    if (d == nullptr) return {};
+    while (const struct dirent *e = ::readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.size() <= 3 || name.compare(name.size() - 3, 3, ".h5") != 0) continue;
+        const std::string tag = name.substr(0, name.size() - 3);
+        struct stat st;
+        if (!valid_tag(tag) || ::stat((dir + "/" + name).c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        found.push_back({tag, static_cast<long long>(st.st_mtim.tv_sec), static_cast<long long>(st.st_mtim.tv_nsec)});
+    }
+    ::closedir(d);
+    std::sort(found.begin(), found.end(), [](const Entry &a, const Entry &b) {
+        if (a.sec != b.sec) return a.sec > b.sec;
+        if (a.nsec != b.nsec) return a.nsec > b.nsec;
+        return a.tag > b.tag;
+    });
+    std::vector<std::string> out;
+    for (const Entry &e : found) out.push_back(e.tag);
+    return out;
+}
+
+void prune(const std::string &dir, size_t keep, const std::string &latest_tag) {
+    size_t kept = 0;
+    for (const std::string &tag : tags_newest_first(dir)) {
+        const std::string path = file_of(dir, tag);
+        std::string why;
+        if (check_integrity(path, why) != Integrity::Verified) continue; // not ours, or not complete
+        if (tag == latest_tag || kept < keep) {
+            ++kept;
+            continue;
+        }
+        if (::unlink(path.c_str()) != 0)
+            DSM_WARN(ENGINE, "checkpoint.keep_last: cannot remove the old checkpoint '%s': %s", path.c_str(),
+                     std::strerror(errno));
+        else
+            DSM_INFO(ENGINE, "checkpoint.keep_last %zu: removed the old checkpoint '%s'", keep, path.c_str());
+    }
 }
 
 } // namespace files

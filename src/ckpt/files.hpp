@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <mpi.h>
 
@@ -67,6 +68,18 @@ std::string space_hint(const std::string &dir);
 // full disk is one clear error before any data moves. Quotas and space
 // taken while the save runs are caught by the write agreement instead.
 void check_space(const std::string &dir, const Content &content, size_t client_size);
+
+// The tags of the checkpoint files in `dir` (<tag>.h5, a valid tag, a
+// regular file), newest first: modification time, then tag. Empty when the
+// directory cannot be read.
+std::vector<std::string> tags_newest_first(const std::string &dir);
+
+// Rank 0, after a complete save (checkpoint.keep_last): remove the
+// checkpoints of `dir` beyond the `keep` newest. Only files libdsm wrote and
+// that are complete count and go (their integrity record verifies); the one
+// `latest` names (`latest_tag`) always stays. A file that cannot be removed
+// is a WARN, never a failure of the save that was just made.
+void prune(const std::string &dir, size_t keep, const std::string &latest_tag);
 
 } // namespace files
 } // namespace ckpt

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
@@ -168,6 +169,14 @@ void read_checkpoint(Node &root, Config &cfg) {
     if (pw.get_bool("pipeline_stage", false))
         DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoint.parallel_write.pipeline_stage: not supported by libdsm");
     pw.finish();
+    // DeepSpeed's decoupled checkpoint engine: the save returns once the
+    // state is copied and the file is written in the background. The other
+    // writer keys choose among DeepSpeed's Python writers (libdsm has one).
+    Node wr = ck.child("writer");
+    cfg.checkpoint.decoupled = wr.get_bool("decoupled", false);
+    wr.finish();
+    // libdsm's own key (DeepSpeed has none).
+    cfg.checkpoint.keep_last = static_cast<int>(ck.get_int("keep_last", 0, 0, INT_MAX));
     ck.finish();
 
     for (auto [key, mc] : {std::pair<const char *, MonitorConfig *>{"csv_monitor", &cfg.csv_monitor},

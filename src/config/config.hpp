@@ -126,6 +126,8 @@ struct SchedulerConfig {
 struct CheckpointConfig {
     TagValidation tag_validation = TagValidation::WARN;
     bool load_universal = false;
+    bool decoupled = false; // writer.decoupled: saves write in the background
+    int keep_last = 0;      // libdsm's own: keep the N newest checkpoints (0: all)
 };
 
 // DeepSpeed's csv_monitor and tensorboard blocks: files under

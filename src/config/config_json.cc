@@ -163,7 +163,9 @@ std::string config_to_json(const Config &c) {
                            std::pair<const char *, const MonitorConfig *>{"tensorboard", &c.tensorboard}})
         j[key] = {{"enabled", mc->enabled}, {"output_path", mc->output_path}, {"job_name", mc->job_name}};
     j["checkpoint"] = {{"tag_validation", tags[static_cast<int>(c.checkpoint.tag_validation)]},
-                       {"load_universal", c.checkpoint.load_universal}};
+                       {"load_universal", c.checkpoint.load_universal},
+                       {"writer", {{"decoupled", c.checkpoint.decoupled}}},
+                       {"keep_last", c.checkpoint.keep_last}};
     j["data_types"] = {{"grad_accum_dtype", dtype_json(c.grad_accum_dtype)}};
 
     OJson given = OJson::array(), derived = OJson::array();

@@ -11,6 +11,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <sstream>
 
 #ifdef _OPENMP
@@ -395,18 +396,29 @@ void Engine::grad_release(int index) {
 // collective runs, and MPI_Finalize reclaims them.
 void Engine::close() {
     if (closed_) return;
+    // An asynchronous save is waited for first; its failure is this call's
+    // error once the engine is freed.
+    std::exception_ptr save_failed;
     if (!broken_) {
         try {
             sync(SyncPoint::FREE, 0);
         } catch (...) {
             broken_ = true;
             closed_ = true;
+            saver_.reset(); // waits for the thread, frees nothing collective
             release(true);
             throw;
         }
+        try {
+            finish_save(true);
+        } catch (...) {
+            save_failed = std::current_exception();
+        }
     }
+    saver_.reset();
     closed_ = true;
     release(broken_);
+    if (save_failed) std::rethrow_exception(save_failed);
 }
 
 void Engine::release(bool abandon) {

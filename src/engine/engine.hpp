@@ -24,7 +24,7 @@
 //
 // Collective points (every rank of the engine in the same order): init,
 // param_acquire of a gathered (ZeRO-3) parameter, grad_release that fills a
-// bucket (ZeRO-2/3), step, checkpoint save and load, and free. Each starts
+// bucket (ZeRO-2/3), step, checkpoint save, load and wait, and free. Each starts
 // with sync(): one small allreduce that checks that every rank is at the same
 // point, so a rank that diverged fails every rank instead of hanging them.
 // Ranks found at different points all mark the engine failed (broken_),
@@ -42,6 +42,7 @@
 
 #include "amp/loss_scaler.hpp"
 #include "amp/math.hpp"
+#include "ckpt/background.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "comm/backend.hpp"
 #include "config/config.hpp"
@@ -145,6 +146,11 @@ public:
     void save_checkpoint(const char *dir, const char *tag, const void *client, size_t client_size);
     std::string load_checkpoint(const char *dir, const char *tag, unsigned flags,
                                 std::vector<unsigned char> *client);
+    // dsm_engine_checkpoint_wait: collective; the asynchronous save's
+    // failure, if it had one, is thrown (the same on every rank).
+    void checkpoint_wait();
+    // dsm_engine_load_report: what the last load read, skipped and left out.
+    std::string load_report(dsm_format_t format) const;
 
     // For benchmarks: time spent so far, and the bytes this rank sent.
     const Timers &timers() const noexcept { return timers_; }
@@ -193,7 +199,7 @@ private:
     static DeviceMirror::Keep mirror_keep(const Param &p);
 
     // Reductions (engine_step.cc).
-    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, STOP_SIGNAL };
+    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL };
     void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
@@ -210,6 +216,13 @@ private:
     // save: the engine's own on the host, else copies staged in `hold`.
     std::vector<float *> host_state(std::vector<std::unique_ptr<device::Staging>> &hold);
     void check_checkpoint_point(SyncPoint point);
+    // Copies of the master weights and optimizer states in host memory the
+    // asynchronous save owns (buffers of the previous one reused).
+    std::vector<float *> snapshot_state(std::vector<std::unique_ptr<float[]>> &own);
+    // The asynchronous save (engine_ckpt.cc): with `wait`, wait for it; else
+    // only when the last sync() found it finished on every rank. Its failure
+    // is thrown, the same on every rank, and the engine stays usable.
+    void finish_save(bool wait);
 
     std::unique_ptr<Mesh> mesh_;
     std::unique_ptr<dsm_mesh_s> mesh_handle_; // what dsm_engine_get_mesh() returns
@@ -269,6 +282,20 @@ private:
     // optimizer's lr and betas until its first step, as DeepSpeed's do.
     bool schedule_pending_ = false;
     Timers timers_;
+    // checkpoint.writer.decoupled: the save writing in the background, whether
+    // the last sync() found it finished on every rank, the snapshot buffers
+    // of the last one (reused), and whether the fallback to synchronous saves
+    // (MPI below MPI_THREAD_MULTIPLE) was logged.
+    std::unique_ptr<ckpt::BackgroundSave> saver_;
+    bool saves_done_ = true;
+    std::vector<std::unique_ptr<float[]>> snapshot_spare_;
+    bool said_sync_fallback_ = false;
+    // What the last load read (dsm_engine_load_report).
+    struct LoadReport {
+        std::string dir, tag;
+        std::vector<std::pair<std::string, std::string>> skipped; // tag, why
+        std::vector<std::string> missing, unexpected, mismatched;
+    } last_load_;
     double window_start_ = 0.0;   // samples/s of the log lines: since the first step (or the last load)
     int64_t window_samples_ = 0;
     // Metrics (csv_monitor, tensorboard; engine_monitor.cc): the losses

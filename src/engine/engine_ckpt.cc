@@ -11,6 +11,8 @@
 
 #include <sys/stat.h>
 
+#include <nlohmann/json.hpp>
+
 #include "amp/convert.hpp"
 #include "core/agree.hpp"
 #include "core/dtype.hpp"
@@ -161,6 +163,49 @@ std::vector<float *> Engine::host_state(std::vector<std::unique_ptr<device::Stag
     return out;
 }
 
+std::vector<float *> Engine::snapshot_state(std::vector<std::unique_ptr<float[]>> &own) {
+    std::vector<float *> out{master_};
+    for (int s = 0; s < optimizer_->num_states(); ++s) out.push_back(optimizer_->state(s));
+    const size_t n = layout_.part_size();
+    for (size_t k = 0; k < out.size(); ++k) {
+        if (k < snapshot_spare_.size()) own.push_back(std::move(snapshot_spare_[k]));
+        else own.emplace_back(new float[std::max<size_t>(n, 1)]);
+        float *dst = own.back().get();
+        const float *src = out[k];
+        if (space_->kind() == device::Kind::HOST) {
+            // Host memory: copied by every thread, in blocks (the copy is
+            // what the step boundary waits for).
+            const size_t block = size_t(1) << 18;
+            const long blocks = static_cast<long>((n + block - 1) / block);
+#pragma omp parallel for schedule(static) if (blocks > 1)
+            for (long b = 0; b < blocks; ++b) {
+                const size_t at = static_cast<size_t>(b) * block;
+                std::memcpy(dst + at, src + at, std::min(block, n - at) * sizeof(float));
+            }
+        } else {
+            space_->download(dst, src, n * sizeof(float));
+        }
+        out[k] = dst;
+    }
+    snapshot_spare_.clear();
+    return out;
+}
+
+void Engine::finish_save(bool wait) {
+    if (!saver_ || (!wait && !saves_done_)) return;
+    std::unique_ptr<ckpt::BackgroundSave> s = std::move(saver_);
+    s->wait(); // the save's error, agreed by every rank
+    if (world_rank_ == 0) log_done("saved (in the background)", s->dir(), s->tag(), s->seconds());
+    snapshot_spare_ = s->take_buffers();
+    snapshot_spare_.resize(std::min(snapshot_spare_.size(), static_cast<size_t>(1 + optimizer_->num_states())));
+}
+
+void Engine::checkpoint_wait() {
+    check_usable();
+    sync(SyncPoint::WAIT, 0);
+    finish_save(true);
+}
+
 void Engine::check_checkpoint_point(SyncPoint point) {
     const char *what = point == SyncPoint::SAVE ? "dsm_engine_save_checkpoint" : "dsm_engine_load_checkpoint";
     std::string why;
@@ -201,6 +246,7 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
     }
     try {
         sync(SyncPoint::SAVE, 0, why, status);
+        finish_save(true); // the previous asynchronous save; its failure is this call's
         check_checkpoint_point(SyncPoint::SAVE);
         // Tag validation (DeepSpeed's checkpoint.tag_validation): every rank
         // should pass the same tag; rank 0's is used.
@@ -222,13 +268,34 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         unsigned long long csize = client_size;
         DSM_CHECK_MPI(MPI_Bcast(&csize, 1, MPI_UNSIGNED_LONG_LONG, 0, world_));
 
+        // checkpoint.writer.decoupled: the file is written by a thread of
+        // the save while the caller goes on, which needs MPI calls from two
+        // threads at once. Below MPI_THREAD_MULTIPLE the save is made here
+        // (its collective steps could only run inside later engine calls,
+        // which would then wait as long as this one).
+        int background = 0;
+        if (cfg_.checkpoint.decoupled) {
+            int level = MPI_THREAD_SINGLE;
+            DSM_CHECK_MPI(MPI_Query_thread(&level));
+            background = level == MPI_THREAD_MULTIPLE;
+            DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &background, 1, MPI_INT, MPI_MIN, world_));
+            if (!background && !said_sync_fallback_ && world_rank_ == 0)
+                DSM_WARN(ENGINE, "checkpoint.writer.decoupled: MPI was initialized below MPI_THREAD_MULTIPLE on some "
+                                 "rank, so checkpoints are saved synchronously (MPI_Init_thread with "
+                                 "MPI_THREAD_MULTIPLE writes them in the background)");
+            said_sync_fallback_ = said_sync_fallback_ || !background;
+        }
+        const double start = MPI_Wtime();
         std::vector<std::unique_ptr<float[]>> frozen32;
         std::vector<std::unique_ptr<device::Staging>> staged;
         ckpt::Content content;
-        agree_prepared(world_, "the fp32 copies of the frozen parameters to save", [&] {
-            const std::vector<float *> bases = host_state(staged);
-            content.tensors = checkpoint_tensors(true, frozen32, nullptr, &bases);
-        });
+        agree_prepared(world_,
+                       background ? "the copy of the state that the asynchronous save writes"
+                                  : "the fp32 copies of the frozen parameters to save",
+                       [&] {
+                           const std::vector<float *> bases = background ? snapshot_state(frozen32) : host_state(staged);
+                           content.tensors = checkpoint_tensors(true, frozen32, nullptr, &bases);
+                       });
         const auto &lss = scaler_->state();
         const std::vector<int> shape = mesh_->shape();
         std::string names;
@@ -257,11 +324,26 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
             {"optimizer", config::optimizer_name(cfg_.optimizer.type)},
             {"config", config::config_to_json(cfg_)},
         };
-        const double start = MPI_Wtime();
         if (world_rank_ == 0)
-            DSM_INFO(ENGINE, "checkpoint save '%s/%s.h5': %zu tensors, %.1f MB of values, starting", dir.c_str(),
-                     tag.c_str(), content.tensors.size(), tensor_megabytes(content.tensors));
-        ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize));
+            DSM_INFO(ENGINE, "checkpoint save '%s/%s.h5': %zu tensors, %.1f MB of values, starting%s", dir.c_str(),
+                     tag.c_str(), content.tensors.size(), tensor_megabytes(content.tensors),
+                     background ? " in the background" : "");
+        if (background) {
+            std::vector<unsigned char> blob;
+            if (world_rank_ == 0 && client_size)
+                blob.assign(static_cast<const unsigned char *>(client), static_cast<const unsigned char *>(client) + client_size);
+            ckpt::save_prepare(world_, dir, tag, content, static_cast<size_t>(csize));
+            saver_ = std::make_unique<ckpt::BackgroundSave>(world_, dir, tag, std::move(content), std::move(frozen32),
+                                                            std::move(blob), static_cast<size_t>(csize),
+                                                            cfg_.checkpoint.keep_last);
+            saves_done_ = false;
+            if (world_rank_ == 0)
+                DSM_INFO(ENGINE, "checkpoint save '%s/%s.h5': state copied in %.3f s, writing in the background",
+                         dir.c_str(), tag.c_str(), MPI_Wtime() - start);
+            return;
+        }
+        ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize),
+                   cfg_.checkpoint.keep_last);
         if (world_rank_ == 0) log_done("saved", dir, tag, MPI_Wtime() - start);
     } catch (...) {
         // A failure every rank met in this save leaves the engine as it was:
@@ -277,7 +359,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     const std::string dir = dir_arg != nullptr ? dir_arg : "";
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
-    const unsigned known = DSM_CKPT_LOAD_MODULE_ONLY | DSM_CKPT_LOAD_NO_OPTIMIZER | DSM_CKPT_LOAD_NO_LR_SCHEDULE;
+    const unsigned known = DSM_CKPT_LOAD_MODULE_ONLY | DSM_CKPT_LOAD_NO_OPTIMIZER | DSM_CKPT_LOAD_NO_LR_SCHEDULE |
+                           DSM_CKPT_LOAD_NON_STRICT | DSM_CKPT_LOAD_FALLBACK;
     try {
         stage_->settle(); // the collectives in flight (overlap_comm) read and write the state
         DSM_REQUIRE(dir_arg != nullptr, DSM_ERR_NULL_POINTER, "dir is NULL");
@@ -290,22 +373,60 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         why = e.what();
     }
     sync(SyncPoint::LOAD, 0, why, status);
+    finish_save(true); // the asynchronous save; its failure is this call's
     check_checkpoint_point(SyncPoint::LOAD);
-    const std::string tag = ckpt::resolve_tag(world_, dir, tag_arg ? tag_arg : "");
 
     const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
     const bool with_optimizer = !module_only && !(flags & DSM_CKPT_LOAD_NO_OPTIMIZER);
     std::vector<std::unique_ptr<float[]>> staged;
     std::vector<float *> live;
     ckpt::Content content;
+    content.strict = !(flags & DSM_CKPT_LOAD_NON_STRICT);
     agree_prepared(world_, "the buffers the checkpoint is read into",
                    [&] { content.tensors = checkpoint_tensors(with_optimizer, staged, &live); });
     std::vector<unsigned char> blob;
     const double start = MPI_Wtime();
-    if (world_rank_ == 0)
-        DSM_INFO(ENGINE, "checkpoint load '%s/%s.h5': %zu tensors, %.1f MB of values, starting", dir.c_str(),
-                 tag.c_str(), content.tensors.size(), tensor_megabytes(content.tensors));
-    ckpt::load(world_, dir, tag, content, &blob);
+    // The tag asked for (or `latest`'s); with DSM_CKPT_LOAD_FALLBACK, a
+    // checkpoint that does not verify (missing, truncated, corrupt: an I/O
+    // or HDF5 error, agreed by every rank) is skipped for the newest of the
+    // directory that does. A mismatch with the engine is never skipped.
+    const bool fallback = flags & DSM_CKPT_LOAD_FALLBACK;
+    std::vector<std::pair<std::string, std::string>> skipped;
+    auto skip = [&](const std::string &t, const Error &e) {
+        if (!fallback || (e.status() != DSM_ERR_IO && e.status() != DSM_ERR_HDF5)) throw;
+        skipped.emplace_back(t, e.message());
+        DSM_WARN(ENGINE, "checkpoint load: skipping '%s' in '%s' (DSM_CKPT_LOAD_FALLBACK): %s", t.c_str(), dir.c_str(),
+                 e.message().c_str());
+    };
+    std::vector<std::string> queue;
+    try {
+        queue.push_back(ckpt::resolve_tag(world_, dir, tag_arg ? tag_arg : ""));
+    } catch (const Error &e) {
+        skip(tag_arg ? tag_arg : "latest", e);
+    }
+    std::string tag;
+    bool listed = false;
+    for (size_t k = 0; tag.empty(); ++k) {
+        if (k == queue.size() && fallback && !listed) {
+            listed = true;
+            for (const std::string &t : ckpt::list_checkpoints(world_, dir))
+                if (std::find(queue.begin(), queue.end(), t) == queue.end()) queue.push_back(t);
+        }
+        if (k == queue.size()) {
+            std::string all;
+            for (const auto &sk : skipped) all += cat(all.empty() ? "" : "; ", "'", sk.first, "': ", sk.second);
+            DSM_FAIL(DSM_ERR_IO, "no checkpoint in '", dir, "' verifies (DSM_CKPT_LOAD_FALLBACK): ", all);
+        }
+        if (world_rank_ == 0)
+            DSM_INFO(ENGINE, "checkpoint load '%s/%s.h5': %zu tensors, %.1f MB of values, starting", dir.c_str(),
+                     queue[k].c_str(), content.tensors.size(), tensor_megabytes(content.tensors));
+        try {
+            ckpt::load(world_, dir, queue[k], content, &blob);
+            tag = queue[k];
+        } catch (const Error &e) {
+            skip(queue[k], e);
+        }
+    }
     const double load_seconds = MPI_Wtime() - start;
 
     // Everything was read and verified: now change the engine. Values the
@@ -339,7 +460,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     // Engine state from here: no more errors from the file.
     for (size_t i = 0; i < live.size(); ++i) {
         const ckpt::Tensor &from = content.tensors[i];
-        if (from.count == 0) continue;
+        if (from.count == 0 || from.skip) continue;
         if (from.group == "params" && !from.trainable) {
             put_frozen(params_[static_cast<size_t>(param_index(from.name.c_str()))], from.data);
         } else {
@@ -364,8 +485,43 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     compute_->invalidate(true); // the frozen parameters were loaded too
     publish();
     if (client) *client = std::move(blob);
-    if (world_rank_ == 0) log_done("loaded", dir, tag, load_seconds);
+    last_load_ = LoadReport{dir, tag, std::move(skipped), std::move(content.missing), std::move(content.unexpected),
+                            std::move(content.mismatched)};
+    if (world_rank_ == 0) {
+        log_done("loaded", dir, tag, load_seconds);
+        const LoadReport &r = last_load_;
+        if (!r.missing.empty() || !r.unexpected.empty() || !r.mismatched.empty())
+            DSM_WARN(ENGINE, "non-strict checkpoint load of '%s/%s.h5': %zu missing, %zu unexpected, %zu of another "
+                             "shape, not loaded%s%s (dsm_engine_load_report lists them)",
+                     dir.c_str(), tag.c_str(), r.missing.size(), r.unexpected.size(), r.mismatched.size(),
+                     r.missing.empty() ? "" : "; first missing: ", r.missing.empty() ? "" : r.missing[0].c_str());
+    }
     return tag;
+}
+
+std::string Engine::load_report(dsm_format_t format) const {
+    const LoadReport &r = last_load_;
+    DSM_REQUIRE(format == DSM_FORMAT_TEXT || format == DSM_FORMAT_JSON, DSM_ERR_INVALID_ARGUMENT, "format ",
+                static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
+    if (format == DSM_FORMAT_JSON) {
+        nlohmann::json j;
+        j["loaded"] = !r.tag.empty();
+        j["dir"] = r.dir;
+        j["tag"] = r.tag;
+        j["skipped"] = nlohmann::json::array();
+        for (const auto &sk : r.skipped) j["skipped"].push_back({{"tag", sk.first}, {"reason", sk.second}});
+        j["missing"] = r.missing;
+        j["unexpected"] = r.unexpected;
+        j["mismatched"] = r.mismatched;
+        return j.dump(2) + "\n";
+    }
+    if (r.tag.empty()) return "no checkpoint loaded\n";
+    std::string out = cat("loaded: ", r.dir, "/", r.tag, ".h5\n");
+    for (const auto &sk : r.skipped) out += cat("skipped: ", sk.first, ": ", sk.second, "\n");
+    for (const std::string &m : r.missing) out += cat("missing: ", m, "\n");
+    for (const std::string &u : r.unexpected) out += cat("unexpected: ", u, "\n");
+    for (const std::string &m : r.mismatched) out += cat("shape differs: ", m, "\n");
+    return out;
 }
 
 #else // no HDF5
@@ -383,6 +539,20 @@ std::string Engine::load_checkpoint(const char *, const char *, unsigned, std::v
     sync(SyncPoint::LOAD, 0, "checkpoints need parallel HDF5: this libdsm was built without it",
          DSM_ERR_NOT_SUPPORTED);
     return std::string();
+}
+
+// No save ever runs in the background: waiting is only the agreement.
+void Engine::finish_save(bool) {}
+
+void Engine::checkpoint_wait() {
+    check_usable();
+    sync(SyncPoint::WAIT, 0);
+}
+
+std::string Engine::load_report(dsm_format_t format) const {
+    DSM_REQUIRE(format == DSM_FORMAT_TEXT || format == DSM_FORMAT_JSON, DSM_ERR_INVALID_ARGUMENT, "format ",
+                static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
+    return format == DSM_FORMAT_JSON ? "{\"loaded\": false}\n" : "no checkpoint loaded\n";
 }
 
 #endif

@@ -33,7 +33,8 @@ const char *point_name(int64_t p) {
     case 5: return "dsm_engine_free";
     case 6: return "dsm_engine_save_checkpoint";
     case 7: return "dsm_engine_load_checkpoint";
-    case 8: return "dsm_engine_set_stop_signal";
+    case 8: return "dsm_engine_checkpoint_wait";
+    case 9: return "dsm_engine_set_stop_signal";
     }
     return "?";
 }
@@ -52,15 +53,18 @@ const char *point_name(int64_t p) {
 void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_error, dsm_status_t local_status) {
     const int64_t p = static_cast<int64_t>(point);
     const bool failed = local_status != DSM_SUCCESS;
+    // Then an asynchronous save still writing on some rank, and the stop signal.
     const bool stop = point == SyncPoint::STEP && stop_signal_received(stop_signal_);
-    int64_t mine[6] = {p, -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1, stop ? 1 : 0};
-    int64_t all[6];
+    int64_t mine[7] = {p,   -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1, saver_ && !saver_->done(),
+                       stop};
+    int64_t all[7];
     try {
-        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 6, MPI_INT64_T, MPI_MAX, world_));
+        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 7, MPI_INT64_T, MPI_MAX, world_));
     } catch (...) {
         broken_ = true; // the ranks' states are unknown
         throw;
     }
+    saves_done_ = all[5] == 0;
     if (all[0] != -all[1]) broken_ = true;
     if (all[4] >= 0) {
         const int first = static_cast<int>(INT_MAX - all[4]);
@@ -84,7 +88,7 @@ void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_erro
                   : point == SyncPoint::FLUSH ? " (gradient bucket: release the same gradients in the same order)"
                   : point == SyncPoint::STOP_SIGNAL ? " (the signal number)"
                                               : ""));
-    if (all[5] > 0) stop_pending_ = true;
+    if (all[6] > 0) stop_pending_ = true;
 }
 
 void Engine::set_stop_signal(int signum) {
@@ -187,6 +191,14 @@ void Engine::step(dsm_step_info_t *info) {
     drain_offload(status, why);
     try {
         sync(SyncPoint::STEP, micro_steps_, why, status);
+    } catch (...) {
+        broken_ = true;
+        throw;
+    }
+    // An asynchronous save that has ended on every rank: its failure is
+    // this call's, which then does nothing else (call dsm_step again).
+    finish_save(false);
+    try {
         if (window_start_ == 0.0) {
             window_start_ = now();
             window_samples_ = global_samples_;

@@ -618,8 +618,20 @@ contains
     if (allocated(got)) call check(size(got) == 0, 'the byte client state of a failed load is empty')
     call dsm_engine_save_checkpoint(engine, dir, '.hidden', ierr=st)
     call check_error(st, DSM_ERR_INVALID_ARGUMENT, '.hidden', 'a tag starting with ''.'' gives DSM_ERR_INVALID_ARGUMENT')
-    call dsm_engine_load_checkpoint(engine, dir, 'ft-1', 8, ierr=st)
+    call dsm_engine_load_checkpoint(engine, dir, 'ft-1', 64, ierr=st)
     call check(st == DSM_ERR_INVALID_ARGUMENT, 'unknown load flags give DSM_ERR_INVALID_ARGUMENT')
+    ! Waiting with no save running; the report of the last load; a fallback
+    ! from a missing tag to the newest checkpoint that verifies.
+    call dsm_engine_checkpoint_wait(engine, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_checkpoint_wait with no save running')
+    call dsm_engine_load_checkpoint(engine, dir, 'gone', ior(DSM_CKPT_LOAD_FALLBACK, DSM_CKPT_LOAD_NON_STRICT), &
+         ierr=st)
+    call check(st == DSM_SUCCESS, 'DSM_CKPT_LOAD_FALLBACK loads another checkpoint for a missing tag')
+    call dsm_engine_load_report(engine, DSM_FORMAT_JSON, text, st)
+    call check(st == DSM_SUCCESS .and. index(text, '"tag": "gone"') > 0 .and. index(text, '"skipped"') > 0, &
+         'dsm_engine_load_report names the skipped tag')
+    call dsm_engine_load_report(engine, 9, text, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'format 9', 'an unknown report format')
 
     ! Into another ZeRO stage with zero-initialized parameters: the C copy
     ! of the client state (type(c_ptr) form), freed with dsm_free.

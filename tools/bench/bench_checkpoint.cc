@@ -1,7 +1,9 @@
 // dsm-bench checkpoint: the engine's checkpoint save and load (parallel HDF5,
 // doc/checkpoint.md) of N fp32 parameters with AdamW, next to plain
-// sequential POSIX I/O of the same bytes on the same disk by rank 0, timed in
-// turn within each round so that a noisy neighbour hits both alike.
+// sequential POSIX I/O of the same bytes on the same disk by rank 0, and the
+// asynchronous save (checkpoint.writer.decoupled) of the same model: the time
+// it blocks at the step boundary and the time until it is complete. All are
+// timed in turn within each round so that a noisy neighbour hits them alike.
 #include <algorithm>
 #include <cerrno>
 #include <climits>
@@ -27,6 +29,7 @@ namespace bench {
 namespace {
 
 const char *const kTag = "dsm-bench";                       // the checkpoint: DIR/dsm-bench.h5
+const char *const kAsyncTag = "dsm-bench-async";            // the asynchronous save's
 const char *const kBaseline = ".dsm-bench-baseline.tmp";    // rank 0's plain file in DIR
 const size_t kChunk = size_t(8) << 20;                      // baseline write()/read() size
 
@@ -47,6 +50,9 @@ void usage(FILE *out) {
                  "  rank, median of --iters, default 3) next to rank 0 writing the same bytes with write() in\n"
                  "  8 MiB chunks + fsync and reading them back with read(), in the same directory. Before each\n"
                  "  read the page cache of both files is dropped (posix_fadvise DONTNEED, best-effort).\n"
+                 "  A second engine of the same model with checkpoint.writer.decoupled saves asynchronously\n"
+                 "  under the tag 'dsm-bench-async': the time the save call blocks (the copy of the state) and\n"
+                 "  the time until dsm_engine_checkpoint_wait returns (the file complete).\n"
                  "  --dir: where to save (kept, under the tag 'dsm-bench'); default a new temporary directory\n"
                  "  under $TMPDIR or /tmp, removed at the end.\n");
 }
@@ -202,6 +208,8 @@ std::string json_string(const std::string &s) {
 struct Result {
     uint64_t bytes = 0;
     double save = 0, load = 0, write = 0, read = 0; // median seconds
+    double async_block = 0, async_done = 0;         // the asynchronous save: blocking, until complete
+    bool background = false;                        // it ran in the background (MPI_THREAD_MULTIPLE)
 };
 
 // The rounds: save, baseline write, drop caches, load, drop caches, baseline
@@ -224,15 +232,23 @@ bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir,
     const char *names[1] = {"data_parallel"};
     auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
     auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true);
+    const std::string async_cfg = cfg.substr(0, cfg.size() - 1) + ", \"checkpoint\": {\"writer\": {\"decoupled\": true}}}";
+    auto async_eng = engine::Engine::create(Mesh::create(world, 1, shp, names, nullptr, true), async_cfg.c_str(), &d,
+                                            1, true);
     // One step, so that the optimizer state exists (and is not all zeros).
-    for (int pass = 0; pass < 2; ++pass) {
-        (void)eng->param_acquire(0);
-        eng->param_release(0);
+    for (engine::Engine *e : {eng.get(), async_eng.get()}) {
+        for (int pass = 0; pass < 2; ++pass) {
+            (void)e->param_acquire(0);
+            e->param_release(0);
+        }
+        float *g = static_cast<float *>(e->grad_acquire(0));
+        for (long long i = 0; i < o.params; ++i) g[i] = 1e-3f * static_cast<float>(1 + (i & 7));
+        e->grad_release(0);
+        e->step(nullptr);
     }
-    float *g = static_cast<float *>(eng->grad_acquire(0));
-    for (long long i = 0; i < o.params; ++i) g[i] = 1e-3f * static_cast<float>(1 + (i & 7));
-    eng->grad_release(0);
-    eng->step(nullptr);
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    res->background = level == MPI_THREAD_MULTIPLE;
 
     const std::string file = dir + "/" + kTag + ".h5";
     const std::string plain = dir + "/" + kBaseline;
@@ -245,13 +261,24 @@ bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir,
         MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
         return t;
     };
-    std::vector<double> save, load, wr, rd;
+    std::vector<double> save, load, wr, rd, ablock, adone;
     bool ok = true;
     for (int it = 0; it < o.iters && ok; ++it) {
         MPI_Barrier(world);
         double t0 = now_seconds();
         eng->save_checkpoint(dir.c_str(), kTag, nullptr, 0);
         save.push_back(slowest(now_seconds() - t0));
+
+        // The asynchronous save: what the step boundary waits for, then the
+        // whole save (the wait returns when the file is complete).
+        MPI_Barrier(world);
+        t0 = now_seconds();
+        async_eng->save_checkpoint(dir.c_str(), kAsyncTag, nullptr, 0);
+        const double blocked = now_seconds() - t0;
+        async_eng->checkpoint_wait();
+        const double done = now_seconds() - t0;
+        ablock.push_back(slowest(blocked));
+        adone.push_back(slowest(done));
         if (it == 0) {
             unsigned long long bytes = 0;
             ok = on_rank0(world, rank, [&]() -> std::string {
@@ -285,6 +312,9 @@ bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir,
         rd.push_back(t);
     }
     eng->close();
+    async_eng->close();
+    res->async_block = median(ablock);
+    res->async_done = median(adone);
     res->save = median(save);
     res->load = median(load);
     res->write = median(wr);
@@ -304,7 +334,8 @@ int run_checkpoint(int argc, char **argv) {
     if (p != 0) return p;
     // A rank's engine at stage 0 or 1: the fp32 parameter and its gradient,
     // AdamW's moments; the load reads as much again.
-    const double need = 24.0 * static_cast<double>(o.params);
+    // The asynchronous save's engine as much again, and its copy of the state.
+    const double need = 60.0 * static_cast<double>(o.params);
     if (!fits_memory("checkpoint", "--params " + std::to_string(o.params), need, MPI_COMM_WORLD, rank == 0)) return 2;
 
     // The directory: --dir, or a new one from mkdtemp on rank 0.
@@ -344,8 +375,8 @@ int run_checkpoint(int argc, char **argv) {
     if (rank == 0) {
         ::unlink((dir + "/" + kBaseline).c_str());
         if (temporary) {
-            for (const std::string &f : {cat(kTag, ".h5"), cat(".", kTag, ".h5.tmp"), std::string("latest"),
-                                         std::string(".latest.tmp")})
+            for (const std::string &f : {cat(kTag, ".h5"), cat(".", kTag, ".h5.tmp"), cat(kAsyncTag, ".h5"),
+                                         cat(".", kAsyncTag, ".h5.tmp"), std::string("latest"), std::string(".latest.tmp")})
                 ::unlink((dir + "/" + f).c_str());
             if (::rmdir(dir.c_str()) != 0)
                 std::fprintf(stderr, "dsm-bench checkpoint: cannot remove '%s': %s\n", dir.c_str(),
@@ -363,9 +394,11 @@ int run_checkpoint(int argc, char **argv) {
         std::printf("{\"format\":\"dsm-bench-checkpoint\",\"format_version\":1,\"ranks\":%d,\"params\":%lld,"
                     "\"stage\":%d,\"bytes\":%llu,\"iters\":%d,\"save_seconds\":%.6g,\"save_gbs\":%.6g,"
                     "\"write_gbs\":%.6g,\"save_ratio\":%.4g,\"load_seconds\":%.6g,\"load_gbs\":%.6g,"
-                    "\"read_gbs\":%.6g,\"load_ratio\":%.4g,\"dir\":%s}\n",
+                    "\"read_gbs\":%.6g,\"load_ratio\":%.4g,\"async_background\":%s,\"async_block_seconds\":%.6g,"
+                    "\"async_complete_seconds\":%.6g,\"async_block_ratio\":%.4g,\"dir\":%s}\n",
                     size, o.params, o.stage, static_cast<unsigned long long>(r.bytes), o.iters, r.save, save_gbs,
-                    write_gbs, save_ratio, r.load, load_gbs, read_gbs, load_ratio, json_string(dir).c_str());
+                    write_gbs, save_ratio, r.load, load_gbs, read_gbs, load_ratio, r.background ? "true" : "false",
+                    r.async_block, r.async_done, r.async_block / std::max(r.save, 1e-9), json_string(dir).c_str());
         return 0;
     }
     std::printf("dsm-bench checkpoint: %d ranks, %lld parameters, fp32, AdamW, ZeRO stage %d (median of %d, slowest "
@@ -377,6 +410,9 @@ int run_checkpoint(int argc, char **argv) {
     std::printf("%-5s %10s %9s %14s %7s\n", "", "seconds", "GB/s", "baseline GB/s", "ratio");
     std::printf("%-5s %10.4f %9.3f %14.3f %7.2f\n", "save", r.save, save_gbs, write_gbs, save_ratio);
     std::printf("%-5s %10.4f %9.3f %14.3f %7.2f\n", "load", r.load, load_gbs, read_gbs, load_ratio);
+    std::printf("async save%s: %.4f s blocking (%.1f%% of the save above), %.4f s until complete\n",
+                r.background ? "" : " (MPI below MPI_THREAD_MULTIPLE: synchronous)", r.async_block,
+                100.0 * r.async_block / std::max(r.save, 1e-9), r.async_done);
     std::printf("save: dsm_engine_save_checkpoint (parallel HDF5, fsync, rename, latest); baseline: rank 0\n"
                 "write() of the same bytes in 8 MiB chunks + fsync. load: dsm_engine_load_checkpoint (checksums\n"
                 "verified); baseline: rank 0 read() in 8 MiB chunks. The page cache of both files is dropped\n"

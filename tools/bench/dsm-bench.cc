@@ -35,8 +35,10 @@ int main(int argc, char **argv) {
     }
     int provided = 0;
     const char *sub = argv[1];
-    // overlap_comm's progress thread calls MPI beside the main thread.
-    MPI_Init_thread(&argc, &argv, !std::strcmp(sub, "overlap") ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
+    // overlap_comm's progress thread and the asynchronous checkpoint save's
+    // thread call MPI beside the main thread.
+    const bool threads = !std::strcmp(sub, "overlap") || !std::strcmp(sub, "checkpoint");
+    MPI_Init_thread(&argc, &argv, threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
     int rc;
     if (!std::strcmp(sub, "optimizer"))
         rc = dsm::bench::run_optimizer(argc - 2, argv + 2);

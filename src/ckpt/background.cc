@@ -1,0 +1,60 @@
+// See background.hpp and doc/checkpoint.md ("Asynchronous saves").
+#include "dsm_config.h"
+
+#include "ckpt/background.hpp"
+
+#include <new>
+
+#include "core/error.hpp"
+#include "core/log.hpp"
+
+namespace dsm {
+namespace ckpt {
+
+BackgroundSave::BackgroundSave(MPI_Comm comm, std::string dir, std::string tag, Content content,
+                               std::vector<std::unique_ptr<float[]>> buffers, std::vector<unsigned char> client,
+                               size_t client_size, int keep_last)
+    : comm_(Comm::dup(comm)), dir_(std::move(dir)), tag_(std::move(tag)), path_(dir_ + "/" + tag_ + ".h5"),
+      content_(std::move(content)), buffers_(std::move(buffers)), client_(std::move(client)), client_size_(client_size), keep_last_(keep_last) {
+    thread_ = std::thread([this] { run(); });
+}
+
+void BackgroundSave::run() noexcept {
+    const double start = MPI_Wtime();
+    try {
+#if DSM_HAVE_HDF5
+        save_write(comm_.get(), dir_, tag_, content_, client_.empty() ? nullptr : client_.data(), client_size_,
+                   keep_last_);
+#else
+        DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
+#endif
+    } catch (const Error &e) {
+        status_ = e.status();
+        error_ = e.message();
+    } catch (const std::bad_alloc &) {
+        status_ = DSM_ERR_OUT_OF_MEMORY;
+        error_ = "out of memory";
+    } catch (...) {
+        status_ = DSM_ERR_INTERNAL;
+        error_ = "unexpected exception";
+    }
+    seconds_ = MPI_Wtime() - start;
+    done_.store(true, std::memory_order_release);
+}
+
+BackgroundSave::~BackgroundSave() {
+    if (thread_.joinable()) thread_.join();
+    (void)comm_.release();
+}
+
+void BackgroundSave::wait() {
+    if (thread_.joinable()) thread_.join();
+    client_.clear();
+    comm_.reset();
+    if (status_ != DSM_SUCCESS)
+        DSM_FAIL(status_, "the asynchronous save of checkpoint '", path_, "' failed: ", error_,
+                 " (DIR/latest still names the previous checkpoint)");
+}
+
+} // namespace ckpt
+} // namespace dsm

@@ -1,0 +1,71 @@
+// A checkpoint save whose writing runs on a thread of its own
+// (checkpoint.writer.decoupled, doc/checkpoint.md): the caller has already
+// made save_prepare() and snapshot the tensors into memory the save owns,
+// so the caller goes on (training changes its own state, not the
+// snapshot) while the thread runs save_write() on a duplicate of the
+// communicator. Needs MPI_THREAD_MULTIPLE: the caller's MPI calls and the
+// thread's run at the same time. Only one thread uses HDF5 at a time as long
+// as the caller waits for the save before its next checkpoint call.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <mpi.h>
+
+#include "ckpt/checkpoint.hpp"
+#include "core/comm.hpp"
+#include "dsm.h"
+
+namespace dsm {
+namespace ckpt {
+
+class BackgroundSave {
+public:
+    // Collective over `comm` (duplicated here, on the calling thread). The
+    // save owns `content`'s data (`buffers`) and the client bytes.
+    // `client_size`: the bytes of rank 0's client state, on every rank
+    // (`client` holds them on rank 0 only).
+    BackgroundSave(MPI_Comm comm, std::string dir, std::string tag, Content content,
+                   std::vector<std::unique_ptr<float[]>> buffers, std::vector<unsigned char> client,
+                   size_t client_size, int keep_last);
+    // Waits for the thread; the communicator is dropped, not freed (the
+    // ranks may be elsewhere). Never throws.
+    ~BackgroundSave();
+    BackgroundSave(const BackgroundSave &) = delete;
+    BackgroundSave &operator=(const BackgroundSave &) = delete;
+
+    // The thread has finished on this rank (not blocking).
+    bool done() const noexcept { return done_.load(std::memory_order_acquire); }
+    // Collective: wait for the thread and free the communicator; throws the
+    // save's error, the same on every rank, naming the checkpoint.
+    void wait();
+    const std::string &dir() const noexcept { return dir_; }
+    const std::string &tag() const noexcept { return tag_; }
+    // The snapshot's buffers, for the next save to reuse (after wait()).
+    std::vector<std::unique_ptr<float[]>> take_buffers() noexcept { return std::move(buffers_); }
+    // Seconds the writing took (after wait()).
+    double seconds() const noexcept { return seconds_; }
+
+private:
+    void run() noexcept;
+
+    Comm comm_;
+    std::string dir_, tag_, path_;
+    Content content_;
+    std::vector<std::unique_ptr<float[]>> buffers_;
+    std::vector<unsigned char> client_;
+    size_t client_size_ = 0;
+    int keep_last_ = 0;
+    std::atomic<bool> done_{false};
+    dsm_status_t status_ = DSM_SUCCESS;
+    std::string error_;
+    double seconds_ = 0.0;
+    std::thread thread_;
+};
+
+} // namespace ckpt
+} // namespace dsm
