@@ -42,7 +42,8 @@ const char *point_name(int64_t p) {
 } // namespace
 
 // One allreduce (MAX) of: the point and its detail, negated copies (so MAX
-// gives the minimum too), the lowest failing rank, and at dsm_step whether
+// gives the minimum too), the lowest failing rank, whether an asynchronous
+// save still writes on some rank, and at dsm_step whether
 // the stop signal arrived here (so every rank learns it from any rank). Then, if any rank
 // failed, the lowest failing rank's message is broadcast and every rank
 // throws it; if the ranks are at different points, every rank throws
