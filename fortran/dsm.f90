@@ -430,6 +430,7 @@ module dsm
   public :: dsm_sp_shard_batch, dsm_sp_loss
   public :: dsm_sampler_create, dsm_sampler_create_for_engine, dsm_sampler_free
   public :: dsm_sampler_num_batches, dsm_sampler_batch, dsm_sampler_locate
+  public :: dsm_sampler_position, dsm_sampler_resume, dsm_sampler_epoch_batches
 
   !> Build a named mesh over the ranks of comm (collective over comm).
   !> call dsm_mesh_create(comm, shape, names, mesh [, ierr])
@@ -1305,6 +1306,31 @@ module dsm
        integer(c_int64_t), intent(out) :: epoch, batch
        integer(c_int) :: st
      end function c_dsm_sampler_locate
+
+     function c_dsm_sampler_position(sampler, epoch, batch, samples) bind(C, name='dsm_sampler_position') result(st)
+       import :: c_int, c_int64_t, c_ptr
+       type(c_ptr), value :: sampler
+       integer(c_int64_t), value :: epoch, batch
+       integer(c_int64_t), intent(out) :: samples
+       integer(c_int) :: st
+     end function c_dsm_sampler_position
+
+     function c_dsm_sampler_resume(sampler, samples, epoch) bind(C, name='dsm_sampler_resume') result(st)
+       import :: c_int, c_int64_t, c_ptr
+       type(c_ptr), value :: sampler
+       integer(c_int64_t), value :: samples
+       integer(c_int64_t), intent(out) :: epoch
+       integer(c_int) :: st
+     end function c_dsm_sampler_resume
+
+     function c_dsm_sampler_epoch_batches(sampler, epoch, num_batches) &
+          bind(C, name='dsm_sampler_epoch_batches') result(st)
+       import :: c_int, c_int64_t, c_ptr
+       type(c_ptr), value :: sampler
+       integer(c_int64_t), value :: epoch
+       integer(c_int64_t), intent(out) :: num_batches
+       integer(c_int) :: st
+     end function c_dsm_sampler_epoch_batches
   end interface
 
 contains
@@ -3442,5 +3468,49 @@ contains
     st = c_dsm_sampler_locate(sampler%ptr, micro_steps, epoch, batch)
     call finish(st, 'dsm_sampler_locate', ierr)
   end subroutine dsm_sampler_locate
+
+  !> The samples consumed once micro-batch batch of epoch (0-based) is taken
+  !> on every rank, valid at any data-parallel size (for dsm_sampler_resume).
+  !> All integer(c_int64_t). Not collective.
+  subroutine dsm_sampler_position(sampler, epoch, batch, samples, ierr)
+    type(dsm_sampler_t), intent(in) :: sampler
+    integer(c_int64_t), intent(in) :: epoch, batch
+    integer(c_int64_t), intent(out) :: samples
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    samples = 0
+    st = c_dsm_sampler_position(sampler%ptr, epoch, batch, samples)
+    call finish(st, 'dsm_sampler_position', ierr)
+  end subroutine dsm_sampler_position
+
+  !> Continue after samples consumed samples (a dsm_sampler_position of a run
+  !> at any data-parallel size): epoch gets the epoch to continue with, from
+  !> its micro-batch 0. Not collective.
+  subroutine dsm_sampler_resume(sampler, samples, epoch, ierr)
+    type(dsm_sampler_t), intent(in) :: sampler
+    integer(c_int64_t), intent(in) :: samples
+    integer(c_int64_t), intent(out) :: epoch
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    epoch = 0
+    st = c_dsm_sampler_resume(sampler%ptr, samples, epoch)
+    call finish(st, 'dsm_sampler_resume', ierr)
+  end subroutine dsm_sampler_resume
+
+  !> Micro-batches of epoch: dsm_sampler_num_batches, fewer for the epoch
+  !> dsm_sampler_resume starts inside. Not collective.
+  subroutine dsm_sampler_epoch_batches(sampler, epoch, num_batches, ierr)
+    type(dsm_sampler_t), intent(in) :: sampler
+    integer(c_int64_t), intent(in) :: epoch
+    integer(c_int64_t), intent(out) :: num_batches
+    integer, intent(out), optional :: ierr
+    integer(c_int) :: st
+
+    num_batches = 0
+    st = c_dsm_sampler_epoch_batches(sampler%ptr, epoch, num_batches)
+    call finish(st, 'dsm_sampler_epoch_batches', ierr)
+  end subroutine dsm_sampler_epoch_batches
 
 end module dsm

@@ -1660,6 +1660,55 @@ DSM_API dsm_status_t dsm_sampler_batch(dsm_sampler_t sampler, int64_t epoch, int
 DSM_API dsm_status_t dsm_sampler_locate(dsm_sampler_t sampler, int64_t micro_steps, int64_t *epoch,
                                         int64_t *batch);
 
+/**
+ * @brief The samples consumed once micro-batch @p batch of @p epoch has been
+ * taken on every rank, a position valid at any number of replicas: give it
+ * to dsm_sampler_resume() of a sampler of another data-parallel size.
+ *
+ * Not collective. @p samples gets epoch x num_samples plus the positions of
+ * the epoch's (permuted) list the replicas have taken: (batch + 1) x
+ * micro_batch x replicas, or num_samples after the epoch's last
+ * micro-batch (its padding or dropped tail included). Store it with the
+ * checkpoint (its client state) at the micro-batch the checkpoint follows.
+ * dsm_sampler_locate() on a restored micro_steps is right only at the same
+ * data-parallel size and micro-batch.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (epoch < 0, batch outside the epoch's micro-batches, an epoch whose
+ * position an int64_t cannot count: naming the value).
+ */
+DSM_API dsm_status_t dsm_sampler_position(dsm_sampler_t sampler, int64_t epoch, int64_t batch, int64_t *samples);
+
+/**
+ * @brief Continue after @p samples consumed samples (a dsm_sampler_position()
+ * of a sampler over the same dataset, seed and shuffle, at any number of
+ * replicas and any micro-batch): @p epoch gets the epoch to continue with,
+ * from its micro-batch 0.
+ *
+ * Not collective; every rank of the data-parallel group passes the same
+ * @p samples. The epoch samples / num_samples then serves the rest of its
+ * list, from the position samples % num_samples on, split over this
+ * sampler's replicas as a whole epoch is (padded by repeating the epoch's
+ * list from its start, or cut with drop_last): no sample of the run before
+ * is seen again, except as padding, and none is skipped. At the same
+ * number of replicas and micro-batch it serves exactly the micro-batches
+ * the run would have. dsm_sampler_epoch_batches() gives its
+ * (smaller) number of micro-batches; later epochs are whole. When nothing
+ * is left of that epoch here (drop_last), @p epoch is the next one. A
+ * second call replaces the first.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for
+ * negative samples.
+ */
+DSM_API dsm_status_t dsm_sampler_resume(dsm_sampler_t sampler, int64_t samples, int64_t *epoch);
+
+/**
+ * @brief Micro-batches of @p epoch on every rank: dsm_sampler_num_batches(),
+ * or fewer for the epoch dsm_sampler_resume() starts inside.
+ *
+ * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for epoch < 0.
+ */
+DSM_API dsm_status_t dsm_sampler_epoch_batches(dsm_sampler_t sampler, int64_t epoch, int64_t *num_batches);
+
 /** @} */
 
 #ifdef __cplusplus

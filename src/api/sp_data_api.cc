@@ -116,4 +116,31 @@ DSM_API dsm_status_t dsm_sampler_locate(dsm_sampler_t sampler, int64_t micro_ste
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_sampler_position(dsm_sampler_t sampler, int64_t epoch, int64_t batch, int64_t *samples) {
+    DSM_API_BEGIN
+    const auto &s = impl(sampler);
+    DSM_ARG_NOT_NULL(samples);
+    *samples = 0;
+    *samples = s.position(epoch, batch);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_sampler_resume(dsm_sampler_t sampler, int64_t samples, int64_t *epoch) {
+    DSM_API_BEGIN
+    auto &s = impl(sampler);
+    DSM_ARG_NOT_NULL(epoch);
+    *epoch = 0;
+    *epoch = s.resume(samples);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_sampler_epoch_batches(dsm_sampler_t sampler, int64_t epoch, int64_t *num_batches) {
+    DSM_API_BEGIN
+    const auto &s = impl(sampler);
+    DSM_ARG_NOT_NULL(num_batches);
+    *num_batches = 0;
+    *num_batches = s.epoch_batches(epoch);
+    DSM_API_END
+}
+
 } // extern "C"

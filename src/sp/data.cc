@@ -158,10 +158,46 @@ Sampler::Sampler(int64_t num_samples, int replicas, int rank, int64_t micro_batc
                 " indices does not fit in memory (shuffle it in the application or pass shuffle = 0)");
 }
 
-int64_t Sampler::batch_count(int64_t batch) const {
-    DSM_REQUIRE(batch >= 0 && batch < num_batches_, DSM_ERR_INVALID_ARGUMENT, "batch is ", batch,
-                ", outside [0, ", num_batches_, ")");
-    return std::min(micro_batch_, per_rank_ - batch * micro_batch_); // batch * micro_batch < per_rank
+Sampler::Geometry Sampler::geometry(int64_t epoch) const {
+    DSM_REQUIRE(epoch >= 0, DSM_ERR_INVALID_ARGUMENT, "epoch is ", epoch, ", must be >= 0");
+    if (epoch != resume_epoch_) return {0, per_rank_, num_batches_};
+    // The rest of the list, padded or cut for the replicas as a whole list is.
+    const int64_t left = num_samples_ - resume_offset_, r = replicas_;
+    const int64_t per = left / r + (!options_.drop_last && left % r != 0 ? 1 : 0);
+    return {resume_offset_, per, per / micro_batch_ + (!options_.drop_last && per % micro_batch_ != 0 ? 1 : 0)};
+}
+
+int64_t Sampler::epoch_batches(int64_t epoch) const { return geometry(epoch).num_batches; }
+
+int64_t Sampler::batch_count(int64_t epoch, int64_t batch) const {
+    const Geometry g = geometry(epoch);
+    DSM_REQUIRE(batch >= 0 && batch < g.num_batches, DSM_ERR_INVALID_ARGUMENT, "batch is ", batch,
+                ", outside [0, ", g.num_batches, ") of epoch ", epoch);
+    return std::min(micro_batch_, g.per_rank - batch * micro_batch_); // batch * micro_batch < per_rank
+}
+
+int64_t Sampler::position(int64_t epoch, int64_t batch) const {
+    const Geometry g = geometry(epoch);
+    (void)batch_count(epoch, batch);
+    int64_t base = 0;
+    DSM_REQUIRE(!__builtin_mul_overflow(epoch + 1, num_samples_, &base), DSM_ERR_INVALID_ARGUMENT, "epoch ",
+                epoch, " of ", num_samples_, " samples is past the samples an int64_t counts");
+    if (batch == g.num_batches - 1) return base; // the end of the epoch (a dropped tail included)
+    // Before the last micro-batch every rank has taken (batch + 1) * micro_batch
+    // samples of the list, all of them before its padding.
+    return base - num_samples_ + g.offset + (batch + 1) * micro_batch_ * replicas_;
+}
+
+int64_t Sampler::resume(int64_t samples) {
+    DSM_REQUIRE(samples >= 0, DSM_ERR_INVALID_ARGUMENT, "samples is ", samples, ", must be >= 0");
+    resume_epoch_ = samples / num_samples_;
+    resume_offset_ = samples % num_samples_;
+    if (resume_offset_ == 0 || geometry(resume_epoch_).num_batches > 0) return resume_epoch_;
+    // With drop_last the rest of the list may not make a micro-batch here.
+    const int64_t next = resume_epoch_ + 1;
+    resume_epoch_ = -1;
+    resume_offset_ = 0;
+    return next;
 }
 
 void Sampler::prepare(int64_t epoch) {
@@ -178,20 +214,22 @@ void Sampler::prepare(int64_t epoch) {
 }
 
 int64_t Sampler::batch(int64_t epoch, int64_t batch, int64_t *indices, size_t len) {
-    DSM_REQUIRE(epoch >= 0, DSM_ERR_INVALID_ARGUMENT, "epoch is ", epoch, ", must be >= 0");
-    const int64_t count = batch_count(batch);
+    const Geometry g = geometry(epoch);
+    const int64_t count = batch_count(epoch, batch);
     DSM_ARG_NOT_NULL(indices);
     DSM_REQUIRE(len >= static_cast<size_t>(count), DSM_ERR_INVALID_ARGUMENT, "len is ", len, ", micro-batch ",
                 batch, " has ", count, " indices");
     if (options_.shuffle) prepare(epoch);
-    // Sample j of this rank is at position rank + j * replicas of the padded
-    // list, whose element p is the permuted index p mod num_samples
-    // (DistributedSampler's repetition from the start). Positions stay below
-    // num_samples + replicas, so uint64 holds them.
+    // Sample j of this rank is at position g.offset + rank + j * replicas of
+    // the epoch's (permuted) list, taken mod num_samples: the padding
+    // repeats the list from its start (DistributedSampler's repetition), so
+    // a resumed epoch serves what the whole one would have. Positions stay
+    // below 2 * num_samples + replicas, so uint64 holds them.
     const auto n = static_cast<uint64_t>(num_samples_), r = static_cast<uint64_t>(replicas_);
     const auto j0 = static_cast<uint64_t>(batch * micro_batch_);
     for (int64_t i = 0; i < count; ++i) {
-        const uint64_t p = (static_cast<uint64_t>(rank_) + (j0 + static_cast<uint64_t>(i)) * r) % n;
+        const uint64_t p = (static_cast<uint64_t>(g.offset) + static_cast<uint64_t>(rank_) +
+                            (j0 + static_cast<uint64_t>(i)) * r) % n;
         indices[i] = options_.shuffle ? perm_[p] : static_cast<int64_t>(p);
     }
     return count;

@@ -92,9 +92,12 @@ public:
     const SamplerOptions &options() const noexcept { return options_; }
     // Samples of one rank per epoch (DistributedSampler's num_samples).
     int64_t per_rank() const noexcept { return per_rank_; }
+    // Micro-batches of a whole epoch.
     int64_t num_batches() const noexcept { return num_batches_; }
-    // Indices in micro-batch `batch`.
-    int64_t batch_count(int64_t batch) const;
+    // Micro-batches of `epoch` (fewer for the epoch resume() starts inside).
+    int64_t epoch_batches(int64_t epoch) const;
+    // Indices in micro-batch `batch` of `epoch`.
+    int64_t batch_count(int64_t epoch, int64_t batch) const;
 
     // Writes micro-batch `batch` of `epoch` into `indices` (room for `len`)
     // and returns the count. Computes the epoch's permutation unless it is
@@ -104,8 +107,24 @@ public:
     // The epoch and micro-batch that follow `micro_steps` micro-batches.
     void locate(int64_t micro_steps, int64_t *epoch, int64_t *batch) const;
 
+    // The samples consumed, at any replica count, once micro-batch `batch`
+    // of `epoch` is taken on every rank: epoch * num_samples plus the
+    // positions of the epoch's list taken (num_samples at its last batch).
+    int64_t position(int64_t epoch, int64_t batch) const;
+    // Continue after `samples` consumed samples (a position() of any
+    // sampler over the same dataset, seed and shuffle): the epoch
+    // samples / num_samples serves the rest of its list from the position
+    // samples % num_samples on. Returns the epoch to continue with (the next
+    // one when nothing is left of that epoch here).
+    int64_t resume(int64_t samples);
+
 private:
     void prepare(int64_t epoch);
+    // The epoch's first list position, samples per rank and micro-batches.
+    struct Geometry {
+        int64_t offset, per_rank, num_batches;
+    };
+    Geometry geometry(int64_t epoch) const;
 
     int64_t num_samples_;
     int replicas_;
@@ -116,6 +135,7 @@ private:
     int64_t num_batches_ = 0;
     std::vector<int64_t> perm_; // the permutation of perm_epoch_ (shuffle only)
     int64_t perm_epoch_ = -1;
+    int64_t resume_epoch_ = -1, resume_offset_ = 0; // resume(): the epoch that starts inside its list
 };
 
 } // namespace sp

@@ -220,8 +220,37 @@ static void test_bad_arguments(void **state) {
     ASSERT_OK(dsm_sampler_locate(smp, 5, &epoch, &batch));
     assert_int_equal(epoch, 2);
     assert_int_equal(batch, 1);
+    /* Positions and resuming: 10 samples over 2 replicas, micro-batches of 4. */
+    int64_t samples = -1;
+    ASSERT_FAILS(dsm_sampler_position(NULL, 0, 0, &samples), DSM_ERR_NULL_POINTER, "sampler is NULL");
+    ASSERT_FAILS(dsm_sampler_position(smp, 0, 0, NULL), DSM_ERR_NULL_POINTER, "samples is NULL");
+    ASSERT_FAILS(dsm_sampler_position(smp, -1, 0, &samples), DSM_ERR_INVALID_ARGUMENT, "epoch is -1");
+    ASSERT_FAILS(dsm_sampler_position(smp, 0, 2, &samples), DSM_ERR_INVALID_ARGUMENT, "batch is 2");
+    assert_int_equal(samples, 0);
+    ASSERT_OK(dsm_sampler_position(smp, 3, 0, &samples));
+    assert_int_equal(samples, 3 * 10 + 8);
+    ASSERT_OK(dsm_sampler_position(smp, 3, 1, &samples));
+    assert_int_equal(samples, 4 * 10);
+    ASSERT_FAILS(dsm_sampler_resume(NULL, 0, &epoch), DSM_ERR_NULL_POINTER, "sampler is NULL");
+    ASSERT_FAILS(dsm_sampler_resume(smp, 0, NULL), DSM_ERR_NULL_POINTER, "epoch is NULL");
+    ASSERT_FAILS(dsm_sampler_resume(smp, -5, &epoch), DSM_ERR_INVALID_ARGUMENT, "samples is -5");
+    ASSERT_FAILS(dsm_sampler_epoch_batches(NULL, 0, &nb), DSM_ERR_NULL_POINTER, "sampler is NULL");
+    ASSERT_FAILS(dsm_sampler_epoch_batches(smp, 0, NULL), DSM_ERR_NULL_POINTER, "num_batches is NULL");
+    ASSERT_FAILS(dsm_sampler_epoch_batches(smp, -1, &nb), DSM_ERR_INVALID_ARGUMENT, "epoch is -1");
     ASSERT_OK(dsm_sampler_free(&smp));
     assert_null(smp);
+    /* 38 samples consumed (epoch 3, 8 of its 10) resume on 1 replica with
+       micro-batches of 1: epoch 3 has the 2 samples left, each in one micro-batch. */
+    ASSERT_OK(dsm_sampler_create(10, 1, 0, 1, NULL, &smp));
+    ASSERT_OK(dsm_sampler_resume(smp, 38, &epoch));
+    assert_int_equal(epoch, 3);
+    ASSERT_OK(dsm_sampler_epoch_batches(smp, 3, &nb));
+    assert_int_equal(nb, 2);
+    ASSERT_OK(dsm_sampler_epoch_batches(smp, 4, &nb));
+    assert_int_equal(nb, 10);
+    ASSERT_OK(dsm_sampler_position(smp, 3, 0, &samples));
+    assert_int_equal(samples, 39);
+    ASSERT_OK(dsm_sampler_free(&smp));
 }
 
 static void test_shard_batch(void **state) {

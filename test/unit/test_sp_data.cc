@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <set>
 
 #include "cxx_test.h"
 
@@ -364,7 +365,7 @@ static std::vector<int64_t> get_batch(Sampler &s, int64_t epoch, int64_t b) {
     std::vector<int64_t> v(static_cast<size_t>(s.micro_batch()) + 1, -1);
     const int64_t n = s.batch(epoch, b, v.data(), v.size() - 1);
     assert_int_equal(v.back(), -1);
-    assert_int_equal(n, s.batch_count(b));
+    assert_int_equal(n, s.batch_count(epoch, b));
     v.resize(static_cast<size_t>(n));
     return v;
 }
@@ -531,7 +532,7 @@ static void test_sampler_huge(void **) {
     o.drop_last = false;
     Sampler m(10, 2, 1, kMax, o);
     assert_int_equal(m.num_batches(), 1);
-    assert_int_equal(m.batch_count(0), 5);
+    assert_int_equal(m.batch_count(0, 0), 5);
 }
 
 static void test_sampler_bad_arguments(void **) {
@@ -559,6 +560,118 @@ static void test_sampler_bad_arguments(void **) {
     expect_error_at([&] { s.locate(0, nullptr, &batch); }, DSM_ERR_NULL_POINTER, {"epoch is NULL"}, __LINE__);
     expect_error_at([&] { s.locate(0, &epoch, nullptr); }, DSM_ERR_NULL_POINTER, {"batch is NULL"}, __LINE__);
     assert_int_equal(s.batch(0, 1, buf, 2), 2);
+    // position() and resume().
+    expect_error_at([&] { (void)s.position(-1, 0); }, DSM_ERR_INVALID_ARGUMENT, {"epoch is -1"}, __LINE__);
+    expect_error_at([&] { (void)s.position(0, 2); }, DSM_ERR_INVALID_ARGUMENT, {"batch is 2", "of epoch 0"},
+                    __LINE__);
+    expect_error_at([&] { (void)s.position(kMax / 10, 0); }, DSM_ERR_INVALID_ARGUMENT,
+                    {"epoch 922337203685477580 of 10 samples", "int64_t"}, __LINE__);
+    expect_error_at([&] { (void)s.resume(-1); }, DSM_ERR_INVALID_ARGUMENT, {"samples is -1"}, __LINE__);
+    expect_error_at([&] { (void)s.epoch_batches(-2); }, DSM_ERR_INVALID_ARGUMENT, {"epoch is -2"}, __LINE__);
+}
+
+// Every rank's micro-batches of one epoch, in order (ranks in turn within a micro-batch).
+static std::vector<std::vector<int64_t>> epoch_batches_of(int64_t n, int replicas, int64_t mb,
+                                                          const SamplerOptions &o, int64_t resume_at,
+                                                          int64_t *epoch) {
+    std::vector<std::vector<int64_t>> out(static_cast<size_t>(replicas));
+    for (int r = 0; r < replicas; ++r) {
+        Sampler s(n, replicas, r, mb, o);
+        const int64_t e = resume_at >= 0 ? s.resume(resume_at) : *epoch;
+        if (r == 0) *epoch = e;
+        assert_int_equal(e, *epoch);
+        for (int64_t b = 0; b < s.epoch_batches(e); ++b)
+            for (int64_t i : get_batch(s, e, b)) out[static_cast<size_t>(r)].push_back(i);
+    }
+    return out;
+}
+
+// A run stopped after micro-batch b of an epoch, at one data-parallel size and
+// micro-batch, resumed from its position at another: the samples taken
+// before and the samples served after are the epoch's list split at one
+// point, so none is repeated and none is lost (beyond what padding repeats
+// and drop_last drops in the resumed part, as it would in a whole epoch).
+static void test_sampler_resume_any_size(void **) {
+    for (int flags = 0; flags < 4; ++flags) {
+        SamplerOptions o;
+        o.shuffle = flags & 1;
+        o.drop_last = flags & 2;
+        o.seed = 11;
+        for (int64_t n : {7, 24, 50, 101})
+            for (int r1 : {1, 2, 3, 4})
+                for (int64_t mb1 : {1, 3})
+                    for (int r2 : {1, 2, 3, 5})
+                        for (int64_t mb2 : {1, 2, 4}) {
+                            const int64_t epoch = 2;
+                            // Sizes without a micro-batch (drop_last) cannot make a sampler.
+                            if (o.drop_last && (n / r1 / mb1 == 0 || n / r2 / mb2 == 0)) continue;
+                            Sampler first(n, r1, 0, mb1, o);
+                            // The epoch's list: the permutation (or 0..n-1), known from a 1-replica sampler.
+                            Sampler whole(n, 1, 0, n, o);
+                            const std::vector<int64_t> list = get_batch(whole, epoch, 0);
+                            for (int64_t b = 0; b < first.num_batches(); ++b) {
+                                const int64_t pos = first.position(epoch, b);
+                                // Taken before: every rank's micro-batches 0..b.
+                                std::multiset<int64_t> before;
+                                for (int r = 0; r < r1; ++r) {
+                                    Sampler s(n, r1, r, mb1, o);
+                                    for (int64_t k = 0; k <= b; ++k)
+                                        for (int64_t i : get_batch(s, epoch, k)) before.insert(i);
+                                }
+                                int64_t e2 = -1;
+                                auto after = epoch_batches_of(n, r2, mb2, o, pos, &e2);
+                                if (b == first.num_batches() - 1) {
+                                    // The end of the epoch: the next one, whole.
+                                    assert_int_equal(pos, (epoch + 1) * n);
+                                    assert_int_equal(e2, epoch + 1);
+                                    int64_t e3 = epoch + 1;
+                                    assert_true(after == epoch_batches_of(n, r2, mb2, o, -1, &e3));
+                                    continue;
+                                }
+                                const int64_t off = pos - epoch * n;
+                                assert_int_equal(off, (b + 1) * mb1 * r1);
+                                assert_true(off < n);
+                                // Before: exactly the list's first `off` entries.
+                                assert_true(before == std::multiset<int64_t>(list.begin(), list.begin() + off));
+                                if (o.drop_last && (n - off) / r2 / mb2 == 0) {
+                                    // Nothing of the epoch makes a micro-batch here: the next epoch, whole.
+                                    assert_int_equal(e2, epoch + 1);
+                                    continue;
+                                }
+                                assert_int_equal(e2, epoch);
+                                // After: the rest of the list, each once, and nothing taken before,
+                                // but for the padding that repeats the list's start as a whole
+                                // epoch's does (drop_last instead cuts the rest's end).
+                                std::multiset<int64_t> served;
+                                for (const auto &v : after) served.insert(v.begin(), v.end());
+                                const int64_t left = n - off, count = static_cast<int64_t>(served.size());
+                                std::multiset<int64_t> want;
+                                if (!o.drop_last) {
+                                    assert_int_equal(count, (left + r2 - 1) / r2 * r2);
+                                    want.insert(list.begin() + off, list.end());
+                                    want.insert(list.begin(), list.begin() + (count - left));
+                                } else {
+                                    assert_int_equal(count, left / r2 / mb2 * mb2 * r2);
+                                    want.insert(list.begin() + off, list.begin() + off + count);
+                                }
+                                if (served != want)
+                                    fail_msg("n %lld, %d x %lld then %d x %lld, after micro-batch %lld: the "
+                                             "resumed epoch does not serve the rest of the list",
+                                             (long long)n, r1, (long long)mb1, r2, (long long)mb2, (long long)b);
+                                // At the same size, resuming serves exactly what the run would have.
+                                if (r2 == r1 && mb2 == mb1) {
+                                    for (int r = 0; r < r1; ++r) {
+                                        Sampler s(n, r1, r, mb1, o), t(n, r1, r, mb1, o);
+                                        assert_int_equal(t.resume(pos), epoch);
+                                        assert_int_equal(t.epoch_batches(epoch), s.num_batches() - b - 1);
+                                        for (int64_t k = b + 1; k < s.num_batches(); ++k)
+                                            assert_true(get_batch(s, epoch, k) == get_batch(t, epoch, k - b - 1));
+                                        assert_true(get_batch(s, epoch + 1, 0) == get_batch(t, epoch + 1, 0));
+                                    }
+                                }
+                            }
+                        }
+    }
 }
 
 int main(void) {
@@ -577,6 +690,7 @@ int main(void) {
         cmocka_unit_test(test_sampler_locate),
         cmocka_unit_test(test_sampler_huge),
         cmocka_unit_test(test_sampler_bad_arguments),
+        cmocka_unit_test(test_sampler_resume_any_size),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
