@@ -20,6 +20,12 @@ AC_DEFUN([DSM_CHECK_FORTRAN], [
   ])
   AS_IF([test "$dsm_have_fortran" = 0 && test "x$enable_fortran" = xyes],
     [AC_MSG_ERROR([--enable-fortran: no working MPI Fortran compiler (set FC=mpifort)])])
+  dnl dsm.mod can be read only by the compiler (and version) that wrote it:
+  dnl dsmf.pc records which (pkg-config --variable=fc_version dsmf).
+  DSM_FC_VERSION=
+  AS_IF([test "$dsm_have_fortran" = 1],
+    [DSM_FC_VERSION=`$FC --version 2>/dev/null | sed -n '/./{p;q;}'`])
+  AC_SUBST([DSM_FC_VERSION])
   AC_DEFINE_UNQUOTED([DSM_HAVE_FORTRAN], [$dsm_have_fortran], [1 when the Fortran module is built])
   AM_CONDITIONAL([DSM_HAVE_FORTRAN], [test "$dsm_have_fortran" = 1])
 ])

@@ -26,7 +26,8 @@ for f in "$includedir/dsm.h" "$includedir/dsm_version.h" "$libdir/pkgconfig/dsm.
          "$bindir/dsm-info" "$bindir/dsm-bench" "$mandir/man1/dsm-info.1" "$mandir/man1/dsm-bench.1" \
          "$mandir/man3/dsm_mesh_create.3" "$mandir/man3/dsm_engine_init.3" "$mandir/man3/dsm_step.3" \
          "$includedir/dsm/cuda.h" "$mandir/man3/dsm_engine_set_stream.3" \
-         "${docdir:?}/README.md" "$docdir/doc/engine.md" "$docdir/doc/configuration.md"; do
+         "${docdir:?}/README.md" "$docdir/doc/engine.md" "$docdir/doc/configuration.md" \
+         "$docdir/doc/fortran.md"; do
   [ -e "$f" ] || fail "not installed: $f"
 done
 # A function's page is its own (not a link to the group page).
@@ -35,6 +36,8 @@ if [ "$DSM_HAVE_FORTRAN" = 1 ]; then
   for f in "$includedir/dsm.mod" "$libdir/pkgconfig/dsmf.pc"; do
     [ -e "$f" ] || fail "not installed: $f"
   done
+  # Which compiler dsm.mod needs (doc/fortran.md).
+  grep -q "^fc_version=." "$libdir/pkgconfig/dsmf.pc" || fail "dsmf.pc has no fc_version"
 fi
 "$bindir/dsm-info" --version > "$dir/version.txt" 2>&1 || fail "installed dsm-info --version: $(cat "$dir/version.txt")"
 
