@@ -539,6 +539,22 @@ contains
     call dsm_sampler_locate(s, -1_c_int64_t, epoch, batch, st)
     call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'micro_steps is -1', &
          'dsm_sampler_locate of -1 gives DSM_ERR_INVALID_ARGUMENT')
+    ! A position after micro-batch 0 of epoch 1, resumed at the same size: the epoch's batch 1 comes next.
+    if (nb > 1) then
+       call dsm_sampler_position(s, 1_c_int64_t, 0_c_int64_t, ms, st)
+       call check(st == DSM_SUCCESS .and. ms == N + MB * nprocs, 'dsm_sampler_position after micro-batch 0')
+       call dsm_sampler_resume(s, ms, epoch, st)
+       call check(st == DSM_SUCCESS .and. epoch == 1, 'dsm_sampler_resume continues in epoch 1')
+       call dsm_sampler_epoch_batches(s, 1_c_int64_t, batch, st)
+       call check(st == DSM_SUCCESS .and. batch == nb - 1, 'dsm_sampler_epoch_batches: one micro-batch fewer')
+       idx = -7
+       call dsm_sampler_batch(s, 1_c_int64_t, 0_c_int64_t, idx, count)
+       call check(idx(1) == mod(rank + MB * nprocs, N), 'the resumed epoch starts after the consumed samples')
+    end if
+    call dsm_sampler_position(s, 0_c_int64_t, nb, ms, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'batch is', 'dsm_sampler_position past the epoch fails')
+    call dsm_sampler_resume(s, -1_c_int64_t, epoch, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'samples is -1', 'dsm_sampler_resume of -1 fails')
     call dsm_sampler_free(s, st)
     call check(st == DSM_SUCCESS .and. .not. c_associated(s%ptr), 'dsm_sampler_free makes the handle null')
 
