@@ -1,4 +1,5 @@
 // Rank placement on synthetic node layouts (no MPI needed).
+#include <chrono>
 #include <vector>
 
 #include "topo/placement.hpp"
@@ -148,6 +149,53 @@ static void test_thread_choice(void **) {
     assert_true(p.node_cores >= 1 && p.bound_cores >= 1 && p.bound_cores <= p.node_cores);
 }
 
+// 100,000 ranks over 12,500 nodes of 8 (2 NUMA domains, 8 GPUs each),
+// launched round-robin over the nodes: what every rank computes when it
+// creates a mesh (the placement over all ranks, which dimensions stay on a
+// node) is right at that scale, and its memory is three ints per rank. The
+// time is printed for the record (doc/performance.md), never asserted.
+static void test_scale_100k_ranks(void **) {
+    const int nodes = 12500, per = 8, n = nodes * per;
+    std::vector<int> node_of(static_cast<size_t>(n)), numa(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r) {
+        node_of[static_cast<size_t>(r)] = r % nodes;       // round-robin launch
+        numa[static_cast<size_t>(r)] = (r / nodes) % 2 == 0 ? 1 : 0; // reversed NUMA order inside a node
+    }
+    const auto ranks = layout(node_of, numa, per);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto p = dsm::topo::place(ranks, true);
+    const auto w1 = dsm::topo::dims_within_node({nodes, per}, p, ranks);
+    const auto w2 = dsm::topo::dims_within_node({n / 4, 4}, p, ranks);
+    const auto w3 = dsm::topo::dims_within_node({n / 16, 16}, p, ranks);
+    const auto w4 = dsm::topo::dims_within_node({nodes / 5, 5, 2, 4}, p, ranks);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    assert_int_equal(p.rank_of_position.size(), n);
+    assert_int_equal(p.position_of_rank.size(), n);
+    assert_int_equal(p.gpu_of_rank.size(), n);
+    std::vector<int> gpus_seen(static_cast<size_t>(n), 0);
+    for (int pos = 0; pos < n; ++pos) {
+        const int r = p.rank_of_position[static_cast<size_t>(pos)];
+        assert_int_equal(p.position_of_rank[static_cast<size_t>(r)], pos);
+        // Eight consecutive positions are one node, its NUMA domain 0 first, and its GPUs 0..7 in order.
+        assert_int_equal(node_of[static_cast<size_t>(r)], pos / per);
+        assert_int_equal(numa[static_cast<size_t>(r)], pos % per < per / 2 ? 0 : 1);
+        assert_int_equal(p.gpu_of_rank[static_cast<size_t>(r)], pos % per);
+    }
+    assert_false(w1[0]);
+    assert_true(w1[1]);
+    assert_false(w2[0]);
+    assert_true(w2[1]);
+    assert_false(w3[1]); // 16 ranks span two nodes
+    assert_false(w4[0]);
+    assert_false(w4[1]); // 5 x 2 x 4 = 40 ranks a group
+    assert_true(w4[2]);  // 2 x 4 = 8: one node
+    assert_true(w4[3]);
+    const double bytes = 3.0 * n * sizeof(int);
+    print_message("100000 ranks on 12500 nodes: placement and 4 within-node checks in %.3f s; placement %.1f MB "
+                  "(%zu bytes per rank)\n",
+                  s, bytes / 1e6, 3 * sizeof(int));
+}
+
 int main() {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_thread_choice),
@@ -157,6 +205,7 @@ int main() {
         cmocka_unit_test(test_uneven_nodes),
         cmocka_unit_test(test_numa_order_inside_node),
         cmocka_unit_test(test_gpu_assignment),
+        cmocka_unit_test(test_scale_100k_ranks),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }
