@@ -1272,15 +1272,17 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
                                                 unsigned flags, void **client_state, size_t *size);
 
 /**
- * @brief Initialize the engine's parameters from a file of weights, by
- * tensor name: a checkpoint file written by dsm_engine_save_checkpoint()
- * (DIR/TAG.h5, saved at any rank count and ZeRO stage; its /params only) or
- * a safetensors file (F32, BF16 or F16 tensors, such as `dsm-ckpt export`
- * and Hugging Face write).
+ * @brief Initialize the engine's parameters, by tensor name, from a
+ * checkpoint file or a safetensors file.
+ *
+ * The file is a checkpoint file written by dsm_engine_save_checkpoint()
+ * (`DIR/TAG.h5`, saved at any rank count and ZeRO stage; its /params only)
+ * or a safetensors file (F32, BF16 or F16 tensors, such as `dsm-ckpt
+ * export` and Hugging Face write).
  *
  * Collective over the engine's ranks, at an accumulation boundary with every
- * buffer released. The kind of file is told by its first bytes (the HDF5
- * signature, else safetensors). Every rank reads its own part of each
+ * buffer released. The kind of file is told by its bytes (the HDF5
+ * signature, at byte 0 or after a user block; else safetensors). Every rank reads its own part of each
  * parameter (its ZeRO partition; frozen parameters whole); values become
  * the fp32 master weights exactly (BF16 and F16 widened exactly) and the
  * compute parameters are republished from them (rounded to nearest even
