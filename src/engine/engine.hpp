@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -219,6 +220,7 @@ private:
     // save: the engine's own on the host, else copies staged in `hold`.
     std::vector<float *> host_state(std::vector<std::unique_ptr<device::Staging>> &hold);
     void check_checkpoint_point(SyncPoint point);
+    void enter_load(SyncPoint point, const std::function<void()> &checks);
     void put_loaded(const ckpt::Content &content, const std::vector<float *> &live);
     void after_load();
     // Copies of the master weights and optimizer states in host memory the

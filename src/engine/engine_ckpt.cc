@@ -357,6 +357,24 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
     }
 }
 
+// The start of a load at `point`: this rank's argument checks (`checks`,
+// which may throw), agreed by every rank; the asynchronous save waited for
+// (its failure is this call's); the boundary and released buffers checked.
+void Engine::enter_load(SyncPoint point, const std::function<void()> &checks) {
+    std::string why;
+    dsm_status_t status = DSM_SUCCESS;
+    try {
+        stage_->settle(); // the collectives in flight (overlap_comm) read and write the state
+        checks();
+    } catch (const Error &e) {
+        status = e.status();
+        why = e.what();
+    }
+    sync(point, 0, why, status);
+    finish_save(true);
+    check_checkpoint_point(point);
+}
+
 // The values a load read (content, with `live` from checkpoint_tensors)
 // into the engine: master weights and optimizer states uploaded, frozen
 // parameters converted. Tensors marked `skip` keep their values.
@@ -385,21 +403,12 @@ void Engine::after_load() {
 void Engine::load_weights(const char *path_arg, unsigned flags) {
     check_usable();
     const std::string path = path_arg != nullptr ? path_arg : "";
-    std::string why;
-    dsm_status_t status = DSM_SUCCESS;
-    try {
-        stage_->settle();
+    enter_load(SyncPoint::WEIGHTS, [&] {
         DSM_REQUIRE(path_arg != nullptr, DSM_ERR_NULL_POINTER, "path is NULL");
         DSM_REQUIRE(!path.empty(), DSM_ERR_INVALID_ARGUMENT, "the weights file path is empty");
         DSM_REQUIRE((flags & ~DSM_CKPT_LOAD_NON_STRICT) == 0, DSM_ERR_INVALID_ARGUMENT, "flags 0x", std::hex, flags,
                     " has bits other than DSM_CKPT_LOAD_NON_STRICT (0x", flags & ~DSM_CKPT_LOAD_NON_STRICT, ")");
-    } catch (const Error &e) {
-        status = e.status();
-        why = e.what();
-    }
-    sync(SyncPoint::WEIGHTS, 0, why, status);
-    finish_save(true); // the asynchronous save; its failure is this call's
-    check_checkpoint_point(SyncPoint::WEIGHTS);
+    });
 
     // What the file is, as rank 0 sees it: an HDF5 checkpoint (the HDF5
     // signature, after the checkpoint's user block) or else safetensors.
@@ -448,24 +457,15 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
                                     std::vector<unsigned char> *client) {
     check_usable();
     const std::string dir = dir_arg != nullptr ? dir_arg : "";
-    std::string why;
-    dsm_status_t status = DSM_SUCCESS;
     const unsigned known = DSM_CKPT_LOAD_MODULE_ONLY | DSM_CKPT_LOAD_NO_OPTIMIZER | DSM_CKPT_LOAD_NO_LR_SCHEDULE |
                            DSM_CKPT_LOAD_NON_STRICT | DSM_CKPT_LOAD_FALLBACK;
-    try {
-        stage_->settle(); // the collectives in flight (overlap_comm) read and write the state
+    enter_load(SyncPoint::LOAD, [&] {
         DSM_REQUIRE(dir_arg != nullptr, DSM_ERR_NULL_POINTER, "dir is NULL");
         DSM_REQUIRE(!dir.empty(), DSM_ERR_INVALID_ARGUMENT, "the checkpoint directory is empty");
         DSM_REQUIRE((flags & ~known) == 0, DSM_ERR_INVALID_ARGUMENT, "flags 0x", std::hex, flags,
                     " has unknown bits 0x", flags & ~known);
         if (tag_arg != nullptr) ckpt::check_tag(tag_arg);
-    } catch (const Error &e) {
-        status = e.status();
-        why = e.what();
-    }
-    sync(SyncPoint::LOAD, 0, why, status);
-    finish_save(true); // the asynchronous save; its failure is this call's
-    check_checkpoint_point(SyncPoint::LOAD);
+    });
 
     const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
     const bool with_optimizer = !module_only && !(flags & DSM_CKPT_LOAD_NO_OPTIMIZER);
