@@ -125,9 +125,9 @@ std::vector<SafetensorsEntry> parse_safetensors_header(const std::string &path, 
                     "] run past the end of the file (", file_size - data_start,
                     " bytes of data after the header): the file is truncated or corrupt");
         if (e.element_bytes != 0)
-            DSM_REQUIRE(end - begin == elements * e.element_bytes, DSM_ERR_IO, where, "data_offsets [", begin, ", ",
-                        end, "] hold ", end - begin, " bytes, but ", elements, " ", e.dtype, " elements need ",
-                        elements * e.element_bytes);
+            DSM_REQUIRE((end - begin) % e.element_bytes == 0 && (end - begin) / e.element_bytes == elements,
+                        DSM_ERR_IO, where, "data_offsets [", begin, ", ", end, "] hold ", end - begin, " bytes, but ",
+                        elements, " ", e.dtype, " elements need ", elements, " x ", e.element_bytes);
         e.begin = data_start + begin;
         e.end = data_start + end;
         out.push_back(std::move(e));

@@ -309,7 +309,7 @@ static void test_bad_inputs(void **state) {
     memcpy(u, t, sizeof u);
     u[0].bytes = 34 * 4;
     write_st(path, u, NP, "");
-    ASSERT_FAILS(dsm_engine_load_weights(e, path, 0), DSM_ERR_IO, "35 F32 elements need 140");
+    ASSERT_FAILS(dsm_engine_load_weights(e, path, 0), DSM_ERR_IO, "35 F32 elements need 35 x 4");
     write_st(path, t, NP, ", \"x\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 4]}");
     ASSERT_FAILS(dsm_engine_load_weights(e, path, 0), DSM_ERR_IO, "tensor 'x': data_offsets [8, 4]");
     write_st(path, t, NP, ", \"x\": {\"dtype\": \"F32\", \"shape\": [-1], \"data_offsets\": [0, 4]}");
