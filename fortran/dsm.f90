@@ -423,7 +423,7 @@ module dsm
   public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
   public :: dsm_engine_get_loss_scale, dsm_engine_get_step_info, dsm_engine_get_mesh
   public :: dsm_engine_describe, dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
-  public :: dsm_engine_checkpoint_wait, dsm_engine_load_report
+  public :: dsm_engine_checkpoint_wait, dsm_engine_load_report, dsm_engine_load_weights
   public :: dsm_sp_create, dsm_sp_free, dsm_sp_get_size, dsm_sp_get_rank
   public :: dsm_sp_alloc, dsm_sp_free_memory, dsm_sp_head_range, dsm_sp_counts
   public :: dsm_sp_seq_to_head, dsm_sp_head_to_seq, dsm_sp_seq_to_head_n, dsm_sp_head_to_seq_n
@@ -1089,6 +1089,14 @@ module dsm
        type(c_ptr), intent(out) :: text
        integer(c_int) :: st
      end function c_dsm_engine_load_report
+
+     function c_dsm_engine_load_weights(engine, path, flags) bind(C, name='dsm_engine_load_weights') result(st)
+       import :: c_int, c_char, c_ptr
+       type(c_ptr), value :: engine
+       character(kind=c_char), dimension(*), intent(in) :: path
+       integer(c_int), value :: flags
+       integer(c_int) :: st
+     end function c_dsm_engine_load_weights
 
      function c_dsm_engine_checkpoint_wait(engine) bind(C, name='dsm_engine_checkpoint_wait') result(st)
        import :: c_int, c_ptr
@@ -2828,6 +2836,18 @@ contains
 
     call finish(c_dsm_engine_checkpoint_wait(engine%ptr), 'dsm_engine_checkpoint_wait', ierr)
   end subroutine dsm_engine_checkpoint_wait
+
+  !> The parameters from a checkpoint file (DIR/TAG.h5) or a safetensors
+  !> file, by name; flags 0 or DSM_CKPT_LOAD_NON_STRICT. Collective.
+  subroutine dsm_engine_load_weights(engine, path, flags, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: path
+    integer, intent(in) :: flags
+    integer, intent(out), optional :: ierr
+
+    call finish(c_dsm_engine_load_weights(engine%ptr, trim(path) // c_null_char, int(flags, c_int)), &
+         'dsm_engine_load_weights', ierr)
+  end subroutine dsm_engine_load_weights
 
   !> What the last load read, skipped and left out (DSM_FORMAT_TEXT or
   !> DSM_FORMAT_JSON). Not collective.

@@ -1272,6 +1272,52 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
                                                 unsigned flags, void **client_state, size_t *size);
 
 /**
+ * @brief Initialize the engine's parameters, by tensor name, from a
+ * checkpoint file or a safetensors file.
+ *
+ * The file is a checkpoint file written by dsm_engine_save_checkpoint()
+ * (`DIR/TAG.h5`, saved at any rank count and ZeRO stage; its /params only)
+ * or a safetensors file (F32, BF16 or F16 tensors, such as `dsm-ckpt
+ * export` and Hugging Face write).
+ *
+ * Collective over the engine's ranks, at an accumulation boundary with every
+ * buffer released. The kind of file is told by its bytes (the HDF5
+ * signature, at byte 0 or after a user block; else safetensors). Every rank reads its own part of each
+ * parameter (its ZeRO partition; frozen parameters whole); values become
+ * the fp32 master weights exactly (BF16 and F16 widened exactly) and the
+ * compute parameters are republished from them (rounded to nearest even
+ * for fp16/bf16 compute). Only the parameters change: the optimizer state,
+ * the step counters, the loss scaler and the LR schedule stay as they are
+ * (fresh after dsm_engine_init()), and the gradients are cleared. A
+ * checkpoint's checksums are verified; a safetensors file is validated
+ * whole (header length against the file, JSON, every entry's dtype, shape
+ * and data offsets) before any value is read. On any error every rank
+ * returns it and the engine is unchanged.
+ *
+ * Strict by default: every parameter of the engine (trainable and frozen)
+ * must be in the file with the same shape and the file must hold no other
+ * tensor; the error names each difference (the tensor and both shapes).
+ * With DSM_CKPT_LOAD_NON_STRICT the tensors that match by name and shape
+ * are loaded, the other parameters keep their values, and
+ * dsm_engine_load_report() lists what is missing, unexpected and of another
+ * shape (a WARN too); its "weights" names the file.
+ *
+ * @param engine the engine
+ * @param path   the checkpoint .h5 file or the .safetensors file; every
+ *               rank must see the same file
+ * @param flags  0 or DSM_CKPT_LOAD_NON_STRICT
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (an
+ * empty path, a directory, unknown flags); DSM_ERR_STATE; DSM_ERR_IO (a
+ * missing or unreadable file, a truncated or corrupt file, an unknown
+ * dtype, a checksum mismatch, ranks seeing different files);
+ * DSM_ERR_MISMATCH (parameters missing, unexpected or of another shape,
+ * all listed); DSM_ERR_NOT_SUPPORTED (a parameter stored in a dtype other
+ * than F32, BF16 and F16, or libdsm built without HDF5); DSM_ERR_HDF5;
+ * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_load_weights(dsm_engine_t engine, const char *path, unsigned flags);
+
+/**
  * @brief Wait for the asynchronous checkpoint save (checkpoint.writer.
  * decoupled) to be written and committed, and return its outcome.
  *
@@ -1291,14 +1337,16 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
 DSM_API dsm_status_t dsm_engine_checkpoint_wait(dsm_engine_t engine);
 
 /**
- * @brief What the last successful dsm_engine_load_checkpoint() did: the
+ * @brief What the last successful dsm_engine_load_checkpoint() or
+ * dsm_engine_load_weights() did: the
  * checkpoint it loaded, those it skipped (DSM_CKPT_LOAD_FALLBACK) and why,
  * and with DSM_CKPT_LOAD_NON_STRICT the tensors missing from the file, the
  * tensors of the file the engine lacks, and those of another shape.
  *
  * Not collective (every rank holds the same report). The JSON form:
- * `{"loaded", "dir", "tag", "skipped": [{"tag", "reason"}], "missing",
- * "unexpected", "mismatched"}` (doc/checkpoint.md); before any load,
+ * `{"loaded", "dir", "tag", "weights", "skipped": [{"tag", "reason"}], "missing",
+ * "unexpected", "mismatched"}` (doc/checkpoint.md; "weights" is the file of
+ * dsm_engine_load_weights(), "" after a checkpoint load); before any load,
  * "loaded" is false. Free the text with dsm_free().
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for an
  * unknown format; DSM_ERR_OUT_OF_MEMORY.

@@ -385,6 +385,12 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_load_weights(dsm_engine_t engine, const char *path, unsigned flags) {
+    DSM_API_BEGIN
+    impl(engine).load_weights(path, flags);
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_engine_checkpoint_wait(dsm_engine_t engine) {
     DSM_API_BEGIN
     impl(engine).checkpoint_wait();

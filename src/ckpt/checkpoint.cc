@@ -256,14 +256,6 @@ void *buffer_of(const Tensor &t) { return t.count ? static_cast<void *>(t.data) 
 
 std::string dataset_path(const Tensor &t) { return "/" + t.group + "/" + escape_name(t.name); }
 
-std::string shape_text(const std::vector<int64_t> &shape) {
-    std::ostringstream os;
-    os << "[";
-    for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-    os << "]";
-    return os.str();
-}
-
 // Rank 0, before the collective open of a load: read the metadata the load
 // will read (the root attributes, every object under /params, /optimizer
 // and /client_state, each with its attributes) in a child process, so that
@@ -881,9 +873,14 @@ uint64_t check_dataset(hid_t dset, const std::string &fname, const std::string &
 
 void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content &content,
           std::vector<unsigned char> *client) {
+    load_file(comm, file_of(dir, tag), content, client);
+}
+
+void load_file(MPI_Comm comm, const std::string &path, Content &content, std::vector<unsigned char> *client) {
     int rank = 0;
     DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-    const std::string path = file_of(dir, tag);
+    const size_t slash = path.find_last_of('/');
+    const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
     agree(comm, [&] {
         if (rank != 0) return;
         QuietHdf5 quiet;

@@ -110,5 +110,8 @@ std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string
 void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content &content,
           std::vector<unsigned char> *client);
 
+// load() of the checkpoint file `path` (any name): dsm_engine_load_weights.
+void load_file(MPI_Comm comm, const std::string &path, Content &content, std::vector<unsigned char> *client);
+
 } // namespace ckpt
 } // namespace dsm

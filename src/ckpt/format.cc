@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 
 namespace dsm {
 namespace ckpt {
@@ -227,6 +228,28 @@ Integrity check_integrity(const std::string &path, std::string &why) {
     }
     ::close(fd);
     return result;
+}
+
+bool hdf5_signature(const std::string &path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    struct stat st;
+    bool found = false;
+    if (::fstat(fd, &st) == 0)
+        for (off_t at = 0; !found && at + 8 <= st.st_size; at = at == 0 ? 512 : 2 * at) {
+            unsigned char sig[8];
+            found = ::pread(fd, sig, 8, at) == 8 && std::memcmp(sig, "\x89HDF\r\n\x1a\n", 8) == 0;
+        }
+    ::close(fd);
+    return found;
+}
+
+std::string shape_text(const std::vector<int64_t> &shape) {
+    std::ostringstream os;
+    os << "[";
+    for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+    os << "]";
+    return os.str();
 }
 
 } // namespace ckpt

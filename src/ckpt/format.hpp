@@ -25,6 +25,14 @@ bool valid_tag(const std::string &tag) noexcept;
 // "%" -> "%25", "/" -> "%2F", a leading "." -> "%2E": one HDF5 link name.
 std::string escape_name(const std::string &name);
 
+// Whether `path` holds the HDF5 signature where HDF5 looks for it (byte 0,
+// 512, 1024, 2048, ...: after a user block, such as a checkpoint's
+// integrity record). False for a file that cannot be read.
+bool hdf5_signature(const std::string &path);
+
+// A shape for messages: "[4, 3]" ("[]" for a scalar).
+std::string shape_text(const std::vector<int64_t> &shape);
+
 // splitmix64 as doc/checkpoint.md writes it.
 constexpr uint64_t splitmix64(uint64_t z) noexcept {
     z += 0x9E3779B97F4A7C15ull;

@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -146,6 +147,9 @@ public:
     void save_checkpoint(const char *dir, const char *tag, const void *client, size_t client_size);
     std::string load_checkpoint(const char *dir, const char *tag, unsigned flags,
                                 std::vector<unsigned char> *client);
+    // dsm_engine_load_weights: the parameters from a checkpoint file or a
+    // safetensors file, by name; optimizer state and counters stay.
+    void load_weights(const char *path, unsigned flags);
     // dsm_engine_checkpoint_wait: collective; the asynchronous save's
     // failure, if it had one, is thrown (the same on every rank).
     void checkpoint_wait();
@@ -199,7 +203,7 @@ private:
     static DeviceMirror::Keep mirror_keep(const Param &p);
 
     // Reductions (engine_step.cc).
-    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL };
+    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL, WEIGHTS };
     void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
@@ -216,6 +220,9 @@ private:
     // save: the engine's own on the host, else copies staged in `hold`.
     std::vector<float *> host_state(std::vector<std::unique_ptr<device::Staging>> &hold);
     void check_checkpoint_point(SyncPoint point);
+    void enter_load(SyncPoint point, const std::function<void()> &checks);
+    void put_loaded(const ckpt::Content &content, const std::vector<float *> &live);
+    void after_load();
     // Copies of the master weights and optimizer states in host memory the
     // asynchronous save owns (buffers of the previous one reused).
     std::vector<float *> snapshot_state(std::vector<std::unique_ptr<float[]>> &own);
@@ -293,6 +300,7 @@ private:
     // What the last load read (dsm_engine_load_report).
     struct LoadReport {
         std::string dir, tag;
+        std::string weights; // dsm_engine_load_weights: the file it read
         std::vector<std::pair<std::string, std::string>> skipped; // tag, why
         std::vector<std::string> missing, unexpected, mismatched;
     } last_load_;

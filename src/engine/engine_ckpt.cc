@@ -5,6 +5,7 @@
 #include "engine/engine.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <functional>
 #include <new>
@@ -14,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "amp/convert.hpp"
+#include "ckpt/safetensors.hpp"
 #include "core/agree.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
@@ -207,7 +209,9 @@ void Engine::checkpoint_wait() {
 }
 
 void Engine::check_checkpoint_point(SyncPoint point) {
-    const char *what = point == SyncPoint::SAVE ? "dsm_engine_save_checkpoint" : "dsm_engine_load_checkpoint";
+    const char *what = point == SyncPoint::SAVE      ? "dsm_engine_save_checkpoint"
+                       : point == SyncPoint::WEIGHTS ? "dsm_engine_load_weights"
+                                                     : "dsm_engine_load_checkpoint";
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
     for (const Param &p : params_)
@@ -353,28 +357,115 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
     }
 }
 
+// The start of a load at `point`: this rank's argument checks (`checks`,
+// which may throw), agreed by every rank; the asynchronous save waited for
+// (its failure is this call's); the boundary and released buffers checked.
+void Engine::enter_load(SyncPoint point, const std::function<void()> &checks) {
+    std::string why;
+    dsm_status_t status = DSM_SUCCESS;
+    try {
+        stage_->settle(); // the collectives in flight (overlap_comm) read and write the state
+        checks();
+    } catch (const Error &e) {
+        status = e.status();
+        why = e.what();
+    }
+    sync(point, 0, why, status);
+    finish_save(true);
+    check_checkpoint_point(point);
+}
+
+// The values a load read (content, with `live` from checkpoint_tensors)
+// into the engine: master weights and optimizer states uploaded, frozen
+// parameters converted. Tensors marked `skip` keep their values.
+void Engine::put_loaded(const ckpt::Content &content, const std::vector<float *> &live) {
+    for (size_t i = 0; i < live.size(); ++i) {
+        const ckpt::Tensor &from = content.tensors[i];
+        if (from.count == 0 || from.skip) continue;
+        if (from.group == "params" && !from.trainable) {
+            put_frozen(params_[static_cast<size_t>(param_index(from.name.c_str()))], from.data);
+        } else {
+            space_->upload(live[i], from.data, from.count * sizeof(float));
+        }
+    }
+}
+
+// After a load changed the master weights: the compute parameters
+// republished from them, gradients and gathered copies dropped.
+void Engine::after_load() {
+    window_start_ = 0.0;
+    zero_grads();
+    stage_->new_micro_step(true); // gathered copies dropped, traces forgotten
+    compute_->invalidate(true); // the frozen parameters were loaded too
+    publish();
+}
+
+void Engine::load_weights(const char *path_arg, unsigned flags) {
+    check_usable();
+    const std::string path = path_arg != nullptr ? path_arg : "";
+    enter_load(SyncPoint::WEIGHTS, [&] {
+        DSM_REQUIRE(path_arg != nullptr, DSM_ERR_NULL_POINTER, "path is NULL");
+        DSM_REQUIRE(!path.empty(), DSM_ERR_INVALID_ARGUMENT, "the weights file path is empty");
+        DSM_REQUIRE((flags & ~DSM_CKPT_LOAD_NON_STRICT) == 0, DSM_ERR_INVALID_ARGUMENT, "flags 0x", std::hex, flags,
+                    " has bits other than DSM_CKPT_LOAD_NON_STRICT (0x", flags & ~DSM_CKPT_LOAD_NON_STRICT, ")");
+    });
+
+    // What the file is, as rank 0 sees it: an HDF5 checkpoint (the HDF5
+    // signature, after the checkpoint's user block) or else safetensors.
+    int hdf5 = 0;
+    agree(world_, [&] {
+        if (world_rank_ != 0) return;
+        struct stat st;
+        DSM_REQUIRE(::stat(path.c_str(), &st) == 0, DSM_ERR_IO, "weights file '", path, "': ", std::strerror(errno));
+        DSM_REQUIRE(!S_ISDIR(st.st_mode), DSM_ERR_INVALID_ARGUMENT, "weights file '", path,
+                    "' is a directory: name a checkpoint file (DIR/TAG.h5) or a .safetensors file "
+                    "(dsm_engine_load_checkpoint loads a checkpoint directory)");
+        DSM_REQUIRE(S_ISREG(st.st_mode), DSM_ERR_IO, "weights file '", path, "' is not a regular file");
+        hdf5 = ckpt::hdf5_signature(path);
+    });
+    DSM_CHECK_MPI(MPI_Bcast(&hdf5, 1, MPI_INT, 0, world_));
+
+    std::vector<std::unique_ptr<float[]>> staged;
+    std::vector<float *> live;
+    ckpt::Content content;
+    content.strict = !(flags & DSM_CKPT_LOAD_NON_STRICT);
+    agree_prepared(world_, "the buffers the weights are read into",
+                   [&] { content.tensors = checkpoint_tensors(false, staged, &live); });
+    const double start = MPI_Wtime();
+    if (hdf5) ckpt::load_file(world_, path, content, nullptr);
+    else ckpt::load_safetensors(world_, path, content);
+    const double seconds = MPI_Wtime() - start;
+
+    // Everything was read: now change the engine (parameters only).
+    put_loaded(content, live);
+    after_load();
+    last_load_ = LoadReport{"", "", path, {}, std::move(content.missing), std::move(content.unexpected),
+                            std::move(content.mismatched)};
+    if (world_rank_ == 0) {
+        DSM_INFO(ENGINE, "loaded weights from '%s' (%s) in %.2f s", path.c_str(), hdf5 ? "checkpoint" : "safetensors",
+                 seconds);
+        const LoadReport &r = last_load_;
+        if (!r.missing.empty() || !r.unexpected.empty() || !r.mismatched.empty())
+            DSM_WARN(ENGINE, "non-strict weights load of '%s': %zu missing, %zu unexpected, %zu of another shape, "
+                             "not loaded%s%s (dsm_engine_load_report lists them)",
+                     path.c_str(), r.missing.size(), r.unexpected.size(), r.mismatched.size(),
+                     r.missing.empty() ? "" : "; first missing: ", r.missing.empty() ? "" : r.missing[0].c_str());
+    }
+}
+
 std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, unsigned flags,
                                     std::vector<unsigned char> *client) {
     check_usable();
     const std::string dir = dir_arg != nullptr ? dir_arg : "";
-    std::string why;
-    dsm_status_t status = DSM_SUCCESS;
     const unsigned known = DSM_CKPT_LOAD_MODULE_ONLY | DSM_CKPT_LOAD_NO_OPTIMIZER | DSM_CKPT_LOAD_NO_LR_SCHEDULE |
                            DSM_CKPT_LOAD_NON_STRICT | DSM_CKPT_LOAD_FALLBACK;
-    try {
-        stage_->settle(); // the collectives in flight (overlap_comm) read and write the state
+    enter_load(SyncPoint::LOAD, [&] {
         DSM_REQUIRE(dir_arg != nullptr, DSM_ERR_NULL_POINTER, "dir is NULL");
         DSM_REQUIRE(!dir.empty(), DSM_ERR_INVALID_ARGUMENT, "the checkpoint directory is empty");
         DSM_REQUIRE((flags & ~known) == 0, DSM_ERR_INVALID_ARGUMENT, "flags 0x", std::hex, flags,
                     " has unknown bits 0x", flags & ~known);
         if (tag_arg != nullptr) ckpt::check_tag(tag_arg);
-    } catch (const Error &e) {
-        status = e.status();
-        why = e.what();
-    }
-    sync(SyncPoint::LOAD, 0, why, status);
-    finish_save(true); // the asynchronous save; its failure is this call's
-    check_checkpoint_point(SyncPoint::LOAD);
+    });
 
     const bool module_only = flags & DSM_CKPT_LOAD_MODULE_ONLY;
     const bool with_optimizer = !module_only && !(flags & DSM_CKPT_LOAD_NO_OPTIMIZER);
@@ -458,15 +549,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         }
     }
     // Engine state from here: no more errors from the file.
-    for (size_t i = 0; i < live.size(); ++i) {
-        const ckpt::Tensor &from = content.tensors[i];
-        if (from.count == 0 || from.skip) continue;
-        if (from.group == "params" && !from.trainable) {
-            put_frozen(params_[static_cast<size_t>(param_index(from.name.c_str()))], from.data);
-        } else {
-            space_->upload(live[i], from.data, from.count * sizeof(float));
-        }
-    }
+    put_loaded(content, live);
     if (!module_only) {
         global_steps_ = counters[0];
         micro_steps_ = counters[1];
@@ -479,14 +562,10 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
             schedule_pending_ = false;
         }
     }
-    window_start_ = 0.0;
-    zero_grads();
-    stage_->new_micro_step(true); // gathered copies dropped, traces forgotten
-    compute_->invalidate(true); // the frozen parameters were loaded too
-    publish();
+    after_load();
     if (client) *client = std::move(blob);
-    last_load_ = LoadReport{dir, tag, std::move(skipped), std::move(content.missing), std::move(content.unexpected),
-                            std::move(content.mismatched)};
+    last_load_ = LoadReport{dir, tag, "", std::move(skipped), std::move(content.missing),
+                            std::move(content.unexpected), std::move(content.mismatched)};
     if (world_rank_ == 0) {
         log_done("loaded", dir, tag, load_seconds);
         const LoadReport &r = last_load_;
@@ -505,9 +584,10 @@ std::string Engine::load_report(dsm_format_t format) const {
                 static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
     if (format == DSM_FORMAT_JSON) {
         nlohmann::json j;
-        j["loaded"] = !r.tag.empty();
+        j["loaded"] = !r.tag.empty() || !r.weights.empty();
         j["dir"] = r.dir;
         j["tag"] = r.tag;
+        j["weights"] = r.weights; // dsm_engine_load_weights: the file ("" after a checkpoint load)
         j["skipped"] = nlohmann::json::array();
         for (const auto &sk : r.skipped) j["skipped"].push_back({{"tag", sk.first}, {"reason", sk.second}});
         j["missing"] = r.missing;
@@ -515,8 +595,9 @@ std::string Engine::load_report(dsm_format_t format) const {
         j["mismatched"] = r.mismatched;
         return j.dump(2) + "\n";
     }
-    if (r.tag.empty()) return "no checkpoint loaded\n";
-    std::string out = cat("loaded: ", r.dir, "/", r.tag, ".h5\n");
+    if (r.tag.empty() && r.weights.empty()) return "no checkpoint loaded\n";
+    std::string out = r.weights.empty() ? cat("loaded: ", r.dir, "/", r.tag, ".h5\n")
+                                        : cat("loaded weights: ", r.weights, "\n");
     for (const auto &sk : r.skipped) out += cat("skipped: ", sk.first, ": ", sk.second, "\n");
     for (const std::string &m : r.missing) out += cat("missing: ", m, "\n");
     for (const std::string &u : r.unexpected) out += cat("unexpected: ", u, "\n");
@@ -539,6 +620,12 @@ std::string Engine::load_checkpoint(const char *, const char *, unsigned, std::v
     sync(SyncPoint::LOAD, 0, "checkpoints need parallel HDF5: this libdsm was built without it",
          DSM_ERR_NOT_SUPPORTED);
     return std::string();
+}
+
+void Engine::load_weights(const char *, unsigned) {
+    check_usable();
+    sync(SyncPoint::WEIGHTS, 0, "loading weights needs parallel HDF5: this libdsm was built without it",
+         DSM_ERR_NOT_SUPPORTED);
 }
 
 // No save ever runs in the background: waiting is only the agreement.

@@ -35,6 +35,7 @@ const char *point_name(int64_t p) {
     case 7: return "dsm_engine_load_checkpoint";
     case 8: return "dsm_engine_checkpoint_wait";
     case 9: return "dsm_engine_set_stop_signal";
+    case 10: return "dsm_engine_load_weights";
     }
     return "?";
 }

@@ -651,6 +651,16 @@ contains
     end if
     call check_values(other, expect_w, expect_b, expect_s, 'the zero-initialized ZeRO-3 engine has the saved values')
     call dsm_engine_free(other)
+    ! The weights alone, by file: another zero-initialized engine.
+    call dsm_engine_init(mesh, sgd_config(2, 1, ''), bad, other)
+    call dsm_engine_load_weights(other, trim(dir) // '/ft-1.h5', 0, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_load_weights of a checkpoint file')
+    call check_values(other, expect_w, expect_b, expect_s, 'dsm_engine_load_weights gives the saved values')
+    call dsm_engine_load_weights(other, trim(dir) // '/none.safetensors', 0, st)
+    call check_error(st, DSM_ERR_IO, 'none.safetensors', 'dsm_engine_load_weights of a missing file')
+    call dsm_engine_load_weights(other, dir, 0, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'is a directory', 'dsm_engine_load_weights of a directory')
+    call dsm_engine_free(other)
     call dsm_engine_free(engine)
     deallocate(bad)
 

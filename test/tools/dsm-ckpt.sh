@@ -138,6 +138,94 @@ if command -v h5ls >/dev/null 2>&1; then
 fi
 ls -a "$tmp" | grep -q '\.tmp' && fail "export left a temporary file: $(ls -a "$tmp")"
 
+# --dtype bf16 / fp16: every element is the fp32 export's value rounded to
+# nearest even, checked bit for bit against conversions written here (bf16:
+# the rounding on the bit pattern; fp16: struct's "e", which rounds to nearest
+# even), the header dtypes "BF16"/"F16", 2 bytes an element.
+expect 0 "" "$bin" export "$ck" --output "$tmp/w16.safetensors" --dtype fp16 --json
+cp "$tmp/out" "$tmp/export16.json"
+expect 0 "" "$bin" export "$ck" --output "$tmp/wb16.safetensors" --dtype=bf16 --json
+cp "$tmp/out" "$tmp/exportb16.json"
+expect 0 "" "$bin" export "$ck" --output "$tmp/w32.safetensors" --dtype fp32
+cmp -s "$tmp/w32.safetensors" "$tmp/w.safetensors" || fail "--dtype fp32 differs from the default export"
+cat > "$tmp/st.py" <<'PY'
+import json, math, struct
+def read(path):
+    data = open(path, "rb").read()
+    n, = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return header, data[8 + n:]
+def values(header, buf, name):
+    t = header[name]
+    begin, end = t["data_offsets"]
+    code = {"F32": "I", "BF16": "H", "F16": "H"}[t["dtype"]]
+    return struct.unpack("<%d%s" % ((end - begin) // struct.calcsize(code), code), buf[begin:end])
+def bf16(u):
+    if (u & 0x7fffffff) > 0x7f800000:
+        return (u >> 16) | 0x40
+    return ((u + 0x7fff + ((u >> 16) & 1)) >> 16) & 0xffff
+def fp16(u):
+    x, = struct.unpack("<f", struct.pack("<I", u))
+    if math.isnan(x):
+        return 0x7e00 | ((u >> 16) & 0x8000)
+    if math.isinf(x):
+        return 0x7c00 | ((u >> 16) & 0x8000)
+    return struct.unpack("<H", struct.pack("<e", x))[0]
+PY
+python3 - "$tmp" <<'PY' || fail "bf16/fp16 safetensors content"
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from st import read, values, bf16, fp16
+t = sys.argv[1]
+h32, b32 = read(t + "/w.safetensors")
+for path, dtype, ref, summary in ((t + "/w16.safetensors", "F16", fp16, "export16.json"),
+                                  (t + "/wb16.safetensors", "BF16", bf16, "exportb16.json")):
+    h, b = read(path)
+    e = json.load(open(t + "/" + summary))
+    assert e["dtype"] == {"F16": "fp16", "BF16": "bf16"}[dtype], e
+    assert list(h) == list(h32), (list(h), list(h32))
+    end = 0
+    for name in h:
+        assert h[name]["dtype"] == dtype and h[name]["shape"] == h32[name]["shape"], (name, h[name])
+        begin, stop = h[name]["data_offsets"]
+        assert begin == end, (name, begin, end)
+        end = stop
+        got, src = values(h, b, name), values(h32, b32, name)
+        assert stop - begin == 2 * len(src), (name, begin, stop)
+        want = tuple(ref(u) for u in src)
+        assert got == want, (name, dtype, [hex(g) for g in got], [hex(w) for w in want])
+    assert end == len(b) == e["bytes"], (end, len(b), e["bytes"])
+PY
+expect 0 "" "$bin" export "$ck" --output "$tmp/w16.h5" --dtype fp16
+if command -v h5dump >/dev/null 2>&1; then
+    h5dump -H "$tmp/w16.h5" | grep -q "16-bit" || h5dump -H "$tmp/w16.h5" | grep -q "H5T_IEEE_F16LE" ||
+        fail "the fp16 .h5 export holds no 16-bit floats: $(h5dump -H "$tmp/w16.h5" | head -20)"
+fi
+# Non-finite values stay what they are (NaN at index 1, +inf at index 3 of emb);
+# a finite value beyond the fp16 range (70000) is an error naming the tensor,
+# the index and the value, and nothing is written. bf16 holds it (rounded).
+big=$tmp/large
+timeout 300 "$maker" "$big" --nonfinite --large > "$tmp/make.log" 2>&1 || { cat "$tmp/make.log"; fail "make_checkpoint --large"; }
+expect 1 "/params/emb: the value 70000 at index 2 is beyond the fp16 range (largest 65504)" \
+    "$bin" export "$big" --output "$tmp/big16.safetensors" --dtype fp16
+[ ! -e "$tmp/big16.safetensors" ] || fail "an fp16 export that overflows wrote its output"
+expect 1 "70000 at index 2" "$bin" export "$big" --output "$tmp/big16.h5" --dtype fp16
+[ ! -e "$tmp/big16.h5" ] || fail "an fp16 .h5 export that overflows wrote its output"
+expect 0 "" "$bin" export "$big" --output "$tmp/bigb16.safetensors" --dtype bf16
+expect 0 "" "$bin" export "$big" --output "$tmp/big32.safetensors"
+python3 - "$tmp" <<'PY' || fail "bf16 export of non-finite and large values"
+import sys
+sys.path.insert(0, sys.argv[1])
+from st import read, values, bf16
+h, b = read(sys.argv[1] + "/bigb16.safetensors")
+h32, b32 = read(sys.argv[1] + "/big32.safetensors")
+emb, src = values(h, b, "emb"), values(h32, b32, "emb")
+assert emb[1] & 0x7fff > 0x7f80 and emb[3] == 0x7f80 and emb[2] == bf16(src[2]) == 0x4789, [hex(x) for x in emb]
+assert emb == tuple(bf16(u) for u in src)
+PY
+ls -a "$tmp" | grep -q '\.tmp' && fail "export left a temporary file: $(ls -a "$tmp")"
+
 # ---------------------------------------------------------------- diff
 expect 0 "" "$bin" diff "$ck" "$ck"
 grep -q "^equal" "$tmp/out" || fail "diff of a checkpoint with itself: $(cat "$tmp/out")"
@@ -374,6 +462,8 @@ expect 2 "--tag" "$bin" info "$ck/global_step4.h5" --tag global_step4
 expect 2 "../x" "$bin" info "$ck" --tag ../x
 expect 2 "--output" "$bin" export "$ck"
 expect 2 "w.txt" "$bin" export "$ck" --output "$tmp/w.txt"
+expect 2 "--dtype 'int8'" "$bin" export "$ck" --output "$tmp/w.safetensors" --dtype int8
+expect 2 "--dtype" "$bin" export "$ck" --output "$tmp/w.safetensors" --dtype
 expect 2 "--atol" "$bin" diff "$ck" "$ck" --atol -1
 expect 2 "--rtol" "$bin" diff "$ck" "$ck" --rtol x
 expect 2 "B" "$bin" diff "$ck"

@@ -4,7 +4,7 @@
  * AdamW under ZeRO-1, trained on fixed data.
  *
  *   make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R]
- *                       [--rank-dir] [--nonfinite]
+ *                       [--rank-dir] [--nonfinite] [--large]
  *
  * Trains N steps (default 4), saving DIR/global_step<S>.h5 every K steps
  * (default 2) with the client state "step S". --resume first loads the
@@ -13,7 +13,8 @@
  * --rank-dir gives each rank its own directory DIR/rank<r> (a job whose
  * ranks disagree on the directory). --nonfinite: the frozen embedding
  * starts as [x, NaN, x, +inf, x] (and stays so, being frozen), for the
- * tools' non-finite checks. Prints "final step S" and exits 0; on an error
+ * tools' non-finite checks. --large: its element 2 is 70000 (beyond the fp16
+ * range), for the checks of an fp16 export. Prints "final step S" and exits 0; on an error
  * prints "rank R: " and the error on every rank that has one and exits 1.
  */
 #include <math.h>
@@ -37,12 +38,14 @@
     } while (0)
 
 static int init_fn(void *user, int index, const char *name, int64_t offset, int64_t count, float *dst) {
-    const int nonfinite = user != NULL && *(const int *)user;
+    const int flags = user != NULL ? *(const int *)user : 0;
+    const int nonfinite = flags & 1, large = flags & 2;
     for (int64_t i = 0; i < count; ++i) {
         const int64_t at = offset + i;
         dst[i] = 0.1f * (float)(index + 1) + 0.01f * (float)at;
         if (nonfinite && !strcmp(name, "emb") && at == 1) dst[i] = NAN;
         if (nonfinite && !strcmp(name, "emb") && at == 3) dst[i] = INFINITY;
+        if (large && !strcmp(name, "emb") && at == 2) dst[i] = 70000.0f;
     }
     return 0;
 }
@@ -53,7 +56,7 @@ int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc < 2) {
-        fprintf(stderr, "usage: make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R] [--rank-dir] [--nonfinite]\n");
+        fprintf(stderr, "usage: make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R] [--rank-dir] [--nonfinite] [--large]\n");
         MPI_Finalize();
         return 2;
     }
@@ -67,7 +70,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "--resume")) resume = 1;
         else if (!strcmp(argv[a], "--rows") && a + 1 < argc) rows = atol(argv[++a]);
         else if (!strcmp(argv[a], "--rank-dir")) rank_dir = 1;
-        else if (!strcmp(argv[a], "--nonfinite")) nonfinite = 1;
+        else if (!strcmp(argv[a], "--nonfinite")) nonfinite |= 1;
+        else if (!strcmp(argv[a], "--large")) nonfinite |= 2;
         else {
             fprintf(stderr, "make_checkpoint: unknown argument '%s'\n", argv[a]);
             MPI_Finalize();

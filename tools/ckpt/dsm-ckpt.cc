@@ -35,6 +35,7 @@
 #include <hdf5.h>
 
 #include "ckpt_read.hpp"
+#include "core/half.hpp"
 #include "dsm_version.h"
 #include "safetensors.hpp"
 
@@ -48,7 +49,7 @@ namespace {
 const char *const kUsage =
     "usage: dsm-ckpt info PATH [--tag TAG] [--json]\n"
     "       dsm-ckpt verify PATH [--tag TAG] [--fail-nonfinite] [--json]\n"
-    "       dsm-ckpt export PATH [--tag TAG] --output OUT.h5|OUT.safetensors [--json]\n"
+    "       dsm-ckpt export PATH [--tag TAG] --output OUT.h5|OUT.safetensors [--dtype fp32|bf16|fp16] [--json]\n"
     "       dsm-ckpt diff A B [--tag-a TAG] [--tag-b TAG] [--atol X] [--rtol X] [--json]\n"
     "       dsm-ckpt clean DIR [--dry-run] [--json]\n"
     "       dsm-ckpt --help | --version\n";
@@ -75,15 +76,19 @@ const char *const kVerifyHelp =
     "  --json             one JSON document (format in doc/dsm-ckpt.md)\n";
 
 const char *const kExportHelp =
-    "usage: dsm-ckpt export PATH [--tag TAG] --output OUT [--json]\n"
-    "  Write the fp32 parameters (the /params tensors, under their original names) to\n"
+    "usage: dsm-ckpt export PATH [--tag TAG] --output OUT [--dtype fp32|bf16|fp16] [--json]\n"
+    "  Write the parameters (the /params tensors, under their original names) to\n"
     "  OUT: a plain HDF5 file when OUT ends in .h5 (one dataset per parameter at the\n"
     "  root, the checkpoint's escaped link names, attribute `name`), a safetensors file\n"
     "  when it ends in .safetensors. Checksums are verified while reading; on any\n"
     "  mismatch nothing is written and the exit status is 1.\n"
-    "  --output OUT  the file to write (replaced if it exists)\n"
-    "  --tag TAG     the tag to export in a directory (default: the one `latest` names)\n"
-    "  --json        a JSON summary on standard output (format in doc/dsm-ckpt.md)\n";
+    "  --output OUT   the file to write (replaced if it exists)\n"
+    "  --dtype DTYPE  fp32 (default: the checkpoint's values as they are), bf16 or fp16\n"
+    "                 (rounded to nearest even; NaN and infinities kept). A finite value\n"
+    "                 that does not fit (beyond 65504 in fp16) is an error naming the\n"
+    "                 tensor, index and value; nothing is written\n"
+    "  --tag TAG      the tag to export in a directory (default: the one `latest` names)\n"
+    "  --json         a JSON summary on standard output (format in doc/dsm-ckpt.md)\n";
 
 const char *const kDiffHelp =
     "usage: dsm-ckpt diff A B [--tag-a TAG] [--tag-b TAG] [--atol X] [--rtol X] [--json]\n"
@@ -553,7 +558,8 @@ private:
 class H5Output {
 public:
     // Created at `path` (a temporary name); messages name `shown`.
-    H5Output(const std::string &path, const std::string &shown) : path_(shown) {
+    // Datasets of `type` (H5T_IEEE_F32LE, or a 16-bit float type).
+    H5Output(const std::string &path, const std::string &shown, hid_t type) : path_(shown), type_(type) {
         hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         if (f < 0) throw Error(shown + ": cannot create: " + hdf5_message());
         file_ = Handle(f, H5Fclose);
@@ -583,7 +589,7 @@ public:
                                    : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
                      H5Sclose);
         if (!space.valid()) fail(link);
-        hid_t ds = H5Dcreate2(file_.get(), link.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+        hid_t ds = H5Dcreate2(file_.get(), link.c_str(), type_, space.get(), H5P_DEFAULT, H5P_DEFAULT,
                               H5P_DEFAULT);
         if (ds < 0) fail(link);
         ds_ = Handle(ds, H5Dclose);
@@ -592,9 +598,11 @@ public:
         string_attribute(ds, "name", name);
     }
 
-    void write(const Block &b) {
+    // The elements of block b, `data` in memory type `mem` (b.data itself, or
+    // its conversion).
+    void write(const Block &b, hid_t mem, const void *data) {
         if (shape_.empty()) {
-            if (H5Dwrite(ds_.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, b.data) < 0) fail(link_);
+            if (H5Dwrite(ds_.get(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0) fail(link_);
             return;
         }
         Handle fspace(H5Dget_space(ds_.get()), H5Sclose);
@@ -605,7 +613,7 @@ public:
         Handle mspace(H5Screate_simple(1, &n, nullptr), H5Sclose);
         if (!fspace.valid() || !mspace.valid() ||
             H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0 ||
-            H5Dwrite(ds_.get(), H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, b.data) < 0)
+            H5Dwrite(ds_.get(), mem, mspace.get(), fspace.get(), H5P_DEFAULT, data) < 0)
             fail(link_);
     }
 
@@ -622,6 +630,7 @@ private:
         throw Error(path_ + ": " + what + ": cannot write: " + hdf5_message());
     }
     std::string path_, link_;
+    hid_t type_;
     Handle file_, ds_;
     std::vector<uint64_t> shape_;
 };
@@ -649,9 +658,66 @@ std::vector<const Tensor *> exportable_params(const Checkpoint &ck) {
     return out;
 }
 
+// The element type of an export (--dtype).
+struct ExportDtype {
+    const char *option;      // "fp32", "bf16", "fp16"
+    const char *safetensors; // the header's dtype
+    unsigned bytes;          // per element
+    uint16_t (*convert)(float); // core/half.hpp's rounding; nullptr for fp32
+    uint16_t inf;            // the bits of +infinity
+    const char *largest;     // the largest finite value, for messages
+};
+
+const ExportDtype kExportDtypes[] = {
+    {"fp32", "F32", 4, nullptr, 0, ""},
+    {"bf16", "BF16", 2, [](float x) { return fp32_to_bf16(x); }, 0x7f80u, "3.3895314e38"},
+    {"fp16", "F16", 2, [](float x) { return fp32_to_fp16(x); }, 0x7c00u, "65504"},
+};
+
+// The HDF5 file type of a 16-bit export: IEEE binary16, or bfloat16 (binary32
+// with the low 16 mantissa bits dropped), both little-endian.
+Handle h5_half_type(const ExportDtype &d) {
+    Handle t(H5Tcopy(H5T_IEEE_F32LE), H5Tclose);
+    const bool bf16 = std::strcmp(d.option, "bf16") == 0;
+    if (!t.valid() || H5Tset_fields(t.get(), 15, bf16 ? 7 : 10, bf16 ? 8 : 5, 0, bf16 ? 7 : 10) < 0 ||
+        H5Tset_precision(t.get(), 16) < 0 || H5Tset_size(t.get(), 2) < 0 ||
+        H5Tset_ebias(t.get(), bf16 ? 127 : 15) < 0)
+        throw Error(std::string("cannot make the HDF5 ") + d.option + " type: " + hdf5_message());
+    return t;
+}
+
+// A block of fp32 values converted to a 16-bit dtype into out. A finite value
+// that becomes infinite (beyond the range of fp16, or bfloat16's largest
+// value) is an error naming the tensor, the row-major index and the value:
+// saturating would change the model silently, and Inf would poison it.
+void convert_block(const ExportDtype &d, const std::string &file, const Tensor &t, const Block &b,
+                   std::vector<uint16_t> &out) {
+    out.resize(b.n);
+    for (size_t i = 0; i < b.n; ++i) {
+        out[i] = d.convert(b.data[i]);
+        if ((out[i] & 0x7fffu) != d.inf || !std::isfinite(b.data[i])) continue;
+        char value[32];
+        std::snprintf(value, sizeof value, "%.9g", static_cast<double>(b.data[i])); // every float, exactly
+        throw Error(file + ": " + t.path + ": the value " + value + " at index " + std::to_string(b.offset + i) +
+                    " is beyond the " + d.option + " range (largest " + d.largest + "); nothing exported");
+    }
+}
+
 int cmd_export(int argc, char **argv) {
     Args a;
-    if (int rc = parse_args("export", argc, argv, {"--tag", "--output"}, 1, kExportHelp, a)) return rc < 0 ? 0 : rc;
+    if (int rc = parse_args("export", argc, argv, {"--tag", "--output", "--dtype"}, 1, kExportHelp, a))
+        return rc < 0 ? 0 : rc;
+    const ExportDtype *dtype = &kExportDtypes[0];
+    if (const std::optional<std::string> d = value(a, "--dtype")) {
+        dtype = nullptr;
+        for (const ExportDtype &e : kExportDtypes)
+            if (*d == e.option) dtype = &e;
+        if (dtype == nullptr) {
+            std::fprintf(stderr, "dsm-ckpt export: --dtype '%s' is not fp32, bf16 or fp16\n", printable(*d).c_str());
+            return 2;
+        }
+    }
+    const bool half = dtype->convert != nullptr;
     const std::optional<std::string> out = value(a, "--output");
     if (!out || out->empty()) {
         std::fprintf(stderr, "dsm-ckpt export: --output OUT is required\n");
@@ -695,26 +761,34 @@ int cmd_export(int argc, char **argv) {
             throw Error(ck.file() + ": " + t.path + ": checksum mismatch (stored " + hex64(*t.checksum) +
                         ", computed " + hex64(sum.value()) + "); nothing exported");
         elements += t.elements;
-        bytes += t.bytes();
+        bytes += t.elements * dtype->bytes;
     };
     if (kind == OutKind::Safetensors) {
         std::vector<SafetensorsEntry> entries;
         uint64_t data_bytes = 0;
         for (const Tensor *t : params) {
             entries.push_back({*t->name, t->shape, t->elements});
-            data_bytes += t->bytes();
+            data_bytes += t->elements * dtype->bytes;
         }
         std::string header;
         try {
-            header = safetensors_header(entries, metadata);
+            header = safetensors_header(entries, metadata, dtype->safetensors, dtype->bytes);
         } catch (const Error &e) { // a name safetensors cannot hold
             throw Error(ck.file() + ": " + e.what() + "; nothing exported");
         }
         SafetensorsWriter w(tmp.path(), *out, header, data_bytes);
-        for (const Tensor *t : params) verified(*t, [&](const Block &b) { w.write(b.data, b.n); });
+        std::vector<uint16_t> converted;
+        for (const Tensor *t : params)
+            verified(*t, [&](const Block &b) {
+                if (!half) return w.write(b.data, 4, b.n);
+                convert_block(*dtype, ck.file(), *t, b, converted);
+                w.write(converted.data(), 2, b.n);
+            });
         w.finish();
     } else {
-        H5Output h5(tmp.path(), *out);
+        Handle half_type;
+        if (half) half_type = h5_half_type(*dtype);
+        H5Output h5(tmp.path(), *out, half ? half_type.get() : H5T_IEEE_F32LE);
         for (const auto &m : metadata)
             if (m.first == "global_steps") {
                 if (const Attribute *attr = ck.attribute("global_steps"); attr && attr->kind == Attribute::Kind::Int)
@@ -724,7 +798,12 @@ int cmd_export(int argc, char **argv) {
             }
         for (const Tensor *t : params) {
             h5.begin(t->link, *t->name, t->shape);
-            verified(*t, [&](const Block &b) { h5.write(b); });
+            std::vector<uint16_t> converted;
+            verified(*t, [&](const Block &b) {
+                if (!half) return h5.write(b, H5T_NATIVE_FLOAT, b.data);
+                convert_block(*dtype, ck.file(), *t, b, converted);
+                h5.write(b, half_type.get(), converted.data());
+            });
             h5.end();
         }
         h5.close();
@@ -741,7 +820,7 @@ int cmd_export(int argc, char **argv) {
                                {"dataset", t->path},
                                {"shape", shape_json(t->shape)},
                                {"elements", t->elements},
-                               {"bytes", t->bytes()},
+                               {"bytes", t->elements * dtype->bytes},
                                {"checksum", hex64(*t->checksum)}});
         print_json(Json{{"format", "dsm-ckpt-export"},
                         {"format_version", 1},
@@ -750,14 +829,16 @@ int cmd_export(int argc, char **argv) {
                         {"tag", o.loc.directory ? Json(o.loc.tag) : Json(nullptr)},
                         {"output", *out},
                         {"output_format", kind_name},
+                        {"dtype", dtype->option},
                         {"tensors", tensors},
                         {"elements", elements},
                         {"bytes", bytes},
                         {"file_bytes", file_bytes}});
     } else {
-        std::printf("exported %s (%s, %s of fp32 data, checksums verified) from %s to %s (%s)\n",
+        std::printf("exported %s (%s, %s of %s data, checksums verified) from %s to %s (%s)\n",
                     plural(params.size(), "parameter", "parameters").c_str(),
                     plural(elements, "element", "elements").c_str(), plural(bytes, "byte", "bytes").c_str(),
+                    dtype->option,
                     printable(ck.file()).c_str(), printable(*out).c_str(), kind_name);
     }
     return 0;

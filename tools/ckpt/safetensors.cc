@@ -24,7 +24,8 @@ bool host_little_endian() {
 } // namespace
 
 std::string safetensors_header(const std::vector<SafetensorsEntry> &entries,
-                               const std::vector<std::pair<std::string, std::string>> &metadata) {
+                               const std::vector<std::pair<std::string, std::string>> &metadata,
+                               const std::string &dtype, unsigned element_bytes) {
     // ordered_json keeps the insertion order: the header lists the tensors in
     // the order of their data, as the reference writer does.
     Json h = Json::object();
@@ -39,8 +40,8 @@ std::string safetensors_header(const std::vector<SafetensorsEntry> &entries,
         if (e.name == "__metadata__")
             throw Error("a tensor named \"__metadata__\" cannot be stored in safetensors (the name is reserved)");
         if (!seen.insert(e.name).second) throw Error("two tensors are named \"" + e.name + "\"");
-        const uint64_t bytes = e.elements * 4;
-        h[e.name] = Json{{"dtype", "F32"}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+        const uint64_t bytes = e.elements * element_bytes;
+        h[e.name] = Json{{"dtype", dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
         offset += bytes;
     }
     std::string text;
@@ -68,18 +69,20 @@ SafetensorsWriter::~SafetensorsWriter() {
     if (f_ != nullptr) std::fclose(f_);
 }
 
-void SafetensorsWriter::write(const float *x, size_t n) {
-    if (written_ + uint64_t(n) * 4 > expected_) throw Error(shown_ + ": more data than the header declares");
-    const unsigned char *bytes = reinterpret_cast<const unsigned char *>(x);
+void SafetensorsWriter::write(const void *x, unsigned element_bytes, size_t n) {
+    const uint64_t size = uint64_t(n) * element_bytes;
+    if (written_ + size > expected_) throw Error(shown_ + ": more data than the header declares");
+    const unsigned char *bytes = static_cast<const unsigned char *>(x);
     if (!host_little_endian()) {
         // The format is little-endian whatever the machine.
-        buf_.resize(n * 4);
+        const unsigned w = element_bytes;
+        buf_.resize(size);
         for (size_t k = 0; k < n; ++k)
-            for (int b = 0; b < 4; ++b) buf_[4 * k + b] = bytes[4 * k + 3 - b];
+            for (unsigned b = 0; b < w; ++b) buf_[w * k + b] = bytes[w * k + w - 1 - b];
         bytes = buf_.data();
     }
-    if (std::fwrite(bytes, 4, n, f_) != n) throw Error(shown_ + ": cannot write: " + std::strerror(errno));
-    written_ += uint64_t(n) * 4;
+    if (std::fwrite(bytes, element_bytes, n, f_) != n) throw Error(shown_ + ": cannot write: " + std::strerror(errno));
+    written_ += size;
 }
 
 void SafetensorsWriter::finish() {
