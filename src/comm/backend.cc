@@ -321,7 +321,7 @@ std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color
     case Kind::SHM: return std::make_unique<ShmBackend>(comm, node_color);
     case Kind::NCCL:
 #if DSM_HAVE_NCCL_BACKEND
-        return std::make_unique<NcclBackend>(comm, node_color);
+        return std::make_unique<NcclBackend>(comm);
 #else
         DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "the nccl backend is not built: libdsm was configured without ",
                  DSM_HAVE_CUDA ? "NCCL" : "CUDA");
@@ -358,8 +358,18 @@ bool every_rank_has_a_device(MPI_Comm comm, std::string *why) {
     return all == 1;
 }
 
-void require_devices_of_their_own(MPI_Comm comm, int node_color, int device) {
-    const Comm node = node_comm(comm, node_color);
+// GPUs and their PCI bus ids belong to the host, also when DSM_SIM_NODES
+// makes the mesh see several simulated nodes on it.
+Comm host_comm(MPI_Comm comm) {
+    int rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
+    MPI_Comm c = MPI_COMM_NULL;
+    DSM_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &c));
+    return Comm(c);
+}
+
+void require_devices_of_their_own(MPI_Comm comm, int device) {
+    const Comm node = host_comm(comm);
     int n = 0, rank = 0;
     DSM_CHECK_MPI(MPI_Comm_size(node.get(), &n));
     DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -385,18 +395,18 @@ void require_devices_of_their_own(MPI_Comm comm, int node_color, int device) {
     });
 }
 
-bool every_rank_has_its_own_device(MPI_Comm comm, int node_color, const cuda::DeviceHint *hint, std::string *why) {
+bool every_rank_has_its_own_device(MPI_Comm comm, const cuda::DeviceHint *hint, std::string *why) {
     if (!every_rank_has_a_device(comm, why)) return false;
     cuda::DeviceHint local;
     if (hint == nullptr) {
-        const Comm node = node_comm(comm, node_color);
+        const Comm node = host_comm(comm);
         DSM_CHECK_MPI(MPI_Comm_rank(node.get(), &local.local_rank));
         hint = &local;
     }
     try {
         int device = -1;
         agree(comm, [&] { device = cuda::use_device(*hint); });
-        require_devices_of_their_own(comm, node_color, device);
+        require_devices_of_their_own(comm, device);
     } catch (const Error &e) {
         // A shared GPU is an answer; a bad DSM_CUDA_DEVICE or a CUDA failure is an error.
         if (e.status() != DSM_ERR_NOT_SUPPORTED) throw;
@@ -420,7 +430,7 @@ std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color
     if (kind == Kind::AUTO) {
         if (space == Space::DEVICE) {
             // Collective: every rank takes the same branch.
-            if (nccl_built() && every_rank_has_its_own_device(c.get(), node_color, nullptr, &why))
+            if (nccl_built() && every_rank_has_its_own_device(c.get(), nullptr, &why))
                 return create_backend(comm, Kind::NCCL, node_color);
             DSM_INFO(INIT, "comm: device memory without the nccl backend (%s): using the mpi backend",
                      nccl_built() ? why.c_str() : "not built");

@@ -47,6 +47,7 @@
 
 #include <mpi.h>
 
+#include "core/comm.hpp"
 #include "device/queue.hpp"
 #include "dsm.h"
 
@@ -336,15 +337,19 @@ bool nccl_built() noexcept;
 bool every_rank_has_a_device(MPI_Comm comm, std::string *why);
 
 // Collective, once every rank of `comm` has chosen `device`: fails (agreed,
-// DSM_ERR_NOT_SUPPORTED) naming two ranks of a node that chose the same GPU
-// (by PCI bus id). NCCL needs a GPU of its own on every rank.
-void require_devices_of_their_own(MPI_Comm comm, int node_color, int device);
+// DSM_ERR_NOT_SUPPORTED) naming two ranks of a host that chose the same GPU
+// (by PCI bus id). NCCL needs a GPU of its own on every rank. Hosts are the
+// physical ones (MPI_COMM_TYPE_SHARED), not DSM_SIM_NODES' simulated nodes.
+void require_devices_of_their_own(MPI_Comm comm, int device);
 
 // Collective: whether every rank of `comm` has a CUDA device and no two
-// ranks of a node share one (the same answer on all; *why: the reason when
+// ranks of a host share one (the same answer on all; *why: the reason when
 // not). Each rank's device is chosen here unless the process chose it
-// before (cuda::use_device: `hint`, or the rank's index on its node).
-bool every_rank_has_its_own_device(MPI_Comm comm, int node_color, const cuda::DeviceHint *hint, std::string *why);
+// before (cuda::use_device: `hint`, or the rank's index on its host).
+bool every_rank_has_its_own_device(MPI_Comm comm, const cuda::DeviceHint *hint, std::string *why);
+
+// The ranks of `comm` on this physical host (MPI_COMM_TYPE_SHARED; collective).
+dsm::Comm host_comm(MPI_Comm comm);
 
 // Collective over `comm` (not freed, not kept: the backend dups it).
 // `node_color` names this rank's node (ranks with equal colors are on one

@@ -7,7 +7,6 @@
 
 #include "comm/nccl_backend.hpp"
 #include "comm/common.hpp"
-#include "comm/shm_backend.hpp" // node_comm()
 
 #if DSM_HAVE_NCCL_BACKEND
 
@@ -291,15 +290,15 @@ NcclBackend::Impl::~Impl() {
 
 // ---------------------------------------------------------------- the backend
 
-NcclBackend::NcclBackend(MPI_Comm comm, int node_color)
+NcclBackend::NcclBackend(MPI_Comm comm)
     : comm_(Comm::dup(comm)), impl_(std::make_unique<Impl>()) {
     DSM_CHECK_MPI(MPI_Comm_rank(comm_.get(), &rank_));
     DSM_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
-    // This member's index among the group's ranks on its node: its device
+    // This member's index among the group's ranks on its host: its device
     // when the process has not chosen one (collective, so done by all first).
     int local_rank = 0;
     {
-        const Comm node = node_comm(comm_.get(), node_color);
+        const Comm node = host_comm(comm_.get());
         DSM_CHECK_MPI(MPI_Comm_rank(node.get(), &local_rank));
     }
     // What can fail on one member alone, agreed before NCCL starts: then
@@ -321,7 +320,7 @@ NcclBackend::NcclBackend(MPI_Comm comm, int node_color)
         }
     });
     // Two members on one GPU: a clear error here rather than NCCL's.
-    require_devices_of_their_own(comm_.get(), node_color, device_);
+    require_devices_of_their_own(comm_.get(), device_);
     DSM_CHECK_MPI(MPI_Bcast(&id, static_cast<int>(sizeof id), MPI_BYTE, 0, comm_.get()));
     // NCCL's setup, agreed too: when it failed or timed out on some member,
     // every member aborts its communicator and throws.
@@ -389,7 +388,7 @@ std::unique_ptr<NcclBackend> NcclBackend::split(int color, int key) {
     // communicator (collective over the group only).
     agree(comm_.get(), [&] { impl_->require_usable(); });
     if (sub.get() == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<NcclBackend>(sub.get(), -1);
+    return std::make_unique<NcclBackend>(sub.get());
 #endif
 }
 

@@ -74,7 +74,7 @@ namespace comm {
 // Stats as the mpi backend (every byte counted as off the node).
 class NcclBackend final : public Backend {
 public:
-    NcclBackend(MPI_Comm comm, int node_color);
+    explicit NcclBackend(MPI_Comm comm); // each member takes the GPU of its index on its host
     ~NcclBackend() override;
 
     const char *name() const noexcept override { return "nccl"; }

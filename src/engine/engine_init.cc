@@ -201,7 +201,7 @@ void Engine::choose_space(const Options &options) {
         const cuda::DeviceHint hint = DSM_HAVE_CUDA_KERNELS && comm::nccl_built() ? cuda::mesh_hint(*mesh_)
                                                                                  : cuda::DeviceHint{};
         const bool gpus = DSM_HAVE_CUDA_KERNELS && comm::nccl_built() &&
-                          comm::every_rank_has_its_own_device(world_, mesh_->node(), &hint, &why);
+                          comm::every_rank_has_its_own_device(world_, &hint, &why);
         if (!gpus && DSM_HAVE_CUDA_KERNELS && comm::nccl_built())
             DSM_INFO(INIT, "engine: model state on the host (%s)", why.c_str());
         want = gpus && !offloads(cfg_) ? DSM_DEVICE_CUDA : DSM_DEVICE_HOST;
