@@ -281,7 +281,7 @@ void test_shared_device(void **) {
         MPI_Allreduce(MPI_IN_PLACE, &crowded, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (have && crowded && (forced == nullptr || *forced == '\0')) {
             std::string why;
-            CHECK(!dsm::comm::every_rank_has_its_own_device(MPI_COMM_WORLD, -1, nullptr, &why),
+            CHECK(!dsm::comm::every_rank_has_its_own_device(MPI_COMM_WORLD, nullptr, &why),
                   "ranks sharing a GPU have devices of their own");
             CHECK(why.find("share the CUDA device at PCI bus id") != std::string::npos, "why: ", why);
             EXPECT_ERROR(dsm::comm::create_backend(MPI_COMM_WORLD, Kind::NCCL), DSM_ERR_NOT_SUPPORTED,
