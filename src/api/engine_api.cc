@@ -157,11 +157,17 @@ void init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params, i
            engine);
 }
 
-// A text of the engine for the caller to dsm_free (describe, load report).
-template <typename F> void engine_text(dsm_engine_t engine, char **text, F &&make) {
+// A text of the engine for the caller to dsm_free (describe, load report),
+// in `format`. The format is checked here, as the caller's value: an
+// out-of-range enum is never loaded where it is stored as dsm_format_t.
+template <typename F> void engine_text(dsm_engine_t engine, char **text, dsm_format_t format, F &&make) {
     DSM_ARG_NOT_NULL(text);
     *text = nullptr;
-    *text = dsm::to_c_string(make(static_cast<const dsm::engine::Engine &>(impl(engine))));
+    const auto &e = static_cast<const dsm::engine::Engine &>(impl(engine));
+    DSM_REQUIRE(format == DSM_FORMAT_TEXT || format == DSM_FORMAT_JSON, DSM_ERR_INVALID_ARGUMENT, "format ",
+                static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
+    const dsm_format_t f = format == DSM_FORMAT_JSON ? DSM_FORMAT_JSON : DSM_FORMAT_TEXT;
+    *text = dsm::to_c_string(make(e, f));
 }
 
 } // namespace
@@ -356,7 +362,7 @@ DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh) 
 
 DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t format, char **text) {
     DSM_API_BEGIN
-    engine_text(engine, text, [&](const dsm::engine::Engine &e) { return e.describe(format); });
+    engine_text(engine, text, format, [](const dsm::engine::Engine &e, dsm_format_t f) { return e.describe(f); });
     DSM_API_END
 }
 
@@ -399,7 +405,8 @@ DSM_API dsm_status_t dsm_engine_checkpoint_wait(dsm_engine_t engine) {
 
 DSM_API dsm_status_t dsm_engine_load_report(dsm_engine_t engine, dsm_format_t format, char **text) {
     DSM_API_BEGIN
-    engine_text(engine, text, [&](const dsm::engine::Engine &e) { return e.load_report(format); });
+    engine_text(engine, text, format,
+                [](const dsm::engine::Engine &e, dsm_format_t f) { return e.load_report(f); });
     DSM_API_END
 }
 
