@@ -358,18 +358,10 @@ bool every_rank_has_a_device(MPI_Comm comm, std::string *why) {
     return all == 1;
 }
 
-// GPUs and their PCI bus ids belong to the host, also when DSM_SIM_NODES
-// makes the mesh see several simulated nodes on it.
-Comm host_comm(MPI_Comm comm) {
-    int rank = 0;
-    DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
-    MPI_Comm c = MPI_COMM_NULL;
-    DSM_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &c));
-    return Comm(c);
-}
-
 void require_devices_of_their_own(MPI_Comm comm, int device) {
-    const Comm node = host_comm(comm);
+    // GPUs and their bus ids belong to the physical host (no node color),
+    // also where DSM_SIM_NODES makes the mesh see several nodes on it.
+    const Comm node = node_comm(comm, -1);
     int n = 0, rank = 0;
     DSM_CHECK_MPI(MPI_Comm_size(node.get(), &n));
     DSM_CHECK_MPI(MPI_Comm_rank(comm, &rank));
@@ -399,7 +391,7 @@ bool every_rank_has_its_own_device(MPI_Comm comm, const cuda::DeviceHint *hint, 
     if (!every_rank_has_a_device(comm, why)) return false;
     cuda::DeviceHint local;
     if (hint == nullptr) {
-        const Comm node = host_comm(comm);
+        const Comm node = node_comm(comm, -1); // the physical host
         DSM_CHECK_MPI(MPI_Comm_rank(node.get(), &local.local_rank));
         hint = &local;
     }

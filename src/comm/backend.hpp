@@ -47,7 +47,6 @@
 
 #include <mpi.h>
 
-#include "core/comm.hpp"
 #include "device/queue.hpp"
 #include "dsm.h"
 
@@ -347,9 +346,6 @@ void require_devices_of_their_own(MPI_Comm comm, int device);
 // not). Each rank's device is chosen here unless the process chose it
 // before (cuda::use_device: `hint`, or the rank's index on its host).
 bool every_rank_has_its_own_device(MPI_Comm comm, const cuda::DeviceHint *hint, std::string *why);
-
-// The ranks of `comm` on this physical host (MPI_COMM_TYPE_SHARED; collective).
-dsm::Comm host_comm(MPI_Comm comm);
 
 // Collective over `comm` (not freed, not kept: the backend dups it).
 // `node_color` names this rank's node (ranks with equal colors are on one

@@ -7,6 +7,7 @@
 
 #include "comm/nccl_backend.hpp"
 #include "comm/common.hpp"
+#include "comm/shm_backend.hpp" // node_comm()
 
 #if DSM_HAVE_NCCL_BACKEND
 
@@ -298,7 +299,7 @@ NcclBackend::NcclBackend(MPI_Comm comm)
     // when the process has not chosen one (collective, so done by all first).
     int local_rank = 0;
     {
-        const Comm node = host_comm(comm_.get());
+        const Comm node = node_comm(comm_.get(), -1); // the physical host, where the GPUs are
         DSM_CHECK_MPI(MPI_Comm_rank(node.get(), &local_rank));
     }
     // What can fail on one member alone, agreed before NCCL starts: then

@@ -12,12 +12,47 @@
 // keys; names are canonical ("adamw", "WarmupLR", "WARN").
 #include "config/config.hpp"
 
+#include <algorithm>
+
 namespace dsm {
 namespace config {
 
 namespace {
 
 using OJson = nlohmann::ordered_json;
+
+// Keys the engine reads and checks and then never consults, as
+// config_to_json() nests them (engine.md, "Configuration keys the engine
+// uses", is the other side of this list).
+const char *const kNoEffect[] = {
+    "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer",
+    "seq_parallel_communication_data_type",
+    "fp16.auto_cast",
+    "fp16.fp16_master_weights_and_grads",
+    "bf16.immediate_grad_update",
+    "zero_optimization.contiguous_gradients",
+    "zero_optimization.reduce_scatter",
+    "zero_optimization.use_multi_rank_bucket_allreduce",
+    "zero_optimization.allgather_partitions",
+    "zero_optimization.load_from_fp32_weights",
+    "zero_optimization.offload_optimizer.buffer_count",
+    "zero_optimization.offload_optimizer.ratio",
+    "zero_optimization.offload_param.buffer_count",
+    "zero_optimization.sub_group_size",
+    "zero_optimization.stage3_model_persistence_threshold",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    "zero_optimization.stage3_module_granularity_threshold",
+    "zero_optimization.stage3_use_all_reduce_for_fetch_params",
+    "zero_optimization.ignore_unused_parameters",
+    "zero_optimization.round_robin_gradients",
+    "zero_optimization.mics_shard_size",
+    "zero_optimization.memory_efficient_linear",
+    "zero_optimization.override_module_apply",
+    "zero_optimization.legacy_form",
+    "checkpoint.load_universal",
+    "data_types.grad_accum_dtype",
+};
 
 OJson dtype_json(Dtype d) { return d == Dtype::NONE ? OJson() : OJson(dtype_name(d)); }
 
@@ -181,54 +216,16 @@ std::string config_to_json(const Config &c) {
     r["no_effect"] = OJson::array();
     j["resolved"] = r;
     j["unknown_keys"] = c.unknown_keys;
-    OJson &none = j["resolved"]["no_effect"];
-    for (const auto &[section, value] : j.items()) {
-        if (key_has_no_effect(section)) none.push_back(section);
-        if (!value.is_object() || section == "resolved") continue;
-        for (const auto &[key, inner] : value.items()) {
-            const std::string path = section + "." + key;
-            if (key_has_no_effect(path)) none.push_back(path);
-            if (inner.is_object())
-                for (const auto &item : inner.items())
-                    if (key_has_no_effect(path + "." + item.key())) none.push_back(path + "." + item.key());
-        }
+    for (const char *k : kNoEffect) {
+        std::string pointer = std::string("/") + k;
+        std::replace(pointer.begin(), pointer.end(), '.', '/');
+        if (j.contains(OJson::json_pointer(pointer))) j["resolved"]["no_effect"].push_back(k);
     }
     return j.dump(2);
 }
 
 bool key_has_no_effect(const std::string &path) {
-    // Keys the engine reads and checks and then never consults (engine.md, "Configuration keys the
-    // engine uses", is the other side of this list).
-    static const char *const none[] = {
-        "zero_allow_untested_optimizer",
-        "zero_force_ds_cpu_optimizer",
-        "seq_parallel_communication_data_type",
-        "fp16.auto_cast",
-        "fp16.fp16_master_weights_and_grads",
-        "bf16.immediate_grad_update",
-        "zero_optimization.contiguous_gradients",
-        "zero_optimization.reduce_scatter",
-        "zero_optimization.use_multi_rank_bucket_allreduce",
-        "zero_optimization.allgather_partitions",
-        "zero_optimization.load_from_fp32_weights",
-        "zero_optimization.offload_optimizer.buffer_count",
-        "zero_optimization.offload_optimizer.ratio",
-        "zero_optimization.offload_param.buffer_count",
-        "zero_optimization.sub_group_size",
-        "zero_optimization.stage3_model_persistence_threshold",
-        "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-        "zero_optimization.stage3_module_granularity_threshold",
-        "zero_optimization.stage3_use_all_reduce_for_fetch_params",
-        "zero_optimization.ignore_unused_parameters",
-        "zero_optimization.round_robin_gradients",
-        "zero_optimization.mics_shard_size",
-        "zero_optimization.memory_efficient_linear",
-        "zero_optimization.override_module_apply",
-        "zero_optimization.legacy_form",
-        "checkpoint.load_universal",
-        "data_types.grad_accum_dtype",
-    };
-    for (const char *k : none)
+    for (const char *k : kNoEffect)
         if (path == k) return true;
     return false;
 }

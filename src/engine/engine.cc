@@ -233,11 +233,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
              dp_size_, sp_size_, space_->name().c_str(), dp_->name(),
              offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str(),
              comm::Pipeline::mode_name(stage_->overlap()));
-    if (env_stop != 0) {
-        stop_signal_use(env_stop);
-        stop_signal_ = env_stop;
-        DSM_INFO(ENGINE, "stop signal: SIG%s (%d) from DSM_STOP_SIGNAL", stop_signal_name(env_stop), env_stop);
-    }
+    use_stop_signal(env_stop, "DSM_STOP_SIGNAL");
 }
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {

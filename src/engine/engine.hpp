@@ -319,6 +319,7 @@ private:
     // some rank: agreed at every dsm_step, reported from the next boundary on.
     int stop_signal_ = 0;
     bool stop_pending_ = false, stop_requested_ = false;
+    void use_stop_signal(int signum, const char *from); // local: the handler for signum, the old one released
 
 public:
     // dsm_engine_set_stop_signal (collective), dsm_engine_stop_requested (local).

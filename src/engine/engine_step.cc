@@ -98,12 +98,19 @@ void Engine::set_stop_signal(int signum) {
     const std::string bad = stop_signal_check(signum);
     sync(SyncPoint::STOP_SIGNAL, signum, bad.empty() ? "" : cat("signum is ", signum, ": ", bad),
          bad.empty() ? DSM_SUCCESS : DSM_ERR_INVALID_ARGUMENT);
+    use_stop_signal(signum, "dsm_engine_set_stop_signal");
+}
+
+void Engine::use_stop_signal(int signum, const char *from) {
     if (signum == stop_signal_) return;
     stop_signal_use(signum);
     stop_signal_release(stop_signal_);
     stop_signal_ = signum;
-    DSM_INFO(ENGINE, "stop signal: %s%s (%d); dsm_engine_stop_requested() reports it at the next step boundary",
-            signum ? "SIG" : "none", stop_signal_name(signum), signum);
+    if (signum == 0)
+        DSM_INFO(ENGINE, "stop signal: none (%s)", from);
+    else
+        DSM_INFO(ENGINE, "stop signal: SIG%s (%d) from %s; dsm_engine_stop_requested() reports it at the next step "
+                 "boundary", stop_signal_name(signum), signum, from);
 }
 
 // ZeRO-Offload: add in the gradients released so far before the engine
