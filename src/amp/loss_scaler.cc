@@ -33,27 +33,6 @@ void check_config(const LossScalerConfig &c) {
 
 } // namespace
 
-LossScalerConfig loss_scaler_config(const config::Config &cfg) {
-    LossScalerConfig c;
-    const config::Fp16Config &f = cfg.fp16;
-    if (!f.enabled || f.loss_scale > 0.0) {
-        // DeepSpeed's CreateLossScaler: a static LossScaler with
-        // fp16.loss_scale in fp16, and 1.0 for fp32 and bf16.
-        c.dynamic = false;
-        c.static_scale = f.enabled ? f.loss_scale : 1.0;
-        return c;
-    }
-    c.dynamic = true;
-    c.init_scale = std::ldexp(1.0, static_cast<int>(f.initial_scale_power));
-    c.scale_factor = 2.0; // fixed in DeepSpeed
-    c.window = f.loss_scale_window;
-    c.hysteresis = f.hysteresis;
-    c.consecutive_hysteresis = f.consecutive_hysteresis;
-    c.min_scale = f.min_loss_scale;
-    c.raise_error_at_min_scale = true; // DeepSpeed's default; not a configuration key
-    return c;
-}
-
 LossScaler::LossScaler(const LossScalerConfig &cfg) : cfg_(cfg) {
     check_config(cfg_);
     state_.cur_scale = cfg_.dynamic ? cfg_.init_scale : cfg_.static_scale;

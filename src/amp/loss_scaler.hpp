@@ -8,7 +8,6 @@
 
 #include <cstdint>
 
-#include "config/config.hpp"
 
 namespace dsm {
 namespace amp {
@@ -24,10 +23,6 @@ struct LossScalerConfig {
     double min_scale = 1.0;
     bool raise_error_at_min_scale = true; // DeepSpeed's default; no fp16 key sets it
 };
-
-// fp16 section -> scaler settings (dynamic when loss_scale == 0). With fp16
-// off (fp32, bf16) the scaler is static at 1.
-LossScalerConfig loss_scaler_config(const config::Config &cfg);
 
 // The state a checkpoint stores, with DeepSpeed's names.
 struct LossScalerState {

@@ -1,4 +1,4 @@
-// amp's table for the CUDA space (math.hpp): src/cuda/kernels.cu on the
+// amp's table for the CUDA space (math.hpp): src/optim/kernels_cuda.cu on the
 // space's stream; inspect's result comes back in one small copy.
 #include "dsm_config.h"
 
@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/device.hpp"
-#include "cuda/kernels.hpp"
+#include "optim/kernels_cuda.hpp"
 #endif
 
 namespace dsm {

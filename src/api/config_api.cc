@@ -8,7 +8,7 @@
 #include "config/config_load.hpp"
 #include "core/info.hpp"
 #include "mesh/mesh.hpp"
-#include "optim/lr_from_config.hpp"
+#include "config/settings.hpp"
 
 struct dsm_config_s {
     dsm::config::Config cfg;
@@ -57,8 +57,7 @@ void load(MPI_Comm comm, int64_t dp, int64_t sp, const char *config, unsigned fl
         why = e.message();
     }
     dsm::config::Config c = dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "",
-                                                         context(flags & DSM_CONFIG_STRICT, size, dp, sp),
-                                                         dsm::optim::check_schedule_params, bad, why);
+                                                         context(flags & DSM_CONFIG_STRICT, size, dp, sp), bad, why);
     *cfg = wrap(std::move(c));
 }
 
@@ -101,7 +100,6 @@ DSM_API dsm_status_t dsm_config_resolve(const char *config, int64_t world_size, 
     // The engine's mesh is data parallel x sequence parallel: the ranks outside the data-parallel dimension.
     const int64_t sp = data_parallel_size > 0 ? world_size / data_parallel_size : 0;
     dsm::config::Config c = dsm::config::parse_config(config, context(flags, world_size, data_parallel_size, sp));
-    dsm::optim::check_schedule_params(c);
     *cfg = wrap(std::move(c));
     DSM_API_END
 }
@@ -144,7 +142,7 @@ DSM_API dsm_status_t dsm_config_describe_lr(dsm_config_t cfg, int64_t steps, dsm
     const dsm::config::Config &c = impl(cfg);
     DSM_REQUIRE(format == DSM_FORMAT_TEXT || format == DSM_FORMAT_JSON, DSM_ERR_INVALID_ARGUMENT, "format ",
                 static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
-    *text = dsm::to_c_string(dsm::optim::describe_lr(c, steps, format == DSM_FORMAT_JSON));
+    *text = dsm::to_c_string(dsm::config::describe_lr(c, steps, format == DSM_FORMAT_JSON));
     DSM_API_END
 }
 

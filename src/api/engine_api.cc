@@ -14,7 +14,6 @@
 #include "core/info.hpp"
 #include "engine/engine.hpp"
 #include "mesh/mesh.hpp"
-#include "optim/lr_from_config.hpp"
 
 namespace dsm::api {
 
@@ -125,7 +124,7 @@ void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *p
     dsm::config::ConfigContext ctx;
     ctx.world_size = size;
     const dsm::config::Config cfg =
-        dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "", ctx, dsm::optim::check_schedule_params, bad, why);
+        dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
     const int sp = static_cast<int>(cfg.sequence_parallel_size);
     std::unique_ptr<dsm::Mesh> mesh;
     if (sp > 1) {

@@ -16,6 +16,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "optim/lr_schedule.hpp"
+#include "optim/optimizer_type.hpp"
+
 namespace dsm {
 namespace config {
 
@@ -24,7 +27,7 @@ using Json = nlohmann::json;
 enum class Dtype { NONE, FP32, FP16, BF16 }; // NONE: not set, decided by other keys
 enum class AllreduceOp { MEAN, SUM };
 enum class OffloadDevice { NONE, CPU, NVME };
-enum class OptimizerType { NONE, ADAM, ADAMW, SGD, LAMB, LION, ADAGRAD };
+using optim::OptimizerType; // the optimizer layer's type
 enum class SchedulerType { NONE, WARMUP_LR, WARMUP_DECAY_LR, WARMUP_COSINE_LR, ONE_CYCLE, LR_RANGE_TEST };
 enum class TagValidation { WARN, IGNORE, FAIL };
 // fp32_nonfinite_gradients (a libdsm extension): what an fp32 step does with
@@ -32,7 +35,7 @@ enum class TagValidation { WARN, IGNORE, FAIL };
 enum class NonfiniteGrads { WARN, SKIP, FAIL };
 
 const char *dtype_name(Dtype d);                 // "fp32", "fp16", "bf16", or "none"
-const char *optimizer_name(OptimizerType t);     // DeepSpeed's lower-case name ("adamw")
+using optim::optimizer_name;                      // DeepSpeed's lower-case name ("adamw")
 const char *scheduler_name(SchedulerType t);     // DeepSpeed's class name ("WarmupLR")
 
 // What the caller knows about the job when the configuration is read.
@@ -121,6 +124,9 @@ struct SchedulerConfig {
     SchedulerType type = SchedulerType::NONE;
     std::string type_name;          // as written in the file
     Json params = Json::object();   // "scheduler.params" with DeepSpeed's defaults filled in
+    // The same, typed and range-checked (when type is not NONE).
+    optim::LrScheduleParams schedule;
+    int64_t last_batch_iteration = -1; // "scheduler.params.last_batch_iteration"
 };
 
 struct CheckpointConfig {

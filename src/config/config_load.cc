@@ -110,7 +110,7 @@ void agree_all(MPI_Comm comm, const std::function<void()> &local) {
 } // namespace
 
 Config load_collective(MPI_Comm comm, const std::string &text_or_path, const ConfigContext &ctx,
-                       const std::function<void(const Config &)> &check, dsm_status_t bad_status,
+                       dsm_status_t bad_status,
                        const std::string &bad_message) {
     // The caller's communicator may abort on errors: agree on a duplicate.
     Comm own = Comm::dup(comm);
@@ -119,7 +119,6 @@ Config load_collective(MPI_Comm comm, const std::string &text_or_path, const Con
     agree_all(own.get(), [&] {
         if (bad_status != DSM_SUCCESS) DSM_FAIL(bad_status, bad_message);
         cfg = parse_config(text_or_path, ctx);
-        if (check) check(cfg);
         json = config_to_json(cfg);
         mine = digest(json);
     });

@@ -2,7 +2,6 @@
 // same verdict, and its text form.
 #pragma once
 
-#include <functional>
 #include <string>
 
 #include <mpi.h>
@@ -16,13 +15,10 @@ namespace config {
 // Collective over `comm`: every rank parses `text_or_path` with `ctx`. If any
 // rank fails, every rank throws the error of the lowest failing rank; if the
 // ranks resolved different configurations (files that differ between nodes),
-// every rank throws DSM_ERR_MISMATCH. `check` (may be empty) runs on the
-// parsed configuration inside the agreement: checks of the layers above
-// (schedule parameters). A `bad_status` other than DSM_SUCCESS is this rank's
+// every rank throws DSM_ERR_MISMATCH. A `bad_status` other than DSM_SUCCESS is this rank's
 // argument error (with `bad_message`), agreed like a parse error instead of
 // reading anything.
 Config load_collective(MPI_Comm comm, const std::string &text_or_path, const ConfigContext &ctx,
-                       const std::function<void(const Config &)> &check,
                        dsm_status_t bad_status = DSM_SUCCESS, const std::string &bad_message = "");
 
 // The resolved configuration as "key.path = value" lines, in the order of

@@ -5,23 +5,11 @@
 
 #include <cmath>
 
+#include "config/settings.hpp"
 #include "core/error.hpp"
 
 namespace dsm {
 namespace config {
-
-const char *optimizer_name(OptimizerType t) {
-    switch (t) {
-    case OptimizerType::NONE: return "none";
-    case OptimizerType::ADAM: return "adam";
-    case OptimizerType::ADAMW: return "adamw";
-    case OptimizerType::SGD: return "sgd";
-    case OptimizerType::LAMB: return "lamb";
-    case OptimizerType::LION: return "lion";
-    case OptimizerType::ADAGRAD: return "adagrad";
-    }
-    return "?";
-}
 
 const char *scheduler_name(SchedulerType t) {
     switch (t) {
@@ -259,6 +247,9 @@ void read_scheduler(Node &root, Config &cfg) {
     }
     p.finish();
     sch.finish();
+    s.schedule = schedule_params_from_json(s.type, s.params);
+    s.last_batch_iteration = last_batch_iteration_from_json(s.params);
+    check_schedule_params(s);
 }
 
 } // namespace config

@@ -1,6 +1,6 @@
 // Scalar fp16 (IEEE binary16) and bf16 conversions, round to nearest even,
 // Inf and NaN kept (a NaN stays a quiet NaN). Header-only, for the host and
-// for CUDA device code (src/cuda/kernels.cu): every layer that moves 16-bit
+// for CUDA device code (src/optim/kernels_cuda.cu): every layer that moves 16-bit
 // floats uses these (bulk, vectorized forms: amp/convert.hpp). Each rounding
 // is one add or one multiply, which no compiler contracts into an FMA, so
 // host and device give the same bits.

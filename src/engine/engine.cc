@@ -19,13 +19,13 @@
 #endif
 
 #include "config/config_load.hpp"
+#include "config/settings.hpp"
 #include "core/agree.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/param.hpp"
 #include "cuda/device.hpp"
-#include "optim/lr_from_config.hpp"
 #include "optim/optimizer.hpp"
 #include "topo/threads.hpp"
 
@@ -115,8 +115,9 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     ctx.world_size = world_size_;
     ctx.mesh_data_parallel = dp_size_;
     ctx.mesh_sequence_parallel = sp_size_; // a sequence_parallel_size that contradicts it is DSM_ERR_CONFIG
+    // What the engine needs of a configuration that the reader accepted,
+    // agreed the same way.
     auto check = [this](const config::Config &c) {
-        optim::check_schedule_params(c);
         DSM_REQUIRE(c.optimizer.type != config::OptimizerType::NONE, DSM_ERR_CONFIG,
                     "optimizer.type: the engine needs an optimizer section (Adam, AdamW, SGD, Lamb, "
                     "Lion or Adagrad)");
@@ -139,7 +140,8 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
                     dp_size_, " (hpZ's secondary partition groups are that many consecutive data-parallel ranks: "
                     "use a divisor, normally the ranks per node)");
     };
-    cfg_ = config::load_collective(world_, bad == DSM_SUCCESS ? config : "", ctx, check, bad, why);
+    cfg_ = config::load_collective(world_, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
+    agree(world_, [&] { check(cfg_); });
 
     // Every rank must describe the same model.
     std::ostringstream canon;
@@ -224,8 +226,8 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     }
     initialize_values(params);
 
-    scaler_ = std::make_unique<amp::LossScaler>(amp::loss_scaler_config(cfg_));
-    schedule_ = optim::schedule_from_config(cfg_);
+    scaler_ = std::make_unique<amp::LossScaler>(config::loss_scaler_config(cfg_));
+    schedule_ = config::schedule_from_config(cfg_);
     schedule_pending_ = schedule_ && schedule_->last_step() >= 0;
     DSM_INFO(ENGINE, "engine: %d parameters (%zu trainable elements), ZeRO stage %d, %s compute, %s "
              "reductions, %d data-parallel x %d sequence-parallel ranks, model state in %s memory, %s backend%s%s, overlap_comm: %s",
@@ -261,7 +263,8 @@ void Engine::build_params(const dsm_param_desc_t *params, int nparams) {
     slots.insert(slots.end(), gathered.begin(), gathered.end());
     layout_ = zero::Layout(std::move(slots), stage_->parts(dp_size_));
     part_ = layout_.parts() > 1 ? dp_rank_ : 0;
-    segments_ = layout_.segments(part_);
+    segments_.clear();
+    for (const zero::Run &r : layout_.runs(part_)) segments_.push_back(optim::Segment{r.offset, r.count, r.param, r.decay});
 }
 // ---------------------------------------------------------------- access
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "amp/convert.hpp"
+#include "config/settings.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -161,7 +162,7 @@ void Engine::allocate() {
         master_ = static_cast<float *>(master_own_.data());
         grad32_ = Buffer(*space_, P * sizeof(float));
     }
-    optimizer_ = std::make_unique<optim::Optimizer>(optim::hyper_from_config(cfg_.optimizer), P, *space_);
+    optimizer_ = std::make_unique<optim::Optimizer>(config::optimizer_hyper(cfg_.optimizer), P, *space_);
     for (Param &p : params_)
         if (!p.trainable) p.frozen = Buffer(*space_, p.numel * esize_);
 }

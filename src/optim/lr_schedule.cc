@@ -45,6 +45,34 @@ const char *lr_schedule_name(LrScheduleType type) noexcept {
     return "unknown";
 }
 
+bool schedule_uses_base_lr(const LrScheduleParams &p) noexcept {
+    return p.type == LrScheduleType::WarmupCosineLR ||
+           (p.type == LrScheduleType::WarmupLR && p.warmup_max_lr.empty());
+}
+
+size_t schedule_groups(const LrScheduleParams &p) noexcept {
+    size_t n = 1;
+    auto take = [&n](const std::vector<double> &v) { n = std::max(n, v.size()); };
+    switch (p.type) {
+    case LrScheduleType::WarmupLR:
+    case LrScheduleType::WarmupDecayLR:
+        take(p.warmup_min_lr);
+        take(p.warmup_max_lr);
+        break;
+    case LrScheduleType::WarmupCosineLR: break;
+    case LrScheduleType::OneCycle:
+        take(p.cycle_min_lr);
+        take(p.cycle_max_lr);
+        if (p.cycle_momentum) {
+            take(p.cycle_min_mom);
+            take(p.cycle_max_mom);
+        }
+        break;
+    case LrScheduleType::LRRangeTest: take(p.lr_range_test_min_lr); break;
+    }
+    return n;
+}
+
 LrScheduleType lr_schedule_type_from_name(const std::string &name) {
     for (auto t : {LrScheduleType::WarmupLR, LrScheduleType::WarmupDecayLR,
                    LrScheduleType::WarmupCosineLR, LrScheduleType::OneCycle,

@@ -20,6 +20,7 @@
 // a negative decay_step_size, which DeepSpeed accepts, is also an error.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -142,6 +143,15 @@ private:
     double range_step_size_ = 0, range_step_rate_ = 0;
     bool staircase_ = false;
 };
+
+// Whether the schedule reads the base lr: WarmupCosineLR always, WarmupLR when
+// warmup_max_lr is empty. The others take their lrs from their own parameters.
+bool schedule_uses_base_lr(const LrScheduleParams &params) noexcept;
+
+// The number of parameter groups the per-group lists of `params` imply: the
+// longest list of the schedule's own "float or list" parameters, 1 when all
+// are scalars.
+size_t schedule_groups(const LrScheduleParams &params) noexcept;
 
 } // namespace optim
 } // namespace dsm

@@ -26,13 +26,12 @@
 #include <cuda_runtime.h>
 
 #include "cuda/device.hpp"
-#include "cuda/kernels.hpp"
+#include "optim/kernels_cuda.hpp"
 #endif
 
 namespace dsm {
 namespace optim {
 
-using config::OptimizerType;
 
 namespace {
 
@@ -278,30 +277,7 @@ void lamb_step(const Kernels &kern, const Hyper &h, const StepArgs &a, float *p,
 
 } // namespace
 
-// ---------------------------------------------------------------- configuration
-
-Hyper hyper_from_config(const config::OptimizerConfig &cfg) {
-    DSM_REQUIRE(cfg.type != OptimizerType::NONE, DSM_ERR_CONFIG,
-                "optimizer.type: none is configured, and the update needs one (Adam, AdamW, SGD, Lamb, "
-                "Lion or Adagrad)");
-    Hyper h;
-    h.type = cfg.type;
-    h.lr = cfg.lr;
-    h.beta1 = cfg.beta1;
-    h.beta2 = cfg.beta2;
-    h.eps = cfg.eps;
-    h.weight_decay = cfg.weight_decay;
-    h.adam_w_mode = cfg.type == OptimizerType::ADAMW || cfg.adam_w_mode;
-    h.bias_correction = cfg.bias_correction;
-    h.momentum = cfg.momentum;
-    h.dampening = cfg.dampening;
-    h.nesterov = cfg.nesterov;
-    h.max_coeff = cfg.max_coeff;
-    h.min_coeff = cfg.min_coeff;
-    h.lr_decay = cfg.lr_decay;
-    h.initial_accumulator_value = cfg.initial_accumulator_value;
-    return h;
-}
+// ---------------------------------------------------------------- types
 
 int state_count(OptimizerType type) {
     switch (type) {
@@ -318,7 +294,7 @@ int state_count(OptimizerType type) {
 
 const char *state_name(OptimizerType type, int index) {
     DSM_REQUIRE(index >= 0 && index < state_count(type), DSM_ERR_INVALID_ARGUMENT, "state index ", index,
-                " out of range for optimizer ", config::optimizer_name(type), " (", state_count(type),
+                " out of range for optimizer ", optimizer_name(type), " (", state_count(type),
                 " states)");
     switch (type) {
     case OptimizerType::SGD: return "momentum_buffer";
@@ -365,7 +341,7 @@ static void fill_device(device::Space &space, float *d, size_t n, float v); // b
 
 Optimizer::Optimizer(const Hyper &hyper, size_t n, device::Space &space) : hyper_(hyper), n_(n), space_(&space) {
     const int count = state_count(hyper.type);
-    DSM_REQUIRE(count > 0, DSM_ERR_INVALID_ARGUMENT, "optimizer type ", config::optimizer_name(hyper.type),
+    DSM_REQUIRE(count > 0, DSM_ERR_INVALID_ARGUMENT, "optimizer type ", optimizer_name(hyper.type),
                 " has no update rule");
     DSM_REQUIRE(n <= (SIZE_MAX - 64) / sizeof(float), DSM_ERR_INVALID_ARGUMENT, "optimizer size ", n,
                 " elements is too large");

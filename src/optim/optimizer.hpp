@@ -39,14 +39,14 @@
 #include <string>
 #include <vector>
 
-#include "config/config.hpp"
+#include "optim/optimizer_type.hpp"
 #include "device/space.hpp"
 
 namespace dsm {
 namespace optim {
 
 struct Hyper {
-    config::OptimizerType type = config::OptimizerType::ADAMW;
+    OptimizerType type = OptimizerType::ADAMW;
     double lr = 1e-3;
     double beta1 = 0.9, beta2 = 0.999;
     double eps = 1e-8;
@@ -60,13 +60,10 @@ struct Hyper {
     double initial_accumulator_value = 0.0;    // Adagrad
 };
 
-// The configured optimizer's hyperparameters (type NONE: DSM_ERR_CONFIG).
-Hyper hyper_from_config(const config::OptimizerConfig &cfg);
-
 // Number of fp32 state arrays per element and their names (PyTorch's state
 // names: "exp_avg", "exp_avg_sq", "momentum_buffer", "sum").
-int state_count(config::OptimizerType type);
-const char *state_name(config::OptimizerType type, int index);
+int state_count(OptimizerType type);
+const char *state_name(OptimizerType type, int index);
 
 // A piece of one parameter inside the partition: elements
 // [offset, offset + count) of the partition belong to parameter `param`.
@@ -117,7 +114,7 @@ int num_threads() noexcept; // the count a step uses now (>= 1)
 // The update runs where the memory is (device/space.hpp): on a
 // host-addressable space the CPU kernels above, in the space's queue order
 // (the simulated device defers them, and computes the same bits); on a CUDA
-// space the fused kernels of cuda/kernels.hpp on its stream, one launch per
+// space the fused kernels of optim/kernels_cuda.hpp on its stream, one launch per
 // segment, with Lamb's per-parameter sums brought back in one small copy.
 class Optimizer {
 public:

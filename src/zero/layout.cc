@@ -64,8 +64,8 @@ std::vector<size_t> Layout::counts(size_t begin, size_t end) const {
     return c;
 }
 
-std::vector<optim::Segment> Layout::segments(int part) const {
-    std::vector<optim::Segment> out;
+std::vector<Run> Layout::runs(int part) const {
+    std::vector<Run> out;
     const size_t b = part_begin(part), e = b + part_size_;
     // Slots are in flat order: find the first that ends after b.
     auto it = std::lower_bound(slots_.begin(), slots_.end(), b,
@@ -73,12 +73,7 @@ std::vector<optim::Segment> Layout::segments(int part) const {
     for (; it != slots_.end() && it->offset < e; ++it) {
         const size_t lo = std::max(b, it->offset), hi = std::min(e, it->offset + it->numel);
         if (lo >= hi) continue;
-        optim::Segment seg;
-        seg.offset = lo - b;
-        seg.count = hi - lo;
-        seg.param = it->param;
-        seg.decay = it->decay;
-        out.push_back(seg);
+        out.push_back(Run{lo - b, hi - lo, it->param, it->decay});
     }
     return out;
 }

@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <vector>
 
-#include "optim/optimizer.hpp"
-
 namespace dsm {
 namespace zero {
 
@@ -22,6 +20,15 @@ struct Slot {
     int param = 0;        // index in the engine's parameter list
     size_t numel = 0;
     size_t offset = 0;    // flat offset, a multiple of kAlignElems
+    bool decay = true;
+};
+
+// A parameter's elements inside one partition, as the optimizer of that
+// partition sees them: offsets relative to the partition's start.
+struct Run {
+    size_t offset = 0;
+    size_t count = 0;
+    int param = 0;
     bool decay = true;
 };
 
@@ -49,9 +56,8 @@ public:
     // The slot of a parameter index; nullptr when it is not in the layout.
     const Slot *slot_of(int param) const noexcept;
 
-    // The pieces of partition `part` as optimizer segments, offsets relative
-    // to the partition's start, in flat order.
-    std::vector<optim::Segment> segments(int part) const;
+    // The runs of partition `part` (the optimizer's segments), in flat order.
+    std::vector<Run> runs(int part) const;
     // The pieces of [begin, end) of the flat space inside each partition that
     // overlaps it, in flat (= partition) order.
     std::vector<Piece> pieces(size_t begin, size_t end) const;

@@ -619,8 +619,17 @@ static void test_scheduler(void **) {
     assert_true(c.scheduler.type == SchedulerType::WARMUP_LR);
     assert_true(c.scheduler.params["warmup_max_lr"].is_null()); // the optimizer's lr
     c = parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
-              "{\"total_num_steps\": 10}}}");
+              "{\"total_num_steps\": 1000, \"last_batch_iteration\": 7}}}");
     assert_true(c.scheduler.params["warmup_max_lr"].get<double>() == 0.001);
+    // The same parameters, typed.
+    assert_true(c.scheduler.schedule.type == dsm::optim::LrScheduleType::WarmupDecayLR);
+    assert_int_equal(*c.scheduler.schedule.total_num_steps, 1000);
+    assert_int_equal(c.scheduler.schedule.warmup_num_steps, 1000);
+    assert_int_equal(c.scheduler.last_batch_iteration, 7);
+    // Ranges are checked by the reader.
+    expect_error("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\", \"params\": "
+                 "{\"total_num_steps\": 10}}}",
+                 DSM_ERR_CONFIG, "scheduler.params.total_num_steps: must be at least warmup_num_steps (1000), got 10");
     c = parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupLR\"}}");
     assert_int_equal(c.scheduler.params["warmup_num_steps"].get<int>(), 1000);
     assert_string_equal(c.scheduler.params["warmup_type"].get<std::string>().c_str(), "log");
@@ -632,7 +641,7 @@ static void test_scheduler(void **) {
     c = parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"LRRangeTest\"}}");
     assert_int_equal(c.scheduler.params["lr_range_test_step_size"].get<int>(), 2000);
     c = parse("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupCosineLR\", \"params\": "
-              "{\"total_num_steps\": 100}}}");
+              "{\"total_num_steps\": 1000}}}");
     assert_true(c.scheduler.params["cos_min_ratio"].get<double>() == 0.0001);
     expect_error("{\"train_batch_size\": 8, \"scheduler\": {\"type\": \"WarmupDecayLR\"}}", DSM_ERR_CONFIG,
                  "scheduler.params.total_num_steps: required by WarmupDecayLR");

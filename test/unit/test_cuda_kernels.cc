@@ -1,4 +1,4 @@
-// The CUDA kernels (src/cuda/kernels.cu) against the CPU: the optimizer
+// The CUDA kernels (src/optim/kernels_cuda.cu) against the CPU: the optimizer
 // updates against the portable CPU kernels (optim::generic) given the same
 // constants, bit for bit, for fp32, fp16 and bf16 gradients, with and
 // without the 16-bit copy of p; Adam end to end against optim::adam_update;
@@ -10,7 +10,7 @@
 // path (misalignments that differ), with guard elements around each array.
 //
 // Bit-exact because the kernels perform the CPU kernels' operations in the
-// same order with the same rounding (no FMA: see cuda/kernels.hpp). The one
+// same order with the same rounding (no FMA: see optim/kernels_cuda.hpp). The one
 // exception is a sum over many elements (inspect, Lamb's norms): the GPU
 // adds the same terms in another order, so it is checked against the bound
 // of any summation order, |gpu - cpu| <= 2 n 2^-53 sum (both are sums of
@@ -39,7 +39,7 @@
 #include "amp/convert.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
-#include "cuda/kernels.hpp"
+#include "optim/kernels_cuda.hpp"
 #include "optim/kernels.hpp"
 #include "optim/optimizer.hpp"
 #include "sp/geometry.hpp"

@@ -54,7 +54,7 @@ static void check_cover(const Layout &L, const std::vector<size_t> &numels) {
     size_t seg_total = 0;
     for (int r = 0; r < L.parts(); ++r) {
         size_t prev_end = 0;
-        for (const auto &seg : L.segments(r)) {
+        for (const auto &seg : L.runs(r)) {
             assert_true(seg.offset >= prev_end);
             assert_true(seg.offset + seg.count <= L.part_size());
             const Slot *s = L.slot_of(seg.param);
@@ -97,9 +97,9 @@ static void test_counts_and_pieces(void **) {
     assert_int_equal(c[2], 0);
     assert_int_equal(c[3], 0);
     // Partition 3 holds only padding.
-    assert_true(L.segments(3).empty());
+    assert_true(L.runs(3).empty());
     // Partition 2 holds parameter 2.
-    auto segs = L.segments(2);
+    auto segs = L.runs(2);
     assert_int_equal(segs.size(), 1);
     assert_int_equal(segs[0].param, 2);
     assert_int_equal(segs[0].offset, 0);

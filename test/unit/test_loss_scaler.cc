@@ -10,6 +10,7 @@
 
 #include "amp/loss_scaler.hpp"
 #include "config/config.hpp"
+#include "config/settings.hpp"
 #include "core/error.hpp"
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
@@ -207,17 +208,17 @@ static void test_static_scaler(void **) {
 
 static void test_config_mapping(void **) {
     dsm::config::Config cfg;
-    LossScalerConfig c = dsm::amp::loss_scaler_config(cfg); // fp16 off: static 1
+    LossScalerConfig c = dsm::config::loss_scaler_config(cfg); // fp16 off: static 1
     assert_false(c.dynamic);
     assert_true(c.static_scale == 1.0);
     cfg.bf16.enabled = true;
-    c = dsm::amp::loss_scaler_config(cfg);
+    c = dsm::config::loss_scaler_config(cfg);
     assert_false(c.dynamic);
     assert_true(c.static_scale == 1.0);
     cfg.bf16.enabled = false;
 
     cfg.fp16.enabled = true; // DeepSpeed's defaults
-    c = dsm::amp::loss_scaler_config(cfg);
+    c = dsm::config::loss_scaler_config(cfg);
     assert_true(c.dynamic);
     assert_true(c.init_scale == 65536.0);
     assert_true(c.scale_factor == 2.0);
@@ -233,17 +234,17 @@ static void test_config_mapping(void **) {
     cfg.fp16.hysteresis = 5;
     cfg.fp16.consecutive_hysteresis = true;
     cfg.fp16.min_loss_scale = 0.25;
-    c = dsm::amp::loss_scaler_config(cfg);
+    c = dsm::config::loss_scaler_config(cfg);
     assert_true(c.init_scale == 1.0);
     assert_int_equal(c.window, 7);
     assert_int_equal(c.hysteresis, 5);
     assert_true(c.consecutive_hysteresis);
     assert_true(c.min_scale == 0.25);
     cfg.fp16.initial_scale_power = 127;
-    assert_true(dsm::amp::loss_scaler_config(cfg).init_scale == std::ldexp(1.0, 127));
+    assert_true(dsm::config::loss_scaler_config(cfg).init_scale == std::ldexp(1.0, 127));
 
     cfg.fp16.loss_scale = 128; // > 0: static
-    c = dsm::amp::loss_scaler_config(cfg);
+    c = dsm::config::loss_scaler_config(cfg);
     assert_false(c.dynamic);
     assert_true(c.static_scale == 128.0);
     assert_true(LossScaler(c).scale() == 128.0);
@@ -255,13 +256,13 @@ static void test_config_from_json(void **) {
         R"({"train_batch_size": 4, "fp16": {"enabled": true, "initial_scale_power": 16, "hysteresis": 3,
             "loss_scale_window": 50, "min_loss_scale": 2}})",
         ctx);
-    LossScaler s(dsm::amp::loss_scaler_config(cfg));
+    LossScaler s(dsm::config::loss_scaler_config(cfg));
     assert_true(s.dynamic());
     expect_state_at(s, 65536, 3, 0, -1, __LINE__);
     assert_int_equal(s.config().window, 50);
     assert_true(s.config().min_scale == 2.0);
     const auto st = dsm::config::parse_config(R"({"train_batch_size": 4, "fp16": {"enabled": true, "loss_scale": 512}})", ctx);
-    assert_true(LossScaler(dsm::amp::loss_scaler_config(st)).scale() == 512.0);
+    assert_true(LossScaler(dsm::config::loss_scaler_config(st)).scale() == 512.0);
 }
 
 static void test_bad_config(void **) {

@@ -14,7 +14,7 @@
 
 #include "config/config.hpp"
 #include "core/error.hpp"
-#include "optim/lr_from_config.hpp"
+#include "config/settings.hpp"
 #include "optim/lr_schedule.hpp"
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
@@ -44,7 +44,7 @@ static const char *const kAdamW = R"({"type": "AdamW", "params": {"lr": 0.3}})";
 
 // The configured schedule (must exist).
 static LrSchedule schedule(const std::string &optimizer, const std::string &scheduler) {
-    std::optional<LrSchedule> s = dsm::optim::schedule_from_config(parse(optimizer, scheduler));
+    std::optional<LrSchedule> s = dsm::config::schedule_from_config(parse(optimizer, scheduler));
     assert_true(s.has_value());
     return *s;
 }
@@ -243,11 +243,9 @@ static void test_per_group(void **) {
     step_to(s, 9);
     ALL_NEAR(s.lr(), {0.0015, 0.015});
 
-    // Lists of different lengths.
-    const Config bad = parse(kAdamW, R"({"type": "WarmupLR", "params": {"warmup_min_lr": [0.0, 0.1],
-        "warmup_max_lr": [0.1, 0.2, 0.3]}})");
-    EXPECT_ERROR(dsm::optim::schedule_from_config(bad), DSM_ERR_CONFIG,
-                 {"scheduler.params.warmup_min_lr", "got 2"});
+    // Lists of different lengths: the reader rejects them.
+    EXPECT_ERROR(parse(kAdamW, R"({"type": "WarmupLR", "params": {"warmup_min_lr": [0.0, 0.1],
+        "warmup_max_lr": [0.1, 0.2, 0.3]}})"), DSM_ERR_CONFIG, {"scheduler.params.warmup_min_lr", "got 2"});
 }
 
 // --- schedule_params_from_json --------------------------------------------
@@ -255,14 +253,14 @@ static void test_per_group(void **) {
 static void test_params_from_json(void **) {
     // Missing keys keep the LrScheduleParams defaults; WarmupLR without
     // warmup_max_lr reads the base lr.
-    LrScheduleParams p = dsm::optim::schedule_params_from_json(SchedulerType::WARMUP_LR, Json::object());
+    LrScheduleParams p = dsm::config::schedule_params_from_json(SchedulerType::WARMUP_LR, Json::object());
     assert_true(p.type == LrScheduleType::WarmupLR);
     assert_int_equal(p.warmup_num_steps, 1000);
     assert_true(p.warmup_max_lr.empty());
     assert_true(dsm::optim::schedule_uses_base_lr(p));
     assert_int_equal(dsm::optim::schedule_groups(p), 1);
 
-    p = dsm::optim::schedule_params_from_json(SchedulerType::ONE_CYCLE, Json::parse(R"({
+    p = dsm::config::schedule_params_from_json(SchedulerType::ONE_CYCLE, Json::parse(R"({
         "cycle_min_lr": [0.1, 0.2, 0.3], "cycle_max_lr": 1, "decay_lr_rate": 0.5,
         "cycle_first_step_size": 7, "cycle_second_step_size": 9, "cycle_first_stair_count": 2,
         "cycle_second_stair_count": 3, "decay_step_size": 4, "cycle_momentum": false,
@@ -284,7 +282,7 @@ static void test_params_from_json(void **) {
     assert_int_equal(dsm::optim::schedule_groups(p), 3);
     assert_false(dsm::optim::schedule_uses_base_lr(p));
 
-    p = dsm::optim::schedule_params_from_json(SchedulerType::WARMUP_COSINE_LR, Json::parse(R"({
+    p = dsm::config::schedule_params_from_json(SchedulerType::WARMUP_COSINE_LR, Json::parse(R"({
         "total_num_steps": 50, "warmup_num_steps": 5, "warmup_type": "linear",
         "warmup_min_ratio": 0.2, "cos_min_ratio": 0.05})"));
     assert_int_equal(*p.total_num_steps, 50);
@@ -294,7 +292,7 @@ static void test_params_from_json(void **) {
     NEAR(p.cos_min_ratio, 0.05);
     assert_true(dsm::optim::schedule_uses_base_lr(p));
 
-    p = dsm::optim::schedule_params_from_json(SchedulerType::LR_RANGE_TEST, Json::parse(R"({
+    p = dsm::config::schedule_params_from_json(SchedulerType::LR_RANGE_TEST, Json::parse(R"({
         "lr_range_test_min_lr": [0.1, 0.2], "lr_range_test_step_size": 3,
         "lr_range_test_step_rate": 2.5, "lr_range_test_staircase": true})"));
     ALL_NEAR(p.lr_range_test_min_lr, {0.1, 0.2});
@@ -303,12 +301,12 @@ static void test_params_from_json(void **) {
     assert_true(p.lr_range_test_staircase);
     assert_int_equal(dsm::optim::schedule_groups(p), 2);
 
-    assert_int_equal(dsm::optim::last_batch_iteration_from_json(Json::object()), -1);
-    assert_int_equal(dsm::optim::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": 12})")), 12);
+    assert_int_equal(dsm::config::last_batch_iteration_from_json(Json::object()), -1);
+    assert_int_equal(dsm::config::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": 12})")), 12);
 }
 
 static void test_wrong_types(void **) {
-    using dsm::optim::schedule_params_from_json;
+    using dsm::config::schedule_params_from_json;
     // The configuration reader rejects it first, naming the key and the value.
     EXPECT_ERROR(parse(kAdamW, R"({"type": "WarmupLR", "params": {"warmup_num_steps": "ten"}})"),
                  DSM_ERR_CONFIG, {"scheduler.params.warmup_num_steps", "ten"});
@@ -347,53 +345,53 @@ static void test_wrong_types(void **) {
                  DSM_ERR_CONFIG, {"scheduler.params", "[1]"});
     EXPECT_ERROR(schedule_params_from_json(SchedulerType::NONE, Json::object()), DSM_ERR_CONFIG,
                  {"scheduler.type"});
-    EXPECT_ERROR(dsm::optim::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": -3})")),
+    EXPECT_ERROR(dsm::config::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": -3})")),
                  DSM_ERR_CONFIG, {"scheduler.params.last_batch_iteration", "-3"});
-    EXPECT_ERROR(dsm::optim::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": "a"})")),
+    EXPECT_ERROR(dsm::config::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": "a"})")),
                  DSM_ERR_CONFIG, {"scheduler.params.last_batch_iteration", "\"a\""});
 }
 
 // --- Base lr and no scheduler ---------------------------------------------
 
 static void test_base_lrs(void **) {
-    auto base = dsm::optim::base_lrs_from_config(parse(kAdamW, ""));
+    auto base = dsm::config::base_lrs_from_config(parse(kAdamW, ""));
     ALL_NEAR(base, {0.3});
-    base = dsm::optim::base_lrs_from_config(parse(R"({"type": "SGD"})", ""));
+    base = dsm::config::base_lrs_from_config(parse(R"({"type": "SGD"})", ""));
     ALL_NEAR(base, {0.001});
-    base = dsm::optim::base_lrs_from_config(parse(R"({"type": "adagrad"})", ""));
+    base = dsm::config::base_lrs_from_config(parse(R"({"type": "adagrad"})", ""));
     ALL_NEAR(base, {0.01});
 
     // No optimizer section: fine for schedules with their own lrs...
     const Config one_cycle = parse("", R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.001,
         "cycle_max_lr": 0.01, "cycle_first_step_size": 10}})");
-    base = dsm::optim::base_lrs_from_config(one_cycle);
+    base = dsm::config::base_lrs_from_config(one_cycle);
     assert_int_equal(base.size(), 1);
-    auto s = dsm::optim::schedule_from_config(one_cycle);
+    auto s = dsm::config::schedule_from_config(one_cycle);
     assert_true(s.has_value());
     step_to(*s, 4);
     NEAR(s->lr()[0], 0.0055);
     // WarmupLR with warmup_max_lr given needs no optimizer...
-    s = dsm::optim::schedule_from_config(parse("", R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.002}})"));
+    s = dsm::config::schedule_from_config(parse("", R"({"type": "WarmupLR", "params": {"warmup_max_lr": 0.002}})"));
     assert_true(s.has_value());
     step_to(*s, 999);
     NEAR(s->lr()[0], 0.002);
     // ...without it, it warms up to the optimizer's lr, which must exist.
-    EXPECT_ERROR(dsm::optim::base_lrs_from_config(parse("", R"({"type": "WarmupLR"})")), DSM_ERR_CONFIG,
+    EXPECT_ERROR(dsm::config::base_lrs_from_config(parse("", R"({"type": "WarmupLR"})")), DSM_ERR_CONFIG,
                  {"WarmupLR", "no optimizer"});
     // ...an error for WarmupCosineLR, which scales the optimizer's lr.
-    const Config cosine = parse("", R"({"type": "WarmupCosineLR", "params": {"total_num_steps": 10}})");
-    EXPECT_ERROR(dsm::optim::base_lrs_from_config(cosine), DSM_ERR_CONFIG,
+    const Config cosine = parse("", R"({"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_num_steps": 5}})");
+    EXPECT_ERROR(dsm::config::base_lrs_from_config(cosine), DSM_ERR_CONFIG,
                  {"WarmupCosineLR", "no optimizer"});
-    EXPECT_ERROR(dsm::optim::schedule_from_config(cosine), DSM_ERR_CONFIG, {"WarmupCosineLR"});
+    EXPECT_ERROR(dsm::config::schedule_from_config(cosine), DSM_ERR_CONFIG, {"WarmupCosineLR"});
     // ...and without any scheduler.
-    EXPECT_ERROR(dsm::optim::base_lrs_from_config(parse("", "")), DSM_ERR_CONFIG,
+    EXPECT_ERROR(dsm::config::base_lrs_from_config(parse("", "")), DSM_ERR_CONFIG,
                  {"no optimizer", "no scheduler"});
 }
 
 static void test_no_scheduler(void **) {
     const Config c = parse(kAdamW, "");
-    assert_false(dsm::optim::schedule_from_config(c).has_value());
-    const Json j = Json::parse(dsm::optim::describe_lr(c, 3, true));
+    assert_false(dsm::config::schedule_from_config(c).has_value());
+    const Json j = Json::parse(dsm::config::describe_lr(c, 3, true));
     assert_string_equal(j["scheduler"].get<std::string>().c_str(), "none");
     assert_int_equal(j["groups"].get<int>(), 1);
     assert_int_equal(j["steps"].size(), 4);
@@ -401,9 +399,9 @@ static void test_no_scheduler(void **) {
         ALL_NEAR(e["lr"].get<std::vector<double>>(), {0.3});
         assert_false(e.contains("momentum"));
     }
-    const std::string text = dsm::optim::describe_lr(c, 3, false);
+    const std::string text = dsm::config::describe_lr(c, 3, false);
     assert_non_null(std::strstr(text.c_str(), "no scheduler: constant lr"));
-    EXPECT_ERROR(dsm::optim::describe_lr(parse("", ""), 3, false), DSM_ERR_CONFIG, {"no optimizer"});
+    EXPECT_ERROR(dsm::config::describe_lr(parse("", ""), 3, false), DSM_ERR_CONFIG, {"no optimizer"});
 }
 
 // --- describe_lr ----------------------------------------------------------
@@ -421,7 +419,7 @@ static std::vector<std::string> data_lines(const std::string &text) {
 static void test_describe_json(void **) {
     const Config c = parse(kAdamW, R"({"type": "OneCycle", "params": {"cycle_min_lr": [0.001, 0.002],
         "cycle_max_lr": [0.01, 0.02], "cycle_first_step_size": 10}})");
-    const Json j = Json::parse(dsm::optim::describe_lr(c, 25, true));
+    const Json j = Json::parse(dsm::config::describe_lr(c, 25, true));
     assert_string_equal(j["format"].get<std::string>().c_str(), "dsm-lr");
     assert_int_equal(j["format_version"].get<int>(), 1);
     assert_string_equal(j["scheduler"].get<std::string>().c_str(), "OneCycle");
@@ -443,10 +441,10 @@ static void test_describe_json(void **) {
     // No momentum outside OneCycle with cycle_momentum; 0 steps gives one entry.
     const Config w = parse(kAdamW, R"({"type": "WarmupLR", "params": {"warmup_num_steps": 10,
         "warmup_type": "linear"}})");
-    const Json k = Json::parse(dsm::optim::describe_lr(w, 0, true));
+    const Json k = Json::parse(dsm::config::describe_lr(w, 0, true));
     assert_int_equal(k["steps"].size(), 1);
     assert_false(k["steps"][0].contains("momentum"));
-    const Json m = Json::parse(dsm::optim::describe_lr(w, 6, true));
+    const Json m = Json::parse(dsm::config::describe_lr(w, 6, true));
     assert_int_equal(m["steps"].size(), 7);
     NEAR(m["steps"][6]["lr"][0].get<double>(), 0.15); // last_step 5: half way to the optimizer lr 0.3
 }
@@ -454,7 +452,7 @@ static void test_describe_json(void **) {
 static void test_describe_text(void **) {
     const Config c = parse(kAdamW, R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.001,
         "cycle_max_lr": 0.01, "cycle_first_step_size": 10}})");
-    const std::string text = dsm::optim::describe_lr(c, 20, false);
+    const std::string text = dsm::config::describe_lr(c, 20, false);
     assert_non_null(std::strstr(text.c_str(), "OneCycle"));
     assert_non_null(std::strstr(text.c_str(), "cycle_max_lr=0.01"));
     assert_non_null(std::strstr(text.c_str(), "before the first optimizer step"));
@@ -469,24 +467,24 @@ static void test_describe_text(void **) {
                               R"({"type": "WarmupCosineLR", "params": {"total_num_steps": 2000}})",
                               R"({"type": "LRRangeTest"})"}) {
         const Config d = parse(kAdamW, sched);
-        assert_int_equal(data_lines(dsm::optim::describe_lr(d, 37, false)).size(), 38);
-        assert_int_equal(Json::parse(dsm::optim::describe_lr(d, 37, true))["steps"].size(), 38);
+        assert_int_equal(data_lines(dsm::config::describe_lr(d, 37, false)).size(), 38);
+        assert_int_equal(Json::parse(dsm::config::describe_lr(d, 37, true))["steps"].size(), 38);
     }
     // Per-group columns.
     const Config g = parse(kAdamW, R"({"type": "LRRangeTest", "params": {"lr_range_test_min_lr": [1, 2],
         "lr_range_test_step_size": 1, "lr_range_test_step_rate": 1}})");
-    const auto glines = data_lines(dsm::optim::describe_lr(g, 2, false));
+    const auto glines = data_lines(dsm::config::describe_lr(g, 2, false));
     assert_int_equal(glines.size(), 3);
     assert_string_equal(glines[2].c_str(), "2  3 6"); // last_step 1: 1 + 2
-    assert_int_equal(data_lines(dsm::optim::describe_lr(parse(kAdamW, ""), 4, false)).size(), 5);
+    assert_int_equal(data_lines(dsm::config::describe_lr(parse(kAdamW, ""), 4, false)).size(), 5);
 }
 
 static void test_describe_steps_range(void **) {
     const Config c = parse(kAdamW, R"({"type": "WarmupLR"})");
-    EXPECT_ERROR(dsm::optim::describe_lr(c, -1, false), DSM_ERR_INVALID_ARGUMENT, {"steps", "-1"});
-    EXPECT_ERROR(dsm::optim::describe_lr(c, 10000001, true), DSM_ERR_INVALID_ARGUMENT,
+    EXPECT_ERROR(dsm::config::describe_lr(c, -1, false), DSM_ERR_INVALID_ARGUMENT, {"steps", "-1"});
+    EXPECT_ERROR(dsm::config::describe_lr(c, 10000001, true), DSM_ERR_INVALID_ARGUMENT,
                  {"steps", "10000001"});
-    EXPECT_ERROR(dsm::optim::describe_lr(parse(kAdamW, ""), -5, true), DSM_ERR_INVALID_ARGUMENT,
+    EXPECT_ERROR(dsm::config::describe_lr(parse(kAdamW, ""), -5, true), DSM_ERR_INVALID_ARGUMENT,
                  {"steps", "-5"});
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "config/settings.hpp"
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
 
@@ -583,9 +584,9 @@ static void test_states_and_alignment(void **) {
     }
 }
 
-static void test_hyper_from_config(void **) {
+static void test_optimizer_hyper(void **) {
     dsm::config::OptimizerConfig cfg;
-    expect_error_at([&] { dsm::optim::hyper_from_config(cfg); }, DSM_ERR_CONFIG, {"optimizer.type"}, __LINE__);
+    expect_error_at([&] { dsm::config::optimizer_hyper(cfg); }, DSM_ERR_CONFIG, {"optimizer.type"}, __LINE__);
     cfg.type = OptimizerType::ADAMW;
     cfg.adam_w_mode = false; // AdamW is decoupled whatever the flag says
     cfg.lr = 3e-4;
@@ -594,27 +595,27 @@ static void test_hyper_from_config(void **) {
     cfg.eps = 1e-6;
     cfg.weight_decay = 0.1;
     cfg.bias_correction = false;
-    Hyper h = dsm::optim::hyper_from_config(cfg);
+    Hyper h = dsm::config::optimizer_hyper(cfg);
     assert_true(h.type == OptimizerType::ADAMW && h.adam_w_mode && !h.bias_correction);
     ALL_NEAR((std::vector<double>{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay}), {3e-4, 0.8, 0.95, 1e-6, 0.1});
     cfg.type = OptimizerType::ADAM;
-    assert_false(dsm::optim::hyper_from_config(cfg).adam_w_mode);
+    assert_false(dsm::config::optimizer_hyper(cfg).adam_w_mode);
     cfg.type = OptimizerType::SGD;
     cfg.momentum = 0.9;
     cfg.dampening = 0.1;
     cfg.nesterov = true;
-    h = dsm::optim::hyper_from_config(cfg);
+    h = dsm::config::optimizer_hyper(cfg);
     assert_true(h.nesterov);
     ALL_NEAR((std::vector<double>{h.momentum, h.dampening}), {0.9, 0.1});
     cfg.type = OptimizerType::LAMB;
     cfg.max_coeff = 3.0;
     cfg.min_coeff = 0.1;
-    h = dsm::optim::hyper_from_config(cfg);
+    h = dsm::config::optimizer_hyper(cfg);
     ALL_NEAR((std::vector<double>{h.max_coeff, h.min_coeff}), {3.0, 0.1});
     cfg.type = OptimizerType::ADAGRAD;
     cfg.lr_decay = 0.2;
     cfg.initial_accumulator_value = 0.4;
-    h = dsm::optim::hyper_from_config(cfg);
+    h = dsm::config::optimizer_hyper(cfg);
     ALL_NEAR((std::vector<double>{h.lr_decay, h.initial_accumulator_value}), {0.2, 0.4});
 }
 
@@ -689,7 +690,7 @@ int main(void) {
         cmocka_unit_test(test_adagrad),
         cmocka_unit_test(test_adagrad_lr_decay_initial_accumulator),
         cmocka_unit_test(test_states_and_alignment),
-        cmocka_unit_test(test_hyper_from_config),
+        cmocka_unit_test(test_optimizer_hyper),
         cmocka_unit_test(test_isa_and_threads),
         cmocka_unit_test(test_step_errors),
     };

@@ -1,4 +1,4 @@
-// The CUDA kernels (see kernels.hpp for what each computes and why the
+// The CUDA kernels (see kernels_cuda.hpp for what each computes and why the
 // results are the CPU's bits).
 //
 // Element-wise kernels (optimizers, conversions) run a grid-stride loop over
@@ -16,7 +16,7 @@
 // each block adds its threads' sums in a fixed tree; a second kernel of one
 // block adds the block sums in block order. No atomics, and the same bits for
 // the same input on every run, device and address.
-#include "cuda/kernels.hpp"
+#include "optim/kernels_cuda.hpp"
 
 #include "core/half.hpp"
 

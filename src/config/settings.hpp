@@ -1,6 +1,9 @@
-// The learning-rate schedule of a parsed DeepSpeed configuration: the
-// "scheduler" section turned into LrScheduleParams, the optimizer's lr as the
-// base lr, and a step-by-step listing of the values (dsm-info lr).
+// What a parsed DeepSpeed configuration gives the layers below it, in their
+// own types: the optimizer's hyperparameters (optim::Hyper), the loss
+// scaler's settings (amp::LossScalerConfig) and the learning-rate schedule
+// (the "scheduler" section as optim::LrScheduleParams, the optimizer's lr as
+// the base lr), with a step-by-step listing of the schedule (dsm-info lr).
+// The optimizer and mixed-precision layers know nothing of the configuration.
 //
 // Parameter groups: a configuration describes one optimizer lr, so the base
 // lrs have one element. A per-group list in "scheduler.params" (n elements)
@@ -20,17 +23,26 @@
 
 #include <nlohmann/json.hpp>
 
+#include "amp/loss_scaler.hpp"
 #include "config/config.hpp"
 #include "optim/lr_schedule.hpp"
+#include "optim/optimizer.hpp"
 
 namespace dsm {
-namespace optim {
+namespace config {
 
 // describe_lr() lists at most this many steps.
 constexpr int64_t kDescribeLrMaxSteps = 10000000;
 
+// The configured optimizer's hyperparameters (type NONE: DSM_ERR_CONFIG).
+optim::Hyper optimizer_hyper(const OptimizerConfig &cfg);
+
+// fp16 section -> scaler settings (dynamic when loss_scale == 0). With fp16
+// off (fp32, bf16) the scaler is static at 1.
+amp::LossScalerConfig loss_scaler_config(const Config &cfg);
+
 // The LrScheduleType of a configured scheduler; DSM_ERR_CONFIG for NONE.
-LrScheduleType lr_schedule_type_from_config(config::SchedulerType type);
+optim::LrScheduleType lr_schedule_type(SchedulerType type);
 
 // Every parameter of the schedule from a "scheduler.params" object. A key that
 // is missing (or null) keeps the LrScheduleParams default; keys of other
@@ -41,20 +53,11 @@ LrScheduleType lr_schedule_type_from_config(config::SchedulerType type);
 // cycle_second_stair_count may be null (unset). Anything else is
 // DSM_ERR_CONFIG "scheduler.params.KEY: expected ..., got VALUE". Ranges are
 // checked by LrSchedule::create().
-LrScheduleParams schedule_params_from_json(config::SchedulerType type, const nlohmann::json &params);
+optim::LrScheduleParams schedule_params_from_json(SchedulerType type, const nlohmann::json &params);
 
 // "scheduler.params.last_batch_iteration" (default -1: not started); an
 // integer >= -1, else DSM_ERR_CONFIG.
 int64_t last_batch_iteration_from_json(const nlohmann::json &params);
-
-// Whether the schedule reads the base lr: WarmupCosineLR always, WarmupLR when
-// warmup_max_lr is empty. The others take their lrs from their own parameters.
-bool schedule_uses_base_lr(const LrScheduleParams &params) noexcept;
-
-// The number of parameter groups the per-group lists of `params` imply: the
-// longest list of the schedule's own "float or list" parameters, 1 when all
-// are scalars.
-size_t schedule_groups(const LrScheduleParams &params) noexcept;
 
 // The base lr of each parameter group: the optimizer's lr (one group), which
 // the configuration reader sets to the optimizer type's default when
@@ -63,16 +66,16 @@ size_t schedule_groups(const LrScheduleParams &params) noexcept;
 // configuration: DSM_ERR_CONFIG when the configured scheduler reads the base
 // lr or there is no scheduler; otherwise {0.0}, a placeholder that the
 // schedule ignores.
-std::vector<double> base_lrs_from_config(const config::Config &cfg);
+std::vector<double> base_lrs_from_config(const Config &cfg);
 
-// Check the ranges of the configured schedule's parameters (what
-// LrSchedule::create() checks), whether or not the optimizer's lr is known:
-// a configuration is rejected when it is read, not when training starts.
-void check_schedule_params(const config::Config &cfg);
+// Check the ranges of the schedule's parameters (what LrSchedule::create()
+// checks), whether or not the optimizer's lr is known: the reader calls it,
+// so a configuration is rejected when it is read, not when training starts.
+void check_schedule_params(const SchedulerConfig &sched);
 
 // The configured schedule, with schedule_groups() groups and its last_step()
 // at "scheduler.params.last_batch_iteration"; empty without a scheduler.
-std::optional<LrSchedule> schedule_from_config(const config::Config &cfg);
+std::optional<optim::LrSchedule> schedule_from_config(const Config &cfg);
 
 // The learning rate of each parameter group and, for OneCycle with
 // cycle_momentum, the momentum (beta1) at step 0 (before the first optimizer
@@ -92,7 +95,7 @@ std::optional<LrSchedule> schedule_from_config(const config::Config &cfg);
 // what a step is), a column line starting with "step", then one line per step:
 //   STEP  LR[0] [LR[1] ...]  [MOM[0] [MOM[1] ...]]
 // Data lines, and only they, start with a digit.
-std::string describe_lr(const config::Config &cfg, int64_t steps, bool json);
+std::string describe_lr(const Config &cfg, int64_t steps, bool json);
 
-} // namespace optim
+} // namespace config
 } // namespace dsm

@@ -1,8 +1,9 @@
 #include "dsm_config.h"
 
-#include "optim/lr_from_config.hpp"
+#include "config/settings.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "config/json_reader.hpp"
@@ -10,16 +11,18 @@
 #include "core/log.hpp"
 
 namespace dsm {
-namespace optim {
+namespace config {
 
 namespace {
 
-using config::Json;
+using optim::LrSchedule;
+using optim::LrScheduleParams;
+using optim::LrScheduleType;
 
 constexpr const char *kPrefix = "scheduler.params.";
 
 [[noreturn]] void bad_value(const char *key, const char *expected, const Json &got) {
-    DSM_FAIL(DSM_ERR_CONFIG, kPrefix, key, ": expected ", expected, ", got ", config::show(got));
+    DSM_FAIL(DSM_ERR_CONFIG, kPrefix, key, ": expected ", expected, ", got ", show(got));
 }
 
 // The value of `key`, nullptr when missing or null (the default applies).
@@ -32,14 +35,14 @@ const Json *find(const Json &params, const char *key) {
 void read_int(const Json &params, const char *key, int64_t &out) {
     const Json *v = find(params, key);
     if (v == nullptr) return;
-    if (!config::as_int(*v, &out)) bad_value(key, "an integer", *v);
+    if (!as_int(*v, &out)) bad_value(key, "an integer", *v);
 }
 
 void read_opt_int(const Json &params, const char *key, std::optional<int64_t> &out) {
     const Json *v = find(params, key);
     if (v == nullptr) return; // null: unset, as DeepSpeed's None
     int64_t x = 0;
-    if (!config::as_int(*v, &x)) bad_value(key, "an integer or null", *v);
+    if (!as_int(*v, &x)) bad_value(key, "an integer or null", *v);
     out = x;
 }
 
@@ -109,25 +112,69 @@ std::string column_labels(const char *name, size_t groups) {
 
 } // namespace
 
-LrScheduleType lr_schedule_type_from_config(config::SchedulerType type) {
-    switch (type) {
-    case config::SchedulerType::WARMUP_LR: return LrScheduleType::WarmupLR;
-    case config::SchedulerType::WARMUP_DECAY_LR: return LrScheduleType::WarmupDecayLR;
-    case config::SchedulerType::WARMUP_COSINE_LR: return LrScheduleType::WarmupCosineLR;
-    case config::SchedulerType::ONE_CYCLE: return LrScheduleType::OneCycle;
-    case config::SchedulerType::LR_RANGE_TEST: return LrScheduleType::LRRangeTest;
-    case config::SchedulerType::NONE: break;
-    }
-    DSM_FAIL(DSM_ERR_CONFIG, "scheduler.type: no scheduler is configured, got ",
-             config::scheduler_name(type));
+optim::Hyper optimizer_hyper(const OptimizerConfig &cfg) {
+    DSM_REQUIRE(cfg.type != OptimizerType::NONE, DSM_ERR_CONFIG,
+                "optimizer.type: none is configured, and the update needs one (Adam, AdamW, SGD, Lamb, "
+                "Lion or Adagrad)");
+    optim::Hyper h;
+    h.type = cfg.type;
+    h.lr = cfg.lr;
+    h.beta1 = cfg.beta1;
+    h.beta2 = cfg.beta2;
+    h.eps = cfg.eps;
+    h.weight_decay = cfg.weight_decay;
+    h.adam_w_mode = cfg.type == OptimizerType::ADAMW || cfg.adam_w_mode;
+    h.bias_correction = cfg.bias_correction;
+    h.momentum = cfg.momentum;
+    h.dampening = cfg.dampening;
+    h.nesterov = cfg.nesterov;
+    h.max_coeff = cfg.max_coeff;
+    h.min_coeff = cfg.min_coeff;
+    h.lr_decay = cfg.lr_decay;
+    h.initial_accumulator_value = cfg.initial_accumulator_value;
+    return h;
 }
 
-LrScheduleParams schedule_params_from_json(config::SchedulerType type, const nlohmann::json &params) {
+amp::LossScalerConfig loss_scaler_config(const Config &cfg) {
+    amp::LossScalerConfig c;
+    const Fp16Config &f = cfg.fp16;
+    if (!f.enabled || f.loss_scale > 0.0) {
+        // DeepSpeed's CreateLossScaler: a static LossScaler with
+        // fp16.loss_scale in fp16, and 1.0 for fp32 and bf16.
+        c.dynamic = false;
+        c.static_scale = f.enabled ? f.loss_scale : 1.0;
+        return c;
+    }
+    c.dynamic = true;
+    c.init_scale = std::ldexp(1.0, static_cast<int>(f.initial_scale_power));
+    c.scale_factor = 2.0; // fixed in DeepSpeed
+    c.window = f.loss_scale_window;
+    c.hysteresis = f.hysteresis;
+    c.consecutive_hysteresis = f.consecutive_hysteresis;
+    c.min_scale = f.min_loss_scale;
+    c.raise_error_at_min_scale = true; // DeepSpeed's default; not a configuration key
+    return c;
+}
+
+LrScheduleType lr_schedule_type(SchedulerType type) {
+    switch (type) {
+    case SchedulerType::WARMUP_LR: return LrScheduleType::WarmupLR;
+    case SchedulerType::WARMUP_DECAY_LR: return LrScheduleType::WarmupDecayLR;
+    case SchedulerType::WARMUP_COSINE_LR: return LrScheduleType::WarmupCosineLR;
+    case SchedulerType::ONE_CYCLE: return LrScheduleType::OneCycle;
+    case SchedulerType::LR_RANGE_TEST: return LrScheduleType::LRRangeTest;
+    case SchedulerType::NONE: break;
+    }
+    DSM_FAIL(DSM_ERR_CONFIG, "scheduler.type: no scheduler is configured, got ",
+             scheduler_name(type));
+}
+
+LrScheduleParams schedule_params_from_json(SchedulerType type, const nlohmann::json &params) {
     LrScheduleParams p;
-    p.type = lr_schedule_type_from_config(type);
+    p.type = lr_schedule_type(type);
     if (params.is_null()) return p;
     DSM_REQUIRE(params.is_object(), DSM_ERR_CONFIG, "scheduler.params: expected an object, got ",
-                config::show(params));
+                show(params));
     switch (p.type) {
     case LrScheduleType::WarmupLR:
     case LrScheduleType::WarmupDecayLR:
@@ -178,41 +225,13 @@ int64_t last_batch_iteration_from_json(const nlohmann::json &params) {
     return last;
 }
 
-bool schedule_uses_base_lr(const LrScheduleParams &p) noexcept {
-    return p.type == LrScheduleType::WarmupCosineLR ||
-           (p.type == LrScheduleType::WarmupLR && p.warmup_max_lr.empty());
-}
-
-size_t schedule_groups(const LrScheduleParams &p) noexcept {
-    size_t n = 1;
-    auto take = [&n](const std::vector<double> &v) { n = std::max(n, v.size()); };
-    switch (p.type) {
-    case LrScheduleType::WarmupLR:
-    case LrScheduleType::WarmupDecayLR:
-        take(p.warmup_min_lr);
-        take(p.warmup_max_lr);
-        break;
-    case LrScheduleType::WarmupCosineLR: break;
-    case LrScheduleType::OneCycle:
-        take(p.cycle_min_lr);
-        take(p.cycle_max_lr);
-        if (p.cycle_momentum) {
-            take(p.cycle_min_mom);
-            take(p.cycle_max_mom);
-        }
-        break;
-    case LrScheduleType::LRRangeTest: take(p.lr_range_test_min_lr); break;
-    }
-    return n;
-}
-
-std::vector<double> base_lrs_from_config(const config::Config &cfg) {
-    if (cfg.optimizer.type != config::OptimizerType::NONE) return {cfg.optimizer.lr};
-    DSM_REQUIRE(cfg.scheduler.type != config::SchedulerType::NONE, DSM_ERR_CONFIG,
+std::vector<double> base_lrs_from_config(const Config &cfg) {
+    if (cfg.optimizer.type != OptimizerType::NONE) return {cfg.optimizer.lr};
+    DSM_REQUIRE(cfg.scheduler.type != SchedulerType::NONE, DSM_ERR_CONFIG,
                 "optimizer: the configuration has no optimizer type and no scheduler, so it "
                 "defines no learning rate (the optimizer is built outside the configuration)");
-    const LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
-    if (schedule_uses_base_lr(p)) {
+    const LrScheduleParams &p = cfg.scheduler.schedule;
+    if (optim::schedule_uses_base_lr(p)) {
         const char *why = p.type == LrScheduleType::WarmupCosineLR
                               ? "scales the optimizer's lr"
                               : "without scheduler.params.warmup_max_lr warms up to the optimizer's lr";
@@ -223,26 +242,25 @@ std::vector<double> base_lrs_from_config(const config::Config &cfg) {
     return {0.0}; // ignored by this schedule
 }
 
-std::optional<LrSchedule> schedule_from_config(const config::Config &cfg) {
-    if (cfg.scheduler.type == config::SchedulerType::NONE) return std::nullopt;
-    LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
+std::optional<LrSchedule> schedule_from_config(const Config &cfg) {
+    if (cfg.scheduler.type == SchedulerType::NONE) return std::nullopt;
+    LrScheduleParams p = cfg.scheduler.schedule;
     // DeepSpeed cycles momentum only for optimizers with betas: SGD's
     // momentum and Adagrad are left alone, with a warning.
-    const config::OptimizerType t = cfg.optimizer.type;
+    const OptimizerType t = cfg.optimizer.type;
     if (p.type == LrScheduleType::OneCycle && p.cycle_momentum &&
-        (t == config::OptimizerType::SGD || t == config::OptimizerType::ADAGRAD)) {
+        (t == OptimizerType::SGD || t == OptimizerType::ADAGRAD)) {
         p.cycle_momentum = false;
         DSM_WARN(INIT, "scheduler: OneCycle's cycle_momentum is off: optimizer %s has no betas to cycle",
                  cfg.optimizer.type_name.c_str());
     }
-    const int64_t last = last_batch_iteration_from_json(cfg.scheduler.params);
     const std::vector<double> base = base_lrs_from_config(cfg);
-    LrSchedule s = LrSchedule::create(p, std::vector<double>(schedule_groups(p), base[0]));
-    s.set_last_step(last);
+    LrSchedule s = LrSchedule::create(p, std::vector<double>(optim::schedule_groups(p), base[0]));
+    s.set_last_step(cfg.scheduler.last_batch_iteration);
     return s;
 }
 
-std::string describe_lr(const config::Config &cfg, int64_t steps, bool json) {
+std::string describe_lr(const Config &cfg, int64_t steps, bool json) {
     DSM_REQUIRE(steps >= 0 && steps <= kDescribeLrMaxSteps, DSM_ERR_INVALID_ARGUMENT,
                 "steps: must be in 0..", kDescribeLrMaxSteps, ", got ", steps);
     std::optional<LrSchedule> sched = schedule_from_config(cfg);
@@ -267,7 +285,7 @@ std::string describe_lr(const config::Config &cfg, int64_t steps, bool json) {
             out += "\n";
         } else {
             out += cat("no scheduler: constant lr = optimizer lr (",
-                       config::optimizer_name(cfg.optimizer.type), ", lr=",
+                       optimizer_name(cfg.optimizer.type), ", lr=",
                        Json(cfg.optimizer.lr).dump(), ")\n");
         }
         out += cat("parameter groups: ", groups,
@@ -304,12 +322,11 @@ std::string describe_lr(const config::Config &cfg, int64_t steps, bool json) {
     return out;
 }
 
-void check_schedule_params(const config::Config &cfg) {
-    if (cfg.scheduler.type == config::SchedulerType::NONE) return;
-    const LrScheduleParams p = schedule_params_from_json(cfg.scheduler.type, cfg.scheduler.params);
+void check_schedule_params(const SchedulerConfig &sched) {
+    if (sched.type == SchedulerType::NONE) return;
     // Placeholder base lrs: only the parameters are checked here.
-    (void)LrSchedule::create(p, std::vector<double>(schedule_groups(p), 1.0));
+    (void)LrSchedule::create(sched.schedule, std::vector<double>(optim::schedule_groups(sched.schedule), 1.0));
 }
 
-} // namespace optim
+} // namespace config
 } // namespace dsm

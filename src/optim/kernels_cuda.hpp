@@ -1,4 +1,4 @@
-// The CUDA kernels of libdsm (kernels.cu), for the device side of a step:
+// The CUDA kernels of libdsm (kernels_cuda.cu), for the device side of a step:
 //
 // - fused optimizer updates over a flat fp32 partition: Adam/AdamW, SGD,
 //   Lion, Adagrad and Lamb's two passes, each computing exactly what the
@@ -53,7 +53,7 @@ typedef struct CUstream_st *cudaStream_t;
 namespace dsm {
 namespace cuda {
 
-// ---------------------------------------------------------------- shared with kernels.cu
+// ---------------------------------------------------------------- shared with kernels_cuda.cu
 
 // The fixed shape of the reductions.
 constexpr unsigned kReduceBlocks = 1024;
@@ -77,7 +77,7 @@ struct Reduction {
     unsigned block_nonfinite[kReduceBlocks];
 };
 
-// The launchers of kernels.cu, without argument checks: use the checked
+// The launchers of kernels_cuda.cu, without argument checks: use the checked
 // functions below. Each returns nullptr when its work was enqueued, else
 // CUDA's description of the error (cudaGetErrorString).
 namespace detail {
@@ -119,7 +119,7 @@ const char *launch_copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
 
 // ---------------------------------------------------------------- the checked API
 // nvcc does not see MPI's headers, which dsm.h (and so core/error.hpp)
-// includes: kernels.cu sees only the part above.
+// includes: kernels_cuda.cu sees only the part above.
 #ifndef __CUDACC__
 #include "core/error.hpp"
 #include "dsm.h"
