@@ -10,7 +10,7 @@
 // the bound and the instruction sets are timed in turn within each round, so
 // that a noisy neighbour or a frequency change hits them alike.
 //
-// --device cuda: the fused AdamW kernel of src/cuda/kernels.cu instead, timed
+// --device cuda: the fused AdamW kernel of src/optim/kernels_cuda.cu instead, timed
 // with CUDA events (median of --iters steps) next to a device-to-device
 // cudaMemcpyAsync that moves the same 28 bytes per parameter, and next to
 // torch.optim.Adam(fused=True) on the same device. Without the kernels or a
@@ -45,7 +45,7 @@
 #define DSM_BENCH_CUDA 1
 #include <cuda_runtime_api.h>
 
-#include "cuda/kernels.hpp"
+#include "optim/kernels_cuda.hpp"
 #endif
 #endif
 #endif
