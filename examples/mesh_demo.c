@@ -16,7 +16,7 @@
     do {                                                                         \
         dsm_status_t st_ = (call);                                               \
         if (st_ != DSM_SUCCESS) {                                                \
-            fprintf(stderr, "%s failed: %s\n", #call, dsm_get_last_error());     \
+            fprintf(stderr, "%s failed: %s\n", #call, dsm_last_error());     \
             MPI_Abort(MPI_COMM_WORLD, 1);                                        \
         }                                                                        \
     } while (0)

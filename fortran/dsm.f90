@@ -590,18 +590,18 @@ module dsm
        type(c_ptr) :: s
      end function c_dsm_status_string
 
-     function c_dsm_get_last_error() bind(C, name='dsm_get_last_error') result(s)
+     function c_dsm_get_last_error() bind(C, name='dsm_last_error') result(s)
        import :: c_ptr
        type(c_ptr) :: s
      end function c_dsm_get_last_error
 
-     function c_dsm_get_version(major, minor, patch) bind(C, name='dsm_get_version') result(st)
+     function c_dsm_get_version(major, minor, patch) bind(C, name='dsm_library_version') result(st)
        import :: c_int
        integer(c_int), intent(out) :: major, minor, patch
        integer(c_int) :: st
      end function c_dsm_get_version
 
-     function c_dsm_get_feature(feature, enabled) bind(C, name='dsm_get_feature') result(st)
+     function c_dsm_get_feature(feature, enabled) bind(C, name='dsm_library_feature') result(st)
        import :: c_int, c_char
        character(kind=c_char), dimension(*), intent(in) :: feature
        integer(c_int), intent(out) :: enabled
@@ -681,14 +681,14 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_mesh_free
 
-     function c_dsm_mesh_get_ndims(mesh, ndims) bind(C, name='dsm_mesh_get_ndims') result(st)
+     function c_dsm_mesh_get_ndims(mesh, ndims) bind(C, name='dsm_mesh_ndims') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: mesh
        integer(c_int), intent(out) :: ndims
        integer(c_int) :: st
      end function c_dsm_mesh_get_ndims
 
-     function c_dsm_mesh_get_shape(mesh, len, shape) bind(C, name='dsm_mesh_get_shape') result(st)
+     function c_dsm_mesh_get_shape(mesh, len, shape) bind(C, name='dsm_mesh_shape') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: mesh
        integer(c_int), value :: len
@@ -696,7 +696,7 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_mesh_get_shape
 
-     function c_dsm_mesh_get_coords(mesh, len, coords) bind(C, name='dsm_mesh_get_coords') result(st)
+     function c_dsm_mesh_get_coords(mesh, len, coords) bind(C, name='dsm_mesh_coords') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: mesh
        integer(c_int), value :: len
@@ -704,7 +704,7 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_mesh_get_coords
 
-     function c_dsm_mesh_get_dim_name(mesh, dim, name) bind(C, name='dsm_mesh_get_dim_name') result(st)
+     function c_dsm_mesh_get_dim_name(mesh, dim, name) bind(C, name='dsm_mesh_dim_name') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: mesh
        integer(c_int), value :: dim
@@ -712,7 +712,7 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_mesh_get_dim_name
 
-     function c_dsm_mesh_get_dim_index(mesh, name, dim) bind(C, name='dsm_mesh_get_dim_index') result(st)
+     function c_dsm_mesh_get_dim_index(mesh, name, dim) bind(C, name='dsm_mesh_dim_index') result(st)
        import :: c_int, c_char, c_ptr
        type(c_ptr), value :: mesh
        character(kind=c_char), dimension(*), intent(in) :: name
@@ -818,7 +818,7 @@ module dsm
 
      function c_dsm_config_get_batch(cfg, train_batch_size, micro_batch_size, &
           gradient_accumulation_steps, data_parallel_size) &
-          bind(C, name='dsm_config_get_batch') result(st)
+          bind(C, name='dsm_config_batch') result(st)
        import :: c_int, c_int64_t, c_ptr
        type(c_ptr), value :: cfg
        integer(c_int64_t), intent(out) :: train_batch_size, micro_batch_size
@@ -919,7 +919,7 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_engine_param_numel
 
-     function c_dsm_engine_get_dtype(engine, dtype) bind(C, name='dsm_engine_get_dtype') result(st)
+     function c_dsm_engine_get_dtype(engine, dtype) bind(C, name='dsm_engine_dtype') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: engine
        integer(c_int), intent(out) :: dtype
@@ -928,7 +928,7 @@ module dsm
 
      function c_dsm_engine_get_batch(engine, train_batch_size, micro_batch_size, &
           gradient_accumulation_steps, data_parallel_size) &
-          bind(C, name='dsm_engine_get_batch') result(st)
+          bind(C, name='dsm_engine_batch') result(st)
        import :: c_int, c_int64_t, c_ptr
        type(c_ptr), value :: engine
        integer(c_int64_t), intent(out) :: train_batch_size, micro_batch_size
@@ -993,7 +993,7 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_engine_stop_requested
 
-     function c_dsm_engine_get_device(engine, device) bind(C, name='dsm_engine_get_device') result(st)
+     function c_dsm_engine_get_device(engine, device) bind(C, name='dsm_engine_device') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: engine
        integer(c_int), intent(out) :: device
@@ -1008,7 +1008,7 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_engine_set_stream
 
-     function c_dsm_engine_get_stream(engine, stream) bind(C, name='dsm_engine_get_stream') result(st)
+     function c_dsm_engine_get_stream(engine, stream) bind(C, name='dsm_engine_stream') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: engine
        type(c_ptr), intent(out) :: stream
@@ -1053,21 +1053,21 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_step
 
-     function c_dsm_engine_get_loss_scale(engine, scale) bind(C, name='dsm_engine_get_loss_scale') result(st)
+     function c_dsm_engine_get_loss_scale(engine, scale) bind(C, name='dsm_engine_loss_scale') result(st)
        import :: c_int, c_double, c_ptr
        type(c_ptr), value :: engine
        real(c_double), intent(out) :: scale
        integer(c_int) :: st
      end function c_dsm_engine_get_loss_scale
 
-     function c_dsm_engine_get_step_info(engine, info) bind(C, name='dsm_engine_get_step_info') result(st)
+     function c_dsm_engine_get_step_info(engine, info) bind(C, name='dsm_engine_step_info') result(st)
        import :: c_int, c_ptr, dsm_step_info_t
        type(c_ptr), value :: engine
        type(dsm_step_info_t), intent(inout) :: info
        integer(c_int) :: st
      end function c_dsm_engine_get_step_info
 
-     function c_dsm_engine_get_mesh(engine, mesh) bind(C, name='dsm_engine_get_mesh') result(st)
+     function c_dsm_engine_get_mesh(engine, mesh) bind(C, name='dsm_engine_borrow_mesh') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: engine
        type(c_ptr), intent(out) :: mesh
@@ -1142,14 +1142,14 @@ module dsm
        integer(c_int) :: st
      end function c_dsm_sp_free
 
-     function c_dsm_sp_get_size(sp, size) bind(C, name='dsm_sp_get_size') result(st)
+     function c_dsm_sp_get_size(sp, size) bind(C, name='dsm_sp_size') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: sp
        integer(c_int), intent(out) :: size
        integer(c_int) :: st
      end function c_dsm_sp_get_size
 
-     function c_dsm_sp_get_rank(sp, rank) bind(C, name='dsm_sp_get_rank') result(st)
+     function c_dsm_sp_get_rank(sp, rank) bind(C, name='dsm_sp_rank') result(st)
        import :: c_int, c_ptr
        type(c_ptr), value :: sp
        integer(c_int), intent(out) :: rank

@@ -8,7 +8,7 @@
  * Collective calls: a function marked "Collective over C" must be called by
  * every rank of C with matching arguments. If any rank's arguments are bad,
  * every rank returns the same error status, and the message of
- * dsm_get_last_error() names the rank and the bad value; no rank hangs.
+ * dsm_last_error() names the rank and the bad value; no rank hangs.
  *
  * Thread safety: functions on different handles may be called concurrently
  * from different threads; calls on the same handle (a mesh and its slices
@@ -91,7 +91,7 @@ DSM_API const char *dsm_status_string(dsm_status_t status);
  * same thread. Not collective. Thread safe (thread-local). Never returns NULL:
  * "" when no call has failed.
  */
-DSM_API const char *dsm_get_last_error(void);
+DSM_API const char *dsm_last_error(void);
 
 /** @} */
 
@@ -111,7 +111,7 @@ DSM_API const char *dsm_get_last_error(void);
  * mismatch. Any output pointer may be NULL. Not collective. Thread safe.
  * @return DSM_SUCCESS.
  */
-DSM_API dsm_status_t dsm_get_version(int *major, int *minor, int *patch);
+DSM_API dsm_status_t dsm_library_version(int *major, int *minor, int *patch);
 
 /**
  * @brief Whether a build feature is compiled in.
@@ -121,7 +121,7 @@ DSM_API dsm_status_t dsm_get_version(int *major, int *minor, int *patch);
  * Not collective. Thread safe.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND for an unknown feature name.
  */
-DSM_API dsm_status_t dsm_get_feature(const char *feature, int *enabled);
+DSM_API dsm_status_t dsm_library_feature(const char *feature, int *enabled);
 
 /** @} */
 
@@ -302,6 +302,28 @@ DSM_API dsm_status_t dsm_mesh_create_with_options(MPI_Comm comm, int ndims, cons
 DSM_API dsm_status_t dsm_mesh_create_dp_sp(MPI_Comm comm, int dp, int sp, dsm_mesh_t *mesh);
 
 /**
+ * @brief The mesh a DeepSpeed configuration describes over @p comm: the
+ * explicit form of "the whole job" (pass MPI_COMM_WORLD).
+ *
+ * A 2-D mesh "data_parallel" x "sequence_parallel" of shape
+ * (size / sequence_parallel_size, sequence_parallel_size) when the
+ * configuration sets sequence_parallel_size > 1 (data_parallel_size, when
+ * given, checked against it), else one "data_parallel" dimension over all of
+ * @p comm; placed as dsm_mesh_create() places. dsm_engine_init_comm() is
+ * dsm_engine_init() on this mesh.
+ *
+ * Collective over @p comm: the configuration is read on every rank and every
+ * rank returns the same status.
+ * @param comm   the ranks of the mesh
+ * @param config path of a DeepSpeed JSON file, or inline JSON starting with '{'
+ * @param[out] mesh the mesh; NULL on error. Free with dsm_mesh_free().
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
+ * (MPI_COMM_NULL); DSM_ERR_IO; DSM_ERR_CONFIG; DSM_ERR_MISMATCH;
+ * DSM_ERR_MPI.
+ */
+DSM_API dsm_status_t dsm_mesh_create_for_config(MPI_Comm comm, const char *config, dsm_mesh_t *mesh);
+
+/**
  * @brief Free a mesh or a slice and set the handle to NULL.
  *
  * Collective over the mesh communicator: the communicators are freed when the
@@ -317,7 +339,7 @@ DSM_API dsm_status_t dsm_mesh_free(dsm_mesh_t *mesh);
  *
  * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
  */
-DSM_API dsm_status_t dsm_mesh_get_ndims(dsm_mesh_t mesh, int *ndims);
+DSM_API dsm_status_t dsm_mesh_ndims(dsm_mesh_t mesh, int *ndims);
 
 /**
  * @brief Size of each dimension, outermost first.
@@ -326,15 +348,15 @@ DSM_API dsm_status_t dsm_mesh_get_ndims(dsm_mesh_t mesh, int *ndims);
  * number of dimensions.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT when @p len is too small.
  */
-DSM_API dsm_status_t dsm_mesh_get_shape(dsm_mesh_t mesh, int len, int shape[]);
+DSM_API dsm_status_t dsm_mesh_shape(dsm_mesh_t mesh, int len, int shape[]);
 
 /**
  * @brief This rank's coordinate along each dimension.
  *
- * Not collective. @p len as in dsm_mesh_get_shape().
+ * Not collective. @p len as in dsm_mesh_shape().
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT when @p len is too small.
  */
-DSM_API dsm_status_t dsm_mesh_get_coords(dsm_mesh_t mesh, int len, int coords[]);
+DSM_API dsm_status_t dsm_mesh_coords(dsm_mesh_t mesh, int len, int coords[]);
 
 /**
  * @brief The name of dimension @p dim (0 = outermost).
@@ -342,7 +364,7 @@ DSM_API dsm_status_t dsm_mesh_get_coords(dsm_mesh_t mesh, int len, int coords[])
  * Not collective. The string belongs to the mesh and lives as long as it.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for @p dim out of range.
  */
-DSM_API dsm_status_t dsm_mesh_get_dim_name(dsm_mesh_t mesh, int dim, const char **name);
+DSM_API dsm_status_t dsm_mesh_dim_name(dsm_mesh_t mesh, int dim, const char **name);
 
 /**
  * @brief The index of the dimension called @p name.
@@ -350,7 +372,7 @@ DSM_API dsm_status_t dsm_mesh_get_dim_name(dsm_mesh_t mesh, int dim, const char 
  * Not collective.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_NOT_FOUND (the message lists the known names).
  */
-DSM_API dsm_status_t dsm_mesh_get_dim_index(dsm_mesh_t mesh, const char *name, int *dim);
+DSM_API dsm_status_t dsm_mesh_dim_index(dsm_mesh_t mesh, const char *name, int *dim);
 
 /**
  * @brief Size of the group along dimension @p dim (= shape[dim]).
@@ -545,7 +567,8 @@ DSM_API dsm_status_t dsm_config_resolve(const char *config, int64_t world_size,
                                         dsm_config_t *cfg);
 
 /**
- * @brief Free a configuration and set the handle to NULL. NULL is allowed.
+ * @brief Free a configuration and set the handle to NULL. NULL and a pointer
+ * to NULL are allowed and do nothing.
  *
  * Not collective. @return DSM_SUCCESS.
  */
@@ -557,7 +580,7 @@ DSM_API dsm_status_t dsm_config_free(dsm_config_t *cfg);
  * Not collective. Any output pointer may be NULL.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER for a NULL @p cfg.
  */
-DSM_API dsm_status_t dsm_config_get_batch(dsm_config_t cfg, int64_t *train_batch_size,
+DSM_API dsm_status_t dsm_config_batch(dsm_config_t cfg, int64_t *train_batch_size,
                                           int64_t *micro_batch_size,
                                           int64_t *gradient_accumulation_steps,
                                           int64_t *data_parallel_size);
@@ -603,7 +626,7 @@ DSM_API dsm_status_t dsm_config_describe_lr(dsm_config_t cfg, int64_t steps, dsm
  * A training micro-step, the same for every stage:
  * - forward: dsm_engine_param_acquire() gives a parameter's values (under
  *   ZeRO-3 it gathers them), dsm_engine_param_release() when done;
- * - backward: multiply the loss gradient by dsm_engine_get_loss_scale(); for
+ * - backward: multiply the loss gradient by dsm_engine_loss_scale(); for
  *   each parameter, dsm_engine_grad_acquire() gives the buffer to add its
  *   gradient into, dsm_engine_grad_release() hands it back (under ZeRO-2/3
  *   the engine reduces it then, in buckets of reduce_bucket_size);
@@ -615,7 +638,7 @@ DSM_API dsm_status_t dsm_config_describe_lr(dsm_config_t cfg, int64_t steps, dsm
  * found the error) instead of hanging. After a collective call fails the
  * engine only accepts dsm_engine_free() (other calls give DSM_ERR_STATE).
  *
- * Values live in the engine's compute dtype (dsm_engine_get_dtype():
+ * Values live in the engine's compute dtype (dsm_engine_dtype():
  * FLOAT32, FLOAT16 with fp16.enabled, BFLOAT16 with bf16.enabled);
  * dsm_convert() moves data between dtypes.
  * @{
@@ -663,7 +686,7 @@ typedef struct dsm_param_desc {
  *  frozen: trainable = 0.) */
 #define DSM_PARAM_DESC_INITIALIZER { NULL, 0, NULL, DSM_FLOAT32, 1, 0, NULL, NULL, NULL }
 
-/** What dsm_step() did, and the engine's counters (dsm_engine_get_step_info()). */
+/** What dsm_step() did, and the engine's counters (dsm_engine_step_info()). */
 typedef struct dsm_step_info {
     size_t size;            /**< sizeof(dsm_step_info_t): set by DSM_STEP_INFO_INITIALIZER */
     int boundary;           /**< 1: this micro-step ended an accumulation window */
@@ -752,14 +775,17 @@ typedef struct dsm_engine_options {
  * DSM_DEVICE_HOST (or set DSM_ENGINE_DEVICE=host) to keep working on GPU
  * nodes.
  *
- * @param mesh    the mesh, or NULL: build one over MPI_COMM_WORLD as
- *                dsm_engine_init_comm() does. The engine keeps its own
- *                reference: the caller may free @p mesh at once.
+ * @param mesh    the mesh (not NULL: for the mesh a configuration
+ *                describes over MPI_COMM_WORLD, use
+ *                dsm_mesh_create_for_config() or dsm_engine_init_comm()).
+ *                The engine keeps its own reference: the caller may free
+ *                @p mesh at once.
  * @param config  path of a DeepSpeed JSON file, or inline JSON starting with '{'
  * @param params  @p nparams parameter descriptions
  * @param nparams number of parameters, 1..1000000
  * @param[out] engine the engine; NULL on error. Free with dsm_engine_free().
- * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a bad
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (a NULL mesh, config, params or
+ * engine); DSM_ERR_INVALID_ARGUMENT (a bad
  * descriptor, naming the parameter and the field; an init_fn that failed);
  * DSM_ERR_IO; DSM_ERR_CONFIG; DSM_ERR_NOT_SUPPORTED; DSM_ERR_MISMATCH;
  * DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI; DSM_ERR_CUDA. Every rank returns the same status.
@@ -769,10 +795,8 @@ DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config,
                                      dsm_engine_t *engine);
 
 /**
- * @brief dsm_engine_init() with a mesh built over @p comm from the
- * configuration: (data_parallel, sequence_parallel) when it sets
- * sequence_parallel_size (with data_parallel_size, when given, checked
- * against it), else one "data_parallel" dimension over all of @p comm.
+ * @brief dsm_engine_init() on the mesh dsm_mesh_create_for_config() builds
+ * over @p comm (MPI_COMM_WORLD for the whole job).
  *
  * Collective over @p comm. @return as dsm_engine_init().
  */
@@ -785,8 +809,7 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
  * (dsm_engine_options_t::device), the collectives' backend and the CUDA
  * device.
  *
- * Collective over the mesh (over MPI_COMM_WORLD with a NULL mesh, as
- * dsm_engine_init() builds it). @p options may be NULL for the defaults;
+ * Collective over the mesh. @p options may be NULL for the defaults;
  * dsm_engine_init() and dsm_engine_init_comm() are this call with NULL
  * options. Initialize the struct with DSM_ENGINE_OPTIONS_INITIALIZER: a
  * caller compiled against an older, smaller dsm_engine_options_t gets the
@@ -807,10 +830,10 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
  * rank without a usable CUDA device (or a build without CUDA and NCCL)
  * fails every rank with DSM_ERR_NOT_SUPPORTED and the reason.
  * DSM_DEVICE_SIMULATED: the device-resident engine on host memory with a
- * deferred queue, for tests. dsm_engine_get_device() tells which device an
+ * deferred queue, for tests. dsm_engine_device() tells which device an
  * engine got.
  *
- * @param mesh    the mesh, or NULL: one over MPI_COMM_WORLD (dsm_engine_init())
+ * @param mesh    the mesh (not NULL)
  * @param config  path of a DeepSpeed JSON file, or inline JSON starting with '{'
  * @param params  @p nparams parameter descriptions
  * @param nparams number of parameters, 1..1000000
@@ -870,7 +893,7 @@ DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int6
  *
  * Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
  */
-DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtype);
+DSM_API dsm_status_t dsm_engine_dtype(dsm_engine_t engine, dsm_dtype_t *dtype);
 
 /**
  * @brief Where the engine keeps its model state: DSM_DEVICE_HOST,
@@ -884,11 +907,11 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for a
  * handle that is not a live engine.
  */
-DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *device);
+DSM_API dsm_status_t dsm_engine_device(dsm_engine_t engine, dsm_device_t *device);
 
 /**
  * @brief The engine's batch values after DeepSpeed's derivation (as
- * dsm_config_get_batch() on its configuration): train_batch_size,
+ * dsm_config_batch() on its configuration): train_batch_size,
  * train_micro_batch_size_per_gpu, gradient_accumulation_steps and the
  * data-parallel size.
  *
@@ -896,7 +919,7 @@ DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *de
  * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a handle that is not a
  * live engine.
  */
-DSM_API dsm_status_t dsm_engine_get_batch(dsm_engine_t engine, int64_t *train_batch_size,
+DSM_API dsm_status_t dsm_engine_batch(dsm_engine_t engine, int64_t *train_batch_size,
                                           int64_t *micro_batch_size, int64_t *gradient_accumulation_steps,
                                           int64_t *data_parallel_size);
 
@@ -924,7 +947,7 @@ DSM_API dsm_status_t dsm_engine_param_read_f32(dsm_engine_t engine, int index, f
  * buffer's sum converted to fp32, @p grad added, converted back,
  * dsm_engine_grad_release() (which starts the bucket's reduction under
  * ZeRO-2/3 as a release does). Multiply the loss gradient by
- * dsm_engine_get_loss_scale() before, as for the buffer itself.
+ * dsm_engine_loss_scale() before, as for the buffer itself.
  *
  * Collective where the release is. Not while the gradient is acquired.
  * @return DSM_SUCCESS; DSM_ERR_INVALID_ARGUMENT for a bad index, a frozen
@@ -1126,7 +1149,7 @@ DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info);
  * (fp16; 1.0 otherwise). Not collective.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
  */
-DSM_API dsm_status_t dsm_engine_get_loss_scale(dsm_engine_t engine, double *scale);
+DSM_API dsm_status_t dsm_engine_loss_scale(dsm_engine_t engine, double *scale);
 
 /**
  * @brief The engine's counters, learning rate, loss scale and last gradient
@@ -1135,13 +1158,16 @@ DSM_API dsm_status_t dsm_engine_get_loss_scale(dsm_engine_t engine, double *scal
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT when
  * info->size is too small.
  */
-DSM_API dsm_status_t dsm_engine_get_step_info(dsm_engine_t engine, dsm_step_info_t *info);
+DSM_API dsm_status_t dsm_engine_step_info(dsm_engine_t engine, dsm_step_info_t *info);
 
 /**
- * @brief The engine's mesh (a reference the engine owns: do not free it). Not collective.
+ * @brief Borrow the engine's mesh: a handle the engine owns, valid until
+ * dsm_engine_free(). Do not free it (the _borrow_ in the name says so; every
+ * other function that returns a handle gives one the caller frees). Not
+ * collective.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
  */
-DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh);
+DSM_API dsm_status_t dsm_engine_borrow_mesh(dsm_engine_t engine, dsm_mesh_t *mesh);
 
 /**
  * @brief Describe the engine: ZeRO stage, dtypes, optimizer, the flat layout
@@ -1441,19 +1467,20 @@ typedef struct dsm_sp_tensor {
 DSM_API dsm_status_t dsm_sp_create(dsm_mesh_t mesh, const char *group, dsm_sp_t *sp);
 
 /**
- * @brief Free a context and set @p *sp to NULL (NULL is accepted).
+ * @brief Free a context and set the handle to NULL. NULL and a pointer to
+ * NULL are allowed and do nothing (as every dsm_*_free()).
  *
  * Collective over the group. Memory from dsm_sp_alloc() that is still
  * allocated is released with it.
- * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER when @p sp is NULL; DSM_ERR_MPI.
+ * @return DSM_SUCCESS; DSM_ERR_MPI.
  */
 DSM_API dsm_status_t dsm_sp_free(dsm_sp_t *sp);
 
 /** @brief The group's size P. Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
-DSM_API dsm_status_t dsm_sp_get_size(dsm_sp_t sp, int *size);
+DSM_API dsm_status_t dsm_sp_size(dsm_sp_t sp, int *size);
 
 /** @brief This rank's rank in the group. Not collective. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
-DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank);
+DSM_API dsm_status_t dsm_sp_rank(dsm_sp_t sp, int *rank);
 
 /**
  * @brief Memory for the inputs of the transforms that the ranks of a node
@@ -1673,7 +1700,11 @@ DSM_API dsm_status_t dsm_sampler_create(int64_t num_samples, int replicas, int r
 DSM_API dsm_status_t dsm_sampler_create_for_engine(dsm_engine_t engine, int64_t num_samples,
                                                    const dsm_sampler_options_t *options, dsm_sampler_t *sampler);
 
-/** @brief Free a sampler and set @p *sampler to NULL (NULL is accepted). @return DSM_SUCCESS; DSM_ERR_NULL_POINTER. */
+/**
+ * @brief Free a sampler and set the handle to NULL. NULL and a pointer to
+ * NULL are allowed and do nothing (as every dsm_*_free()). Not collective.
+ * @return DSM_SUCCESS.
+ */
 DSM_API dsm_status_t dsm_sampler_free(dsm_sampler_t *sampler);
 
 /**
@@ -1700,7 +1731,7 @@ DSM_API dsm_status_t dsm_sampler_batch(dsm_sampler_t sampler, int64_t epoch, int
 /**
  * @brief Where training resumes: the epoch and micro-batch that follow
  * @p micro_steps micro-batches (the engine's micro_steps counter, which a
- * checkpoint restores; dsm_engine_get_step_info()).
+ * checkpoint restores; dsm_engine_step_info()).
  *
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for
  * negative micro_steps.

@@ -61,7 +61,7 @@ static int info_main(int json, int env_only) {
     char *text = NULL;
     dsm_status_t st = dsm_info_describe(json ? DSM_FORMAT_JSON : DSM_FORMAT_TEXT, &text);
     if (st != DSM_SUCCESS) {
-        fprintf(stderr, "dsm-info: %s\n", dsm_get_last_error());
+        fprintf(stderr, "dsm-info: %s\n", dsm_last_error());
         return 1;
     }
     /* --env keeps the parameters only; the JSON document is printed whole
@@ -158,7 +158,7 @@ static int mesh_main(int argc, char **argv, int json) {
     if (st == DSM_SUCCESS)
         st = dsm_mesh_describe(view != NULL ? view : mesh, json ? DSM_FORMAT_JSON : DSM_FORMAT_TEXT, &text);
     if (st != DSM_SUCCESS) {
-        if (rank == 0) fprintf(stderr, "dsm-info mesh: %s\n", dsm_get_last_error());
+        if (rank == 0) fprintf(stderr, "dsm-info mesh: %s\n", dsm_last_error());
         rc = 1;
     } else if (rank == 0) {
         fputs(text, stdout);
@@ -226,7 +226,7 @@ static int config_main(int lr, int argc, char **argv, int json) {
                 : dsm_config_describe(cfg, json ? DSM_FORMAT_JSON : DSM_FORMAT_TEXT, &text);
     int rc = 0;
     if (st != DSM_SUCCESS) {
-        fprintf(stderr, "dsm-info %s: %s\n", what, dsm_get_last_error());
+        fprintf(stderr, "dsm-info %s: %s\n", what, dsm_last_error());
         rc = 1;
     } else {
         fputs(text, stdout);

@@ -4,7 +4,7 @@
 # (see contrib/spack/README.md), then for example
 #   spack install libdsm +fortran +hdf5 ^openmpi
 #   spack install libdsm +cuda cuda_arch=90 +nccl
-# From a source checkout, `spack dev-build libdsm@0.1.0` builds that tree.
+# From a source checkout, `spack dev-build libdsm@0.2.0` builds that tree.
 
 from spack.package import *
 
@@ -17,9 +17,9 @@ class Libdsm(AutotoolsPackage, CudaPackage):
 
     # Release tarballs are what `make dist` writes: libdsm-X.Y.Z.tar.gz. A site
     # puts them in a Spack mirror (`spack mirror add`) under libdsm/.
-    url = "libdsm-0.1.0.tar.gz"
+    url = "libdsm-0.2.0.tar.gz"
 
-    version("0.1.0")
+    version("0.2.0")
 
     variant("fortran", default=True, description="Build the Fortran module (module dsm, libdsmf)")
     variant("hdf5", default=True, description="Checkpoints in parallel HDF5 and the dsm-ckpt tool")

@@ -300,7 +300,7 @@ static dsm_status_t backward(dsm_engine_t engine, struct work *wk, double loss_s
         dsm_status_t st_ = (call);                                                       \
         if (st_ != DSM_SUCCESS) {                                                        \
             fprintf(stderr, "rank %d: %s: %s\n", rank, dsm_status_string(st_),          \
-                    dsm_get_last_error());                                               \
+                    dsm_last_error());                                               \
             goto done;                                                                   \
         }                                                                                \
     } while (0)
@@ -384,22 +384,26 @@ int main(int argc, char **argv) {
     }
     make_teacher();
 
-    /* The engine builds its mesh over MPI_COMM_WORLD (a NULL mesh) from the
-     * configuration and partitions the model over its "data_parallel"
-     * dimension. The forward and backward passes below run on the CPU, so
-     * the engine keeps the model in host memory, GPUs or not (the default
-     * is device-resident where every rank has a GPU). */
+    /* The mesh the configuration describes over MPI_COMM_WORLD; the engine
+     * partitions the model over its "data_parallel" dimension and keeps its
+     * own reference to it. The forward and backward passes below run on the
+     * CPU, so the engine keeps the model in host memory, GPUs or not (the
+     * default is device-resident where every rank has a GPU). */
     dsm_engine_options_t options = DSM_ENGINE_OPTIONS_INITIALIZER;
     options.device = DSM_DEVICE_HOST;
-    CHECK(dsm_engine_init_with_options(NULL, config, params, 2 * NLAYERS, &options, &engine));
-    CHECK(dsm_engine_get_dtype(engine, &wk.dtype));
+    dsm_mesh_t job_mesh = NULL;
+    CHECK(dsm_mesh_create_for_config(MPI_COMM_WORLD, config, &job_mesh));
+    const dsm_status_t init_st = dsm_engine_init_with_options(job_mesh, config, params, 2 * NLAYERS, &options, &engine);
+    dsm_mesh_free(&job_mesh);
+    CHECK(init_st);
+    CHECK(dsm_engine_dtype(engine, &wk.dtype));
 
     /* Which share of each global batch is this rank's: its data-parallel
      * rank, which node-aware placement may make differ from its MPI rank. */
     dsm_mesh_t mesh;
     int ndims, dp_rank, dp_size;
-    CHECK(dsm_engine_get_mesh(engine, &mesh));
-    CHECK(dsm_mesh_get_ndims(mesh, &ndims));
+    CHECK(dsm_engine_borrow_mesh(engine, &mesh));
+    CHECK(dsm_mesh_ndims(mesh, &ndims));
     if (ndims != 1) { /* the same configuration on every rank: all stop here */
         if (rank == 0)
             fprintf(stderr, "train_mlp: sequence parallelism is not supported by this example "
@@ -413,7 +417,7 @@ int main(int argc, char **argv) {
      * derived): this rank's micro-batch and the micro-steps per step. */
     int64_t train_batch, micro_batch, accumulation, data_parallel;
     CHECK(dsm_config_load_for_mesh(mesh, config, 0, &cfg));
-    CHECK(dsm_config_get_batch(cfg, &train_batch, &micro_batch, &accumulation, &data_parallel));
+    CHECK(dsm_config_batch(cfg, &train_batch, &micro_batch, &accumulation, &data_parallel));
 
     wk.n = (int)micro_batch;
     const size_t n = (size_t)micro_batch, max_w = (size_t)MAX_WIDTH * MAX_WIDTH;
@@ -457,7 +461,7 @@ int main(int argc, char **argv) {
             CHECK(dsm_engine_load_checkpoint(engine, ckpt_dir, NULL, 0, &blob, &size));
             if (size == sizeof initial_loss) memcpy(&initial_loss, blob, sizeof initial_loss);
             dsm_free(blob);
-            CHECK(dsm_engine_get_step_info(engine, &info));
+            CHECK(dsm_engine_step_info(engine, &info));
             first = (long)info.global_steps;
             if (rank == 0) printf("resumed from %s at step %ld\n", latest, first);
         }
@@ -476,7 +480,7 @@ int main(int argc, char **argv) {
                csv_monitor or tensorboard (else it costs nothing). */
             CHECK(dsm_engine_log_loss(engine, loss));
             /* The scale may change at each boundary (fp16 dynamic scaling). */
-            CHECK(dsm_engine_get_loss_scale(engine, &scale));
+            CHECK(dsm_engine_loss_scale(engine, &scale));
             CHECK(backward(engine, &wk, scale));
             /* Every micro-step; the optimizer runs at the boundary. */
             CHECK(dsm_step(engine, &info));
@@ -544,7 +548,7 @@ done:
     /* dsm_engine_free is collective; it is also the one call an engine
      * accepts after a failed collective call. */
     if (dsm_engine_free(&engine) != DSM_SUCCESS) {
-        fprintf(stderr, "rank %d: dsm_engine_free failed: %s\n", rank, dsm_get_last_error());
+        fprintf(stderr, "rank %d: dsm_engine_free failed: %s\n", rank, dsm_last_error());
         exit_code = 1;
     }
     dsm_config_free(&cfg);

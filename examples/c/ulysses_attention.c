@@ -138,7 +138,7 @@ static dsm_status_t attn_init(struct attn *a, dsm_sp_t sp, int64_t b, int64_t s,
     a->sp = sp, a->P = 1, a->H = H, a->Hkv = Hkv, a->d = d, a->b = b, a->s = s;
     int rank = 0;
     dsm_status_t st;
-    if (sp && ((st = dsm_sp_get_size(sp, &a->P)) || (st = dsm_sp_get_rank(sp, &rank)))) return st;
+    if (sp && ((st = dsm_sp_size(sp, &a->P)) || (st = dsm_sp_rank(sp, &rank)))) return st;
     a->n = s / a->P;
     /* Grouped-query attention with fewer key/value heads than ranks: each
      * rank gets a copy of the one its query heads use. The backward
@@ -366,7 +366,7 @@ static int parse(int argc, char **argv, struct options *o) {
         const dsm_status_t st_ = (call);                                                       \
         if (st_ != DSM_SUCCESS) {                                                              \
             fprintf(stderr, "rank %d: %s: %s\n", rank, dsm_status_string(st_),                 \
-                    dsm_get_last_error()[0] ? dsm_get_last_error() : message);                 \
+                    dsm_last_error()[0] ? dsm_last_error() : message);                 \
             goto done;                                                                         \
         }                                                                                      \
     } while (0)
@@ -415,8 +415,8 @@ static int part_a(const struct options *o, dsm_sp_t sp, MPI_Comm sp_comm, int ra
     struct attn ref, par;
     memset(&ref, 0, sizeof ref), memset(&par, 0, sizeof par);
     float *all = NULL;
-    CHECK(dsm_sp_get_size(sp, &P));
-    CHECK(dsm_sp_get_rank(sp, &r));
+    CHECK(dsm_sp_size(sp, &P));
+    CHECK(dsm_sp_rank(sp, &r));
     const int H = o->heads, Hkv = o->kv_heads, d = o->head_dim, D = H * d, Dkv = Hkv * d;
     const int64_t b = 2, s = (o->seq + P - 1) / P * P, n = s / P; /* s: a multiple of P */
     const size_t full = (size_t)(b * s * D), loc = (size_t)(b * n * D);
@@ -589,7 +589,7 @@ static dsm_status_t micro_step(dsm_engine_t engine, dsm_sp_t sp, struct model *m
      * turns the gradient of this rank's loss sum into its share of the
      * gradient of the whole sequences' mean loss. */
     if ((st = dsm_sp_loss(sp, loss_sum, valid, mean, &grad_scale)) ||
-        (st = dsm_engine_get_loss_scale(engine, &loss_scale)))
+        (st = dsm_engine_loss_scale(engine, &loss_scale)))
         return st;
 
     /* Backward. d loss / d logits = p - onehot(label), for counted tokens only. */
@@ -671,8 +671,8 @@ static int part_b(const struct options *o, dsm_mesh_t mesh, dsm_sp_t sp, int ran
     MPI_Comm dp_comm;
     CHECK(dsm_mesh_size(mesh, "data_parallel", &dp));
     CHECK(dsm_mesh_comm(mesh, "data_parallel", &dp_comm));
-    CHECK(dsm_sp_get_size(sp, &P));
-    CHECK(dsm_sp_get_rank(sp, &r));
+    CHECK(dsm_sp_size(sp, &P));
+    CHECK(dsm_sp_rank(sp, &r));
     if (o->batch % dp != 0) {
         snprintf(message, sizeof message, "--batch %d is not a multiple of the %d data-parallel ranks",
                  o->batch, dp);
@@ -727,7 +727,7 @@ static int part_b(const struct options *o, dsm_mesh_t mesh, dsm_sp_t sp, int ran
     options.device = DSM_DEVICE_HOST;
     CHECK(dsm_engine_init_with_options(mesh, config, params, NPARAMS, &options, &engine));
     dsm_dtype_t dtype;
-    CHECK(dsm_engine_get_dtype(engine, &dtype));
+    CHECK(dsm_engine_dtype(engine, &dtype));
     if (dtype != DSM_FLOAT32) { /* the configuration asks for fp32 */
         snprintf(message, sizeof message, "the engine computes in %s, not float32", dsm_dtype_name(dtype));
         CHECK(DSM_ERR_INTERNAL);
@@ -764,7 +764,7 @@ static int part_b(const struct options *o, dsm_mesh_t mesh, dsm_sp_t sp, int ran
         /* Where the sampler is: the engine's micro-step counter. */
         dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
         int64_t epoch, batch, count, valid, got_chunk;
-        CHECK(dsm_engine_get_step_info(engine, &info));
+        CHECK(dsm_engine_step_info(engine, &info));
         CHECK(dsm_sampler_locate(sampler, info.micro_steps, &epoch, &batch));
         CHECK(dsm_sampler_batch(sampler, epoch, batch, m.idx, (size_t)mb, &count));
         for (int64_t i = 0; i < count; ++i) make_sequence(m.idx[i], o->seq, m.V, m.seqs + i * o->seq);

@@ -46,7 +46,7 @@ extern "C" {
  * engine's own stream (to order on the legacy default stream, pass
  * cudaStreamLegacy).
  *
- * @param engine a device-resident engine (dsm_engine_get_device() gives
+ * @param engine a device-resident engine (dsm_engine_device() gives
  *               DSM_DEVICE_CUDA)
  * @param stream a stream of the rank's CUDA device, or NULL
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (engine); DSM_ERR_INVALID_ARGUMENT
@@ -65,7 +65,7 @@ DSM_API dsm_status_t dsm_engine_set_stream(dsm_engine_t engine, cudaStream_t str
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (a
  * handle that is not a live engine).
  */
-DSM_API dsm_status_t dsm_engine_get_stream(dsm_engine_t engine, cudaStream_t *stream);
+DSM_API dsm_status_t dsm_engine_stream(dsm_engine_t engine, cudaStream_t *stream);
 
 /** @} */
 

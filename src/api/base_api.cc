@@ -26,16 +26,16 @@ extern "C" {
 
 DSM_API const char *dsm_status_string(dsm_status_t status) { return dsm::status_text(status); }
 
-DSM_API const char *dsm_get_last_error(void) { return dsm::last_error().c_str(); }
+DSM_API const char *dsm_last_error(void) { return dsm::last_error().c_str(); }
 
-DSM_API dsm_status_t dsm_get_version(int *major, int *minor, int *patch) {
+DSM_API dsm_status_t dsm_library_version(int *major, int *minor, int *patch) {
     if (major != nullptr) *major = DSM_VERSION_MAJOR;
     if (minor != nullptr) *minor = DSM_VERSION_MINOR;
     if (patch != nullptr) *patch = DSM_VERSION_PATCH;
     return DSM_SUCCESS;
 }
 
-DSM_API dsm_status_t dsm_get_feature(const char *feature, int *enabled) {
+DSM_API dsm_status_t dsm_library_feature(const char *feature, int *enabled) {
     DSM_API_BEGIN
     DSM_ARG_NOT_NULL(feature);
     DSM_ARG_NOT_NULL(enabled);

@@ -112,7 +112,7 @@ DSM_API dsm_status_t dsm_config_free(dsm_config_t *cfg) {
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_config_get_batch(dsm_config_t cfg, int64_t *train_batch_size, int64_t *micro_batch_size,
+DSM_API dsm_status_t dsm_config_batch(dsm_config_t cfg, int64_t *train_batch_size, int64_t *micro_batch_size,
                                           int64_t *gradient_accumulation_steps, int64_t *data_parallel_size) {
     DSM_API_BEGIN
     const dsm::config::Config &c = impl(cfg);

@@ -24,7 +24,7 @@ DSM_API dsm_status_t dsm_engine_set_stream(dsm_engine_t engine, cudaStream_t str
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_engine_get_stream(dsm_engine_t engine, cudaStream_t *stream) {
+DSM_API dsm_status_t dsm_engine_stream(dsm_engine_t engine, cudaStream_t *stream) {
     DSM_API_BEGIN
     auto &e = dsm::api::engine_impl(engine);
     DSM_ARG_NOT_NULL(stream);

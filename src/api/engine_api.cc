@@ -103,51 +103,57 @@ void finish(std::unique_ptr<dsm::Mesh> mesh, const char *config, const dsm_param
     *engine = h.release();
 }
 
-// dsm_engine_init_comm's work (also dsm_engine_init's with a NULL mesh): a
-// mesh over comm shaped by the configuration's sequence_parallel_size.
-void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params, int nparams,
-                    const dsm_engine_options_t *options, dsm_engine_t *engine) {
-    if (engine != nullptr) *engine = nullptr;
+// The mesh a configuration describes over comm (dsm_mesh_create_for_config,
+// dsm_engine_init_comm): (data_parallel, sequence_parallel) when it sets
+// sequence_parallel_size > 1, else one "data_parallel" dimension. The
+// configuration is read collectively; `bad`/`why` is this rank's argument
+// error, agreed with the reading. `out_ok`: false when the caller's output is
+// NULL (agreed inside Mesh::create, so every rank fails together).
+std::unique_ptr<dsm::Mesh> mesh_for_config(MPI_Comm comm, const char *config, dsm_status_t bad,
+                                           std::string why, bool out_ok) {
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     int size = 0;
     DSM_CHECK_MPI(MPI_Comm_size(comm, &size));
-    // The mesh's shape comes from the configuration: read it first (agreed).
-    dsm_status_t bad = DSM_SUCCESS;
-    std::string why;
-    try {
-        DSM_REQUIRE(engine != nullptr, DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
-        DSM_ARG_NOT_NULL(config);
-    } catch (const dsm::Error &e) {
-        bad = e.status();
-        why = e.message();
+    if (bad == DSM_SUCCESS && config == nullptr) {
+        bad = DSM_ERR_NULL_POINTER;
+        why = "config is NULL";
     }
     dsm::config::ConfigContext ctx;
     ctx.world_size = size;
     const dsm::config::Config cfg =
         dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
     const int sp = static_cast<int>(cfg.sequence_parallel_size);
-    std::unique_ptr<dsm::Mesh> mesh;
     if (sp > 1) {
         const int shape[2] = {size / sp, sp};
         const char *const names[2] = {"data_parallel", "sequence_parallel"};
-        mesh = dsm::Mesh::create(comm, 2, shape, names, nullptr, true);
-    } else {
-        const int shape[1] = {size};
-        const char *const names[1] = {"data_parallel"};
-        mesh = dsm::Mesh::create(comm, 1, shape, names, nullptr, true);
+        return dsm::Mesh::create(comm, 2, shape, names, nullptr, out_ok);
     }
-    finish(std::move(mesh), config, params, nparams, options, engine);
+    const int shape[1] = {size};
+    const char *const names[1] = {"data_parallel"};
+    return dsm::Mesh::create(comm, 1, shape, names, nullptr, out_ok);
+}
+
+// dsm_engine_init_comm's work: the engine on mesh_for_config(comm).
+void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params, int nparams,
+                    const dsm_engine_options_t *options, dsm_engine_t *engine) {
+    if (engine != nullptr) *engine = nullptr;
+    dsm_status_t bad = DSM_SUCCESS;
+    std::string why;
+    if (engine == nullptr) {
+        bad = DSM_ERR_NULL_POINTER;
+        why = "engine (the output) is NULL";
+    }
+    finish(mesh_for_config(comm, config, bad, why, true), config, params, nparams, options, engine);
 }
 
 // dsm_engine_init_with_options' work: on a slice of the caller's mesh that
-// the engine keeps, or with a NULL mesh over MPI_COMM_WORLD.
+// the engine keeps.
 void init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params, int nparams,
           const dsm_engine_options_t *options, dsm_engine_t *engine) {
-    if (mesh == nullptr) {
-        init_over_comm(MPI_COMM_WORLD, config, params, nparams, options, engine);
-        return;
-    }
     if (engine != nullptr) *engine = nullptr;
+    DSM_REQUIRE(mesh != nullptr, DSM_ERR_NULL_POINTER,
+                "mesh is NULL (for the mesh a configuration describes over MPI_COMM_WORLD, create it with "
+                "dsm_mesh_create_for_config() or call dsm_engine_init_comm())");
     DSM_REQUIRE(mesh->mesh != nullptr, DSM_ERR_INVALID_ARGUMENT, "mesh is not a live mesh handle");
     std::vector<std::string> names = mesh->mesh->dim_names();
     std::vector<const char *> cnames;
@@ -185,6 +191,16 @@ DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config, const 
                                      int nparams, dsm_engine_t *engine) {
     DSM_API_BEGIN
     init(mesh, config, params, nparams, nullptr, engine);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_mesh_create_for_config(MPI_Comm comm, const char *config, dsm_mesh_t *mesh) {
+    DSM_API_BEGIN
+    if (mesh != nullptr) *mesh = nullptr;
+    std::unique_ptr<dsm::Mesh> m = mesh_for_config(comm, config, DSM_SUCCESS, "", mesh != nullptr);
+    auto h = std::make_unique<dsm_mesh_s>();
+    h->mesh = std::move(m);
+    *mesh = h.release();
     DSM_API_END
 }
 
@@ -228,7 +244,7 @@ DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int6
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtype) {
+DSM_API dsm_status_t dsm_engine_dtype(dsm_engine_t engine, dsm_dtype_t *dtype) {
     DSM_API_BEGIN
     const auto &e = impl(engine);
     DSM_ARG_NOT_NULL(dtype);
@@ -236,7 +252,7 @@ DSM_API dsm_status_t dsm_engine_get_dtype(dsm_engine_t engine, dsm_dtype_t *dtyp
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *device) {
+DSM_API dsm_status_t dsm_engine_device(dsm_engine_t engine, dsm_device_t *device) {
     DSM_API_BEGIN
     const auto &e = impl(engine);
     DSM_ARG_NOT_NULL(device);
@@ -244,7 +260,7 @@ DSM_API dsm_status_t dsm_engine_get_device(dsm_engine_t engine, dsm_device_t *de
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_engine_get_batch(dsm_engine_t engine, int64_t *train_batch_size, int64_t *micro_batch_size,
+DSM_API dsm_status_t dsm_engine_batch(dsm_engine_t engine, int64_t *train_batch_size, int64_t *micro_batch_size,
                                           int64_t *gradient_accumulation_steps, int64_t *data_parallel_size) {
     DSM_API_BEGIN
     const dsm::config::Config &c = impl(engine).config();
@@ -335,7 +351,7 @@ DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info) {
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_engine_get_loss_scale(dsm_engine_t engine, double *scale) {
+DSM_API dsm_status_t dsm_engine_loss_scale(dsm_engine_t engine, double *scale) {
     DSM_API_BEGIN
     const auto &e = impl(engine);
     DSM_ARG_NOT_NULL(scale);
@@ -343,7 +359,7 @@ DSM_API dsm_status_t dsm_engine_get_loss_scale(dsm_engine_t engine, double *scal
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_engine_get_step_info(dsm_engine_t engine, dsm_step_info_t *info) {
+DSM_API dsm_status_t dsm_engine_step_info(dsm_engine_t engine, dsm_step_info_t *info) {
     DSM_API_BEGIN
     const auto &e = impl(engine);
     DSM_ARG_NOT_NULL(info);
@@ -351,7 +367,7 @@ DSM_API dsm_status_t dsm_engine_get_step_info(dsm_engine_t engine, dsm_step_info
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_engine_get_mesh(dsm_engine_t engine, dsm_mesh_t *mesh) {
+DSM_API dsm_status_t dsm_engine_borrow_mesh(dsm_engine_t engine, dsm_mesh_t *mesh) {
     DSM_API_BEGIN
     auto &e = impl(engine);
     DSM_ARG_NOT_NULL(mesh);

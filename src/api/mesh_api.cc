@@ -74,7 +74,7 @@ DSM_API dsm_status_t dsm_mesh_free(dsm_mesh_t *mesh) {
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_mesh_get_ndims(dsm_mesh_t mesh, int *ndims) {
+DSM_API dsm_status_t dsm_mesh_ndims(dsm_mesh_t mesh, int *ndims) {
     DSM_API_BEGIN
     dsm::Mesh &m = impl(mesh);
     DSM_ARG_NOT_NULL(ndims);
@@ -82,7 +82,7 @@ DSM_API dsm_status_t dsm_mesh_get_ndims(dsm_mesh_t mesh, int *ndims) {
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_mesh_get_shape(dsm_mesh_t mesh, int len, int shape[]) {
+DSM_API dsm_status_t dsm_mesh_shape(dsm_mesh_t mesh, int len, int shape[]) {
     DSM_API_BEGIN
     dsm::Mesh &m = impl(mesh);
     DSM_ARG_NOT_NULL(shape);
@@ -92,7 +92,7 @@ DSM_API dsm_status_t dsm_mesh_get_shape(dsm_mesh_t mesh, int len, int shape[]) {
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_mesh_get_coords(dsm_mesh_t mesh, int len, int coords[]) {
+DSM_API dsm_status_t dsm_mesh_coords(dsm_mesh_t mesh, int len, int coords[]) {
     DSM_API_BEGIN
     dsm::Mesh &m = impl(mesh);
     DSM_ARG_NOT_NULL(coords);
@@ -102,7 +102,7 @@ DSM_API dsm_status_t dsm_mesh_get_coords(dsm_mesh_t mesh, int len, int coords[])
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_mesh_get_dim_name(dsm_mesh_t mesh, int dim, const char **name) {
+DSM_API dsm_status_t dsm_mesh_dim_name(dsm_mesh_t mesh, int dim, const char **name) {
     DSM_API_BEGIN
     dsm::Mesh &m = impl(mesh);
     DSM_ARG_NOT_NULL(name);
@@ -110,7 +110,7 @@ DSM_API dsm_status_t dsm_mesh_get_dim_name(dsm_mesh_t mesh, int dim, const char 
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_mesh_get_dim_index(dsm_mesh_t mesh, const char *name, int *dim) {
+DSM_API dsm_status_t dsm_mesh_dim_index(dsm_mesh_t mesh, const char *name, int *dim) {
     DSM_API_BEGIN
     dsm::Mesh &m = impl(mesh);
     DSM_ARG_NOT_NULL(name);

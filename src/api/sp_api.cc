@@ -51,15 +51,14 @@ DSM_API dsm_status_t dsm_sp_create(dsm_mesh_t mesh, const char *group, dsm_sp_t 
 
 DSM_API dsm_status_t dsm_sp_free(dsm_sp_t *sp) {
     DSM_API_BEGIN
-    DSM_ARG_NOT_NULL(sp);
-    if (*sp == nullptr) return DSM_SUCCESS;
+    if (sp == nullptr || *sp == nullptr) return DSM_SUCCESS;
     std::unique_ptr<dsm_sp_s> h(*sp);
     *sp = nullptr;
     if (h->ctx) h->ctx->close();
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_sp_get_size(dsm_sp_t sp, int *size) {
+DSM_API dsm_status_t dsm_sp_size(dsm_sp_t sp, int *size) {
     DSM_API_BEGIN
     dsm::sp::Context &c = impl(sp);
     DSM_ARG_NOT_NULL(size);
@@ -67,7 +66,7 @@ DSM_API dsm_status_t dsm_sp_get_size(dsm_sp_t sp, int *size) {
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_sp_get_rank(dsm_sp_t sp, int *rank) {
+DSM_API dsm_status_t dsm_sp_rank(dsm_sp_t sp, int *rank) {
     DSM_API_BEGIN
     dsm::sp::Context &c = impl(sp);
     DSM_ARG_NOT_NULL(rank);

@@ -85,7 +85,7 @@ DSM_API dsm_status_t dsm_sampler_create_for_engine(dsm_engine_t engine, int64_t 
 
 DSM_API dsm_status_t dsm_sampler_free(dsm_sampler_t *sampler) {
     DSM_API_BEGIN
-    DSM_ARG_NOT_NULL(sampler);
+    if (sampler == nullptr || *sampler == nullptr) return DSM_SUCCESS;
     std::unique_ptr<dsm_sampler_s> h(*sampler);
     *sampler = nullptr;
     DSM_API_END

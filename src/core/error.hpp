@@ -39,7 +39,7 @@ const char *status_text(dsm_status_t status) noexcept;
 [[noreturn]] void throw_error(dsm_status_t status, const std::string &message, const char *file,
                        int line);
 
-// The last-error message of this thread (dsm_get_last_error()).
+// The last-error message of this thread (dsm_last_error()).
 void set_last_error(const std::string &message);
 const std::string &last_error();
 

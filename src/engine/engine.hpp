@@ -232,7 +232,7 @@ private:
     void finish_save(bool wait);
 
     std::unique_ptr<Mesh> mesh_;
-    std::unique_ptr<dsm_mesh_s> mesh_handle_; // what dsm_engine_get_mesh() returns
+    std::unique_ptr<dsm_mesh_s> mesh_handle_; // what dsm_engine_borrow_mesh() returns
     // Where the model state lives and the math runs (device/space.hpp): the
     // host, or with device-resident training a CUDA device or the simulated
     // one (own_space_).

@@ -70,7 +70,7 @@ echo "pkg-config: the README example builds and runs on 2 ranks"
 # C++ including dsm.h: no warning (MPI's deprecated C++ bindings stay out).
 cxx=${CXX:-mpicxx}
 if command -v "${cxx%% *}" > /dev/null 2>&1; then
-  printf '#include <dsm.h>\nint main() { return dsm_get_last_error() == nullptr; }\n' > "$dir/app.cc"
+  printf '#include <dsm.h>\nint main() { return dsm_last_error() == nullptr; }\n' > "$dir/app.cc"
   # shellcheck disable=SC2086
   $cxx -std=c++17 -Wall -Wextra -Wpedantic -Werror $cflags -c "$dir/app.cc" -o "$dir/app_cxx.o" ||
     fail "a C++ file including dsm.h does not compile without warnings ($cxx $cflags)"

@@ -14,8 +14,8 @@ program hello_dsm
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
   call dsm_mesh_create_dp_sp(MPI_COMM_WORLD, world, 1, mesh)
   call dsm_mesh_size(mesh, '', n)
-  call dsm_mesh_get_shape(mesh, shape)
-  call dsm_get_version(major, minor, patch)
+  call dsm_mesh_shape(mesh, shape)
+  call dsm_library_version(major, minor, patch)
   if (n /= world .or. shape(1) /= world .or. shape(2) /= 1) then
      print '(a,i0,a,2i4)', 'hello_dsm: mesh size ', n, ' shape ', shape
      call MPI_Abort(MPI_COMM_WORLD, 1, ierr)

@@ -94,9 +94,9 @@ static inline void train(dsm_engine_t e, MPI_Comm comm, int steps) {
     MPI_Comm_rank(comm, &rank);
     for (int s = 0; s < steps; ++s) {
         dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
-        ASSERT_OK(dsm_engine_get_step_info(e, &info));
+        ASSERT_OK(dsm_engine_step_info(e, &info));
         double scale = 1;
-        ASSERT_OK(dsm_engine_get_loss_scale(e, &scale));
+        ASSERT_OK(dsm_engine_loss_scale(e, &scale));
         for (int i = 2; i >= 0; --i) { /* backward order */
             const void *v;
             void *g;

@@ -29,7 +29,7 @@ static inline float test_hashf(unsigned a, unsigned b) {
 
 static inline int engine_on_cuda(dsm_engine_t e) {
     dsm_device_t d = DSM_DEVICE_HOST;
-    assert_int_equal(dsm_engine_get_device(e, &d), DSM_SUCCESS);
+    assert_int_equal(dsm_engine_device(e, &d), DSM_SUCCESS);
     return d == DSM_DEVICE_CUDA;
 }
 
@@ -51,7 +51,7 @@ static inline void engine_copy(dsm_engine_t e, void *dst, const void *src, size_
 static inline void engine_read_f32(dsm_engine_t e, const void *src, float *dst, size_t n) {
     dsm_dtype_t dt;
     size_t es = 0;
-    assert_int_equal(dsm_engine_get_dtype(e, &dt), DSM_SUCCESS);
+    assert_int_equal(dsm_engine_dtype(e, &dt), DSM_SUCCESS);
     assert_int_equal(dsm_dtype_size(dt, &es), DSM_SUCCESS);
     void *tmp = malloc(n * es + 1);
     engine_copy(e, tmp, src, n * es);
@@ -63,7 +63,7 @@ static inline void engine_read_f32(dsm_engine_t e, const void *src, float *dst, 
 static inline void engine_write_f32(dsm_engine_t e, void *dst, const float *src, size_t n) {
     dsm_dtype_t dt;
     size_t es = 0;
-    assert_int_equal(dsm_engine_get_dtype(e, &dt), DSM_SUCCESS);
+    assert_int_equal(dsm_engine_dtype(e, &dt), DSM_SUCCESS);
     assert_int_equal(dsm_dtype_size(dt, &es), DSM_SUCCESS);
     void *tmp = malloc(n * es + 1);
     assert_int_equal(dsm_convert(src, DSM_FLOAT32, tmp, dt, n), DSM_SUCCESS);

@@ -77,7 +77,7 @@ static inline void test_find_nodes(void) {
 #define ASSERT_OK(call)                                                                  \
     do {                                                                                 \
         dsm_status_t st_ = (call);                                                       \
-        if (st_ != DSM_SUCCESS) fail_msg("%s: %s", #call, dsm_get_last_error());         \
+        if (st_ != DSM_SUCCESS) fail_msg("%s: %s", #call, dsm_last_error());         \
     } while (0)
 
 /* Assert a call failed with `status` and a message containing `text`. */
@@ -86,9 +86,9 @@ static inline void test_find_nodes(void) {
         dsm_status_t st_ = (call);                                                       \
         if (st_ != (status))                                                             \
             fail_msg("%s returned %d (%s), expected %d; message: %s", #call, (int)st_,   \
-                     dsm_status_string(st_), (int)(status), dsm_get_last_error());       \
-        if (strstr(dsm_get_last_error(), (text)) == NULL)                                \
-            fail_msg("%s: message \"%s\" lacks \"%s\"", #call, dsm_get_last_error(),     \
+                     dsm_status_string(st_), (int)(status), dsm_last_error());       \
+        if (strstr(dsm_last_error(), (text)) == NULL)                                \
+            fail_msg("%s: message \"%s\" lacks \"%s\"", #call, dsm_last_error(),     \
                      (text));                                                            \
     } while (0)
 

@@ -28,12 +28,12 @@ static void test_round_trip(void **state) {
             snapshot(a, saved);
             ASSERT_OK(dsm_engine_save_checkpoint(a, dir, tag, NULL, 0));
             dsm_step_info_t ia = DSM_STEP_INFO_INITIALIZER, ib = DSM_STEP_INFO_INITIALIZER;
-            ASSERT_OK(dsm_engine_get_step_info(a, &ia));
+            ASSERT_OK(dsm_engine_step_info(a, &ia));
             train(a, MPI_COMM_WORLD, 2);
             snapshot(a, want);
             dsm_engine_t b = engine_on(MPI_COMM_WORLD, stage, precisions[p], "", 0.5f);
             ASSERT_OK(dsm_engine_load_checkpoint(b, dir, tag, 0, NULL, NULL));
-            ASSERT_OK(dsm_engine_get_step_info(b, &ib));
+            ASSERT_OK(dsm_engine_step_info(b, &ib));
             assert_int_equal(ib.global_steps, ia.global_steps);
             assert_int_equal(ib.micro_steps, ia.micro_steps);
             assert_int_equal(ib.global_samples, ia.global_samples);
@@ -172,13 +172,13 @@ static void test_latest_and_client_state(void **state) {
     assert_memory_equal(blob, "second!", 7);
     dsm_free(blob);
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
-    ASSERT_OK(dsm_engine_get_step_info(b, &info));
+    ASSERT_OK(dsm_engine_step_info(b, &info));
     assert_int_equal(info.global_steps, 2);
     ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "one", 0, &blob, &size));
     assert_int_equal(size, 5);
     assert_memory_equal(blob, "first", 5);
     dsm_free(blob);
-    ASSERT_OK(dsm_engine_get_step_info(b, &info));
+    ASSERT_OK(dsm_engine_step_info(b, &info));
     assert_int_equal(info.global_steps, 1);
     /* No client state saved: NULL and 0. */
     ASSERT_OK(dsm_engine_save_checkpoint(a, dir, "none", NULL, 0));
@@ -198,23 +198,23 @@ static void test_flags(void **state) {
     snapshot(a, saved);
     ASSERT_OK(dsm_engine_save_checkpoint(a, dir, "flags", NULL, 0));
     dsm_step_info_t ia = DSM_STEP_INFO_INITIALIZER, ib = DSM_STEP_INFO_INITIALIZER;
-    ASSERT_OK(dsm_engine_get_step_info(a, &ia));
+    ASSERT_OK(dsm_engine_step_info(a, &ia));
 
     /* Module only: the weights, not the counters or the schedule. */
     dsm_engine_t b = engine_on(MPI_COMM_WORLD, 0, FP32, "", 0.5f);
     ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "flags", DSM_CKPT_LOAD_MODULE_ONLY, NULL, NULL));
     snapshot(b, got);
     assert_memory_equal(got, saved, sizeof got);
-    ASSERT_OK(dsm_engine_get_step_info(b, &ib));
+    ASSERT_OK(dsm_engine_step_info(b, &ib));
     assert_int_equal(ib.global_steps, 0);
     ASSERT_OK(dsm_engine_free(&b));
 
     /* No LR schedule: the counters move, the schedule stays at its start. */
     b = engine_on(MPI_COMM_WORLD, 1, FP32, "", 0.5f);
     dsm_step_info_t fresh = DSM_STEP_INFO_INITIALIZER;
-    ASSERT_OK(dsm_engine_get_step_info(b, &fresh));
+    ASSERT_OK(dsm_engine_step_info(b, &fresh));
     ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "flags", DSM_CKPT_LOAD_NO_LR_SCHEDULE, NULL, NULL));
-    ASSERT_OK(dsm_engine_get_step_info(b, &ib));
+    ASSERT_OK(dsm_engine_step_info(b, &ib));
     assert_int_equal(ib.global_steps, ia.global_steps);
     assert_true(ib.lr == fresh.lr && ib.lr != ia.lr);
     /* Unknown flag bits. */
@@ -229,7 +229,7 @@ static void test_flags(void **state) {
     dsm_param_desc_t d[NP];
     float bias = 0.5f;
     params(d, &bias);
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NP, &b));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NP, &b));
     ASSERT_FAILS(dsm_engine_load_checkpoint(b, dir, "flags", 0, NULL, NULL), DSM_ERR_MISMATCH,
                  "/optimizer/momentum_buffer/w");
     ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "flags", DSM_CKPT_LOAD_NO_OPTIMIZER, NULL, NULL));
@@ -275,11 +275,11 @@ static void expect_bad_load(dsm_engine_t e, const char *d, const char *tag, dsm_
     float before[TOTAL], after[TOTAL];
     snapshot(e, before);
     dsm_step_info_t i0 = DSM_STEP_INFO_INITIALIZER, i1 = DSM_STEP_INFO_INITIALIZER;
-    ASSERT_OK(dsm_engine_get_step_info(e, &i0));
+    ASSERT_OK(dsm_engine_step_info(e, &i0));
     ASSERT_FAILS(dsm_engine_load_checkpoint(e, d, tag, 0, NULL, NULL), status, text);
     snapshot(e, after);
     assert_memory_equal(before, after, sizeof before);
-    ASSERT_OK(dsm_engine_get_step_info(e, &i1));
+    ASSERT_OK(dsm_engine_step_info(e, &i1));
     assert_int_equal(i0.global_steps, i1.global_steps);
 }
 
@@ -352,7 +352,7 @@ static void test_bad_files(void **state) {
     char cfg[1024];
     config(cfg, sizeof cfg, 1, FP32, "");
     dsm_engine_t m;
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NP, &m));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NP, &m));
     expect_bad_load(m, bad, "good", DSM_ERR_MISMATCH, "unexpected tensor 'b'");
     ASSERT_FAILS(dsm_engine_load_checkpoint(m, bad, "good", 0, NULL, NULL), DSM_ERR_MISMATCH,
                  "parameter 'bias' is missing");
@@ -501,7 +501,7 @@ static void test_hostile_files(void **state) {
     /* The engine still loads the good file and steps, then frees locally. */
     ASSERT_OK(dsm_engine_load_checkpoint(e, bad, "good", 0, NULL, NULL));
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
-    ASSERT_OK(dsm_engine_get_step_info(e, &info));
+    ASSERT_OK(dsm_engine_step_info(e, &info));
     assert_int_equal(info.global_steps, 2);
     ASSERT_OK(dsm_engine_free(&e));
     ASSERT_OK(dsm_engine_free(&a));

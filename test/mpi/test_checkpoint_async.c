@@ -128,7 +128,7 @@ static void test_async_failure(void **state) {
         ASSERT_OK(dsm_engine_save_checkpoint(e, dir, tag, NULL, 0));
         path_of(path, sizeof path, dir, tag);
         ASSERT_FAILS(dsm_engine_checkpoint_wait(e), DSM_ERR_IO, path);
-        assert_non_null(strstr(dsm_get_last_error(), "injected fault"));
+        assert_non_null(strstr(dsm_last_error(), "injected fault"));
         unsetenv("DSM_CKPT_FAULT");
         ASSERT_OK(dsm_engine_checkpoint_wait(e)); /* reported once */
         read_latest(dir, latest, sizeof latest);
@@ -140,7 +140,7 @@ static void test_async_failure(void **state) {
     snprintf(spec, sizeof spec, "write:%d", test_size - 1);
     setenv("DSM_CKPT_FAULT", spec, 1);
     dsm_step_info_t before = DSM_STEP_INFO_INITIALIZER, after = DSM_STEP_INFO_INITIALIZER;
-    ASSERT_OK(dsm_engine_get_step_info(e, &before));
+    ASSERT_OK(dsm_engine_step_info(e, &before));
     ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "bad_step", NULL, 0));
     dsm_status_t st = DSM_SUCCESS;
     long steps = 0;
@@ -151,14 +151,14 @@ static void test_async_failure(void **state) {
     }
     assert_int_equal(st, DSM_ERR_IO);
     path_of(path, sizeof path, dir, "bad_step");
-    assert_non_null(strstr(dsm_get_last_error(), path));
+    assert_non_null(strstr(dsm_last_error(), path));
     unsetenv("DSM_CKPT_FAULT");
     /* Every rank stepped as often before it was reported. */
     long lo = steps, hi = steps;
     MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
     assert_int_equal(lo, hi);
-    ASSERT_OK(dsm_engine_get_step_info(e, &after));
+    ASSERT_OK(dsm_engine_step_info(e, &after));
     assert_int_equal(after.micro_steps, before.micro_steps + steps);
     ASSERT_OK(dsm_step(e, NULL)); /* usable */
 
@@ -229,7 +229,7 @@ static void test_async_bad_arguments(void **state) {
         params(d, &bias);
         dsm_engine_t x = NULL;
         ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NP, &x), DSM_ERR_CONFIG, said[k]);
-        assert_non_null(strstr(dsm_get_last_error(), "checkpoint.keep_last"));
+        assert_non_null(strstr(dsm_last_error(), "checkpoint.keep_last"));
         assert_null(x);
     }
 }
@@ -352,8 +352,8 @@ static void test_fallback(void **state) {
     truncate_file(fdir, "g1");
     ASSERT_FAILS(dsm_engine_load_checkpoint(f, fdir, NULL, DSM_CKPT_LOAD_FALLBACK, NULL, NULL), DSM_ERR_IO,
                  "no checkpoint in");
-    assert_non_null(strstr(dsm_get_last_error(), "'g1'"));
-    assert_non_null(strstr(dsm_get_last_error(), "'g3'"));
+    assert_non_null(strstr(dsm_last_error(), "'g1'"));
+    assert_non_null(strstr(dsm_last_error(), "'g3'"));
     ASSERT_OK(dsm_engine_free(&f));
 
     /* Another model's checkpoint is a mismatch, not skipped. */

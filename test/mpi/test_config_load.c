@@ -17,12 +17,12 @@ static void test_inline_and_batch(void **state) {
     ASSERT_OK(dsm_config_load(MPI_COMM_WORLD, "{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3}",
                               0, &cfg));
     int64_t tb = 0, mb = 0, gas = 0, w = 0;
-    ASSERT_OK(dsm_config_get_batch(cfg, &tb, &mb, &gas, &w));
+    ASSERT_OK(dsm_config_batch(cfg, &tb, &mb, &gas, &w));
     assert_int_equal(tb, 6 * test_size);
     assert_int_equal(mb, 2);
     assert_int_equal(gas, 3);
     assert_int_equal(w, test_size);
-    ASSERT_OK(dsm_config_get_batch(cfg, NULL, NULL, NULL, NULL));
+    ASSERT_OK(dsm_config_batch(cfg, NULL, NULL, NULL, NULL));
     char *text = NULL;
     ASSERT_OK(dsm_config_describe(cfg, DSM_FORMAT_JSON, &text));
     assert_non_null(strstr(text, "\"train_batch_size\""));
@@ -56,7 +56,7 @@ static void test_file_and_missing_file(void **state) {
     if (64 % (2 * test_size) == 0) {
         ASSERT_OK(dsm_config_load(MPI_COMM_WORLD, path, 0, &cfg));
         int64_t mb = 0;
-        ASSERT_OK(dsm_config_get_batch(cfg, NULL, &mb, NULL, NULL));
+        ASSERT_OK(dsm_config_batch(cfg, NULL, &mb, NULL, NULL));
         assert_int_equal(mb, 64 / (2 * test_size));
         ASSERT_OK(dsm_config_free(&cfg));
     }
@@ -277,7 +277,7 @@ static void test_data_parallel_size_from_mesh_and_sp(void **state) {
     /* sequence_parallel_size in the configuration: W = world / 2. */
     ASSERT_OK(dsm_config_load(MPI_COMM_WORLD,
                               "{\"sequence_parallel_size\": 2, \"train_micro_batch_size_per_gpu\": 1}", 0, &cfg));
-    ASSERT_OK(dsm_config_get_batch(cfg, &tb, NULL, NULL, &w));
+    ASSERT_OK(dsm_config_batch(cfg, &tb, NULL, NULL, &w));
     assert_int_equal(w, test_size / 2);
     assert_int_equal(tb, test_size / 2);
     ASSERT_OK(dsm_config_free(&cfg));
@@ -285,7 +285,7 @@ static void test_data_parallel_size_from_mesh_and_sp(void **state) {
     dsm_mesh_t mesh = NULL;
     ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, -1, 2, &mesh));
     ASSERT_OK(dsm_config_load_for_mesh(mesh, "{\"train_micro_batch_size_per_gpu\": 3}", 0, &cfg));
-    ASSERT_OK(dsm_config_get_batch(cfg, &tb, NULL, NULL, &w));
+    ASSERT_OK(dsm_config_batch(cfg, &tb, NULL, NULL, &w));
     assert_int_equal(w, test_size / 2);
     assert_int_equal(tb, 3 * test_size / 2);
     /* The resolved sequence_parallel_size is the mesh's; a configuration that says otherwise fails every rank. */
@@ -310,7 +310,7 @@ static void test_resolve_and_lr(void **state) {
                        " \"warmup_max_lr\": 0.001, \"warmup_num_steps\": 10, \"warmup_type\": \"linear\"}}}";
     ASSERT_OK(dsm_config_resolve(text, 8, 4, 0, &cfg));
     int64_t w = 0, mb = 0;
-    ASSERT_OK(dsm_config_get_batch(cfg, NULL, &mb, NULL, &w));
+    ASSERT_OK(dsm_config_batch(cfg, NULL, &mb, NULL, &w));
     assert_int_equal(w, 4);
     assert_int_equal(mb, 8);
     char *out = NULL;
@@ -327,7 +327,7 @@ static void test_resolve_and_lr(void **state) {
     ASSERT_FAILS(dsm_config_resolve(text, 8, 3, 0, &cfg), DSM_ERR_INVALID_ARGUMENT, "data_parallel_size is 3");
     ASSERT_FAILS(dsm_config_resolve(NULL, 8, 0, 0, &cfg), DSM_ERR_NULL_POINTER, "config is NULL");
     ASSERT_FAILS(dsm_config_resolve(text, 8, 0, 0, NULL), DSM_ERR_NULL_POINTER, "cfg is NULL");
-    ASSERT_FAILS(dsm_config_get_batch(NULL, NULL, NULL, NULL, NULL), DSM_ERR_NULL_POINTER, "cfg is NULL");
+    ASSERT_FAILS(dsm_config_batch(NULL, NULL, NULL, NULL, NULL), DSM_ERR_NULL_POINTER, "cfg is NULL");
 }
 
 int main(int argc, char **argv) {

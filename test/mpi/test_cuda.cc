@@ -865,14 +865,14 @@ void test_gpu_offload_engine(void **) {
             setenv("DSM_ENGINE_DEVICE", "host", 1);
             const dsm_status_t st = dsm_engine_init_comm(MPI_COMM_WORLD, cfg, &d, 1, &e);
             unsetenv("DSM_ENGINE_DEVICE");
-            CHECK(st == DSM_SUCCESS, "init: ", dsm_get_last_error());
+            CHECK(st == DSM_SUCCESS, "init: ", dsm_last_error());
             if (e == nullptr) return;
             std::vector<float> v(n), g(n);
             for (int micro = 0; micro < 6; ++micro) {
                 const void *pv = nullptr;
                 void *pg = nullptr;
-                CHECK(dsm_engine_param_acquire(e, 0, &pv) == DSM_SUCCESS, dsm_get_last_error());
-                CHECK(dsm_engine_grad_acquire(e, 0, &pg) == DSM_SUCCESS, dsm_get_last_error());
+                CHECK(dsm_engine_param_acquire(e, 0, &pv) == DSM_SUCCESS, dsm_last_error());
+                CHECK(dsm_engine_grad_acquire(e, 0, &pg) == DSM_SUCCESS, dsm_last_error());
                 CHECK(cuda::is_device_pointer(pv) == offload && cuda::is_device_pointer(pg) == offload,
                       "stage ", stage, ": device pointers ", cuda::is_device_pointer(pv), cuda::is_device_pointer(pg));
                 cuda::copy_bytes(v.data(), pv, n * sizeof(float));
@@ -880,16 +880,16 @@ void test_gpu_offload_engine(void **) {
                 for (size_t i = 0; i < n; ++i)
                     g[i] += v[i] - 0.1f * static_cast<float>((test_rank + 1) * (i % 5)) + 0.01f * static_cast<float>(micro);
                 cuda::copy_bytes(pg, g.data(), n * sizeof(float));
-                CHECK(dsm_engine_grad_release(e, 0) == DSM_SUCCESS, dsm_get_last_error());
-                CHECK(dsm_engine_param_release(e, 0) == DSM_SUCCESS, dsm_get_last_error());
-                CHECK(dsm_step(e, nullptr) == DSM_SUCCESS, dsm_get_last_error());
+                CHECK(dsm_engine_grad_release(e, 0) == DSM_SUCCESS, dsm_last_error());
+                CHECK(dsm_engine_param_release(e, 0) == DSM_SUCCESS, dsm_last_error());
+                CHECK(dsm_step(e, nullptr) == DSM_SUCCESS, dsm_last_error());
             }
             const void *pv = nullptr;
-            CHECK(dsm_engine_param_acquire(e, 0, &pv) == DSM_SUCCESS, dsm_get_last_error());
+            CHECK(dsm_engine_param_acquire(e, 0, &pv) == DSM_SUCCESS, dsm_last_error());
             out.resize(n);
             cuda::copy_bytes(out.data(), pv, n * sizeof(float));
-            CHECK(dsm_engine_param_release(e, 0) == DSM_SUCCESS, dsm_get_last_error());
-            CHECK(dsm_engine_free(&e) == DSM_SUCCESS, dsm_get_last_error());
+            CHECK(dsm_engine_param_release(e, 0) == DSM_SUCCESS, dsm_last_error());
+            CHECK(dsm_engine_free(&e) == DSM_SUCCESS, dsm_last_error());
         };
         for (int stage = 0; stage <= 3; ++stage) {
             std::vector<float> host;

@@ -113,7 +113,7 @@ static double micro_step(dsm_engine_t e, unsigned first, int count, float gscale
     memset(g, 0, sizeof g);
     double loss = 0;
     double ls = 1.0;
-    ASSERT_OK(dsm_engine_get_loss_scale(e, &ls));
+    ASSERT_OK(dsm_engine_loss_scale(e, &ls));
     for (int n = 0; n < count; ++n) {
         float x[NIN], t[NOUT], h[NH], z[NOUT], y[NOUT], dy[NOUT], dz[NOUT], dh[NH];
         sample(first + (unsigned)n, x, t);
@@ -344,7 +344,7 @@ static void test_overflow_skip(void **state) {
     dsm_param_desc_t d[NPARAMS];
     describe_params(d, NULL);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
     micro_step(e, (unsigned)test_rank * 2u, 2, 1.0f, 0);
     ASSERT_OK(dsm_step(e, &info));
@@ -433,7 +433,7 @@ static void test_schedule_resumed(void **state) {
     dsm_engine_t e = NULL;
     ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
-    ASSERT_OK(dsm_engine_get_step_info(e, &info));
+    ASSERT_OK(dsm_engine_step_info(e, &info));
     if (info.lr != 0.5) fail_msg("lr before the first step: %.17g, expected the optimizer's 0.5", info.lr);
     micro_step(e, (unsigned)(test_rank * r.mb), r.mb, 1.0f, 0);
     ASSERT_OK(dsm_step(e, &info)); /* steps with 0.5; the schedule moves to iteration 5 */
@@ -490,7 +490,7 @@ static void test_describe(void **state) {
     dsm_param_desc_t d[NPARAMS];
     describe_params(d, NULL);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
     char *text = NULL;
     ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
     assert_non_null(strstr(text, "\"format\":\"dsm-engine\""));
@@ -512,7 +512,7 @@ static void test_describe(void **state) {
     ASSERT_OK(dsm_engine_param_numel(e, W1, &ne));
     assert_int_equal(ne, NIN * NH);
     dsm_mesh_t m;
-    ASSERT_OK(dsm_engine_get_mesh(e, &m));
+    ASSERT_OK(dsm_engine_borrow_mesh(e, &m));
     int sz;
     ASSERT_OK(dsm_mesh_size(m, "data_parallel", &sz));
     assert_int_equal(sz, test_size);
@@ -597,7 +597,7 @@ static void test_offload(void **state) {
             dsm_engine_t e;
             /* The baseline on the host, where the gradient is written in place (auto would choose a GPU). */
             setenv(off ? "DSM_SIM_DEVICE_MEMORY" : "DSM_ENGINE_DEVICE", off ? "1" : "host", 1);
-            ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+            ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
             unsetenv("DSM_SIM_DEVICE_MEMORY");
             unsetenv("DSM_ENGINE_DEVICE");
             for (int k = 0; k < 2; ++k) {
@@ -623,7 +623,7 @@ static void test_offload(void **state) {
     dsm_param_desc_t d[NPARAMS];
     describe_params(d, NULL);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
     unsetenv("DSM_SIM_DEVICE_MEMORY");
     char *text = NULL;
     ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
@@ -666,7 +666,7 @@ static void test_offload(void **state) {
     /* The same two steps without offload, on the host: the values the offloading engine gave after the first one. */
     make_config(cfg, sizeof cfg, &r, 1);
     setenv("DSM_ENGINE_DEVICE", "host", 1);
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
     unsetenv("DSM_ENGINE_DEVICE");
     ASSERT_OK(dsm_engine_grad_acquire(e, W1, &g));
     ((float *)g)[0] = 1.0f;
@@ -682,7 +682,7 @@ static void test_offload(void **state) {
     zero_extra = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
     make_config(cfg, sizeof cfg, &r, 1);
     zero_extra = "";
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NPARAMS, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
     unsetenv("DSM_SIM_DEVICE_MEMORY");
     assert_int_equal(offload_count(e, "pinned_host_bytes"), 0);
     ASSERT_OK(dsm_engine_free(&e));
@@ -806,7 +806,7 @@ static void test_overlap_reacquire(void **state) {
             ASSERT_OK(dsm_engine_grad_release(e, i));
         }
         assert_int_equal(dsm_engine_grad_acquire(e, 0, &buf), DSM_ERR_STATE);
-        assert_non_null(strstr(dsm_get_last_error(), "acquired again after its bucket's reduction started"));
+        assert_non_null(strstr(dsm_last_error(), "acquired again after its bucket's reduction started"));
         ASSERT_OK(dsm_step(e, NULL));
         ASSERT_OK(dsm_engine_free(&e));
     }
@@ -830,7 +830,7 @@ static void test_overlap_bad_config(void **state) {
         dsm_engine_t e = NULL;
         assert_int_equal(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e), DSM_ERR_CONFIG);
         assert_null(e);
-        const char *msg = dsm_get_last_error();
+        const char *msg = dsm_last_error();
         if (!strstr(msg, want) || !strstr(msg, k == 4 ? "got \"yes\"" : "got -5"))
             fail_msg("%s: the error does not name the key and the value: %s", keys[k], msg);
     }

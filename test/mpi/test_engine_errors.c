@@ -42,7 +42,7 @@ static void expect_bad_desc(void (*spoil)(dsm_param_desc_t *), int bad_rank, dsm
     params(d);
     if (bad_rank < 0 || bad_rank == test_rank) spoil(d);
     dsm_engine_t e = (dsm_engine_t)0x1;
-    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), status, text);
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e), status, text);
     assert_null(e);
 }
 
@@ -103,10 +103,10 @@ static void test_bad_arguments(void **state) {
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e = NULL;
-    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, NULL), DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
-    ASSERT_FAILS(dsm_engine_init(NULL, NULL, d, 3, &e), DSM_ERR_NULL_POINTER, "config is NULL");
-    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, NULL, 3, &e), DSM_ERR_NULL_POINTER, "params is NULL");
-    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 0, &e), DSM_ERR_INVALID_ARGUMENT, "nparams is 0");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, NULL), DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, NULL, d, 3, &e), DSM_ERR_NULL_POINTER, "config is NULL");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, NULL, 3, &e), DSM_ERR_NULL_POINTER, "params is NULL");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 0, &e), DSM_ERR_INVALID_ARGUMENT, "nparams is 0");
     /* A bad DSM_NUM_THREADS, on every rank or on the last one only: every rank fails, naming it. */
     const char *bad_threads[] = {"0", "-2", "four", "3x", ""};
     for (size_t k = 0; k < sizeof bad_threads / sizeof bad_threads[0]; ++k) {
@@ -115,21 +115,21 @@ static void test_bad_arguments(void **state) {
         else if (here) setenv("DSM_NUM_THREADS", bad_threads[k], 1);
         char want[64];
         snprintf(want, sizeof want, "DSM_NUM_THREADS=\"%s\"", k == 4 ? "many" : bad_threads[k]);
-        ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, want);
+        ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, want);
         unsetenv("DSM_NUM_THREADS");
     }
     setenv("DSM_NUM_THREADS", "2", 1);
-    ASSERT_OK(dsm_engine_init(NULL, CFG0, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e));
     ASSERT_OK(dsm_engine_free(&e));
     unsetenv("DSM_NUM_THREADS");
     /* only the last rank passes a bad count: all fail */
-    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, test_rank == test_size - 1 ? -3 : 3, &e),
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, test_rank == test_size - 1 ? -3 : 3, &e),
                  DSM_ERR_INVALID_ARGUMENT, "nparams is -3");
     ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT,
                  "MPI_COMM_NULL");
-    ASSERT_FAILS(dsm_engine_init(NULL, "{\"train_micro_batch_size_per_gpu\": 1}", d, 3, &e), DSM_ERR_CONFIG,
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, "{\"train_micro_batch_size_per_gpu\": 1}", d, 3, &e), DSM_ERR_CONFIG,
                  "optimizer");
-    ASSERT_FAILS(dsm_engine_init(NULL, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "nonexistent");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "nonexistent");
     assert_null(e);
     ASSERT_FAILS(dsm_engine_free(NULL), DSM_SUCCESS, "");
     ASSERT_FAILS(dsm_engine_num_params(NULL, NULL), DSM_ERR_NULL_POINTER, "engine is NULL");
@@ -138,8 +138,46 @@ static void test_bad_arguments(void **state) {
     /* The dtypes are checked even when there is nothing to convert. */
     ASSERT_FAILS(dsm_convert(NULL, DSM_FLOAT32, NULL, DSM_INT32, 0), DSM_ERR_INVALID_ARGUMENT, "6");
     ASSERT_FAILS(dsm_convert(NULL, DSM_FLOAT32, NULL, DSM_BFLOAT16, 0), DSM_SUCCESS, "");
-    /* dsm_engine_init with a NULL mesh names itself in its messages. */
-    ASSERT_FAILS(dsm_engine_init(NULL, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "dsm_engine_init:");
+    /* dsm_engine_init on a mesh names itself in its messages; a NULL mesh is an error (no implicit world). */
+    dsm_mesh_t world = NULL;
+    ASSERT_OK(dsm_mesh_create_for_config(MPI_COMM_WORLD, CFG0, &world));
+    int ndims = 0;
+    ASSERT_OK(dsm_mesh_ndims(world, &ndims));
+    assert_int_equal(ndims, 1);
+    ASSERT_FAILS(dsm_engine_init(world, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO, "dsm_engine_init:");
+    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_NULL_POINTER, "mesh is NULL");
+    assert_null(e);
+    ASSERT_FAILS(dsm_engine_init(world, CFG0, d, 3, NULL), DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
+    ASSERT_FAILS(dsm_engine_init(world, NULL, d, 3, &e), DSM_ERR_NULL_POINTER, "config is NULL");
+    ASSERT_FAILS(dsm_engine_init(world, CFG0, NULL, 3, &e), DSM_ERR_NULL_POINTER, "params is NULL");
+    ASSERT_OK(dsm_engine_init(world, CFG0, d, 3, &e));
+    ASSERT_OK(dsm_engine_free(&e));
+    ASSERT_OK(dsm_mesh_free(&world));
+    /* The explicit world mesh's own bad arguments, on every rank or one. */
+    ASSERT_FAILS(dsm_mesh_create_for_config(MPI_COMM_WORLD, CFG0, NULL), DSM_ERR_NULL_POINTER, "mesh");
+    ASSERT_FAILS(dsm_mesh_create_for_config(MPI_COMM_WORLD, NULL, &world), DSM_ERR_NULL_POINTER, "config is NULL");
+    assert_null(world);
+    ASSERT_FAILS(dsm_mesh_create_for_config(MPI_COMM_WORLD, test_rank == test_size - 1 ? NULL : CFG0, &world),
+                 DSM_ERR_NULL_POINTER, "config is NULL");
+    ASSERT_FAILS(dsm_mesh_create_for_config(MPI_COMM_NULL, CFG0, &world), DSM_ERR_INVALID_ARGUMENT, "MPI_COMM_NULL");
+    ASSERT_FAILS(dsm_mesh_create_for_config(MPI_COMM_WORLD, "/nonexistent/ds_config.json", &world), DSM_ERR_IO,
+                 "nonexistent");
+    ASSERT_FAILS(dsm_mesh_create_for_config(MPI_COMM_WORLD, "{\"train_batch_size\": \"x\"}", &world),
+                 DSM_ERR_CONFIG, "train_batch_size");
+    assert_null(world);
+    /* sequence_parallel_size makes it data_parallel x sequence_parallel. */
+    if (test_size % 2 == 0) {
+        char sp_cfg[128];
+        snprintf(sp_cfg, sizeof sp_cfg, "{\"train_batch_size\": %d, \"sequence_parallel_size\": 2}", test_size / 2);
+        ASSERT_OK(dsm_mesh_create_for_config(MPI_COMM_WORLD, sp_cfg, &world));
+        int shape[2] = {0, 0};
+        ASSERT_OK(dsm_mesh_ndims(world, &ndims));
+        assert_int_equal(ndims, 2);
+        ASSERT_OK(dsm_mesh_shape(world, 2, shape));
+        assert_int_equal(shape[0], test_size / 2);
+        assert_int_equal(shape[1], 2);
+        ASSERT_OK(dsm_mesh_free(&world));
+    }
     ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, "/nonexistent/ds_config.json", d, 3, &e), DSM_ERR_IO,
                  "dsm_engine_init_comm:");
 }
@@ -160,10 +198,10 @@ static void test_offload_errors(void **state) {
     const char *par = "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
                       " \"zero_optimization\": {\"stage\": 2, \"offload_param\": {\"device\": \"cpu\"}}}";
     unsetenv("DSM_SIM_DEVICE_MEMORY");
-    ASSERT_FAILS(dsm_engine_init(NULL, par, d, 3, &e), DSM_ERR_CONFIG,
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, par, d, 3, &e), DSM_ERR_CONFIG,
                  "offload_param.device \"cpu\": offloading parameters needs ZeRO stage 3, stage is 2");
     int have_cuda = 0;
-    dsm_status_t st = dsm_engine_init(NULL, opt, d, 3, &e);
+    dsm_status_t st = dsm_engine_init_comm(MPI_COMM_WORLD, opt, d, 3, &e);
     if (st == DSM_SUCCESS) {
         /* A GPU: the copies are on it. */
         char *text = NULL;
@@ -183,14 +221,14 @@ static void test_offload_errors(void **state) {
     if (!all_cuda && test_size > 1) {
         /* Only rank 0 has a (simulated) device: every rank fails, with the message of the lowest failing rank. */
         if (test_rank == 0) setenv("DSM_SIM_DEVICE_MEMORY", "1", 1);
-        ASSERT_FAILS(dsm_engine_init(NULL, opt, d, 3, &e), DSM_ERR_NOT_SUPPORTED,
+        ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, opt, d, 3, &e), DSM_ERR_NOT_SUPPORTED,
                      "rank 1: zero_optimization.offload_optimizer.device \"cpu\"");
         ASSERT_FAILS(DSM_ERR_NOT_SUPPORTED, DSM_ERR_NOT_SUPPORTED, "no usable CUDA device");
         assert_null(e);
         unsetenv("DSM_SIM_DEVICE_MEMORY");
     }
     setenv("DSM_SIM_DEVICE_MEMORY", "yes", 1);
-    ASSERT_FAILS(dsm_engine_init(NULL, opt, d, 3, &e), DSM_ERR_INVALID_ARGUMENT,
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, opt, d, 3, &e), DSM_ERR_INVALID_ARGUMENT,
                  "environment DSM_SIM_DEVICE_MEMORY=\"yes\": expected one of 0, 1");
     assert_null(e);
     unsetenv("DSM_SIM_DEVICE_MEMORY");
@@ -210,11 +248,11 @@ static void test_init_fn_failure(void **state) {
     params(d);
     for (int i = 0; i < 3; ++i) d[i].init_fn = failing_init;
     dsm_engine_t e;
-    ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, "init_fn returned an error");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, "init_fn returned an error");
     /* init_fn missing on a rank while the first rank uses it */
     if (test_size > 1 && test_rank == 1) d[1].init_fn = NULL;
     if (test_size > 1)
-        ASSERT_FAILS(dsm_engine_init(NULL, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, "init_fn is NULL here");
+        ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT, "init_fn is NULL here");
 }
 
 static void test_local_misuse(void **state) {
@@ -222,7 +260,7 @@ static void test_local_misuse(void **state) {
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     const void *v;
     void *g;
     ASSERT_FAILS(dsm_engine_param_acquire(e, 3, &v), DSM_ERR_INVALID_ARGUMENT, "index 3 is out of range 0..2");
@@ -255,7 +293,7 @@ static void test_unreleased_gradient(void **state) {
         dsm_param_desc_t d[3];
         params(d);
         dsm_engine_t e;
-        ASSERT_OK(dsm_engine_init(NULL, cfgs[k], d, 3, &e));
+        ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfgs[k], d, 3, &e));
         void *g;
         ASSERT_OK(dsm_engine_grad_acquire(e, 0, &g));
         ASSERT_OK(dsm_engine_grad_release(e, 0));
@@ -266,14 +304,14 @@ static void test_unreleased_gradient(void **state) {
     }
 }
 
-/* The fp32 helpers and dsm_engine_get_batch: every bad argument gets a
+/* The fp32 helpers and dsm_engine_batch: every bad argument gets a
    clear status naming it, on every rank, and the engine stays usable. */
 static void test_f32_helpers_errors(void **state) {
     (void)state;
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e = NULL;
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     float a[15], b[17];
     ASSERT_FAILS(dsm_engine_param_read_f32(NULL, 0, a, 15), DSM_ERR_NULL_POINTER, "engine");
     ASSERT_FAILS(dsm_engine_param_read_f32(e, 3, a, 15), DSM_ERR_INVALID_ARGUMENT, "index 3 is out of range 0..2");
@@ -302,13 +340,13 @@ static void test_f32_helpers_errors(void **state) {
     ASSERT_OK(dsm_step(e, NULL));
     /* The batch values: as configured, NULL outputs allowed. */
     int64_t tb = 0, mb = 0, gas = 0, dp = 0;
-    ASSERT_OK(dsm_engine_get_batch(e, &tb, &mb, &gas, &dp));
+    ASSERT_OK(dsm_engine_batch(e, &tb, &mb, &gas, &dp));
     assert_int_equal(mb, 1);
     assert_int_equal(gas, 1);
     assert_int_equal(dp, test_size);
     assert_int_equal(tb, test_size);
-    ASSERT_OK(dsm_engine_get_batch(e, NULL, NULL, NULL, NULL));
-    ASSERT_FAILS(dsm_engine_get_batch(NULL, &tb, NULL, NULL, NULL), DSM_ERR_NULL_POINTER, "engine");
+    ASSERT_OK(dsm_engine_batch(e, NULL, NULL, NULL, NULL));
+    ASSERT_FAILS(dsm_engine_batch(NULL, &tb, NULL, NULL, NULL), DSM_ERR_NULL_POINTER, "engine");
     ASSERT_OK(dsm_engine_free(&e));
 }
 
@@ -342,7 +380,7 @@ static void test_metrics(void **state) {
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e = NULL;
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, 3, &e));
     ASSERT_FAILS(dsm_engine_log_scalar(e, NULL, 1.0), DSM_ERR_NULL_POINTER, "name is NULL");
     ASSERT_FAILS(dsm_engine_log_scalar(e, "", 1.0), DSM_ERR_INVALID_ARGUMENT, "name '' must have 1..255");
     ASSERT_FAILS(dsm_engine_log_scalar(e, "a,b", 1.0), DSM_ERR_INVALID_ARGUMENT, "name 'a,b' has");
@@ -391,7 +429,7 @@ static void test_metrics(void **state) {
     snprintf(cfg, sizeof cfg,
              "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"AdamW\"},"
              " \"csv_monitor\": {\"enabled\": true, \"output_path\": \"/proc/dsm-no-such-dir\"}}");
-    ASSERT_FAILS(dsm_engine_init(NULL, cfg, d, 3, &e), DSM_ERR_IO, "/proc/dsm-no-such-dir");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, 3, &e), DSM_ERR_IO, "/proc/dsm-no-such-dir");
 }
 
 /* ZeRO-2: released gradients differ across ranks -> mismatch at the bucket or the step. */
@@ -401,14 +439,14 @@ static void test_release_mismatch(void **state) {
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     void *g;
     const int which = test_rank == test_size - 1 ? 1 : 0;
     ASSERT_OK(dsm_engine_grad_acquire(e, which, &g));
     dsm_status_t st = dsm_engine_grad_release(e, which); /* a bucket of 8 elements: both flush */
     if (st == DSM_SUCCESS) st = dsm_step(e, NULL);
     assert_int_equal(st, DSM_ERR_MISMATCH);
-    assert_non_null(strstr(dsm_get_last_error(), "release the same gradients"));
+    assert_non_null(strstr(dsm_last_error(), "release the same gradients"));
     ASSERT_OK(dsm_engine_free(&e));
 }
 
@@ -419,7 +457,7 @@ static void test_gather_mismatch(void **state) {
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, CFG3, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG3, d, 3, &e));
     const void *v;
     ASSERT_FAILS(dsm_engine_param_acquire(e, test_rank == 0 ? 0 : 1, &v), DSM_ERR_MISMATCH,
                  "acquire the same parameters in the same order");
@@ -437,7 +475,7 @@ static void test_free_mismatch(void **state) {
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     if (test_rank == 0) {
         ASSERT_FAILS(dsm_engine_free(&e), DSM_ERR_MISMATCH, "dsm_engine_free");
         assert_null(e);
@@ -448,7 +486,7 @@ static void test_free_mismatch(void **state) {
         assert_null(e);
     }
     /* The ranks are in step again: a new engine works. */
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     ASSERT_OK(dsm_step(e, NULL));
     ASSERT_OK(dsm_engine_free(&e));
 }
@@ -482,7 +520,7 @@ static void expect_failed_then_free(dsm_engine_t *e, const char *dir) {
     ASSERT_FAILS(dsm_engine_load_checkpoint(*e, dir, NULL, 0, NULL, NULL), DSM_ERR_STATE, "can only be freed");
     ASSERT_OK(dsm_engine_free(e));
     assert_null(*e);
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, e));
     ASSERT_OK(dsm_step(*e, NULL));
     ASSERT_OK(dsm_engine_free(e));
 }
@@ -497,21 +535,21 @@ static void test_checkpoint_step_mismatch(void **state) {
     (void)state;
     if (test_size < 2) skip();
     int hdf5 = 0;
-    ASSERT_OK(dsm_get_feature("hdf5", &hdf5));
+    ASSERT_OK(dsm_library_feature("hdf5", &hdf5));
     char dir[256];
     temp_dir(dir, sizeof dir);
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
     if (hdf5) { /* something to load */
-        ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+        ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
         ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "saved", NULL, 0));
         ASSERT_OK(dsm_engine_free(&e));
     }
     /* what rank 0 does: 0 save, 1 load, 2 save with dir NULL; the others step, except in case 3 (they save
        while rank 0 loads) */
     for (int k = 0; k < 4; ++k) {
-        ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+        ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
         ASSERT_OK(dsm_step(e, NULL)); /* one good step first */
         dsm_status_t st;
         if (test_rank == 0)
@@ -547,13 +585,13 @@ static void test_checkpoint_gather_flush_mismatch(void **state) {
     (void)state;
     if (test_size < 2) skip();
     int hdf5 = 0;
-    ASSERT_OK(dsm_get_feature("hdf5", &hdf5));
+    ASSERT_OK(dsm_library_feature("hdf5", &hdf5));
     char dir[256];
     temp_dir(dir, sizeof dir);
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, CFG3, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG3, d, 3, &e));
     ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "saved", NULL, 0));
     const void *v;
     dsm_status_t st = test_rank == 0 ? dsm_engine_save_checkpoint(e, dir, "rank0", NULL, 0)
@@ -565,7 +603,7 @@ static void test_checkpoint_gather_flush_mismatch(void **state) {
         ASSERT_FAILS(st, DSM_ERR_NOT_SUPPORTED, "rank 0: checkpoints need parallel HDF5");
     expect_failed_then_free(&e, dir);
 
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     void *g;
     if (test_rank == 0) {
         st = dsm_engine_load_checkpoint(e, dir, "saved", 0, NULL, NULL);
@@ -590,20 +628,20 @@ static void test_checkpoint_gather_flush_mismatch(void **state) {
 static void test_checkpoint_model_mismatch(void **state) {
     (void)state;
     int hdf5 = 0;
-    ASSERT_OK(dsm_get_feature("hdf5", &hdf5));
+    ASSERT_OK(dsm_library_feature("hdf5", &hdf5));
     if (!hdf5) skip();
     char dir[256];
     temp_dir(dir, sizeof dir);
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     ASSERT_OK(dsm_step(e, NULL));
     ASSERT_OK(dsm_engine_save_checkpoint(e, dir, "model", NULL, 0));
     ASSERT_OK(dsm_engine_free(&e));
     static const int64_t longer[1] = {18};
     d[1].shape = longer;
-    ASSERT_OK(dsm_engine_init(NULL, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
     ASSERT_FAILS(dsm_engine_load_checkpoint(e, dir, "model", 0, NULL, NULL), DSM_ERR_MISMATCH,
                  "does not match the engine's parameters: /params/b has shape [17] in the checkpoint but [18] "
                  "in the engine");
@@ -621,7 +659,7 @@ static void test_min_scale(void **state) {
     dsm_param_desc_t d[3];
     params(d);
     dsm_engine_t e;
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, 3, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, 3, &e));
     void *g;
     ASSERT_OK(dsm_engine_grad_acquire(e, 0, &g));
     if (test_rank == 0) {

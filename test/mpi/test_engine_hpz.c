@@ -124,7 +124,7 @@ static report_t train(dsm_mesh_t mesh, const variant_t *v, int hpz, int steps, f
     ASSERT_OK(dsm_engine_init(mesh, cfg, d, NP, &e));
     dsm_dtype_t dt;
     size_t es = 0;
-    ASSERT_OK(dsm_engine_get_dtype(e, &dt));
+    ASSERT_OK(dsm_engine_dtype(e, &dt));
     ASSERT_OK(dsm_dtype_size(dt, &es));
     static unsigned char fwd[NP][MAXN * 4], now[MAXN * 4];
     static float vals[MAXN], g[MAXN];
@@ -292,7 +292,7 @@ static void test_bad_values(void **state) {
     }
     make_config(cfg, sizeof cfg, &v, 3, -1);
     ASSERT_FAILS(dsm_engine_init(mesh, cfg, d, NP, &e), DSM_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size");
-    assert_non_null(strstr(dsm_get_last_error(), "-1"));
+    assert_non_null(strstr(dsm_last_error(), "-1"));
     assert_null(e);
     /* 0 and 1: off. */
     for (int h = 0; h <= 1; ++h) {

@@ -50,7 +50,7 @@ static dsm_engine_t engine(int stage, const char *extra) {
     dsm_param_desc_t d[NP];
     params(d);
     dsm_engine_t e = NULL;
-    ASSERT_OK(dsm_engine_init(NULL, cfg, d, NP, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NP, &e));
     return e;
 }
 
@@ -255,7 +255,7 @@ static void test_bad_value(void **state) {
     dsm_param_desc_t d[NP];
     params(d);
     dsm_engine_t e = NULL;
-    ASSERT_FAILS(dsm_engine_init(NULL,
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD,
                                  "{\"train_micro_batch_size_per_gpu\": 1, \"optimizer\": {\"type\": \"SGD\"},"
                                  " \"fp32_nonfinite_gradients\": \"ignore\"}",
                                  d, NP, &e),

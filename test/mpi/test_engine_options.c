@@ -1,7 +1,7 @@
 /*
  * dsm_engine_init_with_options() and the calls around it: NULL options are
  * the defaults; DSM_DEVICE_HOST gives a host engine and
- * dsm_engine_get_device() says so; DSM_DEVICE_DEFAULT (and NULL options,
+ * dsm_engine_device() says so; DSM_DEVICE_DEFAULT (and NULL options,
  * dsm_engine_init(), dsm_engine_init_comm()) give DSM_DEVICE_HOST where no
  * rank has a CUDA device; an older, smaller options struct keeps the
  * defaults; every invalid field (size, device, backend, cuda_device), on
@@ -30,13 +30,25 @@
 struct CUstream_st;
 typedef struct CUstream_st *cudaStream_t;
 dsm_status_t dsm_engine_set_stream(dsm_engine_t engine, cudaStream_t stream);
-dsm_status_t dsm_engine_get_stream(dsm_engine_t engine, cudaStream_t *stream);
+dsm_status_t dsm_engine_stream(dsm_engine_t engine, cudaStream_t *stream);
 #endif
 
 static const int64_t shape_w[2] = {5, 3};
 
 static const char *CFG = "{\"train_micro_batch_size_per_gpu\": 1, \"zero_optimization\": {\"stage\": 1},"
                          " \"optimizer\": {\"type\": \"SGD\", \"params\": {\"lr\": 0.5}}}";
+
+/* dsm_engine_init_with_options() on the mesh CFG describes over MPI_COMM_WORLD
+ * (the explicit world mesh: a NULL mesh is an error). A successful free leaves
+ * the init's message in dsm_last_error(). */
+static dsm_status_t init_world(const dsm_param_desc_t *d, int n, const dsm_engine_options_t *o, dsm_engine_t *e) {
+    dsm_mesh_t mesh = NULL;
+    dsm_status_t st = dsm_mesh_create_for_config(MPI_COMM_WORLD, CFG, &mesh);
+    if (st != DSM_SUCCESS) return st;
+    st = dsm_engine_init_with_options(mesh, CFG, d, n, o, e);
+    (void)dsm_mesh_free(&mesh);
+    return st;
+}
 
 /* 1 when every rank has a CUDA device of its own (no node has more ranks
    than GPUs): where the default engine is device-resident. */
@@ -85,15 +97,17 @@ static int setup(void **state) {
     return 0;
 }
 
-/* An engine from `options` on every rank; its device, then freed. */
+/* An engine from `options` on every rank (on `mesh`, or with NULL on the mesh
+ * CFG describes over MPI_COMM_WORLD); its device, then freed. */
 static dsm_device_t device_of(dsm_mesh_t mesh, const dsm_engine_options_t *options) {
     dsm_param_desc_t d[2];
     params(d);
     dsm_engine_t e = NULL;
-    ASSERT_OK(dsm_engine_init_with_options(mesh, CFG, d, 2, options, &e));
+    ASSERT_OK(mesh != NULL ? dsm_engine_init_with_options(mesh, CFG, d, 2, options, &e)
+                           : init_world(d, 2, options, &e));
     assert_non_null(e);
     dsm_device_t device = DSM_DEVICE_DEFAULT;
-    ASSERT_OK(dsm_engine_get_device(e, &device));
+    ASSERT_OK(dsm_engine_device(e, &device));
     assert_int_not_equal(device, DSM_DEVICE_DEFAULT);
     /* The engine works: one step. */
     float *g = NULL;
@@ -132,12 +146,12 @@ static void test_defaults(void **state) {
     params(d);
     dsm_engine_t e = NULL;
     dsm_device_t device = DSM_DEVICE_DEFAULT;
-    ASSERT_OK(dsm_engine_init(NULL, CFG, d, 2, &e));
-    ASSERT_OK(dsm_engine_get_device(e, &device));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG, d, 2, &e));
+    ASSERT_OK(dsm_engine_device(e, &device));
     assert_int_equal(device, default_device());
     ASSERT_OK(dsm_engine_free(&e));
     ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG, d, 2, &e));
-    ASSERT_OK(dsm_engine_get_device(e, &device));
+    ASSERT_OK(dsm_engine_device(e, &device));
     assert_int_equal(device, default_device());
     ASSERT_OK(dsm_engine_free(&e));
 }
@@ -202,10 +216,10 @@ static void expect_bad(enum field f, int bad_rank, const char *text) {
     char rank_text[32];
     snprintf(rank_text, sizeof rank_text, "rank %d: ", bad_rank < 0 ? 0 : bad_rank);
     dsm_engine_t e = (dsm_engine_t)0x1;
-    ASSERT_FAILS(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e), DSM_ERR_INVALID_ARGUMENT, text);
+    ASSERT_FAILS(init_world(d, 2, &o, &e), DSM_ERR_INVALID_ARGUMENT, text);
     assert_null(e);
-    assert_non_null(strstr(dsm_get_last_error(), rank_text));
-    assert_non_null(strstr(dsm_get_last_error(), "dsm_engine_init_with_options: "));
+    assert_non_null(strstr(dsm_last_error(), rank_text));
+    assert_non_null(strstr(dsm_last_error(), "dsm_engine_init_with_options: "));
     /* The same on a mesh the caller built. */
     dsm_mesh_t mesh = NULL;
     ASSERT_OK(dsm_mesh_create(MPI_COMM_WORLD, 1, (const int[]){test_size},
@@ -240,7 +254,7 @@ static void test_mismatch(void **state) {
     dsm_engine_t e = (dsm_engine_t)0x1;
     dsm_engine_options_t o = DSM_ENGINE_OPTIONS_INITIALIZER;
     if (test_rank == 1) o.backend = DSM_BACKEND_MPI;
-    ASSERT_FAILS(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e), DSM_ERR_MISMATCH,
+    ASSERT_FAILS(init_world(d, 2, &o, &e), DSM_ERR_MISMATCH,
                  "options->backend values differ across ranks: rank 0 has DSM_BACKEND_DEFAULT, rank 1 has "
                  "DSM_BACKEND_MPI");
     assert_null(e);
@@ -277,20 +291,20 @@ static void test_cuda(void **state) {
     o.device = DSM_DEVICE_CUDA;
     dsm_engine_t e = (dsm_engine_t)0x1;
     if (every_rank_sees_gpu && !every_rank_has_gpu) {
-        ASSERT_OK(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e));
+        ASSERT_OK(init_world(d, 2, &o, &e));
         dsm_device_t device = DSM_DEVICE_DEFAULT;
-        ASSERT_OK(dsm_engine_get_device(e, &device));
+        ASSERT_OK(dsm_engine_device(e, &device));
         assert_int_equal(device, DSM_DEVICE_CUDA);
         ASSERT_OK(dsm_engine_free(&e));
         return;
     }
     if (!every_rank_has_gpu) {
-        dsm_status_t st = dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e);
+        dsm_status_t st = init_world(d, 2, &o, &e);
         char message[512];
-        snprintf(message, sizeof message, "%s", dsm_get_last_error());
+        snprintf(message, sizeof message, "%s", dsm_last_error());
         dsm_device_t got = DSM_DEVICE_DEFAULT;
         if (st == DSM_SUCCESS) {
-            dsm_engine_get_device(e, &got);
+            dsm_engine_device(e, &got);
             dsm_engine_free(&e); /* every rank got one: the engine agrees */
         }
         int all = 0, mine = st == DSM_ERR_NOT_SUPPORTED;
@@ -303,25 +317,25 @@ static void test_cuda(void **state) {
         assert_null(e);
         return;
     }
-    ASSERT_OK(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e));
+    ASSERT_OK(init_world(d, 2, &o, &e));
     dsm_device_t device = DSM_DEVICE_DEFAULT;
-    ASSERT_OK(dsm_engine_get_device(e, &device));
+    ASSERT_OK(dsm_engine_device(e, &device));
     assert_int_equal(device, DSM_DEVICE_CUDA);
     cudaStream_t s = (cudaStream_t)0x1;
-    ASSERT_OK(dsm_engine_get_stream(e, &s));
+    ASSERT_OK(dsm_engine_stream(e, &s));
     assert_null(s);
 #if DSM_HAVE_CUDA
     cudaStream_t mine = NULL;
     assert_int_equal(cudaStreamCreate(&mine), cudaSuccess);
     ASSERT_OK(dsm_engine_set_stream(e, mine));
-    ASSERT_OK(dsm_engine_get_stream(e, &s));
+    ASSERT_OK(dsm_engine_stream(e, &s));
     assert_ptr_equal(s, mine);
     float *g = NULL;
     ASSERT_OK(dsm_engine_grad_acquire(e, 0, (void **)&g));
     ASSERT_OK(dsm_engine_grad_release(e, 0));
     ASSERT_OK(dsm_step(e, NULL));
     ASSERT_OK(dsm_engine_set_stream(e, NULL));
-    ASSERT_OK(dsm_engine_get_stream(e, &s));
+    ASSERT_OK(dsm_engine_stream(e, &s));
     assert_null(s);
     ASSERT_OK(dsm_engine_free(&e));
     assert_int_equal(cudaStreamDestroy(mine), cudaSuccess);
@@ -338,11 +352,11 @@ static void test_stream_on_host(void **state) {
     dsm_engine_options_t o = DSM_ENGINE_OPTIONS_INITIALIZER;
     o.device = DSM_DEVICE_HOST;
     dsm_engine_t e = NULL;
-    ASSERT_OK(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e));
+    ASSERT_OK(init_world(d, 2, &o, &e));
     ASSERT_FAILS(dsm_engine_set_stream(e, (cudaStream_t)0x1234), DSM_ERR_NOT_SUPPORTED, "host");
     ASSERT_FAILS(dsm_engine_set_stream(e, NULL), DSM_ERR_NOT_SUPPORTED, "dsm_engine_set_stream: ");
     cudaStream_t s = (cudaStream_t)0x1;
-    ASSERT_OK(dsm_engine_get_stream(e, &s));
+    ASSERT_OK(dsm_engine_stream(e, &s));
     assert_null(s);
     /* The engine is still usable after the local refusals. */
     ASSERT_OK(dsm_step(e, NULL));
@@ -355,23 +369,26 @@ static void test_null_pointers(void **state) {
     params(d);
     dsm_engine_options_t o = DSM_ENGINE_OPTIONS_INITIALIZER;
     o.device = DSM_DEVICE_HOST;
-    ASSERT_FAILS(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, NULL), DSM_ERR_NULL_POINTER,
+    ASSERT_FAILS(init_world(d, 2, &o, NULL), DSM_ERR_NULL_POINTER,
                  "engine (the output) is NULL");
-    ASSERT_FAILS(dsm_engine_init_with_options(NULL, CFG, d, 2, NULL, NULL), DSM_ERR_NULL_POINTER,
+    ASSERT_FAILS(init_world(d, 2, NULL, NULL), DSM_ERR_NULL_POINTER,
                  "engine (the output) is NULL");
     /* Only the last rank passes no output: every rank fails. */
     dsm_engine_t e = NULL;
-    ASSERT_FAILS(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, test_rank == test_size - 1 ? NULL : &e),
+    ASSERT_FAILS(init_world(d, 2, &o, test_rank == test_size - 1 ? NULL : &e),
                  DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
+    assert_null(e);
+    /* No implicit world mesh. */
+    ASSERT_FAILS(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e), DSM_ERR_NULL_POINTER, "mesh is NULL");
     assert_null(e);
     dsm_device_t device = DSM_DEVICE_DEFAULT;
     cudaStream_t s = NULL;
-    ASSERT_FAILS(dsm_engine_get_device(NULL, &device), DSM_ERR_NULL_POINTER, "engine is NULL");
+    ASSERT_FAILS(dsm_engine_device(NULL, &device), DSM_ERR_NULL_POINTER, "engine is NULL");
     ASSERT_FAILS(dsm_engine_set_stream(NULL, NULL), DSM_ERR_NULL_POINTER, "engine is NULL");
-    ASSERT_FAILS(dsm_engine_get_stream(NULL, &s), DSM_ERR_NULL_POINTER, "engine is NULL");
-    ASSERT_OK(dsm_engine_init_with_options(NULL, CFG, d, 2, &o, &e));
-    ASSERT_FAILS(dsm_engine_get_device(e, NULL), DSM_ERR_NULL_POINTER, "device is NULL");
-    ASSERT_FAILS(dsm_engine_get_stream(e, NULL), DSM_ERR_NULL_POINTER, "stream is NULL");
+    ASSERT_FAILS(dsm_engine_stream(NULL, &s), DSM_ERR_NULL_POINTER, "engine is NULL");
+    ASSERT_OK(init_world(d, 2, &o, &e));
+    ASSERT_FAILS(dsm_engine_device(e, NULL), DSM_ERR_NULL_POINTER, "device is NULL");
+    ASSERT_FAILS(dsm_engine_stream(e, NULL), DSM_ERR_NULL_POINTER, "stream is NULL");
     ASSERT_OK(dsm_engine_free(&e));
 }
 

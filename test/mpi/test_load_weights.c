@@ -112,7 +112,7 @@ static void test_round_trip(void **state) {
                 snapshot(b, got);
                 if (memcmp(got, saved, sizeof got) != 0) fail_msg("saved at stage %d, loaded at stage %d: differs", s, s2);
                 dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
-                ASSERT_OK(dsm_engine_get_step_info(b, &info));
+                ASSERT_OK(dsm_engine_step_info(b, &info));
                 assert_int_equal(info.global_steps, 0);
                 train(b, half, 1); /* the optimizer starts fresh and works */
                 char *text = NULL;

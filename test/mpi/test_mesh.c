@@ -28,10 +28,10 @@ static int *positions(dsm_placement_t placement) {
    coordinates, groups, communicators). */
 static void check_row_major(dsm_mesh_t mesh, int ndims, const int shape[], const int *rank_of) {
     int nd = -1, got[DSM_MESH_MAX_DIMS], coords[DSM_MESH_MAX_DIMS];
-    ASSERT_OK(dsm_mesh_get_ndims(mesh, &nd));
+    ASSERT_OK(dsm_mesh_ndims(mesh, &nd));
     assert_int_equal(nd, ndims);
-    ASSERT_OK(dsm_mesh_get_shape(mesh, DSM_MESH_MAX_DIMS, got));
-    ASSERT_OK(dsm_mesh_get_coords(mesh, ndims, coords));
+    ASSERT_OK(dsm_mesh_shape(mesh, DSM_MESH_MAX_DIMS, got));
+    ASSERT_OK(dsm_mesh_coords(mesh, ndims, coords));
     int mine = 0; /* this rank's position */
     while (rank_of[mine] != test_rank) ++mine;
     int stride = 1, pos = 0;
@@ -47,8 +47,8 @@ static void check_row_major(dsm_mesh_t mesh, int ndims, const int shape[], const
 
         const char *name = NULL;
         int index = -1;
-        ASSERT_OK(dsm_mesh_get_dim_name(mesh, d, &name));
-        ASSERT_OK(dsm_mesh_get_dim_index(mesh, name, &index));
+        ASSERT_OK(dsm_mesh_dim_name(mesh, d, &name));
+        ASSERT_OK(dsm_mesh_dim_index(mesh, name, &index));
         assert_int_equal(index, d);
         ASSERT_OK(dsm_mesh_size(mesh, name, &size));
         ASSERT_OK(dsm_mesh_rank(mesh, name, &rank));
@@ -131,9 +131,9 @@ static void test_dp_sp_convenience(void **state) {
     dsm_mesh_t mesh = NULL;
     ASSERT_OK(dsm_mesh_create_dp_sp(MPI_COMM_WORLD, -1, sp, &mesh));
     const char *name = NULL;
-    ASSERT_OK(dsm_mesh_get_dim_name(mesh, 0, &name));
+    ASSERT_OK(dsm_mesh_dim_name(mesh, 0, &name));
     assert_string_equal(name, "data_parallel");
-    ASSERT_OK(dsm_mesh_get_dim_name(mesh, 1, &name));
+    ASSERT_OK(dsm_mesh_dim_name(mesh, 1, &name));
     assert_string_equal(name, "sequence_parallel");
     int dp = 0, s = 0;
     ASSERT_OK(dsm_mesh_size(mesh, "data_parallel", &dp));
@@ -166,19 +166,19 @@ static void test_query_errors(void **state) {
     MPI_Comm c;
     ASSERT_FAILS(dsm_mesh_dim_size(mesh, 2, &v), DSM_ERR_INVALID_ARGUMENT, "dim is 2");
     ASSERT_FAILS(dsm_mesh_dim_rank(mesh, -1, &v), DSM_ERR_INVALID_ARGUMENT, "dim is -1");
-    ASSERT_FAILS(dsm_mesh_get_dim_name(mesh, 5, &s), DSM_ERR_INVALID_ARGUMENT, "dim is 5");
-    ASSERT_FAILS(dsm_mesh_get_dim_index(mesh, "tp", &v), DSM_ERR_NOT_FOUND, "dimensions: dp, sp");
+    ASSERT_FAILS(dsm_mesh_dim_name(mesh, 5, &s), DSM_ERR_INVALID_ARGUMENT, "dim is 5");
+    ASSERT_FAILS(dsm_mesh_dim_index(mesh, "tp", &v), DSM_ERR_NOT_FOUND, "dimensions: dp, sp");
     ASSERT_FAILS(dsm_mesh_size(mesh, "tp", &v), DSM_ERR_NOT_FOUND, "\"tp\"");
     ASSERT_FAILS(dsm_mesh_rank(mesh, "", &v), DSM_ERR_NOT_FOUND, "known: dp, sp");
     ASSERT_FAILS(dsm_mesh_comm(mesh, "x", &c), DSM_ERR_NOT_FOUND, "\"x\"");
-    ASSERT_FAILS(dsm_mesh_get_shape(mesh, 1, buf), DSM_ERR_INVALID_ARGUMENT, "len is 1");
-    ASSERT_FAILS(dsm_mesh_get_coords(mesh, 0, buf), DSM_ERR_INVALID_ARGUMENT, "len is 0");
+    ASSERT_FAILS(dsm_mesh_shape(mesh, 1, buf), DSM_ERR_INVALID_ARGUMENT, "len is 1");
+    ASSERT_FAILS(dsm_mesh_coords(mesh, 0, buf), DSM_ERR_INVALID_ARGUMENT, "len is 0");
     if (test_size > 1)
         ASSERT_FAILS(dsm_mesh_group_ranks(mesh, "dp", 1, buf), DSM_ERR_INVALID_ARGUMENT, "len is 1");
-    ASSERT_FAILS(dsm_mesh_get_ndims(NULL, &v), DSM_ERR_NULL_POINTER, "mesh is NULL");
-    ASSERT_FAILS(dsm_mesh_get_ndims(mesh, NULL), DSM_ERR_NULL_POINTER, "ndims is NULL");
-    ASSERT_FAILS(dsm_mesh_get_shape(mesh, 2, NULL), DSM_ERR_NULL_POINTER, "shape is NULL");
-    ASSERT_FAILS(dsm_mesh_get_dim_index(mesh, NULL, &v), DSM_ERR_NULL_POINTER, "name is NULL");
+    ASSERT_FAILS(dsm_mesh_ndims(NULL, &v), DSM_ERR_NULL_POINTER, "mesh is NULL");
+    ASSERT_FAILS(dsm_mesh_ndims(mesh, NULL), DSM_ERR_NULL_POINTER, "ndims is NULL");
+    ASSERT_FAILS(dsm_mesh_shape(mesh, 2, NULL), DSM_ERR_NULL_POINTER, "shape is NULL");
+    ASSERT_FAILS(dsm_mesh_dim_index(mesh, NULL, &v), DSM_ERR_NULL_POINTER, "name is NULL");
     ASSERT_FAILS(dsm_mesh_comm(mesh, "dp", NULL), DSM_ERR_NULL_POINTER, "comm is NULL");
     ASSERT_FAILS(dsm_mesh_describe(mesh, (dsm_format_t)9, (char **)&s), DSM_ERR_INVALID_ARGUMENT, "format 9");
     assert_null(s);

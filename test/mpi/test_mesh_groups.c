@@ -17,15 +17,15 @@ static void test_slice(void **state) {
     (void)state;
     int shape[3], coords[3];
     dsm_mesh_t mesh = make_3d(shape);
-    ASSERT_OK(dsm_mesh_get_coords(mesh, 3, coords));
+    ASSERT_OK(dsm_mesh_coords(mesh, 3, coords));
     const char *dp_tp[] = {"dp", "tp"};
     dsm_mesh_t slice = NULL;
     ASSERT_OK(dsm_mesh_slice(mesh, 2, dp_tp, &slice));
     int nd = 0, s[2], c[2];
-    ASSERT_OK(dsm_mesh_get_ndims(slice, &nd));
+    ASSERT_OK(dsm_mesh_ndims(slice, &nd));
     assert_int_equal(nd, 2);
-    ASSERT_OK(dsm_mesh_get_shape(slice, 2, s));
-    ASSERT_OK(dsm_mesh_get_coords(slice, 2, c));
+    ASSERT_OK(dsm_mesh_shape(slice, 2, s));
+    ASSERT_OK(dsm_mesh_coords(slice, 2, c));
     assert_int_equal(s[0], shape[0]);
     assert_int_equal(s[1], shape[2]);
     assert_int_equal(c[0], coords[0]);
@@ -88,7 +88,7 @@ static void test_flatten(void **state) {
     (void)state;
     int shape[3], coords[3];
     dsm_mesh_t mesh = make_3d(shape);
-    ASSERT_OK(dsm_mesh_get_coords(mesh, 3, coords));
+    ASSERT_OK(dsm_mesh_coords(mesh, 3, coords));
     const char *dp_cp[] = {"dp", "cp"};
     MPI_Comm flat = MPI_COMM_NULL, again = MPI_COMM_NULL;
     ASSERT_OK(dsm_mesh_flatten(mesh, 2, dp_cp, "dp_cp", &flat));

@@ -178,7 +178,7 @@ static void test_numa_and_gpus(void **) {
 
 static void test_spread_binding(void **) {
     int hwloc = 0;
-    ASSERT_OK(dsm_get_feature("hwloc", &hwloc));
+    ASSERT_OK(dsm_library_feature("hwloc", &hwloc));
     int shape[1] = {-1};
     const char *names[] = {"dp"};
     dsm_mesh_options_t opts = DSM_MESH_OPTIONS_INITIALIZER;

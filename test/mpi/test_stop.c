@@ -29,7 +29,7 @@ static dsm_engine_t make_engine(void) {
     d.shape = shape_w;
     d.dtype = DSM_FLOAT32;
     dsm_engine_t e = NULL;
-    ASSERT_OK(dsm_engine_init(NULL, CFG, &d, 1, &e));
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG, &d, 1, &e));
     return e;
 }
 
@@ -169,13 +169,13 @@ static void test_environment(void **state) {
         const int mine = k + 1 < sizeof bad / sizeof bad[0] || test_rank == test_size - 1;
         if (mine) setenv("DSM_STOP_SIGNAL", bad[k], 1);
         e = NULL;
-        ASSERT_FAILS(dsm_engine_init(NULL, CFG, &d, 1, &e), DSM_ERR_INVALID_ARGUMENT, says[k]);
+        ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG, &d, 1, &e), DSM_ERR_INVALID_ARGUMENT, says[k]);
         assert_null(e);
         unsetenv("DSM_STOP_SIGNAL");
     }
     /* The parameter names itself. */
     setenv("DSM_STOP_SIGNAL", "nope", 1);
-    ASSERT_FAILS(dsm_engine_init(NULL, CFG, &d, 1, &e), DSM_ERR_INVALID_ARGUMENT, "DSM_STOP_SIGNAL is 'nope'");
+    ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG, &d, 1, &e), DSM_ERR_INVALID_ARGUMENT, "DSM_STOP_SIGNAL is 'nope'");
     unsetenv("DSM_STOP_SIGNAL");
 }
 

@@ -17,7 +17,7 @@
  *       part STATUS MESSAGE" and "rank R: sp_alloc second part STATUS
  *       MESSAGE". Then a small allocation and a
  *       transform round trip in it: "rank R: small ok".
- * STATUS is the dsm_status_t value; MESSAGE dsm_get_last_error() (or "-").
+ * STATUS is the dsm_status_t value; MESSAGE dsm_last_error() (or "-").
  */
 #include <math.h>
 #include <stdio.h>
@@ -31,12 +31,12 @@
 static int rank = 0, size = 1;
 
 static void report(const char *what, dsm_status_t st) {
-    printf("rank %d: %s %d %s\n", rank, what, (int)st, st == DSM_SUCCESS ? "-" : dsm_get_last_error());
+    printf("rank %d: %s %d %s\n", rank, what, (int)st, st == DSM_SUCCESS ? "-" : dsm_last_error());
     fflush(stdout);
 }
 
 static int fail(const char *what) {
-    printf("rank %d: FAIL %s: %s\n", rank, what, dsm_get_last_error());
+    printf("rank %d: FAIL %s: %s\n", rank, what, dsm_last_error());
     fflush(stdout);
     return 1;
 }

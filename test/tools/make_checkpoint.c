@@ -31,7 +31,7 @@
         dsm_status_t st_ = (call);                                                         \
         if (st_ != DSM_SUCCESS) {                                                          \
             fprintf(stderr, "make_checkpoint: rank %d: %s: %s\n", rank, #call,           \
-                    dsm_get_last_error());                                                 \
+                    dsm_last_error());                                                 \
             MPI_Finalize();                                                                \
             return 1;                                                                      \
         }                                                                                  \
@@ -109,13 +109,13 @@ int main(int argc, char **argv) {
                       " \"zero_optimization\": {\"stage\": 1},"
                       " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}";
     dsm_engine_t e;
-    CHECK(dsm_engine_init(NULL, cfg, d, 3, &e));
+    CHECK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, 3, &e));
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
     if (resume) {
         void *blob = NULL;
         size_t size = 0;
         CHECK(dsm_engine_load_checkpoint(e, dir, NULL, 0, &blob, &size));
-        CHECK(dsm_engine_get_step_info(e, &info));
+        CHECK(dsm_engine_step_info(e, &info));
         if (rank == 0) printf("resumed %.*s at step %lld\n", (int)size, blob ? (char *)blob : "",
                               (long long)info.global_steps);
         dsm_free(blob);
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
             CHECK(dsm_engine_save_checkpoint(e, dir, NULL, client, strlen(client)));
         }
     }
-    CHECK(dsm_engine_get_step_info(e, &info));
+    CHECK(dsm_engine_step_info(e, &info));
     if (rank == 0) printf("final step %lld\n", (long long)info.global_steps);
     CHECK(dsm_engine_free(&e));
     MPI_Finalize();

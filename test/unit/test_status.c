@@ -13,7 +13,7 @@
 static void test_version_agrees(void **state) {
     (void)state;
     int major = -1, minor = -1, patch = -1;
-    assert_int_equal(dsm_get_version(&major, &minor, &patch), DSM_SUCCESS);
+    assert_int_equal(dsm_library_version(&major, &minor, &patch), DSM_SUCCESS);
     assert_int_equal(major, DSM_VERSION_MAJOR);
     assert_int_equal(minor, DSM_VERSION_MINOR);
     assert_int_equal(patch, DSM_VERSION_PATCH);
@@ -21,7 +21,7 @@ static void test_version_agrees(void **state) {
     snprintf(text, sizeof text, "%d.%d.%d", major, minor, patch);
     assert_string_equal(text, DSM_VERSION_STRING);
     assert_int_equal(DSM_VERSION, major * 10000 + minor * 100 + patch);
-    assert_int_equal(dsm_get_version(NULL, NULL, NULL), DSM_SUCCESS);
+    assert_int_equal(dsm_library_version(NULL, NULL, NULL), DSM_SUCCESS);
 }
 
 static void test_status_values_pinned(void **state) {
@@ -60,16 +60,16 @@ static void test_status_strings(void **state) {
 
 static void test_last_error(void **state) {
     (void)state;
-    assert_non_null(dsm_get_last_error());
+    assert_non_null(dsm_last_error());
     size_t size = 0;
     assert_int_equal(dsm_dtype_size((dsm_dtype_t)99, &size), DSM_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(dsm_get_last_error(), "dsm_dtype_size"));
-    assert_non_null(strstr(dsm_get_last_error(), "99"));
+    assert_non_null(strstr(dsm_last_error(), "dsm_dtype_size"));
+    assert_non_null(strstr(dsm_last_error(), "99"));
     assert_int_equal(dsm_dtype_size(DSM_FLOAT32, NULL), DSM_ERR_NULL_POINTER);
-    assert_non_null(strstr(dsm_get_last_error(), "size is NULL"));
+    assert_non_null(strstr(dsm_last_error(), "size is NULL"));
     /* A successful call leaves the last message alone. */
     assert_int_equal(dsm_dtype_size(DSM_FLOAT32, &size), DSM_SUCCESS);
-    assert_non_null(strstr(dsm_get_last_error(), "size is NULL"));
+    assert_non_null(strstr(dsm_last_error(), "size is NULL"));
 }
 
 static void test_dtypes(void **state) {
@@ -92,18 +92,18 @@ static void test_dtypes(void **state) {
 static void test_features(void **state) {
     (void)state;
     int on = -1;
-    assert_int_equal(dsm_get_feature("mpi", &on), DSM_SUCCESS);
+    assert_int_equal(dsm_library_feature("mpi", &on), DSM_SUCCESS);
     assert_int_equal(on, 1);
     const char *names[] = {"hwloc", "hdf5", "cuda", "nccl", "fortran"};
     for (size_t i = 0; i < 5; ++i) {
         on = -1;
-        assert_int_equal(dsm_get_feature(names[i], &on), DSM_SUCCESS);
+        assert_int_equal(dsm_library_feature(names[i], &on), DSM_SUCCESS);
         assert_true(on == 0 || on == 1);
     }
-    assert_int_equal(dsm_get_feature("gpu-magic", &on), DSM_ERR_NOT_FOUND);
-    assert_non_null(strstr(dsm_get_last_error(), "gpu-magic"));
-    assert_int_equal(dsm_get_feature(NULL, &on), DSM_ERR_NULL_POINTER);
-    assert_int_equal(dsm_get_feature("mpi", NULL), DSM_ERR_NULL_POINTER);
+    assert_int_equal(dsm_library_feature("gpu-magic", &on), DSM_ERR_NOT_FOUND);
+    assert_non_null(strstr(dsm_last_error(), "gpu-magic"));
+    assert_int_equal(dsm_library_feature(NULL, &on), DSM_ERR_NULL_POINTER);
+    assert_int_equal(dsm_library_feature("mpi", NULL), DSM_ERR_NULL_POINTER);
 }
 
 static void test_info_describe(void **state) {
@@ -120,7 +120,7 @@ static void test_info_describe(void **state) {
     text = (char *)1;
     assert_int_equal(dsm_info_describe((dsm_format_t)7, &text), DSM_ERR_INVALID_ARGUMENT);
     assert_null(text);
-    assert_non_null(strstr(dsm_get_last_error(), "format 7"));
+    assert_non_null(strstr(dsm_last_error(), "format 7"));
     assert_int_equal(dsm_info_describe(DSM_FORMAT_TEXT, NULL), DSM_ERR_NULL_POINTER);
     dsm_free(NULL);
 }
