@@ -30,6 +30,24 @@
 namespace dsm {
 namespace comm {
 
+namespace {
+
+DSM_PARAM(comm, COMM_BACKEND, param::Choice({"auto", "mpi", "shm", "nccl"}), "auto",
+          "The communication backend of the engine and sequence parallelism: auto, mpi, shm or nccl. "
+          "auto: nccl for buffers in device memory when NCCL is built and every rank has a GPU of its own, else "
+          "shm when some node holds two or more ranks of a group (node-shared memory, MPI between "
+          "nodes), else mpi. nccl takes device memory only, shm host memory only; a backend that cannot "
+          "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank.");
+
+// Declared here, where every build compiles it, so that dsm-info lists it
+// also where the nccl backend is not built.
+DSM_PARAM(comm, NCCL_TIMEOUT, param::Int(0, 999999999, "a number of seconds (0 for no limit)"), "1800",
+          "Seconds an operation of the nccl backend (communicator creation, a collective, the final "
+          "release) may take before the rank aborts its NCCL communicator and fails with DSM_ERR_NCCL; "
+          "0 waits for ever.");
+
+} // namespace
+
 void Backend::reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     reduce_scatterv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype, op, queue);
 }
@@ -297,9 +315,11 @@ Capabilities capabilities_of(Kind kind) noexcept {
     return c;
 }
 
-Kind kind_from_param() { return kind_from_name(param_choice("DSM_COMM_BACKEND", {"auto", "mpi", "shm", "nccl"})); }
+Kind kind_from_param() { return kind_from_name(param_COMM_BACKEND().value()); }
 
 bool nccl_built() noexcept { return DSM_HAVE_NCCL_BACKEND != 0; }
+
+int nccl_timeout_param() { return static_cast<int>(param_NCCL_TIMEOUT().value()); }
 
 namespace {
 
@@ -444,3 +464,5 @@ std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color
 
 } // namespace comm
 } // namespace dsm
+
+DSM_PARAM_LINK(comm_backend)

@@ -231,7 +231,6 @@ void Engine::step(dsm_step_info_t *info) {
             step_mark_off_ = off;
 
             // Unscale, check, norm, clip.
-            const double t0 = now();
             const double inv = 1.0 / (scaler_->scale() * static_cast<double>(cfg_.gradient_accumulation_steps));
             float *g = fp32_grads();
             // Unscale, overflow check and norm in one pass where the
@@ -316,7 +315,6 @@ void Engine::step(dsm_step_info_t *info) {
                 }
                 ++applied_steps_;
             }
-            (void)t0;
             if (world_rank_ == 0 && cfg_.steps_per_print > 0 && global_steps_ % cfg_.steps_per_print == 0)
                 log_step(norm);
             record_step(norm);
