@@ -119,18 +119,14 @@ void Backend::alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const s
         }
     });
     if (n > 1) {
-        // One allreduce agrees on the MPI path (mpi_alltoallv's extent) and on
-        // whether some member failed to pack: the highest status, then the
-        // lowest member with it.
-        unsigned long long mine[2] = {std::max(send_end, recv_end), 0}, all[2] = {0, 0};
-        if (failed.failed())
-            mine[1] = static_cast<unsigned long long>(failed.status()) << 32 | (UINT_MAX - static_cast<unsigned>(me));
-        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm()));
-        if (all[1] != 0)
-            packed_failure(failed, static_cast<int>(UINT_MAX - static_cast<unsigned>(all[1] & UINT_MAX)),
-                           static_cast<dsm_status_t>(all[1] >> 32));
-        mpi_alltoallv_agreed(comm(), all[0], sbuf, send_counts, send_displs, rbuf, recv_counts, recv_displs,
-                             MPI_BYTE, 1);
+        // One agreement on the MPI path (mpi_alltoallv's extent) and on
+        // whether some member failed to pack (the lowest one, with its status).
+        Agreement a(comm());
+        const size_t widest = a.add(static_cast<int64_t>(std::max(send_end, recv_end)));
+        a.run(failed.status());
+        if (a.failed()) packed_failure(failed, a.failed_rank(), a.failed_status());
+        mpi_alltoallv_agreed(comm(), static_cast<unsigned long long>(a.max(widest)), sbuf, send_counts, send_displs,
+                             rbuf, recv_counts, recv_displs, MPI_BYTE, 1);
     }
     failed.rethrow_if_failed();
     if (recv_bytes[me]) unpack(static_cast<int>(me), sbuf + send_displs[me]);
@@ -234,16 +230,18 @@ bool Backend::alltoall_pieces_mpi(const std::vector<Exposed> &exposed, const Pla
                         DSM_ERR_INVALID_ARGUMENT, "alltoall_pieces: a piece of this member's own block lies outside "
                         "its exposed buffers");
     });
-    // The lowest failing member's error on every member, then whether every
-    // message fits.
-    agree(comm(), [&] { failed.rethrow_if_failed(); });
-    int fits = 1, all_fit = 0;
+    // One agreement: the lowest failing member's error on every member, and
+    // whether every message fits.
+    int fits = 1;
     for (int q = 0; q < n; ++q) {
         const Runs &s = sends[static_cast<size_t>(q)], &r = recvs[static_cast<size_t>(q)];
         if (s.too_large || r.too_large || s.bytes > INT_MAX || r.bytes > INT_MAX) fits = 0;
     }
-    DSM_CHECK_MPI(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, comm()));
-    if (!all_fit) return false;
+    Agreement a(comm());
+    const size_t fit = a.add(fits);
+    a.run([&] { failed.rethrow_if_failed(); });
+    a.throw_if_failed();
+    if (a.min(fit) == 0) return false;
 
     ++stats_.calls;
     ++pieces_calls_;

@@ -537,13 +537,9 @@ void NcclBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const s
         }
     });
     if (n > 1) {
-        unsigned long long mine = 0, all = 0;
-        if (failed.failed())
-            mine = static_cast<unsigned long long>(failed.status()) << 32 | (UINT_MAX - static_cast<unsigned>(me));
-        DSM_CHECK_MPI(MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm_.get()));
-        if (all != 0)
-            packed_failure(failed, static_cast<int>(UINT_MAX - static_cast<unsigned>(all & UINT_MAX)),
-                           static_cast<dsm_status_t>(all >> 32));
+        Agreement a(comm_.get());
+        a.run(failed.status());
+        if (a.failed()) packed_failure(failed, a.failed_rank(), a.failed_status());
     }
     failed.rethrow_if_failed();
 

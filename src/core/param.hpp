@@ -127,6 +127,26 @@ struct Size {
     bool parse(const std::string &text, value_type *out) const;
 };
 
+// A value read by a function of the file that declares the parameter:
+// `read(text)` returns it or throws dsm::Error with a message of its own; an
+// empty text (unset, empty default) gives `empty`. `type` names the kind of
+// value for dsm-info, `accepts` what it accepts.
+template <typename V> struct Parsed {
+    using value_type = V;
+    Parsed(const char *type, const char *accepts, V (*read)(const std::string &), V empty)
+        : type_(type), accepts_(accepts), read_(read), empty_(empty) {}
+    const char *type_;
+    const char *accepts_;
+    V (*read_)(const std::string &);
+    V empty_;
+    const char *type() const noexcept { return type_; }
+    std::string accepts() const { return accepts_; }
+    bool parse(const std::string &text, value_type *out) const {
+        *out = text.empty() ? empty_ : read_(text);
+        return true;
+    }
+};
+
 } // namespace param
 
 // A parameter whose value is of type T::value_type.

@@ -30,18 +30,8 @@ namespace cuda {
 
 namespace {
 
-// parse_device_override() as a parameter type: -1 when unset.
-struct DeviceOverride {
-    using value_type = int;
-    const char *type() const noexcept { return "int"; }
-    std::string accepts() const { return "a CUDA device number (0, 1, ...)"; }
-    bool parse(const std::string &text, value_type *out) const {
-        *out = parse_device_override(text);
-        return true;
-    }
-};
-
-DSM_PARAM(cuda, CUDA_DEVICE, DeviceOverride(), "",
+DSM_PARAM(cuda, CUDA_DEVICE, param::Parsed<int>("int", "a CUDA device number (0, 1, ...)", parse_device_override, -1),
+          "",
           "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
           "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "
           "sees all of its node's GPUs, else the rank's index on its node modulo the device count.");

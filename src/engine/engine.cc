@@ -36,18 +36,12 @@ namespace engine {
 
 namespace {
 
-// parse_stop_signal() as a parameter type: 0 (no signal) when unset.
-struct StopSignal {
-    using value_type = int;
-    const char *type() const noexcept { return "signal"; }
-    std::string accepts() const { return "a signal name (USR1, SIGUSR1, TERM, RTMIN+N, ...) or number"; }
-    bool parse(const std::string &text, value_type *out) const {
-        *out = text.empty() ? 0 : parse_stop_signal(text, "DSM_STOP_SIGNAL");
-        return true;
-    }
-};
+int env_stop_signal(const std::string &text) { return parse_stop_signal(text, "DSM_STOP_SIGNAL"); }
 
-DSM_PARAM(engine, STOP_SIGNAL, StopSignal(), "",
+DSM_PARAM(engine, STOP_SIGNAL,
+          param::Parsed<int>("signal", "a signal name (USR1, SIGUSR1, TERM, RTMIN+N, ...) or number",
+                             env_stop_signal, 0),
+          "",
           "A signal (USR1, SIGTERM, a number) that asks training to stop: every engine created while it is "
           "set catches it, and dsm_engine_stop_requested() reports it on every rank from the next step "
           "boundary on (as dsm_engine_set_stop_signal()). Empty: no signal is caught.");
