@@ -277,10 +277,20 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
         }
     };
     // Agreement in one allreduce: the lowest failing rank, and whether the
-    // fingerprints are the same.
+    // fingerprints are the same (taken only of tensors that passed the checks).
+    dsm_status_t status = DSM_SUCCESS;
+    std::string failure;
+    uint64_t print = 0;
+    try {
+        local();
+        print = fingerprint(dir, n, t);
+    } catch (const Error &e) {
+        status = e.status();
+        failure = e.message();
+    }
     Agreement a(comm);
-    const size_t fp = a.add(static_cast<int64_t>(fingerprint(dir, n, t)));
-    a.run(local);
+    const size_t fp = a.add(static_cast<int64_t>(print));
+    a.run(status, failure);
     a.throw_if_failed(); // every rank throws the lowest failing rank's error
     if (!a.same(fp)) {
         agree_same(comm, "the sequence-parallel tensors", canonical(dir, n, t));
