@@ -173,7 +173,7 @@ typedef enum dsm_format {
 
 /**
  * @brief Describe this build: version, MPI library, build features, and every
- * environment parameter with its default, current value and help.
+ * environment parameter with its type, default, current value and help.
  *
  * Not collective. Thread safe. Free the text with dsm_free(). This is what
  * `dsm-info` and `dsm-info --env` print.

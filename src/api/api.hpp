@@ -17,6 +17,9 @@ dsm_status_t report(const char *function, dsm_status_t status, const char *messa
 // The engine behind a handle: DSM_ERR_NULL_POINTER for NULL,
 // DSM_ERR_INVALID_ARGUMENT for a handle that is not a live engine.
 engine::Engine &engine_impl(dsm_engine_t engine);
+// Keeps every file that declares environment parameters in a static link
+// that lists them (dsm_info_describe): see param_list.cc.
+void link_params() noexcept;
 }
 
 #define DSM_API_BEGIN try {

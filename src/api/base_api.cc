@@ -60,6 +60,7 @@ DSM_API dsm_status_t dsm_info_describe(dsm_format_t format, char **text) {
     DSM_API_BEGIN
     DSM_ARG_NOT_NULL(text);
     *text = nullptr;
+    dsm::api::link_params();
     *text = dsm::to_c_string(dsm::describe_build(format));
     DSM_API_END
 }

@@ -3,6 +3,7 @@
 
 #include "ckpt/checkpoint.hpp"
 #include "ckpt/files.hpp"
+#include "ckpt/params.hpp"
 #include "ckpt/format.hpp"
 #include "ckpt/h5.hpp"
 
@@ -29,7 +30,6 @@
 #include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/param.hpp"
 
 namespace dsm {
 namespace ckpt {
@@ -265,7 +265,7 @@ std::string dataset_path(const Tensor &t) { return "/" + t.group + "/" + escape_
 // MPI call and leaves with _exit(). DSM_CKPT_PRECHECK=0 skips it (a system
 // where a process that uses MPI must not fork).
 void precheck_metadata(const std::string &path) {
-    if (param_choice("DSM_CKPT_PRECHECK", {"1", "0"}) == std::string("0")) return;
+    if (!precheck_param()) return;
     std::fflush(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) return; // no child: the load goes on without the pre-check
@@ -323,7 +323,7 @@ void precheck_metadata(const std::string &path) {
         ::_exit(0);
     }
     // The parent: wait for the child, at most DSM_CKPT_PRECHECK_TIMEOUT.
-    const long limit = std::atol(param_string("DSM_CKPT_PRECHECK_TIMEOUT").c_str());
+    const long limit = precheck_timeout_param();
     int wstatus = 0;
     pid_t got = 0;
     for (long waited_ms = 0; (got = ::waitpid(pid, &wstatus, WNOHANG)) == 0; waited_ms += 10) {
@@ -407,7 +407,7 @@ struct FaultSpec {
 
 FaultSpec fault_spec() {
     FaultSpec f;
-    const std::string spec = param_string("DSM_CKPT_FAULT");
+    const std::string spec = fault_param();
     if (spec.empty()) return f;
     std::string rest = spec;
     if (rest.rfind("kill:", 0) == 0) {
@@ -437,7 +437,7 @@ void fault_point(const char *point, int world_rank) {
     if (!f.set || f.point != point || f.rank != world_rank) return;
     if (f.kill) ::raise(SIGKILL);
     DSM_FAIL(DSM_ERR_IO, "injected fault at checkpoint point '", point, "' (DSM_CKPT_FAULT=",
-             param_string("DSM_CKPT_FAULT"), ")");
+             fault_param(), ")");
 }
 
 // ---------------------------------------------------------------- save

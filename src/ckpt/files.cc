@@ -2,6 +2,7 @@
 #include "dsm_config.h"
 
 #include "ckpt/files.hpp"
+#include "ckpt/params.hpp"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -20,7 +21,6 @@
 #include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/param.hpp"
 
 namespace dsm {
 namespace ckpt {
@@ -228,7 +228,7 @@ std::string space_hint(const std::string &dir) {
 // full disk is one clear error before any data moves. Quotas and space
 // taken while the save runs are caught by the write agreement instead.
 void check_space(const std::string &dir, const Content &content, size_t client_size) {
-    if (param_choice("DSM_CKPT_SPACE_CHECK", {"1", "0"}) == std::string("0")) return;
+    if (!space_check_param()) return;
     struct statvfs vfs;
     // A file system that reports no size (some FUSE and object-store
     // mounts) is not judged by it.

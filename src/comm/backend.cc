@@ -30,6 +30,24 @@
 namespace dsm {
 namespace comm {
 
+namespace {
+
+DSM_PARAM(comm, COMM_BACKEND, param::Choice({"auto", "mpi", "shm", "nccl"}), "auto",
+          "The communication backend of the engine and sequence parallelism: auto, mpi, shm or nccl. "
+          "auto: nccl for buffers in device memory when NCCL is built and every rank has a GPU of its own, else "
+          "shm when some node holds two or more ranks of a group (node-shared memory, MPI between "
+          "nodes), else mpi. nccl takes device memory only, shm host memory only; a backend that cannot "
+          "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank.");
+
+// Declared here, where every build compiles it, so that dsm-info lists it
+// also where the nccl backend is not built.
+DSM_PARAM(comm, NCCL_TIMEOUT, param::Int(0, 999999999, "a number of seconds (0 for no limit)"), "1800",
+          "Seconds an operation of the nccl backend (communicator creation, a collective, the final "
+          "release) may take before the rank aborts its NCCL communicator and fails with DSM_ERR_NCCL; "
+          "0 waits for ever.");
+
+} // namespace
+
 void Backend::reduce_scatter(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     reduce_scatterv(send, recv, std::vector<size_t>(static_cast<size_t>(size()), count), dtype, op, queue);
 }
@@ -101,18 +119,14 @@ void Backend::alltoall_packed_mpi(const std::vector<size_t> &send_bytes, const s
         }
     });
     if (n > 1) {
-        // One allreduce agrees on the MPI path (mpi_alltoallv's extent) and on
-        // whether some member failed to pack: the highest status, then the
-        // lowest member with it.
-        unsigned long long mine[2] = {std::max(send_end, recv_end), 0}, all[2] = {0, 0};
-        if (failed.failed())
-            mine[1] = static_cast<unsigned long long>(failed.status()) << 32 | (UINT_MAX - static_cast<unsigned>(me));
-        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm()));
-        if (all[1] != 0)
-            packed_failure(failed, static_cast<int>(UINT_MAX - static_cast<unsigned>(all[1] & UINT_MAX)),
-                           static_cast<dsm_status_t>(all[1] >> 32));
-        mpi_alltoallv_agreed(comm(), all[0], sbuf, send_counts, send_displs, rbuf, recv_counts, recv_displs,
-                             MPI_BYTE, 1);
+        // One agreement on the MPI path (mpi_alltoallv's extent) and on
+        // whether some member failed to pack (the lowest one, with its status).
+        Agreement a(comm());
+        const size_t widest = a.add(static_cast<int64_t>(std::max(send_end, recv_end)));
+        a.run(failed.status());
+        if (a.failed()) packed_failure(failed, a.failed_rank(), a.failed_status());
+        mpi_alltoallv_agreed(comm(), static_cast<unsigned long long>(a.max(widest)), sbuf, send_counts, send_displs,
+                             rbuf, recv_counts, recv_displs, MPI_BYTE, 1);
     }
     failed.rethrow_if_failed();
     if (recv_bytes[me]) unpack(static_cast<int>(me), sbuf + send_displs[me]);
@@ -216,16 +230,18 @@ bool Backend::alltoall_pieces_mpi(const std::vector<Exposed> &exposed, const Pla
                         DSM_ERR_INVALID_ARGUMENT, "alltoall_pieces: a piece of this member's own block lies outside "
                         "its exposed buffers");
     });
-    // The lowest failing member's error on every member, then whether every
-    // message fits.
-    agree(comm(), [&] { failed.rethrow_if_failed(); });
-    int fits = 1, all_fit = 0;
+    // One agreement: the lowest failing member's error on every member, and
+    // whether every message fits.
+    int fits = 1;
     for (int q = 0; q < n; ++q) {
         const Runs &s = sends[static_cast<size_t>(q)], &r = recvs[static_cast<size_t>(q)];
         if (s.too_large || r.too_large || s.bytes > INT_MAX || r.bytes > INT_MAX) fits = 0;
     }
-    DSM_CHECK_MPI(MPI_Allreduce(&fits, &all_fit, 1, MPI_INT, MPI_MIN, comm()));
-    if (!all_fit) return false;
+    Agreement a(comm());
+    const size_t fit = a.add(fits);
+    a.run([&] { failed.rethrow_if_failed(); });
+    a.throw_if_failed();
+    if (a.min(fit) == 0) return false;
 
     ++stats_.calls;
     ++pieces_calls_;
@@ -297,9 +313,11 @@ Capabilities capabilities_of(Kind kind) noexcept {
     return c;
 }
 
-Kind kind_from_param() { return kind_from_name(param_choice("DSM_COMM_BACKEND", {"auto", "mpi", "shm", "nccl"})); }
+Kind kind_from_param() { return kind_from_name(param_COMM_BACKEND().value()); }
 
 bool nccl_built() noexcept { return DSM_HAVE_NCCL_BACKEND != 0; }
+
+int nccl_timeout_param() { return static_cast<int>(param_NCCL_TIMEOUT().value()); }
 
 namespace {
 
@@ -444,3 +462,5 @@ std::unique_ptr<Backend> make_backend(MPI_Comm comm, Space space, int node_color
 
 } // namespace comm
 } // namespace dsm
+
+DSM_PARAM_LINK(comm_backend)

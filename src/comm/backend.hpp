@@ -331,6 +331,9 @@ Kind kind_from_param();
 // Whether this build has the nccl backend (configured with CUDA and NCCL).
 bool nccl_built() noexcept;
 
+// DSM_NCCL_TIMEOUT: seconds an operation of the nccl backend may take (0: no limit).
+int nccl_timeout_param();
+
 // Collective: whether every rank of `comm` sees a CUDA device (the same
 // answer on all); *why: this rank's reason when it sees none.
 bool every_rank_has_a_device(MPI_Comm comm, std::string *why);

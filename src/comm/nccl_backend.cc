@@ -28,7 +28,6 @@
 #include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
-#include "core/param.hpp"
 #include "cuda/device.hpp"
 
 namespace dsm {
@@ -71,15 +70,6 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
 }
 
 // DSM_NCCL_TIMEOUT: whole seconds, 0 for no limit.
-int parse_timeout(const std::string &v) {
-    const bool digits = !v.empty() && v.size() <= 9 && std::all_of(v.begin(), v.end(), [](char c) {
-                            return c >= '0' && c <= '9';
-                        });
-    DSM_REQUIRE(digits, DSM_ERR_INVALID_ARGUMENT, "environment DSM_NCCL_TIMEOUT=\"", v,
-                "\": expected a number of seconds (0 for no limit)");
-    return std::stoi(v);
-}
-
 bool all_equal(const std::vector<size_t> &v) {
     return std::all_of(v.begin(), v.end(), [&](size_t c) { return c == v[0]; });
 }
@@ -307,7 +297,7 @@ NcclBackend::NcclBackend(MPI_Comm comm)
     ncclUniqueId id;
     std::memset(&id, 0, sizeof id);
     agree(comm_.get(), [&] {
-        impl_->timeout_s = parse_timeout(param_string("DSM_NCCL_TIMEOUT"));
+        impl_->timeout_s = nccl_timeout_param();
         const cuda::DeviceCount dc = cuda::device_count();
         DSM_REQUIRE(dc.count > 0, DSM_ERR_NOT_SUPPORTED, "the nccl backend needs a CUDA device: ", dc.reason);
         cuda::DeviceHint hint;
@@ -547,13 +537,9 @@ void NcclBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const s
         }
     });
     if (n > 1) {
-        unsigned long long mine = 0, all = 0;
-        if (failed.failed())
-            mine = static_cast<unsigned long long>(failed.status()) << 32 | (UINT_MAX - static_cast<unsigned>(me));
-        DSM_CHECK_MPI(MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm_.get()));
-        if (all != 0)
-            packed_failure(failed, static_cast<int>(UINT_MAX - static_cast<unsigned>(all & UINT_MAX)),
-                           static_cast<dsm_status_t>(all >> 32));
+        Agreement a(comm_.get());
+        a.run(failed.status());
+        if (a.failed()) packed_failure(failed, a.failed_rank(), a.failed_status());
     }
     failed.rethrow_if_failed();
 

@@ -24,6 +24,19 @@ namespace comm {
 
 namespace {
 
+DSM_PARAM(comm, COMM_NET_ALGO, param::Choice({"auto", "ring", "rhd", "mpi"}), "auto",
+          "How the shm backend's allreduce, reduce-scatter and allgather cross nodes (on one lane per "
+          "local rank): ring (pipelined ring over point-to-point MPI), rhd (recursive halving and doubling; "
+          "node counts that are not powers of two fold onto one), mpi (MPI's own collectives on the lanes) "
+          "or auto (two nodes: rhd for an allreduce, which is then one exchange of the whole lane, else ring; "
+          "more nodes: rhd for a power of two when each node's block is under 64 KiB, else ring). Read when "
+          "the backend is created.");
+DSM_PARAM(comm, COMM_NET_CHUNK, param::Size(4096, size_t(1) << 30), "60K",
+          "Bytes per message of the shm backend's between-node stage (ring, rhd): the unit in which the "
+          "stages of a collective overlap. The default stays under Open MPI's eager limit over TCP (64 KiB), "
+          "so that no message waits for a handshake behind queued data; raise it on fabrics with a larger "
+          "eager limit. 4096 to 1073741824; a K, M or G suffix allowed.");
+
 constexpr int kTagRs = 0x4e01;   // reduce-scatter steps
 constexpr int kTagAg = 0x4e02;   // allgather steps
 constexpr int kTagFold = 0x4e03; // rhd: a surplus member hands its data to its partner
@@ -40,27 +53,14 @@ void wait_all(std::vector<MPI_Request> *reqs) {
 // ---------------------------------------------------------------- parameters
 
 NetAlgo net_algo_param() {
-    const std::string v = param_choice("DSM_COMM_NET_ALGO", {"auto", "ring", "rhd", "mpi"});
+    const std::string v = param_COMM_NET_ALGO().value();
     if (v == "ring") return NetAlgo::RING;
     if (v == "rhd") return NetAlgo::RHD;
     if (v == "mpi") return NetAlgo::MPI;
     return NetAlgo::AUTO;
 }
 
-size_t net_chunk_param() {
-    const std::string v = param_string("DSM_COMM_NET_CHUNK");
-    errno = 0;
-    char *end = nullptr;
-    const unsigned long long x = std::strtoull(v.c_str(), &end, 10);
-    unsigned long long mult = 1;
-    if (end != nullptr && (*end == 'k' || *end == 'K')) mult = 1ULL << 10, ++end;
-    else if (end != nullptr && (*end == 'm' || *end == 'M')) mult = 1ULL << 20, ++end;
-    const bool ok = errno == 0 && end != v.c_str() && *end == '\0' && v[0] != '-' && x <= (1ULL << 30) / mult &&
-                    x * mult >= 4096;
-    DSM_REQUIRE(ok, DSM_ERR_INVALID_ARGUMENT, "environment DSM_COMM_NET_CHUNK=\"", v,
-                "\": expected a byte count from 4096 to 1073741824 (a K or M suffix allowed)");
-    return static_cast<size_t>(x * mult);
-}
+size_t net_chunk_param() { return param_COMM_NET_CHUNK().value(); }
 
 const char *net_algo_label(NetAlgo a) noexcept {
     switch (a) {
@@ -393,3 +393,5 @@ void NetLane::rhd_ag(char *w, const std::vector<size_t> &lc, const std::vector<s
 
 } // namespace comm
 } // namespace dsm
+
+DSM_PARAM_LINK(comm_net)

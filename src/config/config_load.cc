@@ -2,7 +2,6 @@
 
 #include "config/config_load.hpp"
 
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -11,6 +10,7 @@
 #include <vector>
 
 #include "core/agree.hpp"
+#include "core/hash.hpp"
 #include "core/comm.hpp"
 #include "core/error.hpp"
 
@@ -22,11 +22,7 @@ namespace {
 // FNV-1a, 64 bits: ranks compare a digest of the resolved configuration
 // rather than the whole text.
 std::string digest(const std::string &s) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) {
-        h ^= c;
-        h *= 1099511628211ull;
-    }
+    const uint64_t h = fnv1a(s);
     char out[17];
     std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
     return out;
@@ -125,12 +121,10 @@ Config load_collective(MPI_Comm comm, const std::string &text_or_path, const Con
     // Ranks compare a digest; only when they differ do rank 0 and the first
     // differing rank send their whole configuration, to name the key.
     std::string root = bcast_string(own.get(), 0, mine);
-    int rank = 0;
-    DSM_CHECK_MPI(MPI_Comm_rank(own.get(), &rank));
-    int differs = root == mine ? INT_MAX : rank;
-    int first = INT_MAX;
-    DSM_CHECK_MPI(MPI_Allreduce(&differs, &first, 1, MPI_INT, MPI_MIN, own.get()));
-    if (first == INT_MAX) return cfg;
+    Agreement same(own.get());
+    same.run(root == mine ? DSM_SUCCESS : DSM_ERR_MISMATCH);
+    if (!same.failed()) return cfg;
+    const int first = same.failed_rank();
     // Both texts go to every rank, so that every rank builds the same message.
     std::string diff, path;
     std::string json0 = bcast_string(own.get(), 0, json);

@@ -58,12 +58,13 @@ std::string describe_build(dsm_format_t format) {
         j["features"] = nlohmann::ordered_json::object();
         for (const auto &f : features) j["features"][f.first] = f.second != 0;
         j["parameters"] = nlohmann::ordered_json::array();
-        for (const Param &p : params())
-            j["parameters"].push_back({{"name", p.name},
-                                       {"default", p.default_value},
-                                       {"value", param_string(p.name)},
-                                       {"set", param_is_set(p.name)},
-                                       {"help", p.help}});
+        for (const ParamBase *p : params())
+            j["parameters"].push_back({{"name", p->name()},
+                                       {"type", p->type()},
+                                       {"default", p->default_value()},
+                                       {"value", p->raw()},
+                                       {"set", p->is_set()},
+                                       {"help", p->help()}});
         return j.dump(2) + "\n";
     }
     DSM_REQUIRE(format == DSM_FORMAT_TEXT, DSM_ERR_INVALID_ARGUMENT, "format ",
@@ -74,10 +75,10 @@ std::string describe_build(dsm_format_t format) {
     os << "features:";
     for (const auto &f : features) os << " " << f.first << "=" << (f.second ? "yes" : "no");
     os << "\n\nenvironment parameters:\n";
-    for (const Param &p : params()) {
-        os << "  " << p.name << " = \"" << param_string(p.name) << "\""
-           << (param_is_set(p.name) ? " (set)" : " (default)") << "\n";
-        os << "      " << p.help << "\n";
+    for (const ParamBase *p : params()) {
+        os << "  " << p->name() << " = \"" << p->raw() << "\"" << (p->is_set() ? " (set, " : " (default, ")
+           << p->type() << ")\n";
+        os << "      " << p->help() << "\n";
     }
     return os.str();
 }

@@ -18,6 +18,15 @@ namespace dsm {
 
 namespace {
 
+DSM_PARAM(log, DEBUG, param::Text(), "WARN",
+          "Log level: NONE, WARN, INFO or TRACE.");
+DSM_PARAM(log, DEBUG_SUBSYS, param::Text(), "ALL",
+          "Subsystems to log, comma separated: INIT, MESH, TOPO, ERROR, ENGINE, COMM or ALL; a leading ^ logs all "
+          "but the listed ones.");
+DSM_PARAM(log, DEBUG_FILE, param::Text(), "",
+          "Write the log to this file instead of stderr; %h is replaced by the host name, %p by the "
+          "process id and %r by the MPI rank in MPI_COMM_WORLD.");
+
 struct LogState {
     LogLevel level = LogLevel::WARN;
     unsigned subsys = ~0u;
@@ -64,7 +73,7 @@ LogState &state() {
         char host[256] = "?";
         gethostname(host, sizeof host - 1);
         st.host = host;
-        std::string lvl = param_string("DSM_DEBUG");
+        std::string lvl = param_DEBUG().value();
         const LogLevel levels[] = {LogLevel::NONE, LogLevel::WARN, LogLevel::INFO, LogLevel::TRACE};
         bool ok = false;
         for (LogLevel l : levels)
@@ -73,7 +82,7 @@ LogState &state() {
             std::fprintf(stderr, "libdsm: DSM_DEBUG=\"%s\" is not NONE, WARN, INFO or TRACE; using WARN\n",
                          lvl.c_str());
 
-        std::string sub = param_string("DSM_DEBUG_SUBSYS");
+        std::string sub = param_DEBUG_SUBSYS().value();
         bool invert = !sub.empty() && sub[0] == '^';
         if (invert) sub.erase(0, 1);
         unsigned mask = 0;
@@ -95,7 +104,7 @@ LogState &state() {
         }
         st.subsys = invert ? ~mask : mask;
 
-        std::string file = param_string("DSM_DEBUG_FILE");
+        std::string file = param_DEBUG_FILE().value();
         if (!file.empty()) {
             std::string path;
             for (size_t i = 0; i < file.size(); ++i) {
@@ -139,3 +148,5 @@ void log_write(LogLevel level, Subsys subsys, const char *fmt, ...) noexcept {
 }
 
 } // namespace dsm
+
+DSM_PARAM_LINK(log)

@@ -30,6 +30,12 @@ namespace cuda {
 
 namespace {
 
+DSM_PARAM(cuda, CUDA_DEVICE, param::Parsed<int>("int", "a CUDA device number (0, 1, ...)", parse_device_override, -1),
+          "",
+          "The CUDA device every rank of the process uses, as CUDA numbers the devices the process sees "
+          "(after CUDA_VISIBLE_DEVICES). Empty: the GPU the mesh placement gave the rank when the process "
+          "sees all of its node's GPUs, else the rank's index on its node modulo the device count.");
+
 #if !DSM_HAVE_CUDA
 [[noreturn]] void no_cuda(const char *what) {
     DSM_FAIL(DSM_ERR_NOT_SUPPORTED, what, ": libdsm was built without CUDA");
@@ -175,7 +181,7 @@ std::pair<int, int> first_shared(const std::vector<std::string> &ids) {
 
 DeviceChoice select_device(const DeviceHint &hint) {
     // The override is checked first, so a bad value fails even without a device.
-    const int override_device = parse_device_override(param_string("DSM_CUDA_DEVICE"));
+    const int override_device = param_CUDA_DEVICE().value();
     const DeviceCount dc = device_count();
     DSM_REQUIRE(dc.count > 0, DSM_ERR_NOT_SUPPORTED, "no CUDA device is usable: ", dc.reason);
     const DeviceChoice c = choose_device(dc.count, override_device, hint, devices_in_pci_order());
@@ -522,3 +528,5 @@ bool cuda_aware_mpi() noexcept {
 
 } // namespace cuda
 } // namespace dsm
+
+DSM_PARAM_LINK(cuda_device)

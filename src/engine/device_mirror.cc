@@ -18,10 +18,12 @@ namespace engine {
 
 namespace {
 
-bool simulated() {
-    const std::string v = param_choice("DSM_SIM_DEVICE_MEMORY", {"0", "1"});
-    return v == "1";
-}
+DSM_PARAM(sim, SIM_DEVICE_MEMORY, param::Bool(), "0",
+          "Testing: 1 makes an engine that offloads (zero_optimization.offload_optimizer or offload_param "
+          "device \"cpu\") keep its device copies of the parameters and gradients in separate host memory "
+          "instead of on a CUDA device, so the offload path runs without a GPU.");
+
+bool simulated() { return param_SIM_DEVICE_MEMORY().value(); }
 
 } // namespace
 
@@ -191,3 +193,5 @@ size_t DeviceMirror::device_bytes() const noexcept {
 
 } // namespace engine
 } // namespace dsm
+
+DSM_PARAM_LINK(engine_device_mirror)

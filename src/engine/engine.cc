@@ -36,6 +36,16 @@ namespace engine {
 
 namespace {
 
+int env_stop_signal(const std::string &text) { return parse_stop_signal(text, "DSM_STOP_SIGNAL"); }
+
+DSM_PARAM(engine, STOP_SIGNAL,
+          param::Parsed<int>("signal", "a signal name (USR1, SIGUSR1, TERM, RTMIN+N, ...) or number",
+                             env_stop_signal, 0),
+          "",
+          "A signal (USR1, SIGTERM, a number) that asks training to stop: every engine created while it is "
+          "set catches it, and dsm_engine_stop_requested() reports it on every rank from the next step "
+          "boundary on (as dsm_engine_set_stop_signal()). Empty: no signal is caught.");
+
 dsm_dtype_t compute_dtype(const config::Config &cfg) {
     if (cfg.fp16.enabled) return DSM_FLOAT16;
     if (cfg.bf16.enabled) return DSM_BFLOAT16;
@@ -99,8 +109,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         DSM_REQUIRE(have_output, DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
         DSM_ARG_NOT_NULL(config);
         check_params(params, nparams);
-        if (param_is_set("DSM_STOP_SIGNAL"))
-            env_stop = parse_stop_signal(param_string("DSM_STOP_SIGNAL"), "DSM_STOP_SIGNAL");
+        env_stop = param_STOP_SIGNAL().value();
     } catch (const Error &e) {
         bad = e.status();
         why = e.message();
@@ -460,3 +469,5 @@ Engine::~Engine() {
 
 } // namespace engine
 } // namespace dsm
+
+DSM_PARAM_LINK(engine)

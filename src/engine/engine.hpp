@@ -204,6 +204,8 @@ private:
 
     // Reductions (engine_step.cc).
     enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL, WEIGHTS };
+    // The engine call of a point, for messages ("?" for a value outside the enum).
+    static const char *sync_point_name(SyncPoint point) noexcept;
     void release(bool abandon);
     void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);

@@ -17,6 +17,7 @@
 #include "amp/convert.hpp"
 #include "ckpt/safetensors.hpp"
 #include "core/agree.hpp"
+#include "core/hash.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -48,14 +49,6 @@ void log_done(const char *did, const std::string &dir, const std::string &tag, d
     const double bytes = ::stat(path.c_str(), &st) == 0 ? static_cast<double>(st.st_size) : 0.0;
     DSM_INFO(ENGINE, "%s checkpoint '%s': %.1f MB in %.2f s (%.2f GB/s)", did, path.c_str(), bytes / 1e6, seconds,
              seconds > 0 ? bytes / seconds / 1e9 : 0.0);
-}
-
-
-// A stable 63-bit hash of a string, to compare tags across ranks.
-int64_t hash_of(const std::string &s) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    return static_cast<int64_t>(h >> 1);
 }
 
 // Run `prepare` (local allocations) on every rank, then agree: a rank out
@@ -209,9 +202,7 @@ void Engine::checkpoint_wait() {
 }
 
 void Engine::check_checkpoint_point(SyncPoint point) {
-    const char *what = point == SyncPoint::SAVE      ? "dsm_engine_save_checkpoint"
-                       : point == SyncPoint::WEIGHTS ? "dsm_engine_load_weights"
-                                                     : "dsm_engine_load_checkpoint";
+    const char *what = sync_point_name(point);
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
     for (const Param &p : params_)
@@ -254,9 +245,10 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         check_checkpoint_point(SyncPoint::SAVE);
         // Tag validation (DeepSpeed's checkpoint.tag_validation): every rank
         // should pass the same tag; rank 0's is used.
-        int64_t h[2] = {hash_of(tag), -hash_of(tag)};
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, h, 2, MPI_INT64_T, MPI_MAX, world_));
-        if (h[0] != -h[1]) {
+        Agreement tags(world_);
+        const size_t hash = tags.add(static_cast<int64_t>(fnv1a(tag)));
+        tags.run(DSM_SUCCESS);
+        if (!tags.same(hash)) {
             if (cfg_.checkpoint.tag_validation == config::TagValidation::FAIL)
                 DSM_FAIL(DSM_ERR_MISMATCH, "the ranks passed different checkpoint tags (this rank: '", tag,
                          "'); checkpoint.tag_validation is \"Fail\"");
@@ -264,10 +256,7 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
                 DSM_WARN(ENGINE, "the ranks passed different checkpoint tags; saving under rank 0's '%s'",
                          tag.c_str());
         }
-        int len = static_cast<int>(tag.size());
-        DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, 0, world_));
-        tag.resize(static_cast<size_t>(len));
-        DSM_CHECK_MPI(MPI_Bcast(&tag[0], len, MPI_CHAR, 0, world_));
+        tag = bcast_string(world_, 0, tag);
         // The client state is rank 0's.
         unsigned long long csize = client_size;
         DSM_CHECK_MPI(MPI_Bcast(&csize, 1, MPI_UNSIGNED_LONG_LONG, 0, world_));

@@ -26,6 +26,14 @@ namespace engine {
 
 namespace {
 
+DSM_PARAM(engine, ENGINE_DEVICE, param::Choice({"auto", "host", "cuda", "sim"}), "auto",
+          "Where an engine keeps the model state when dsm_engine_options_t.device is DSM_DEVICE_DEFAULT "
+          "(and for dsm_engine_init): auto, host, cuda or sim. auto: cuda (device-resident training: "
+          "parameters, gradients, master weights and optimizer state in GPU memory, collectives on NCCL) "
+          "when NCCL is built, every rank has a GPU of its own and no ZeRO-Offload is configured, else host. "
+          "sim: the device-resident engine on a simulated device (host memory with a deferred queue), "
+          "for testing the device paths without a GPU.");
+
 constexpr int kMaxParams = 1000000;
 constexpr size_t kMaxNameLength = 255;
 
@@ -190,7 +198,7 @@ void Engine::choose_space(const Options &options) {
     dsm_device_t want = options.device;
     agree(world_, [&] {
         if (want != DSM_DEVICE_DEFAULT) return;
-        const std::string v = param_choice("DSM_ENGINE_DEVICE", {"auto", "host", "cuda", "sim"});
+        const std::string v = param_ENGINE_DEVICE().value();
         want = v == "host" ? DSM_DEVICE_HOST : v == "cuda" ? DSM_DEVICE_CUDA : v == "sim" ? DSM_DEVICE_SIMULATED
                                                                                         : DSM_DEVICE_DEFAULT;
     });
@@ -415,3 +423,5 @@ void Engine::initialize_values(const dsm_param_desc_t *params) {
 
 } // namespace engine
 } // namespace dsm
+
+DSM_PARAM_LINK(engine_init)

@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "amp/convert.hpp"
+#include "core/agree.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -24,73 +25,60 @@ namespace {
 
 double now() { return MPI_Wtime(); }
 
-const char *point_name(int64_t p) {
-    switch (p) {
-    case 1: return "dsm_engine_init";
-    case 2: return "dsm_engine_param_acquire (ZeRO-3 gather)";
-    case 3: return "dsm_engine_grad_release (bucket reduction)";
-    case 4: return "dsm_step";
-    case 5: return "dsm_engine_free";
-    case 6: return "dsm_engine_save_checkpoint";
-    case 7: return "dsm_engine_load_checkpoint";
-    case 8: return "dsm_engine_checkpoint_wait";
-    case 9: return "dsm_engine_set_stop_signal";
-    case 10: return "dsm_engine_load_weights";
+} // namespace
+
+const char *Engine::sync_point_name(SyncPoint point) noexcept {
+    switch (point) {
+    case SyncPoint::INIT: return "dsm_engine_init";
+    case SyncPoint::GATHER: return "dsm_engine_param_acquire (ZeRO-3 gather)";
+    case SyncPoint::FLUSH: return "dsm_engine_grad_release (bucket reduction)";
+    case SyncPoint::STEP: return "dsm_step";
+    case SyncPoint::FREE: return "dsm_engine_free";
+    case SyncPoint::SAVE: return "dsm_engine_save_checkpoint";
+    case SyncPoint::LOAD: return "dsm_engine_load_checkpoint";
+    case SyncPoint::WAIT: return "dsm_engine_checkpoint_wait";
+    case SyncPoint::STOP_SIGNAL: return "dsm_engine_set_stop_signal";
+    case SyncPoint::WEIGHTS: return "dsm_engine_load_weights";
     }
     return "?";
 }
 
-} // namespace
-
-// One allreduce (MAX) of: the point and its detail, negated copies (so MAX
-// gives the minimum too), the lowest failing rank, whether an asynchronous
-// save still writes on some rank, and at dsm_step whether
-// the stop signal arrived here (so every rank learns it from any rank). Then, if any rank
-// failed, the lowest failing rank's message is broadcast and every rank
-// throws it; if the ranks are at different points, every rank throws
-// DSM_ERR_MISMATCH. Ranks at different points are in different engine calls
-// and will not meet at the same collective again: every one of them marks
-// the engine failed, so that its dsm_engine_free is local (a rank that saw
-// the failure in a save or a load as well as one that saw it in a step).
+// One agreement (one allreduce) of: this rank's status, the point and its
+// detail, whether an asynchronous save still writes on some rank, and at
+// dsm_step whether the stop signal arrived here (so every rank learns it
+// from any rank). Then, if any rank failed, every rank throws the lowest
+// failing rank's error; if the ranks are at different points, every rank
+// throws DSM_ERR_MISMATCH. Ranks at different points are in different engine
+// calls and will not meet at the same collective again: every one of them
+// marks the engine failed, so that its dsm_engine_free is local (a rank that
+// saw the failure in a save or a load as well as one that saw it in a step).
 void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_error, dsm_status_t local_status) {
-    const int64_t p = static_cast<int64_t>(point);
-    const bool failed = local_status != DSM_SUCCESS;
-    // Then an asynchronous save still writing on some rank, and the stop signal.
     const bool stop = point == SyncPoint::STEP && stop_signal_received(stop_signal_);
-    int64_t mine[7] = {p,   -p, detail, -detail, failed ? INT_MAX - world_rank_ : -1, saver_ && !saver_->done(),
-                       stop};
-    int64_t all[7];
+    Agreement a(world_);
+    const size_t at = a.add(static_cast<int64_t>(point)), value = a.add(detail),
+                 saving = a.add(saver_ && !saver_->done()), stopped = a.add(stop);
     try {
-        DSM_CHECK_MPI(MPI_Allreduce(mine, all, 7, MPI_INT64_T, MPI_MAX, world_));
+        a.run(local_status, local_error);
     } catch (...) {
         broken_ = true; // the ranks' states are unknown
         throw;
     }
-    saves_done_ = all[5] == 0;
-    if (all[0] != -all[1]) broken_ = true;
-    if (all[4] >= 0) {
-        const int first = static_cast<int>(INT_MAX - all[4]);
-        int st = static_cast<int>(local_status);
-        DSM_CHECK_MPI(MPI_Bcast(&st, 1, MPI_INT, first, world_));
-        int len = static_cast<int>(local_error.size());
-        DSM_CHECK_MPI(MPI_Bcast(&len, 1, MPI_INT, first, world_));
-        std::string text(static_cast<size_t>(len), '\0');
-        if (world_rank_ == first) text = local_error;
-        if (len > 0) DSM_CHECK_MPI(MPI_Bcast(&text[0], len, MPI_CHAR, first, world_));
-        DSM_FAIL(static_cast<dsm_status_t>(st), "rank ", first, ": ", text);
-    }
-    if (all[0] != -all[1])
+    saves_done_ = a.max(saving) == 0;
+    if (!a.same(at)) broken_ = true;
+    a.throw_if_failed();
+    if (!a.same(at))
         DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine are at different collective points: some are in ",
-                 point_name(-all[1]), ", others in ", point_name(all[0]),
+                 sync_point_name(static_cast<SyncPoint>(a.min(at))), ", others in ",
+                 sync_point_name(static_cast<SyncPoint>(a.max(at))),
                  " (every rank must make the same engine calls in the same order)");
-    if (all[2] != -all[3])
-        DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine disagree at ", point_name(p), ": values from ",
-                 -all[3], " to ", all[2],
+    if (!a.same(value))
+        DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine disagree at ", sync_point_name(point), ": values from ",
+                 a.min(value), " to ", a.max(value),
                  (point == SyncPoint::GATHER ? " (parameter index: acquire the same parameters in the same order)"
                   : point == SyncPoint::FLUSH ? " (gradient bucket: release the same gradients in the same order)"
                   : point == SyncPoint::STOP_SIGNAL ? " (the signal number)"
                                               : ""));
-    if (all[6] > 0) stop_pending_ = true;
+    if (a.max(stopped) > 0) stop_pending_ = true;
 }
 
 void Engine::set_stop_signal(int signum) {
@@ -231,7 +219,6 @@ void Engine::step(dsm_step_info_t *info) {
             step_mark_off_ = off;
 
             // Unscale, check, norm, clip.
-            const double t0 = now();
             const double inv = 1.0 / (scaler_->scale() * static_cast<double>(cfg_.gradient_accumulation_steps));
             float *g = fp32_grads();
             // Unscale, overflow check and norm in one pass where the
@@ -316,7 +303,6 @@ void Engine::step(dsm_step_info_t *info) {
                 }
                 ++applied_steps_;
             }
-            (void)t0;
             if (world_rank_ == 0 && cfg_.steps_per_print > 0 && global_steps_ % cfg_.steps_per_print == 0)
                 log_step(norm);
             record_step(norm);

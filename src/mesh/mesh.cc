@@ -16,6 +16,14 @@ namespace dsm {
 
 namespace {
 
+DSM_PARAM(mesh, MESH_PLACEMENT, param::Choice({"node", "none"}), "node",
+          "Rank placement of dsm_mesh_create when the caller leaves it to the environment: node "
+          "(innermost mesh dimensions inside a node, ranks ordered by NUMA domain and rank inside it) "
+          "or none (mesh position = rank).");
+DSM_PARAM(mesh, BIND, param::Choice({"none", "spread", "gpu"}), "none",
+          "CPU binding at mesh creation when the caller leaves it to the environment: none, spread "
+          "(an even share of the node's cores per rank) or gpu (the cores nearest the rank's GPU).");
+
 std::string join(const std::vector<std::string> &v, const char *sep = ",") {
     std::string s;
     for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
@@ -95,7 +103,7 @@ Resolved resolve(int size, int ndims, const int shape[], const char *const names
     std::memcpy(&bind, &o.bind, sizeof bind);
     switch (placement) {
     case DSM_PLACEMENT_DEFAULT:
-        r.placement = param_choice("DSM_MESH_PLACEMENT", {"node", "none"}) == std::string("node")
+        r.placement = param_MESH_PLACEMENT().value() == "node"
                           ? DSM_PLACEMENT_NODE : DSM_PLACEMENT_NONE;
         break;
     case DSM_PLACEMENT_NODE:
@@ -106,7 +114,7 @@ Resolved resolve(int size, int ndims, const int shape[], const char *const names
     }
     switch (bind) {
     case DSM_BIND_DEFAULT: {
-        std::string b = param_choice("DSM_BIND", {"none", "spread", "gpu"});
+        const std::string b = param_BIND().value();
         r.bind = b == "none" ? DSM_BIND_NONE : b == "spread" ? DSM_BIND_SPREAD : DSM_BIND_GPU;
         break;
     }
@@ -464,3 +472,5 @@ MPI_Comm Mesh::flatten(int nnames, const char *const names[], const char *flat_n
 }
 
 } // namespace dsm
+
+DSM_PARAM_LINK(mesh)

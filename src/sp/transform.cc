@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/agree.hpp"
+#include "core/hash.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -124,10 +125,8 @@ std::string canonical(Direction dir, int n, const dsm_sp_tensor_t t[]) {
 
 // A 64-bit fingerprint of the same (FNV-1a over the fields).
 uint64_t fingerprint(Direction dir, int n, const dsm_sp_tensor_t t[]) {
-    uint64_t h = 1469598103934665603ull;
-    auto mix = [&](int64_t v) {
-        for (int i = 0; i < 8; ++i) h = (h ^ ((static_cast<uint64_t>(v) >> (8 * i)) & 0xff)) * 1099511628211ull;
-    };
+    uint64_t h = kFnv1aOffset;
+    auto mix = [&](int64_t v) { h = fnv1a(&v, sizeof v, h); };
     mix(dir == Direction::SEQ_TO_HEAD ? 1 : 2);
     mix(n);
     for (int k = 0; k < n && t != nullptr; ++k) {
@@ -277,26 +276,23 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
             }
         }
     };
-    // Agreement in one allreduce: the lowest failing rank, and the fingerprint's
-    // min and max (as 32-bit halves, so negation cannot overflow).
+    // Agreement in one allreduce: the lowest failing rank, and whether the
+    // fingerprints are the same (taken only of tensors that passed the checks).
+    dsm_status_t status = DSM_SUCCESS;
     std::string failure;
-    bool failed = false;
+    uint64_t print = 0;
     try {
         local();
+        print = fingerprint(dir, n, t);
     } catch (const Error &e) {
-        failed = true;
+        status = e.status();
         failure = e.message();
     }
-    const uint64_t fp = failed ? 0 : fingerprint(dir, n, t);
-    int64_t v[5] = {failed ? static_cast<int64_t>(rank_) : INT64_MAX, static_cast<int64_t>(fp >> 32),
-                    static_cast<int64_t>(fp & 0xffffffffu), -static_cast<int64_t>(fp >> 32),
-                    -static_cast<int64_t>(fp & 0xffffffffu)};
-    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 5, MPI_INT64_T, MPI_MIN, comm));
-    if (v[0] != INT64_MAX) {
-        agree(comm, local); // every rank throws the lowest failing rank's error
-        DSM_FAIL(DSM_ERR_INTERNAL, "sequence-parallel argument check: inconsistent outcome");
-    }
-    if (v[1] != -v[3] || v[2] != -v[4]) {
+    Agreement a(comm);
+    const size_t fp = a.add(static_cast<int64_t>(print));
+    a.run(status, failure);
+    a.throw_if_failed(); // every rank throws the lowest failing rank's error
+    if (!a.same(fp)) {
         agree_same(comm, "the sequence-parallel tensors", canonical(dir, n, t));
         DSM_FAIL(DSM_ERR_MISMATCH, "the sequence-parallel tensors differ across ranks (fingerprints differ)");
     }
@@ -513,18 +509,15 @@ void *Context::alloc(size_t bytes, bool have_output) {
     } catch (const Error &) {
         failure = std::current_exception();
     }
-    int failed[2] = {failure ? 1 : 0, failure ? -1 : 0}; // all failed, any failed
-    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, failed, 2, MPI_INT, MPI_MIN, backend_->comm()));
-    if (failed[0] == 1) std::rethrow_exception(failure); // agreed already: the same error everywhere
-    if (failed[1] == -1) {
-        try {
-            agree(backend_->comm(), [&] {
-                if (failure) std::rethrow_exception(failure);
-            });
-        } catch (...) {
-            if (p != nullptr) backend_->free_shared(p); // private memory: not collective
-            throw;
-        }
+    Agreement a(backend_->comm());
+    const size_t ok = a.add(failure ? 0 : 1);
+    a.run([&] {
+        if (failure) std::rethrow_exception(failure);
+    });
+    if (a.max(ok) == 0) std::rethrow_exception(failure); // agreed already: the same error everywhere
+    if (a.failed()) {
+        if (p != nullptr) backend_->free_shared(p); // private memory: not collective
+        a.throw_if_failed();
     }
     allocations_.insert(p);
     return p;
@@ -534,13 +527,14 @@ void Context::free(void *ptr) {
     DSM_REQUIRE(backend_ != nullptr, DSM_ERR_INVALID_ARGUMENT, "the sequence-parallel context was closed");
     // Freeing a shared window is collective: agree that every rank frees a
     // block of its own, or that every rank passes NULL, before touching it.
-    agree(backend_->comm(), [&] {
+    Agreement a(backend_->comm());
+    const size_t null = a.add(ptr == nullptr);
+    a.run([&] {
         DSM_REQUIRE(ptr == nullptr || allocations_.count(ptr) != 0, DSM_ERR_INVALID_ARGUMENT, "pointer ", ptr,
                     " was not returned by dsm_sp_alloc() of this context (or was freed already)");
     });
-    int nulls[2] = {ptr == nullptr ? 1 : 0, ptr == nullptr ? -1 : 0};
-    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, nulls, 2, MPI_INT, MPI_MIN, backend_->comm()));
-    DSM_REQUIRE(nulls[0] == -nulls[1], DSM_ERR_MISMATCH,
+    a.throw_if_failed();
+    DSM_REQUIRE(a.same(null), DSM_ERR_MISMATCH,
                 "dsm_sp_free_memory: some ranks passed NULL and others a pointer (frees are collective)");
     if (ptr == nullptr) return;
     allocations_.erase(ptr);

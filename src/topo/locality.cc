@@ -18,6 +18,16 @@ namespace dsm::topo {
 
 namespace {
 
+DSM_PARAM(sim, SIM_NODES, param::Text(), "",
+          "Testing: pretend the ranks run on these nodes. A node name per rank, comma separated "
+          "(a,a,b,b), or COUNT:block or COUNT:cyclic for COUNT nodes filled as Slurm's block or cyclic "
+          "distribution would.");
+DSM_PARAM(sim, SIM_NUMA, param::Text(), "",
+          "Testing: pretend each rank is bound to this NUMA domain; a domain number per rank, comma "
+          "separated.");
+DSM_PARAM(sim, SIM_GPUS, param::Int(0, INT_MAX, "an integer >= 0", -1), "",
+          "Testing: pretend every node has this many GPUs.");
+
 constexpr int kHostMax = 64;
 
 struct Exchange {
@@ -98,11 +108,11 @@ std::vector<RankInfo> discover(MPI_Comm comm) {
     }
 
     Exchange mine{};
-    bool simulated = param_is_set("DSM_SIM_NODES");
+    bool simulated = param_SIM_NODES().is_set();
     agree(comm, [&] {
         std::string host;
         if (simulated) {
-            host = sim_node(param_string("DSM_SIM_NODES"), rank, size);
+            host = sim_node(param_SIM_NODES().value(), rank, size);
             mine.key = -1;
         } else {
             char name[MPI_MAX_PROCESSOR_NAME];
@@ -113,18 +123,19 @@ std::vector<RankInfo> discover(MPI_Comm comm) {
         }
         std::strncpy(mine.host, host.c_str(), kHostMax - 1);
         SelfProbe probe;
-        if (!param_is_set("DSM_SIM_NUMA") || !param_is_set("DSM_SIM_GPUS")) probe = probe_self();
-        if (param_is_set("DSM_SIM_NUMA")) {
-            std::vector<std::string> numa = split_commas(param_string("DSM_SIM_NUMA"));
+        const bool sim_numa = param_SIM_NUMA().is_set(), sim_gpus = param_SIM_GPUS().is_set();
+        if (!sim_numa || !sim_gpus) probe = probe_self();
+        if (sim_numa) {
+            const std::string spec = param_SIM_NUMA().value();
+            std::vector<std::string> numa = split_commas(spec);
             DSM_REQUIRE(static_cast<int>(numa.size()) == size, DSM_ERR_INVALID_ARGUMENT,
-                        "environment DSM_SIM_NUMA=\"", param_string("DSM_SIM_NUMA"), "\" gives ",
+                        "environment DSM_SIM_NUMA=\"", spec, "\" gives ",
                         numa.size(), " domains, one per rank is needed: ", size);
             mine.numa = parse_int(numa[static_cast<size_t>(rank)], "DSM_SIM_NUMA", 0);
         } else {
             mine.numa = probe.numa;
         }
-        mine.gpus = param_is_set("DSM_SIM_GPUS") ? parse_int(param_string("DSM_SIM_GPUS"), "DSM_SIM_GPUS", 0)
-                                                 : probe.gpus;
+        mine.gpus = sim_gpus ? static_cast<int>(param_SIM_GPUS().value()) : probe.gpus;
     });
 
     std::vector<Exchange> all(static_cast<size_t>(size));
@@ -168,3 +179,5 @@ std::vector<RankInfo> discover(MPI_Comm comm) {
 }
 
 } // namespace dsm::topo
+
+DSM_PARAM_LINK(topo_locality)

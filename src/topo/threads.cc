@@ -23,6 +23,11 @@ namespace dsm::topo {
 
 namespace {
 
+DSM_PARAM(topo, NUM_THREADS, param::Int(1, 65536, "a thread count 1..65536"), "",
+          "Threads of each rank's CPU kernels (optimizer, conversions, checksums) and of OpenMP in the "
+          "program, set at engine creation. Empty: OMP_NUM_THREADS when it is set, else the cores of the "
+          "rank's CPU binding, else the node's cores divided by the ranks on the node.");
+
 // CPUs in the process's affinity mask (the binding without hwloc).
 int affinity_cpus() {
     cpu_set_t set;
@@ -39,17 +44,6 @@ int omp_env_threads() {
     if (v == nullptr) return 0;
     const long n = std::strtol(v, nullptr, 10);
     return n > 0 && n <= 65536 ? static_cast<int>(n) : 0;
-}
-
-int parse_threads(const std::string &v) {
-    if (v.empty()) return 0;
-    char *end = nullptr;
-    errno = 0;
-    const long n = std::strtol(v.c_str(), &end, 10);
-    DSM_REQUIRE(errno == 0 && end != v.c_str() && *end == '\0' && n >= 1 && n <= 65536 && v[0] != '+' &&
-                    v[0] != ' ',
-                DSM_ERR_INVALID_ARGUMENT, "DSM_NUM_THREADS=\"", v, "\": expected a thread count 1..65536");
-    return static_cast<int>(n);
 }
 
 } // namespace
@@ -92,7 +86,7 @@ ThreadChoice choose_threads(int dsm_threads, int omp_threads, const CoreProbe &c
 }
 
 ThreadChoice decide_threads(int local_size, bool warn) {
-    const int dsm_threads = parse_threads(param_string("DSM_NUM_THREADS"));
+    const int dsm_threads = static_cast<int>(param_NUM_THREADS().value());
     const CoreProbe cores = probe_cores();
     const ThreadChoice c = choose_threads(dsm_threads, omp_env_threads(), cores, local_size);
     DSM_INFO(INIT, "threads: %d per rank (%s; %d ranks on a node of %d cores%s)", c.threads, c.source.c_str(),
@@ -112,3 +106,5 @@ ThreadChoice decide_threads(int local_size, bool warn) {
 }
 
 } // namespace dsm::topo
+
+DSM_PARAM_LINK(topo_threads)

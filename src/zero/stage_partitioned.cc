@@ -37,6 +37,7 @@
 #include <deque>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "mpi.h"
 #include "zero/plan.hpp"
 #include "zero/stage.hpp"
@@ -516,8 +517,8 @@ void Partitioned::new_micro_step(bool forget) {
 // share into its gradient partition.
 void Partitioned::flush(const Before &before) {
     // The bucket's parameters, in order, must be the same on every rank.
-    uint64_t h = 1469598103934665603ull;
-    for (const auto &p : pending_) h = (h ^ static_cast<uint64_t>(p.param + 1)) * 1099511628211ull;
+    uint64_t h = kFnv1aOffset;
+    for (const auto &p : pending_) h = fnv1a(&p.param, sizeof p.param, h);
     before(static_cast<int64_t>(h >> 2));
     if (pending_.empty()) return;
     auto job = std::make_shared<std::vector<Pending>>(std::move(pending_));

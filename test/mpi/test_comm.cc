@@ -36,6 +36,7 @@
 #include "comm/reduce.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/hash.hpp"
 #include "cuda/device.hpp"
 
 // CMocka (through mpi_test.h) last: its fail() macro would break the C++ headers.
@@ -142,12 +143,7 @@ Expect expect_of(dsm_dtype_t t, Op op, Mode m, uint64_t seed, size_t index_of_ra
     return Expect{acc, tol};
 }
 
-uint64_t bytes_hash(const void *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    const unsigned char *c = static_cast<const unsigned char *>(p);
-    for (size_t i = 0; i < n; ++i) h = (h ^ c[i]) * 1099511628211ull;
-    return h;
-}
+uint64_t bytes_hash(const void *p, size_t n) { return dsm::fnv1a(p, n); }
 
 // Whether `n` bytes have the same bits on every rank.
 bool same_on_all_ranks(const void *p, size_t n) {

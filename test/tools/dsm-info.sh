@@ -18,14 +18,21 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$bin" --env | grep -q "^environment parameters:" || fail "--env"
 "$bin" --env | grep -q "DSM_COMM_BACKEND" || fail "--env lacks DSM_COMM_BACKEND"
 "$bin" --json > "$tmp/info.json" || fail "dsm-info --json exited $?"
-python3 - "$tmp/info.json" <<'PY' || fail "dsm-info --json content"
-import json, sys
+python3 - "$tmp/info.json" "$top_srcdir/doc/environment.md" <<'PY' || fail "dsm-info --json content"
+import json, re, sys
 j = json.load(open(sys.argv[1]))
 assert j["features"]["mpi"] is True
 names = [p["name"] for p in j["parameters"]]
 assert "DSM_DEBUG" in names and "DSM_SIM_NODES" in names, names
 assert all(p["help"] for p in j["parameters"])
+assert all(p["type"] in ("string", "choice", "int", "size", "bool", "signal") for p in j["parameters"])
+# Every parameter the library declares, in the order and with the type of
+# the reference table (the table's rows start with the name and the type).
+doc = [re.match(r"\| `(DSM_\w+)` \| (\w+) \|", l) for l in open(sys.argv[2])]
+doc = [(m.group(1), m.group(2)) for m in doc if m]
+assert [(p["name"], p["type"]) for p in j["parameters"]] == doc, (names, doc)
 PY
+"$bin" --env | grep -q '^  DSM_COMM_NET_CHUNK = "[^"]*" ([a-z]*, size)$' || fail "--env lacks the type of DSM_COMM_NET_CHUNK"
 
 "$bin" --bogus > /dev/null 2>&1; [ $? -eq 2 ] || fail "an unknown option must exit 2"
 

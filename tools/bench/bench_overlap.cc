@@ -23,6 +23,7 @@
 
 #include "bench.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "engine/engine.hpp"
 #include "mesh/mesh.hpp"
 
@@ -140,10 +141,9 @@ double timed_step(MPI_Comm world, Model &m, engine::Engine *eng) {
 
 // A hash of the engine's parameters.
 unsigned long long param_hash(engine::Engine &eng) {
-    unsigned long long h = 1469598103934665603ull;
+    uint64_t h = dsm::kFnv1aOffset;
     for (int l = 0; l < eng.num_params(); ++l) {
-        const unsigned char *p = static_cast<const unsigned char *>(eng.param_acquire(l));
-        for (size_t i = 0; i < eng.numel(l) * 4; ++i) h = (h ^ p[i]) * 1099511628211ull;
+        h = dsm::fnv1a(eng.param_acquire(l), eng.numel(l) * 4, h);
         eng.param_release(l);
     }
     return h;
