@@ -35,8 +35,8 @@ check_stop() {
         echo "FAIL: $1: standard error lacks the status of $2 or its detail ($3):"
         cat "$tmp/$1.err"
         status=1
-    elif grep -qi 'MPI_ABORT' "$tmp/$1.err" "$tmp/$1.out"; then
-        echo "FAIL: $1: MPI_Abort was called without MPI:"
+    elif grep -Eqi 'MPI_ABORT|disallowed by the MPI standard|was invoked' "$tmp/$1.err" "$tmp/$1.out"; then
+        echo "FAIL: $1: an MPI call (MPI_Abort) was made without MPI:"
         cat "$tmp/$1.err"
         status=1
     elif grep -q '^FAIL' "$tmp/$1.out"; then
