@@ -1,109 +1,29 @@
 ! libdsm Fortran bindings: module dsm.
 !
-! The Fortran face of include/dsm.h. Every C function dsm_X(...) that returns
-! a status is a subroutine dsm_X(..., ierr) here, with the outputs last as in
-! C and an optional trailing ierr:
-!   - ierr present: it receives the status (DSM_SUCCESS = 0 on success); use
-!     dsm_status_string(ierr) and dsm_get_last_error() for the details.
-!   - ierr absent: a failure prints the status and dsm_get_last_error() to
-!     standard error and calls MPI_Abort(MPI_COMM_WORLD, status).
-! The functions that return a string in C (dsm_status_string,
-! dsm_get_last_error, dsm_dtype_name) are functions returning
-! character(len=:), allocatable here; dsm_free, void in C, is a subroutine
-! whose optional ierr is always DSM_SUCCESS (every subroutine takes one).
+! The Fortran face of include/dsm.h; doc/fortran.md is its reference (every
+! public name with its Fortran signature, and the conventions). In short:
+!   - Every C function dsm_X(...) that returns a status is a subroutine
+!     dsm_X(..., ierr), outputs last as in C, with an optional trailing ierr.
+!     Present, it receives the status; absent, a failure prints the status
+!     and dsm_get_last_error() on standard error and stops the program:
+!     MPI_Abort(MPI_COMM_WORLD, status) while MPI is initialized, else (a
+!     routine that needs no MPI, before MPI_Init or after MPI_Finalize)
+!     error stop status.
+!   - Handles are bind(C) types around a c_ptr, null until created and
+!     after the dsm_*_free routines; strings are character(*) (trailing
+!     blanks ignored, '' is C NULL for a group or a tag); communicators are
+!     integer (use mpi) or type(MPI_Comm) (use mpi_f08) through generics;
+!     indices are 0-based; shapes are in Fortran order (reversed for C);
+!     int64_t and size_t counts are integer(c_int64_t).
 !
-! Conventions:
-!   - Integers (shapes, ranks, sizes, MPI handles) are default INTEGER,
-!     except those that are int64_t or size_t in C and count elements,
-!     bytes, tokens, samples or steps, which are integer(c_int64_t): the
-!     batch values, world and data-parallel sizes and step counts of the
-!     dsm_config routines, parameter element counts, the tensor sizes and
-!     counts of sequence parallelism, tokens, sample indices, epochs and
-!     micro-batch numbers, byte counts. Parameter shapes stay default INTEGER.
-!   - Communicators go in and come out as the integer handles of `use mpi`;
-!     every routine that takes or returns a communicator also accepts
-!     type(MPI_Comm) from `use mpi_f08` (a generic interface with two
-!     specifics).
-!   - Dimension indices (the dim argument of dsm_mesh_dim_size,
-!     dsm_mesh_dim_rank, dsm_mesh_get_dim_name, dsm_mesh_get_dim_index) are
-!     0-based as in C: 0 is the outermost dimension.
-!   - Names are character strings; trailing blanks are ignored. A group name
-!     of '' (empty or all blanks) means the whole mesh (C NULL). Likewise ''
-!     is C NULL for the group of dsm_sp_create ("sequence_parallel") and the
-!     tag of the checkpoint routines ("global_step<N>" when saving, the one
-!     DIR/latest names when loading).
-!   - Collective routines follow the C rules: every rank of the communicator
-!     calls them, and every rank gets the same status.
-!   - Handles (type(dsm_mesh_t), type(dsm_config_t), type(dsm_engine_t),
-!     type(dsm_sp_t), type(dsm_sampler_t)) start out null; the dsm_*_free
-!     routines make them null again. c_associated(mesh%ptr) tells whether a
-!     handle is live. The mesh from dsm_engine_get_mesh belongs to the
-!     engine: do not free it.
-!   - Indices are 0-based as in C, like dimension indices: parameter indices
-!     (params(i) of dsm_engine_init has index i - 1; dsm_engine_param_index
-!     gives it by name), head indices, sample indices, epochs and
-!     micro-batch numbers. A Fortran dataset data(:, 1:n) holds sample k in
-!     data(:, k + 1).
-!   - A configuration (dsm_config_load, dsm_config_load_for_mesh,
-!     dsm_config_resolve) is the path of a JSON file or inline JSON text
-!     starting with '{'; trailing blanks are ignored.
-!   - Shapes and memory order. C tensors are row-major (last index fastest),
-!     Fortran arrays column-major (first index fastest), so the same memory
-!     has reversed shapes in the two languages. The bindings give every
-!     shape in Fortran order and reverse it for C: a parameter declared with
-!     shape = [n, m] is the Fortran array w(n, m), stored by the engine as
-!     the C tensor [m][n] (which is how checkpoints and C, Python or h5py
-!     tools show it; HDF5's own Fortran API shows it as (n, m) again). A
-!     parameter is a flat buffer of numel elements to the engine: element
-!     w(i, j) is flat element (i - 1) + (j - 1) * n, so Fortran arrays map
-!     onto it with no transposition (init_values, the init_fn ranges, the
-!     pointers of dsm_engine_param_acquire and dsm_engine_grad_acquire).
-!     The same holds for the tensors of sequence parallelism, whose C
-!     layouts [b, s, H, d] (DSM_SP_BATCH_FIRST) and [s, b, H, d]
-!     (DSM_SP_SEQ_FIRST) are the Fortran arrays x(d, H, s, b) and
-!     x(d, H, b, s), and for the [batch, seq] token arrays of
-!     dsm_sp_shard_batch, which are tokens(seq, batch) here: one sequence
-!     per column.
-!   - Pointers. Memory that libdsm owns (parameters, gradient buffers,
-!     dsm_sp_alloc memory) is handed out as type(c_ptr), and where the dtype
-!     allows as a Fortran pointer made with c_f_pointer: real(c_float),
-!     pointer, dimension(:) (numel elements) or dimension(:,:) (a shape the
-!     caller gives, whose product must be numel). The real(c_float) forms
-!     need the dtype DSM_FLOAT32; 16-bit dtypes use the type(c_ptr) form and
-!     dsm_convert. Pointers are valid until the matching release (or free).
-!     The real(c_float) array forms of the sequence-parallel transforms take
-!     the arrays as memory: a count is the array's size in bytes over the
-!     size of t%dtype (size(x) for DSM_FLOAT32).
-!     Arrays handed to libdsm as type(c_ptr) come from c_loc of a
-!     contiguous array with the TARGET attribute, or from libdsm.
-!   - Byte blobs (the client state of checkpoints) are integer(c_int8_t)
-!     arrays or character strings (every character counts, trailing blanks
-!     included); a blob libdsm returns is allocated by the bindings and the
-!     C copy freed with dsm_free inside them.
-!   - Options structures of C (the sampler options) are optional keyword
-!     arguments here, with the C defaults; logical where C uses an int as a
-!     flag. Output structures (dsm_step_info_t), tensor descriptions
-!     (dsm_sp_tensor_t) and the engine's options (dsm_engine_options_t) are
-!     bind(C) derived types with the fields of C in the same order; the
-!     default initialization of dsm_step_info_t is DSM_STEP_INFO_INITIALIZER
-!     and that of dsm_engine_options_t DSM_ENGINE_OPTIONS_INITIALIZER (their
-!     size fields included), that of dsm_sp_tensor_t leaves only the sizes to
-!     set.
-!   - CUDA streams (dsm_engine_set_stream, dsm_engine_get_stream: C's
-!     dsm/cuda.h) are the cudaStream_t pointer as type(c_ptr); a CUDA
-!     Fortran integer(cuda_stream_kind) stream converts with
-!     transfer(stream, c_null_ptr), and back with transfer(ptr, stream).
-!   - Errors the bindings find themselves (a real(c_float) pointer asked
-!     for on an engine whose dtype is not DSM_FLOAT32, a shape whose product
-!     is not numel, positions or labels shaped unlike the tokens, a negative
-!     element count for dsm_convert) give DSM_ERR_INVALID_ARGUMENT, with no
-!     C call or after locally releasing what the call had just acquired.
-!     dsm_get_last_error() does not describe them (C offers no way to set
-!     it): they are printed when ierr is absent. A binding never skips a
-!     collective C call because of an argument that may differ between
-!     ranks, so no rank is left waiting: such arguments (the counts of the
-!     sequence-parallel transforms, the shape of a rank-2 parameter pointer)
-!     go to C, which fails every rank, or are checked after the call.
+! How the module is built:
+!   - fortran/dsm_const.inc, dsm_iface.inc and dsm_wrap.inc are generated by
+!     fortran/gen_fortran.py from dsm.h (do not edit them): the named
+!     constants, the bind(C) interfaces c_dsm_X of the C functions and of
+!     the communicator shim (fortran/dsm_fshim.c), and the wrappers that only
+!     call C (the table WRAPPED of the script).
+!   - This file holds the derived types and what differs from C: arrays,
+!     communicators, generic forms, pointers, callbacks, blobs.
 !
 ! The module holds no state of its own and is thread safe in the same way as
 ! the C library.
@@ -688,17 +608,6 @@ contains
          'dsm_mesh_create', ierr)
   end subroutine mesh_create_i
 
-  subroutine mesh_create_f08(comm, shape, names, mesh, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    integer, dimension(:), intent(in) :: shape
-    character(len=*), dimension(:), intent(in) :: names
-    type(dsm_mesh_t), intent(out) :: mesh
-    integer, intent(out), optional :: ierr
-
-    call mesh_create_common(comm%MPI_VAL, shape, names, DSM_PLACEMENT_DEFAULT, DSM_BIND_DEFAULT, &
-         mesh, 'dsm_mesh_create', ierr)
-  end subroutine mesh_create_f08
-
   subroutine mesh_create_with_options_i(comm, shape, names, placement, binding, mesh, ierr)
     integer, intent(in) :: comm
     integer, dimension(:), intent(in) :: shape
@@ -711,18 +620,6 @@ contains
          'dsm_mesh_create_with_options', ierr)
   end subroutine mesh_create_with_options_i
 
-  subroutine mesh_create_with_options_f08(comm, shape, names, placement, binding, mesh, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    integer, dimension(:), intent(in) :: shape
-    character(len=*), dimension(:), intent(in) :: names
-    integer, intent(in) :: placement, binding
-    type(dsm_mesh_t), intent(out) :: mesh
-    integer, intent(out), optional :: ierr
-
-    call mesh_create_common(comm%MPI_VAL, shape, names, placement, binding, mesh, &
-         'dsm_mesh_create_with_options', ierr)
-  end subroutine mesh_create_with_options_f08
-
   subroutine mesh_create_dp_sp_i(comm, dp, sp, mesh, ierr)
     integer, intent(in) :: comm
     integer, intent(in) :: dp, sp
@@ -733,15 +630,6 @@ contains
     st = c_dsm_f_mesh_create_dp_sp(comm, int(dp, c_int), int(sp, c_int), mesh%ptr)
     call finish(st, 'dsm_mesh_create_dp_sp', ierr)
   end subroutine mesh_create_dp_sp_i
-
-  subroutine mesh_create_dp_sp_f08(comm, dp, sp, mesh, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    integer, intent(in) :: dp, sp
-    type(dsm_mesh_t), intent(out) :: mesh
-    integer, intent(out), optional :: ierr
-
-    call mesh_create_dp_sp_i(comm%MPI_VAL, dp, sp, mesh, ierr)
-  end subroutine mesh_create_dp_sp_f08
 
   ! ============================================================ mesh queries (not collective)
 
@@ -802,15 +690,6 @@ contains
     end if
     call finish(st, 'dsm_mesh_comm', ierr)
   end subroutine mesh_comm_i
-
-  subroutine mesh_comm_f08(mesh, group, comm, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), intent(in) :: group
-    type(MPI_Comm), intent(out) :: comm
-    integer, intent(out), optional :: ierr
-
-    call mesh_comm_i(mesh, group, comm%MPI_VAL, ierr)
-  end subroutine mesh_comm_f08
 
   !> The parent ranks of the members of this rank's group, in group-rank
   !> order, in ranks(1:group size); group '' for the whole mesh. size(ranks)
@@ -899,16 +778,6 @@ contains
     if (present(comm)) comm = c
   end subroutine mesh_flatten_i
 
-  subroutine mesh_flatten_f08(mesh, names, flat_name, comm, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), dimension(:), intent(in) :: names
-    character(len=*), intent(in) :: flat_name
-    type(MPI_Comm), intent(out) :: comm
-    integer, intent(out), optional :: ierr
-
-    call mesh_flatten_common(mesh, names, flat_name, comm%MPI_VAL, ierr)
-  end subroutine mesh_flatten_f08
-
   ! ============================================================ configuration
 
   subroutine config_load_i(comm, config, flags, cfg, ierr)
@@ -922,16 +791,6 @@ contains
     st = c_dsm_f_config_load(comm, trim(config) // c_null_char, int(flags, c_int), cfg%ptr)
     call finish(st, 'dsm_config_load', ierr)
   end subroutine config_load_i
-
-  subroutine config_load_f08(comm, config, flags, cfg, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    character(len=*), intent(in) :: config
-    integer, intent(in) :: flags
-    type(dsm_config_t), intent(out) :: cfg
-    integer, intent(out), optional :: ierr
-
-    call config_load_i(comm%MPI_VAL, config, flags, cfg, ierr)
-  end subroutine config_load_f08
 
   ! ============================================================ helpers of the new routines
 
@@ -1167,16 +1026,6 @@ contains
     call finish(st, 'dsm_engine_init_comm', ierr)
   end subroutine engine_init_comm_i
 
-  subroutine engine_init_comm_f08(comm, config, params, engine, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    character(len=*), intent(in) :: config
-    type(dsm_param_desc_t), dimension(:), intent(in) :: params
-    type(dsm_engine_t), intent(out) :: engine
-    integer, intent(out), optional :: ierr
-
-    call engine_init_comm_i(comm%MPI_VAL, config, params, engine, ierr)
-  end subroutine engine_init_comm_f08
-
   !> Parameter index's values as real(c_float) into values (size(values)
   !> must be its numel), whatever the compute dtype and wherever the engine
   !> keeps them: acquire, convert, release. Collective where the acquire is.
@@ -1222,18 +1071,6 @@ contains
     why = 'the engine''s dtype is ' // dsm_dtype_name(int(d)) // &
          ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert'
   end function not_float32
-
-  subroutine param_acquire_ptr(engine, index, values, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    type(c_ptr), intent(out) :: values
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    values = c_null_ptr
-    st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), values)
-    call finish(st, 'dsm_engine_param_acquire', ierr)
-  end subroutine param_acquire_ptr
 
   subroutine param_acquire_r1(engine, index, values, ierr)
     type(dsm_engine_t), intent(in) :: engine
@@ -1304,18 +1141,6 @@ contains
     end if
     call finish(st, 'dsm_engine_param_acquire', ierr)
   end subroutine param_acquire_r2
-
-  subroutine grad_acquire_ptr(engine, index, grad, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    type(c_ptr), intent(out) :: grad
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    grad = c_null_ptr
-    st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), grad)
-    call finish(st, 'dsm_engine_grad_acquire', ierr)
-  end subroutine grad_acquire_ptr
 
   subroutine grad_acquire_r1(engine, index, grad, ierr)
     type(dsm_engine_t), intent(in) :: engine
@@ -1526,29 +1351,6 @@ contains
 
   ! ============================================================ sequence parallelism
 
-  ! One transform of type(c_ptr) buffers: to_head selects the direction.
-  subroutine sp_transform_ptr(to_head, sp, t, in, in_count, out, out_count, ierr)
-    logical, intent(in) :: to_head
-    type(dsm_sp_t), intent(in) :: sp
-    type(dsm_sp_tensor_t), intent(in) :: t
-    type(c_ptr), intent(in) :: in
-    integer(c_int64_t), intent(in) :: in_count
-    type(c_ptr), intent(in) :: out
-    integer(c_int64_t), intent(in) :: out_count
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    ! Negative counts become huge size_t values, which C reports as wrong
-    ! counts on every rank (the call is collective: no rank may skip it).
-    if (to_head) then
-       st = c_dsm_sp_seq_to_head(sp%ptr, t, in, int(in_count, c_size_t), out, int(out_count, c_size_t))
-       call finish(st, 'dsm_sp_seq_to_head', ierr)
-    else
-       st = c_dsm_sp_head_to_seq(sp%ptr, t, in, int(in_count, c_size_t), out, int(out_count, c_size_t))
-       call finish(st, 'dsm_sp_head_to_seq', ierr)
-    end if
-  end subroutine sp_transform_ptr
-
   ! One transform of real(c_float) arrays, taken as memory: their sizes in
   ! bytes give the counts in elements of t%dtype.
   subroutine sp_transform_f32(to_head, sp, t, in, out, ierr)
@@ -1568,20 +1370,14 @@ contains
     if (size(out) > 0) pout = c_loc(out)
     nin = elements_of(size(in, kind=c_int64_t) * fbytes, int(t%dtype), size(in, kind=c_int64_t))
     nout = elements_of(size(out, kind=c_int64_t) * fbytes, int(t%dtype), size(out, kind=c_int64_t))
-    call sp_transform_ptr(to_head, sp, t, pin, nin, pout, nout, ierr)
+    ! Negative counts become huge size_t values, which C reports as wrong
+    ! counts on every rank (the call is collective: no rank may skip it).
+    if (to_head) then
+       call sp_seq_to_head_ptr(sp, t, pin, nin, pout, nout, ierr)
+    else
+       call sp_head_to_seq_ptr(sp, t, pin, nin, pout, nout, ierr)
+    end if
   end subroutine sp_transform_f32
-
-  subroutine sp_seq_to_head_ptr(sp, t, in, in_count, out, out_count, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    type(dsm_sp_tensor_t), intent(in) :: t
-    type(c_ptr), intent(in) :: in
-    integer(c_int64_t), intent(in) :: in_count
-    type(c_ptr), intent(in) :: out
-    integer(c_int64_t), intent(in) :: out_count
-    integer, intent(out), optional :: ierr
-
-    call sp_transform_ptr(.true., sp, t, in, in_count, out, out_count, ierr)
-  end subroutine sp_seq_to_head_ptr
 
   subroutine sp_seq_to_head_f32(sp, t, in, out, ierr)
     type(dsm_sp_t), intent(in) :: sp
@@ -1592,18 +1388,6 @@ contains
 
     call sp_transform_f32(.true., sp, t, in, out, ierr)
   end subroutine sp_seq_to_head_f32
-
-  subroutine sp_head_to_seq_ptr(sp, t, in, in_count, out, out_count, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    type(dsm_sp_tensor_t), intent(in) :: t
-    type(c_ptr), intent(in) :: in
-    integer(c_int64_t), intent(in) :: in_count
-    type(c_ptr), intent(in) :: out
-    integer(c_int64_t), intent(in) :: out_count
-    integer, intent(out), optional :: ierr
-
-    call sp_transform_ptr(.false., sp, t, in, in_count, out, out_count, ierr)
-  end subroutine sp_head_to_seq_ptr
 
   subroutine sp_head_to_seq_f32(sp, t, in, out, ierr)
     type(dsm_sp_t), intent(in) :: sp

@@ -2,7 +2,8 @@
 """Generate the C-facing part of the Fortran module dsm from the C headers.
 
 Reads include/dsm.h, the interop headers include/dsm/*.h and the communicator
-shim fortran/dsm_fshim.c, and writes three files that fortran/dsm.f90 includes:
+shim fortran/dsm_fshim.c (and, for the type(MPI_Comm) twins of its
+integer-communicator specifics, fortran/dsm.f90), and writes three files that fortran/dsm.f90 includes:
 
   fortran/dsm_const.inc (specification part, first) the named constants of
                         every enum and integer #define, and the public
@@ -13,7 +14,9 @@ shim fortran/dsm_fshim.c, and writes three files that fortran/dsm.f90 includes:
   fortran/dsm_wrap.inc  (after contains) the wrappers that only call the C
                         function: handles in as mesh%ptr, strings in as
                         trim(s)//c_null_char, integer, logical and text
-                        outputs converted, an optional trailing ierr.
+                        outputs converted, an optional trailing ierr; and
+                        the type(MPI_Comm) twin of each integer-communicator
+                        specific (F08_TWINS).
 
 Usage: gen_fortran.py [--srcdir DIR] [--outdir DIR]
 
@@ -79,6 +82,8 @@ INTERFACE_OVERRIDES = {
 #   init:     the value an output starts from (else 0; stays when C fails)
 #   on_error: the value an output gets when the call fails
 #   optional: outputs that are optional arguments
+#   specific: the wrapper is this private specific of a generic that
+#             fortran/dsm.f90 declares (with the other, hand-written, forms)
 WRAPPED = {
     'dsm_get_version': {},
     'dsm_get_feature': {'logical': ['enabled']},
@@ -115,7 +120,9 @@ WRAPPED = {
     'dsm_engine_stop_requested': {'logical': ['stop']},
     'dsm_engine_set_stream': {},
     'dsm_engine_get_stream': {},
+    'dsm_engine_param_acquire': {'specific': 'param_acquire_ptr'},
     'dsm_engine_param_release': {},
+    'dsm_engine_grad_acquire': {'specific': 'grad_acquire_ptr'},
     'dsm_engine_grad_release': {},
     'dsm_engine_get_loss_scale': {},
     'dsm_engine_get_step_info': {},
@@ -132,6 +139,8 @@ WRAPPED = {
     'dsm_sp_free_memory': {},
     'dsm_sp_head_range': {},
     'dsm_sp_counts': {},
+    'dsm_sp_seq_to_head': {'specific': 'sp_seq_to_head_ptr'},
+    'dsm_sp_head_to_seq': {'specific': 'sp_head_to_seq_ptr'},
     'dsm_sp_loss': {},
     'dsm_sampler_free': {},
     'dsm_sampler_num_batches': {},
@@ -149,11 +158,16 @@ HAND_WRITTEN = {
     'dsm_mesh_slice', 'dsm_mesh_flatten', 'dsm_config_load',
     'dsm_engine_init', 'dsm_engine_init_comm', 'dsm_engine_init_with_options',
     'dsm_engine_param_read_f32', 'dsm_engine_grad_add_f32',
-    'dsm_engine_param_acquire', 'dsm_engine_grad_acquire', 'dsm_step',
+    'dsm_step',
     'dsm_engine_save_checkpoint', 'dsm_engine_load_checkpoint',
-    'dsm_sp_seq_to_head', 'dsm_sp_head_to_seq', 'dsm_sp_seq_to_head_n', 'dsm_sp_head_to_seq_n',
+    'dsm_sp_seq_to_head_n', 'dsm_sp_head_to_seq_n',
     'dsm_sp_shard_batch', 'dsm_sampler_create', 'dsm_sampler_create_for_engine', 'dsm_sampler_batch',
 }
+
+# The integer-communicator specifics of fortran/dsm.f90 (NAME_i) whose
+# type(MPI_Comm) twins (NAME_f08) are generated.
+F08_TWINS = ['mesh_create_i', 'mesh_create_with_options_i', 'mesh_create_dp_sp_i', 'mesh_comm_i',
+             'mesh_flatten_i', 'config_load_i', 'engine_init_comm_i']
 
 INT_TYPES = {'int', 'unsigned', 'unsigned int'}
 LINE_MAX = 110
@@ -442,7 +456,8 @@ def wrapper(fname, params, opts, enum_types):
             sys.exit('gen_fortran.py: %s: parameter %s (%s) needs a hand-written wrapper'
                      % (fname, n, kind))
     names = [n for _, n in dummies] + ['ierr']
-    out = wrap_line('  subroutine %s(' % fname, names, 2)
+    sname = opts.get('specific', fname)
+    out = wrap_line('  subroutine %s(' % sname, names, 2)
     out[-1] += ')'
     # one declaration line per dummy, merged when the declarations agree
     decls = dummies + [('integer, intent(out), optional', 'ierr')]
@@ -466,7 +481,40 @@ def wrapper(fname, params, opts, enum_types):
     for a in after:
         out.append('    ' + a)
     out.append("    call finish(st, '%s', ierr)" % fname)
-    out.append('  end subroutine %s' % fname)
+    out.append('  end subroutine %s' % sname)
+    return out
+
+
+def f08_twin(name, module_text):
+    """The type(MPI_Comm) specific of the hand-written integer specific name
+    (NAME_i -> NAME_f08): the same dummies, comm a type(MPI_Comm) (required:
+    the integer form alone may make it optional, or the generic would be
+    ambiguous), passing comm%MPI_VAL."""
+    m = re.search(r'^  subroutine %s\(([^)]*)\)\n(.*?)\n\n' % name,
+                  re.sub(r'&\n\s*', '', module_text), re.M | re.S)
+    if not m:
+        sys.exit('gen_fortran.py: F08_TWINS: no subroutine %s in fortran/dsm.f90' % name)
+    args = [a.strip() for a in m.group(1).split(',')]
+    if 'comm' not in args:
+        sys.exit('gen_fortran.py: F08_TWINS: %s has no dummy comm' % name)
+    decls = []
+    for line in m.group(2).split('\n'):
+        d, _, ents = line.strip().partition(' :: ')
+        ents = [e.strip() for e in ents.split(',')]
+        if not all(e in args for e in ents):
+            continue
+        if ents == ['comm']:
+            intent = re.search(r'intent\(\w+\)', d)
+            d = 'type(MPI_Comm), ' + (intent.group(0) if intent else 'intent(in)')
+        decls.append('    %s :: %s' % (d, ', '.join(ents)))
+    twin = name[:-2] + '_f08'
+    out = wrap_line('  subroutine %s(' % twin, args, 2)
+    out[-1] += ')'
+    out += decls + ['']
+    c = wrap_line('    call %s(' % name, ['comm%MPI_VAL' if a == 'comm' else a for a in args], 4)
+    c[-1] += ')'
+    out += c
+    out.append('  end subroutine %s' % twin)
     return out
 
 
@@ -522,7 +570,7 @@ def main():
             sys.exit('gen_fortran.py: INTERFACE_OVERRIDES names %s(%s), which the headers do not declare'
                      % (fn, pn))
 
-    rel = ', '.join(os.path.relpath(p, src) for p in headers + [shim])
+    rel = ', '.join(os.path.relpath(p, src) for p in headers + [shim]) + ' and fortran/dsm.f90'
     c = HEADER.format(sources=rel).splitlines()
     c.append('')
     c.append('  ! ------------------------------------------------------------ constants')
@@ -543,7 +591,7 @@ def main():
             c.append('  integer, parameter, public :: %s = %d' % (n, v))
     c.append('')
     c.append('  ! ------------------------------------------------------------ generated wrappers')
-    c += wrap_line('  public :: ', sorted(WRAPPED), 2)
+    c += wrap_line('  public :: ', sorted(n for n in WRAPPED if 'specific' not in WRAPPED[n]), 2)
 
     i = HEADER.format(sources=rel).splitlines()
     i.append('')
@@ -569,6 +617,13 @@ def main():
         if name in WRAPPED:
             w.append('')
             w += wrapper(name, funcs[name][1], WRAPPED[name], enum_types)
+    with open(os.path.join(src, 'fortran', 'dsm.f90'), encoding='utf-8') as f:
+        module_text = f.read()
+    w.append('')
+    w.append('! The type(MPI_Comm) specifics: the integer ones of fortran/dsm.f90 with comm%MPI_VAL.')
+    for name in F08_TWINS:
+        w.append('')
+        w += f08_twin(name, module_text)
 
     for base, lines in (('dsm_const.inc', c), ('dsm_iface.inc', i), ('dsm_wrap.inc', w)):
         path = os.path.join(outdir, base)
