@@ -21,7 +21,7 @@
 !     fortran/gen_fortran.py from dsm.h (do not edit them): the named
 !     constants, the bind(C) interfaces c_dsm_X of the C functions and of
 !     the communicator shim (fortran/dsm_fshim.c), and the wrappers that only
-!     call C (the table WRAPPED of the script).
+!     call C (every C function not in the script's HAND_WRITTEN).
 !   - This file holds the derived types and what differs from C: arrays,
 !     communicators, generic forms, pointers, callbacks, blobs.
 !
@@ -239,8 +239,6 @@ module dsm
   end type c_sampler_options
 
   ! ------------------------------------------------------------ public routines
-  public :: dsm_status_string, dsm_get_last_error
-  public :: dsm_dtype_name
   public :: dsm_mesh_create, dsm_mesh_create_with_options, dsm_mesh_create_dp_sp
   public :: dsm_mesh_get_shape, dsm_mesh_get_coords
   public :: dsm_mesh_comm, dsm_mesh_group_ranks
@@ -249,7 +247,6 @@ module dsm
   public :: dsm_param_init_fn
   public :: dsm_free, dsm_convert
   public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_init_with_options
-  public :: dsm_engine_param_read_f32, dsm_engine_grad_add_f32
   public :: dsm_engine_param_acquire
   public :: dsm_engine_grad_acquire, dsm_step
   public :: dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
@@ -532,33 +529,6 @@ contains
   ! ============================================================ the generated wrappers
 
   include 'dsm_wrap.inc'
-
-  ! ============================================================ status, version, info
-
-  !> A short constant description of a status ("invalid argument"); unknown
-  !> values give "unknown status". Not collective.
-  function dsm_status_string(status) result(s)
-    integer, intent(in) :: status
-    character(len=:), allocatable :: s
-
-    s = c_to_f_string(c_dsm_status_string(int(status, c_int)))
-  end function dsm_status_string
-
-  !> The detailed message of the last failed libdsm call in this thread; ''
-  !> when none has failed. Not collective.
-  function dsm_get_last_error() result(s)
-    character(len=:), allocatable :: s
-
-    s = c_to_f_string(c_dsm_get_last_error())
-  end function dsm_get_last_error
-
-  !> The name of dtype ("float32", ...); "invalid" for unknown values.
-  function dsm_dtype_name(dtype) result(s)
-    integer, intent(in) :: dtype
-    character(len=:), allocatable :: s
-
-    s = c_to_f_string(c_dsm_dtype_name(int(dtype, c_int)))
-  end function dsm_dtype_name
 
   ! ============================================================ mesh creation
 
@@ -1025,35 +995,6 @@ contains
          int(size(params), c_int), engine%ptr)
     call finish(st, 'dsm_engine_init_comm', ierr)
   end subroutine engine_init_comm_i
-
-  !> Parameter index's values as real(c_float) into values (size(values)
-  !> must be its numel), whatever the compute dtype and wherever the engine
-  !> keeps them: acquire, convert, release. Collective where the acquire is.
-  subroutine dsm_engine_param_read_f32(engine, index, values, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    real(c_float), dimension(:), contiguous, intent(out) :: values
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_param_read_f32(engine%ptr, int(index, c_int), values, int(size(values), c_int64_t))
-    call finish(st, 'dsm_engine_param_read_f32', ierr)
-  end subroutine dsm_engine_param_read_f32
-
-  !> Add the real(c_float) gradient grad (size(grad) must be the parameter's
-  !> numel) into parameter index's gradient buffer, whatever the compute
-  !> dtype: acquire, add, release. Scale it by the loss scale first.
-  !> Collective where the release is.
-  subroutine dsm_engine_grad_add_f32(engine, index, grad, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    real(c_float), dimension(:), contiguous, intent(in) :: grad
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_grad_add_f32(engine%ptr, int(index, c_int), grad, int(size(grad), c_int64_t))
-    call finish(st, 'dsm_engine_grad_add_f32', ierr)
-  end subroutine dsm_engine_grad_add_f32
 
   ! Whether the engine's dtype is known and not DSM_FLOAT32 (then the
   ! real(c_float) forms refuse it, with the message in why).

@@ -20,11 +20,12 @@ integer-communicator specifics, fortran/dsm.f90), and writes three files that fo
 
 Usage: gen_fortran.py [--srcdir DIR] [--outdir DIR]
 
-Every function the headers declare is either generated here (WRAPPED) or
-named in HAND_WRITTEN (its wrapper is in fortran/dsm.f90, where the Fortran
-idiom differs: arrays, communicators, generics, callbacks); a function in
-neither, or a table entry for a function the headers no longer declare, is
-an error, so that a rename in dsm.h shows up here. Standard library only.
+Every function the headers declare gets a generated wrapper unless
+HAND_WRITTEN names it (its wrapper is in fortran/dsm.f90, where the Fortran
+idiom differs: arrays, communicators, generics, callbacks); WRAP_OPTIONS
+gives the details of some generated ones. A plain function renamed in dsm.h
+needs only a new run; a table entry for a function the headers no longer
+declare is an error naming it. Standard library only.
 """
 
 import argparse
@@ -75,89 +76,49 @@ INTERFACE_OVERRIDES = {
     ('dsm_sp_shard_batch', 'out_labels'): 'type(c_ptr), value',
 }
 
-# The functions whose wrapper is generated, with how they differ from the
-# plain rules:
+# Every function of the headers gets a generated wrapper of the same name,
+# unless HAND_WRITTEN names it; a parameter the rules cannot express stops the
+# script (then write the wrapper by hand). How some differ from the plain
+# rules:
 #   logical:  int outputs that are logical in Fortran (C: nonzero = true)
 #   default:  size_t outputs that are default INTEGER (else integer(c_int64_t))
 #   init:     the value an output starts from (else 0; stays when C fails)
 #   on_error: the value an output gets when the call fails
 #   optional: outputs that are optional arguments
+#   sized:    array -> its length parameter: a contiguous assumed-shape
+#             array whose size C gets as the length
 #   specific: the wrapper is this private specific of a generic that
 #             fortran/dsm.f90 declares (with the other, hand-written, forms)
-WRAPPED = {
-    'dsm_get_version': {},
+WRAP_OPTIONS = {
     'dsm_get_feature': {'logical': ['enabled']},
     'dsm_dtype_size': {'default': ['size']},
-    'dsm_info_describe': {},
-    'dsm_mesh_free': {},
-    'dsm_mesh_get_ndims': {},
-    'dsm_mesh_get_dim_name': {},
     'dsm_mesh_get_dim_index': {'init': {'dim': '-1'}},
-    'dsm_mesh_dim_size': {},
     'dsm_mesh_dim_rank': {'init': {'rank': '-1'}},
-    'dsm_mesh_size': {},
     'dsm_mesh_rank': {'init': {'rank': '-1'}},
-    'dsm_mesh_describe': {},
-    'dsm_config_load_for_mesh': {},
-    'dsm_config_resolve': {},
-    'dsm_config_free': {},
     'dsm_config_get_batch': {'optional': ['train_batch_size', 'micro_batch_size',
                                           'gradient_accumulation_steps', 'data_parallel_size']},
-    'dsm_config_describe': {},
-    'dsm_config_describe_lr': {},
-    'dsm_engine_free': {},
-    'dsm_engine_num_params': {},
     'dsm_engine_param_index': {'init': {'index': '-1'}, 'on_error': {'index': '-1'}},
-    'dsm_engine_param_numel': {},
     'dsm_engine_get_dtype': {'init': {'dtype': '-1'}},
     'dsm_engine_get_device': {'init': {'device': 'DSM_DEVICE_DEFAULT'}},
     'dsm_engine_get_batch': {'optional': ['train_batch_size', 'micro_batch_size',
                                           'gradient_accumulation_steps', 'data_parallel_size']},
-    'dsm_engine_log_loss': {},
-    'dsm_engine_log_scalar': {},
-    'dsm_engine_set_flops': {},
-    'dsm_engine_set_stop_signal': {},
+    'dsm_engine_param_read_f32': {'sized': {'values': 'count'}},
+    'dsm_engine_grad_add_f32': {'sized': {'grad': 'count'}},
     'dsm_engine_stop_requested': {'logical': ['stop']},
-    'dsm_engine_set_stream': {},
-    'dsm_engine_get_stream': {},
     'dsm_engine_param_acquire': {'specific': 'param_acquire_ptr'},
-    'dsm_engine_param_release': {},
     'dsm_engine_grad_acquire': {'specific': 'grad_acquire_ptr'},
-    'dsm_engine_grad_release': {},
-    'dsm_engine_get_loss_scale': {},
-    'dsm_engine_get_step_info': {},
-    'dsm_engine_get_mesh': {},
-    'dsm_engine_describe': {},
-    'dsm_engine_checkpoint_wait': {},
-    'dsm_engine_load_weights': {},
-    'dsm_engine_load_report': {},
-    'dsm_sp_create': {},
-    'dsm_sp_free': {},
-    'dsm_sp_get_size': {},
     'dsm_sp_get_rank': {'init': {'rank': '-1'}},
-    'dsm_sp_alloc': {},
-    'dsm_sp_free_memory': {},
-    'dsm_sp_head_range': {},
-    'dsm_sp_counts': {},
     'dsm_sp_seq_to_head': {'specific': 'sp_seq_to_head_ptr'},
     'dsm_sp_head_to_seq': {'specific': 'sp_head_to_seq_ptr'},
-    'dsm_sp_loss': {},
-    'dsm_sampler_free': {},
-    'dsm_sampler_num_batches': {},
-    'dsm_sampler_locate': {},
-    'dsm_sampler_position': {},
-    'dsm_sampler_resume': {},
-    'dsm_sampler_epoch_batches': {},
 }
 
 # The functions whose wrappers fortran/dsm.f90 writes by hand.
 HAND_WRITTEN = {
-    'dsm_status_string', 'dsm_get_last_error', 'dsm_dtype_name', 'dsm_free', 'dsm_convert',
+    'dsm_free', 'dsm_convert',
     'dsm_mesh_create', 'dsm_mesh_create_with_options', 'dsm_mesh_create_dp_sp',
     'dsm_mesh_get_shape', 'dsm_mesh_get_coords', 'dsm_mesh_comm', 'dsm_mesh_group_ranks',
     'dsm_mesh_slice', 'dsm_mesh_flatten', 'dsm_config_load',
     'dsm_engine_init', 'dsm_engine_init_comm', 'dsm_engine_init_with_options',
-    'dsm_engine_param_read_f32', 'dsm_engine_grad_add_f32',
     'dsm_step',
     'dsm_engine_save_checkpoint', 'dsm_engine_load_checkpoint',
     'dsm_sp_seq_to_head_n', 'dsm_sp_head_to_seq_n',
@@ -363,21 +324,33 @@ FKIND = {'int': 'integer', 'i64': 'integer(c_int64_t)', 'size': 'integer(c_int64
          'dbl': 'real(c_double)', 'flt': 'real(c_float)'}
 
 
-def wrapper(fname, params, opts, enum_types):
+def wrapper(fname, ret, params, opts, enum_types):
+    if ret == 'const char *':
+        return string_function(fname, params, enum_types)
+    sized = opts.get('sized', {})
+    lengths = {v: k for k, v in sized.items()}
     logical = set(opts.get('logical', []))
     default = set(opts.get('default', []))
     init = opts.get('init', {})
     on_error = opts.get('on_error', {})
     optional = set(opts.get('optional', []))
-    for key in ('logical', 'default', 'optional'):
-        for n in opts.get(key, []):
+    for key in ('logical', 'default', 'optional', 'sized'):
+        for n in list(opts.get(key, [])) + list(sized.values() if key == 'sized' else []):
             if n not in [p['name'] for p in params]:
-                sys.exit('gen_fortran.py: WRAPPED[%s] names %s, not a parameter' % (fname, n))
+                sys.exit('gen_fortran.py: WRAP_OPTIONS[%s] names %s, not a parameter' % (fname, n))
     dummies, locals_, before, call, after = [], [], [], [], []
     for p in params:
         n, kind = p['name'], classify(fname, p, enum_types)
         opt = ', optional' if n in optional else ''
-        if kind == 'handle':
+        if n in lengths:
+            call.append('int(size(%s), %s)' % (lengths[n], {'i64': 'c_int64_t', 'size': 'c_size_t',
+                                                             'int': 'c_int'}[kind]))
+        elif n in sized:
+            ftype = CKIND[kind.split('_')[0]]
+            intent = 'in' if kind.endswith('_in') else 'out'
+            dummies.append(('%s, dimension(:), contiguous, intent(%s)' % (ftype, intent), n))
+            call.append(n)
+        elif kind == 'handle':
             dummies.append(('type(%s), intent(in)' % HANDLES[p['base']], n))
             call.append(n + '%ptr')
         elif kind in ('handle_free', 'handle_out'):
@@ -453,8 +426,8 @@ def wrapper(fname, params, opts, enum_types):
             dummies.append(('type(%s), intent(inout)' % STRUCTS[p['base']], n))
             call.append(n)
         else:
-            sys.exit('gen_fortran.py: %s: parameter %s (%s) needs a hand-written wrapper'
-                     % (fname, n, kind))
+            sys.exit('gen_fortran.py: %s: parameter %s (%s) has no generated form: write its '
+                     'wrapper in fortran/dsm.f90 and add it to HAND_WRITTEN' % (fname, n, kind))
     names = [n for _, n in dummies] + ['ierr']
     sname = opts.get('specific', fname)
     out = wrap_line('  subroutine %s(' % sname, names, 2)
@@ -482,6 +455,24 @@ def wrapper(fname, params, opts, enum_types):
         out.append('    ' + a)
     out.append("    call finish(st, '%s', ierr)" % fname)
     out.append('  end subroutine %s' % sname)
+    return out
+
+
+def string_function(fname, params, enum_types):
+    """A C function returning a constant string: a Fortran function
+    returning character(len=:), allocatable, its integer arguments converted."""
+    dummies, call = [], []
+    for p in params:
+        if classify(fname, p, enum_types) != 'int':
+            sys.exit('gen_fortran.py: %s: parameter %s has no generated form: write its wrapper in '
+                     'fortran/dsm.f90 and add it to HAND_WRITTEN' % (fname, p['name']))
+        dummies.append(p['name'])
+        call.append('int(%s, c_int)' % p['name'])
+    out = ['  function %s(%s) result(s)' % (fname, ', '.join(dummies))]
+    out += ['    integer, intent(in) :: %s' % d for d in dummies]
+    out += ['    character(len=:), allocatable :: s', '',
+            '    s = c_to_f_string(c_%s(%s))' % (fname, ', '.join(call)),
+            '  end function %s' % fname]
     return out
 
 
@@ -535,6 +526,7 @@ def main():
     a = ap.parse_args()
     src = a.srcdir
     outdir = a.outdir or os.path.join(src, 'fortran')
+    os.makedirs(outdir, exist_ok=True)
 
     headers = [os.path.join(src, 'include', 'dsm.h')] + \
         sorted(glob.glob(os.path.join(src, 'include', 'dsm', '*.h')))
@@ -554,17 +546,14 @@ def main():
 
     if not funcs:
         sys.exit('gen_fortran.py: no DSM_API function found in %s' % ', '.join(headers))
-    stale = sorted((set(WRAPPED) | HAND_WRITTEN) - set(funcs))
+    stale = sorted((set(WRAP_OPTIONS) | HAND_WRITTEN) - set(funcs))
     if stale:
         sys.exit('gen_fortran.py: the tables name functions the headers do not declare '
                  '(renamed or removed?): %s' % ' '.join(stale))
-    both = sorted(set(WRAPPED) & HAND_WRITTEN)
+    both = sorted(set(WRAP_OPTIONS) & HAND_WRITTEN)
     if both:
-        sys.exit('gen_fortran.py: both WRAPPED and HAND_WRITTEN: %s' % ' '.join(both))
-    missing = sorted(set(funcs) - set(WRAPPED) - HAND_WRITTEN)
-    if missing:
-        sys.exit('gen_fortran.py: no Fortran binding decided for %s: add each to WRAPPED '
-                 '(generated) or HAND_WRITTEN (written in fortran/dsm.f90)' % ' '.join(missing))
+        sys.exit('gen_fortran.py: both WRAP_OPTIONS and HAND_WRITTEN: %s' % ' '.join(both))
+    wrapped = {n: WRAP_OPTIONS.get(n, {}) for n in funcs if n not in HAND_WRITTEN}
     for (fn, pn) in INTERFACE_OVERRIDES:
         if fn not in funcs or pn not in [p['name'] for p in funcs[fn][1]]:
             sys.exit('gen_fortran.py: INTERFACE_OVERRIDES names %s(%s), which the headers do not declare'
@@ -591,7 +580,7 @@ def main():
             c.append('  integer, parameter, public :: %s = %d' % (n, v))
     c.append('')
     c.append('  ! ------------------------------------------------------------ generated wrappers')
-    c += wrap_line('  public :: ', sorted(n for n in WRAPPED if 'specific' not in WRAPPED[n]), 2)
+    c += wrap_line('  public :: ', sorted(n for n in wrapped if 'specific' not in wrapped[n]), 2)
 
     i = HEADER.format(sources=rel).splitlines()
     i.append('')
@@ -614,9 +603,9 @@ def main():
     w.append('! See doc/fortran.md for each routine; ierr and the conversions are those')
     w.append('! of the conventions in fortran/dsm.f90.')
     for name in funcs:
-        if name in WRAPPED:
+        if name in wrapped:
             w.append('')
-            w += wrapper(name, funcs[name][1], WRAPPED[name], enum_types)
+            w += wrapper(name, funcs[name][0], funcs[name][1], wrapped[name], enum_types)
     with open(os.path.join(src, 'fortran', 'dsm.f90'), encoding='utf-8') as f:
         module_text = f.read()
     w.append('')
