@@ -130,6 +130,8 @@ HAND_WRITTEN = {
 F08_TWINS = ['mesh_create_i', 'mesh_create_with_options_i', 'mesh_create_dp_sp_i', 'mesh_comm_i',
              'mesh_flatten_i', 'config_load_i', 'engine_init_comm_i']
 
+# C integer types that cross as integer(c_int): unsigned (the flags) has the
+# size of int and only ever holds small non-negative values.
 INT_TYPES = {'int', 'unsigned', 'unsigned int'}
 LINE_MAX = 110
 
@@ -184,6 +186,8 @@ def parse_functions(text, prefix):
     for m in re.finditer(prefix + r'\s*(.*?)\b(\w+)\s*\(([^)]*)\)\s*;', text, re.S):
         ret, name, args = ' '.join(m.group(1).split()), m.group(2), m.group(3).strip()
         params = [] if args in ('void', '') else [parse_param(a, name) for a in args.split(',')]
+        for i, p in enumerate(params):
+            p['pos'] = i
         funcs[name] = (ret, params)
     return funcs
 
@@ -199,7 +203,9 @@ def classify(fname, p, enum_types):
     if base in HANDLES:
         if stars == 0 and not arr:
             return 'handle'
-        return 'handle_free' if fname.endswith('_free') else 'handle_out'
+        # dsm_X_free(dsm_X_t *h) reads the handle it nulls; a handle that a
+        # call creates or returns comes after the inputs.
+        return 'handle_free' if p['pos'] == 0 else 'handle_out'
     if base in STRUCTS:
         if STRUCTS[base] is None:
             return 'ptr'
