@@ -28,4 +28,8 @@ AC_DEFUN([DSM_CHECK_FORTRAN], [
   AC_SUBST([DSM_FC_VERSION])
   AC_DEFINE_UNQUOTED([DSM_HAVE_FORTRAN], [$dsm_have_fortran], [1 when the Fortran module is built])
   AM_CONDITIONAL([DSM_HAVE_FORTRAN], [test "$dsm_have_fortran" = 1])
+  dnl fortran/gen_fortran.py regenerates the committed parts of module dsm
+  dnl from dsm.h; without python3 the committed files are used as they are.
+  AC_PATH_PROG([PYTHON3], [python3])
+  AM_CONDITIONAL([DSM_HAVE_PYTHON3], [test -n "$PYTHON3"])
 ])

@@ -1,109 +1,29 @@
 ! libdsm Fortran bindings: module dsm.
 !
-! The Fortran face of include/dsm.h. Every C function dsm_X(...) that returns
-! a status is a subroutine dsm_X(..., ierr) here, with the outputs last as in
-! C and an optional trailing ierr:
-!   - ierr present: it receives the status (DSM_SUCCESS = 0 on success); use
-!     dsm_status_string(ierr) and dsm_get_last_error() for the details.
-!   - ierr absent: a failure prints the status and dsm_get_last_error() to
-!     standard error and calls MPI_Abort(MPI_COMM_WORLD, status).
-! The functions that return a string in C (dsm_status_string,
-! dsm_get_last_error, dsm_dtype_name) are functions returning
-! character(len=:), allocatable here; dsm_free, void in C, is a subroutine
-! whose optional ierr is always DSM_SUCCESS (every subroutine takes one).
+! The Fortran face of include/dsm.h; doc/fortran.md is its reference (every
+! public name with its Fortran signature, and the conventions). In short:
+!   - Every C function dsm_X(...) that returns a status is a subroutine
+!     dsm_X(..., ierr), outputs last as in C, with an optional trailing ierr.
+!     Present, it receives the status; absent, a failure prints the status
+!     and dsm_last_error() on standard error and stops the program:
+!     MPI_Abort(MPI_COMM_WORLD, status) while MPI is initialized, else (a
+!     routine that needs no MPI, before MPI_Init or after MPI_Finalize)
+!     error stop status.
+!   - Handles are bind(C) types around a c_ptr, null until created and
+!     after the dsm_*_free routines; strings are character(*) (trailing
+!     blanks ignored, '' is C NULL for a group or a tag); communicators are
+!     integer (use mpi) or type(MPI_Comm) (use mpi_f08) through generics;
+!     indices are 0-based; shapes are in Fortran order (reversed for C);
+!     int64_t and size_t counts are integer(c_int64_t).
 !
-! Conventions:
-!   - Integers (shapes, ranks, sizes, MPI handles) are default INTEGER,
-!     except those that are int64_t or size_t in C and count elements,
-!     bytes, tokens, samples or steps, which are integer(c_int64_t): the
-!     batch values, world and data-parallel sizes and step counts of the
-!     dsm_config routines, parameter element counts, the tensor sizes and
-!     counts of sequence parallelism, tokens, sample indices, epochs and
-!     micro-batch numbers, byte counts. Parameter shapes stay default INTEGER.
-!   - Communicators go in and come out as the integer handles of `use mpi`;
-!     every routine that takes or returns a communicator also accepts
-!     type(MPI_Comm) from `use mpi_f08` (a generic interface with two
-!     specifics).
-!   - Dimension indices (the dim argument of dsm_mesh_dim_size,
-!     dsm_mesh_dim_rank, dsm_mesh_get_dim_name, dsm_mesh_get_dim_index) are
-!     0-based as in C: 0 is the outermost dimension.
-!   - Names are character strings; trailing blanks are ignored. A group name
-!     of '' (empty or all blanks) means the whole mesh (C NULL). Likewise ''
-!     is C NULL for the group of dsm_sp_create ("sequence_parallel") and the
-!     tag of the checkpoint routines ("global_step<N>" when saving, the one
-!     DIR/latest names when loading).
-!   - Collective routines follow the C rules: every rank of the communicator
-!     calls them, and every rank gets the same status.
-!   - Handles (type(dsm_mesh_t), type(dsm_config_t), type(dsm_engine_t),
-!     type(dsm_sp_t), type(dsm_sampler_t)) start out null; the dsm_*_free
-!     routines make them null again. c_associated(mesh%ptr) tells whether a
-!     handle is live. The mesh from dsm_engine_get_mesh belongs to the
-!     engine: do not free it.
-!   - Indices are 0-based as in C, like dimension indices: parameter indices
-!     (params(i) of dsm_engine_init has index i - 1; dsm_engine_param_index
-!     gives it by name), head indices, sample indices, epochs and
-!     micro-batch numbers. A Fortran dataset data(:, 1:n) holds sample k in
-!     data(:, k + 1).
-!   - A configuration (dsm_config_load, dsm_config_load_for_mesh,
-!     dsm_config_resolve) is the path of a JSON file or inline JSON text
-!     starting with '{'; trailing blanks are ignored.
-!   - Shapes and memory order. C tensors are row-major (last index fastest),
-!     Fortran arrays column-major (first index fastest), so the same memory
-!     has reversed shapes in the two languages. The bindings give every
-!     shape in Fortran order and reverse it for C: a parameter declared with
-!     shape = [n, m] is the Fortran array w(n, m), stored by the engine as
-!     the C tensor [m][n] (which is how checkpoints and C, Python or h5py
-!     tools show it; HDF5's own Fortran API shows it as (n, m) again). A
-!     parameter is a flat buffer of numel elements to the engine: element
-!     w(i, j) is flat element (i - 1) + (j - 1) * n, so Fortran arrays map
-!     onto it with no transposition (init_values, the init_fn ranges, the
-!     pointers of dsm_engine_param_acquire and dsm_engine_grad_acquire).
-!     The same holds for the tensors of sequence parallelism, whose C
-!     layouts [b, s, H, d] (DSM_SP_BATCH_FIRST) and [s, b, H, d]
-!     (DSM_SP_SEQ_FIRST) are the Fortran arrays x(d, H, s, b) and
-!     x(d, H, b, s), and for the [batch, seq] token arrays of
-!     dsm_sp_shard_batch, which are tokens(seq, batch) here: one sequence
-!     per column.
-!   - Pointers. Memory that libdsm owns (parameters, gradient buffers,
-!     dsm_sp_alloc memory) is handed out as type(c_ptr), and where the dtype
-!     allows as a Fortran pointer made with c_f_pointer: real(c_float),
-!     pointer, dimension(:) (numel elements) or dimension(:,:) (a shape the
-!     caller gives, whose product must be numel). The real(c_float) forms
-!     need the dtype DSM_FLOAT32; 16-bit dtypes use the type(c_ptr) form and
-!     dsm_convert. Pointers are valid until the matching release (or free).
-!     The real(c_float) array forms of the sequence-parallel transforms take
-!     the arrays as memory: a count is the array's size in bytes over the
-!     size of t%dtype (size(x) for DSM_FLOAT32).
-!     Arrays handed to libdsm as type(c_ptr) come from c_loc of a
-!     contiguous array with the TARGET attribute, or from libdsm.
-!   - Byte blobs (the client state of checkpoints) are integer(c_int8_t)
-!     arrays or character strings (every character counts, trailing blanks
-!     included); a blob libdsm returns is allocated by the bindings and the
-!     C copy freed with dsm_free inside them.
-!   - Options structures of C (the sampler options) are optional keyword
-!     arguments here, with the C defaults; logical where C uses an int as a
-!     flag. Output structures (dsm_step_info_t), tensor descriptions
-!     (dsm_sp_tensor_t) and the engine's options (dsm_engine_options_t) are
-!     bind(C) derived types with the fields of C in the same order; the
-!     default initialization of dsm_step_info_t is DSM_STEP_INFO_INITIALIZER
-!     and that of dsm_engine_options_t DSM_ENGINE_OPTIONS_INITIALIZER (their
-!     size fields included), that of dsm_sp_tensor_t leaves only the sizes to
-!     set.
-!   - CUDA streams (dsm_engine_set_stream, dsm_engine_get_stream: C's
-!     dsm/cuda.h) are the cudaStream_t pointer as type(c_ptr); a CUDA
-!     Fortran integer(cuda_stream_kind) stream converts with
-!     transfer(stream, c_null_ptr), and back with transfer(ptr, stream).
-!   - Errors the bindings find themselves (a real(c_float) pointer asked
-!     for on an engine whose dtype is not DSM_FLOAT32, a shape whose product
-!     is not numel, positions or labels shaped unlike the tokens, a negative
-!     element count for dsm_convert) give DSM_ERR_INVALID_ARGUMENT, with no
-!     C call or after locally releasing what the call had just acquired.
-!     dsm_get_last_error() does not describe them (C offers no way to set
-!     it): they are printed when ierr is absent. A binding never skips a
-!     collective C call because of an argument that may differ between
-!     ranks, so no rank is left waiting: such arguments (the counts of the
-!     sequence-parallel transforms, the shape of a rank-2 parameter pointer)
-!     go to C, which fails every rank, or are checked after the call.
+! How the module is built:
+!   - fortran/dsm_const.inc, dsm_iface.inc and dsm_wrap.inc are generated by
+!     fortran/gen_fortran.py from dsm.h (do not edit them): the named
+!     constants, the bind(C) interfaces c_dsm_X of the C functions and of
+!     the communicator shim (fortran/dsm_fshim.c), and the wrappers that only
+!     call C (every C function not in the script's HAND_WRITTEN).
+!   - This file holds the derived types and what differs from C: arrays,
+!     communicators, generic forms, pointers, callbacks, blobs.
 !
 ! The module holds no state of its own and is thread safe in the same way as
 ! the C library.
@@ -112,97 +32,14 @@ module dsm
        c_float, c_double, c_ptr, c_funptr, c_null_ptr, c_null_funptr, c_null_char, c_loc, c_funloc, &
        c_f_pointer, c_associated, c_sizeof
   use, intrinsic :: iso_fortran_env, only: error_unit
-  use mpi, only: MPI_COMM_WORLD, MPI_Abort
+  use mpi, only: MPI_COMM_WORLD, MPI_Abort, MPI_Initialized, MPI_Finalized
   use mpi_f08, only: MPI_Comm
   implicit none
   private
 
-  ! ------------------------------------------------------------ status codes
-  ! Same names and values as dsm_status_t (pinned).
-  integer, parameter, public :: DSM_SUCCESS = 0
-  integer, parameter, public :: DSM_ERR_INVALID_ARGUMENT = 1
-  integer, parameter, public :: DSM_ERR_NULL_POINTER = 2
-  integer, parameter, public :: DSM_ERR_NOT_FOUND = 3
-  integer, parameter, public :: DSM_ERR_MISMATCH = 4
-  integer, parameter, public :: DSM_ERR_OUT_OF_MEMORY = 5
-  integer, parameter, public :: DSM_ERR_MPI = 6
-  integer, parameter, public :: DSM_ERR_NOT_SUPPORTED = 7
-  integer, parameter, public :: DSM_ERR_IO = 8
-  integer, parameter, public :: DSM_ERR_CONFIG = 9
-  integer, parameter, public :: DSM_ERR_HDF5 = 10
-  integer, parameter, public :: DSM_ERR_CUDA = 11
-  integer, parameter, public :: DSM_ERR_NCCL = 12
-  integer, parameter, public :: DSM_ERR_HWLOC = 13
-  integer, parameter, public :: DSM_ERR_INTERNAL = 14
-  integer, parameter, public :: DSM_ERR_NUMERIC = 15
-  integer, parameter, public :: DSM_ERR_STATE = 16
-
-  ! ------------------------------------------------------------ dsm_dtype_t
-  integer, parameter, public :: DSM_FLOAT32 = 0
-  integer, parameter, public :: DSM_FLOAT16 = 1
-  integer, parameter, public :: DSM_BFLOAT16 = 2
-  integer, parameter, public :: DSM_FLOAT64 = 3
-  integer, parameter, public :: DSM_INT8 = 4
-  integer, parameter, public :: DSM_UINT8 = 5
-  integer, parameter, public :: DSM_INT32 = 6
-  integer, parameter, public :: DSM_INT64 = 7
-
-  ! ------------------------------------------------------------ dsm_format_t
-  integer, parameter, public :: DSM_FORMAT_TEXT = 0
-  integer, parameter, public :: DSM_FORMAT_JSON = 1
-
-  ! ------------------------------------------------------------ mesh
-  integer, parameter, public :: DSM_MESH_MAX_DIMS = 8
-  integer, parameter, public :: DSM_NAME_MAX = 63
-
-  ! dsm_placement_t
-  integer, parameter, public :: DSM_PLACEMENT_DEFAULT = 0
-  integer, parameter, public :: DSM_PLACEMENT_NODE = 1
-  integer, parameter, public :: DSM_PLACEMENT_NONE = 2
-
-  ! dsm_bind_t
-  integer, parameter, public :: DSM_BIND_DEFAULT = 0
-  integer, parameter, public :: DSM_BIND_NONE = 1
-  integer, parameter, public :: DSM_BIND_SPREAD = 2
-  integer, parameter, public :: DSM_BIND_GPU = 3
-
-  ! ------------------------------------------------------------ config
-  ! Flag of dsm_config_load, dsm_config_load_for_mesh and dsm_config_resolve:
-  ! keys libdsm does not know are an error, not a warning.
-  integer, parameter, public :: DSM_CONFIG_STRICT = 1
-
-  ! ------------------------------------------------------------ engine
-  ! Largest number of dimensions of a parameter.
-  integer, parameter, public :: DSM_PARAM_MAX_DIMS = 8
-  ! Flags of dsm_engine_load_checkpoint, or'ed (ior) or added.
-  integer, parameter, public :: DSM_CKPT_LOAD_MODULE_ONLY = 1
-  integer, parameter, public :: DSM_CKPT_LOAD_NO_OPTIMIZER = 2
-  integer, parameter, public :: DSM_CKPT_LOAD_NO_LR_SCHEDULE = 4
-  integer, parameter, public :: DSM_CKPT_LOAD_NON_STRICT = 8
-  integer, parameter, public :: DSM_CKPT_LOAD_FALLBACK = 16
-  ! dsm_device_t: where the engine keeps the model state
-  ! (dsm_engine_options_t%device; dsm_engine_get_device never gives DEFAULT).
-  integer, parameter, public :: DSM_DEVICE_DEFAULT = 0
-  integer, parameter, public :: DSM_DEVICE_HOST = 1
-  integer, parameter, public :: DSM_DEVICE_CUDA = 2
-  integer, parameter, public :: DSM_DEVICE_SIMULATED = 3
-  ! dsm_backend_t: the engine's collectives (dsm_engine_options_t%backend).
-  integer, parameter, public :: DSM_BACKEND_DEFAULT = 0
-  integer, parameter, public :: DSM_BACKEND_AUTO = 1
-  integer, parameter, public :: DSM_BACKEND_MPI = 2
-  integer, parameter, public :: DSM_BACKEND_SHM = 3
-  integer, parameter, public :: DSM_BACKEND_NCCL = 4
-
-  ! ------------------------------------------------------------ sequence parallelism
-  ! dsm_sp_layout_t: [b, s, H, d] and [s, b, H, d] in C, that is the
-  ! Fortran arrays x(d, H, s, b) and x(d, H, b, s).
-  integer, parameter, public :: DSM_SP_BATCH_FIRST = 0
-  integer, parameter, public :: DSM_SP_SEQ_FIRST = 1
-  ! dsm_sp_tensor_t%flags: replicate the heads over the ranks when there are
-  ! fewer heads than ranks (the keys and values of grouped-query attention).
-  integer, parameter, public :: DSM_SP_REPLICATE = 1
-  ! The label of positions whose loss does not count (an int64_t label).
-  integer(c_int64_t), parameter, public :: DSM_IGNORE_INDEX = -100_c_int64_t
+  ! The named constants of dsm.h (generated), and the public statement of
+  ! the generated wrappers.
+  include 'dsm_const.inc'
 
   ! The C integer type of MPI_Fint: the kind of a default INTEGER (an MPI
   ! handle of `use mpi`), named through iso_c_binding.
@@ -402,35 +239,21 @@ module dsm
   end type c_sampler_options
 
   ! ------------------------------------------------------------ public routines
-  public :: dsm_status_string, dsm_get_last_error, dsm_get_version, dsm_get_feature
-  public :: dsm_dtype_size, dsm_dtype_name, dsm_info_describe
-  public :: dsm_mesh_create, dsm_mesh_create_with_options, dsm_mesh_create_dp_sp
-  public :: dsm_mesh_free, dsm_mesh_get_ndims, dsm_mesh_get_shape, dsm_mesh_get_coords
-  public :: dsm_mesh_get_dim_name, dsm_mesh_get_dim_index, dsm_mesh_dim_size, dsm_mesh_dim_rank
-  public :: dsm_mesh_size, dsm_mesh_rank, dsm_mesh_comm, dsm_mesh_group_ranks
-  public :: dsm_mesh_slice, dsm_mesh_flatten, dsm_mesh_describe
-  public :: dsm_config_load, dsm_config_load_for_mesh, dsm_config_resolve, dsm_config_free
-  public :: dsm_config_get_batch, dsm_config_describe, dsm_config_describe_lr
+  public :: dsm_mesh_create, dsm_mesh_create_with_options, dsm_mesh_create_dp_sp, dsm_mesh_create_for_config
+  public :: dsm_mesh_shape, dsm_mesh_coords
+  public :: dsm_mesh_comm, dsm_mesh_group_ranks
+  public :: dsm_mesh_slice, dsm_mesh_flatten
+  public :: dsm_config_load
   public :: dsm_param_init_fn
   public :: dsm_free, dsm_convert
-  public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_init_with_options, dsm_engine_free
-  public :: dsm_engine_num_params, dsm_engine_get_device, dsm_engine_set_stream, dsm_engine_get_stream
-  public :: dsm_engine_param_index, dsm_engine_param_numel, dsm_engine_get_dtype
-  public :: dsm_engine_get_batch, dsm_engine_param_read_f32, dsm_engine_grad_add_f32
-  public :: dsm_engine_log_loss, dsm_engine_log_scalar, dsm_engine_set_flops
-  public :: dsm_engine_set_stop_signal, dsm_engine_stop_requested
-  public :: dsm_engine_param_acquire, dsm_engine_param_release
-  public :: dsm_engine_grad_acquire, dsm_engine_grad_release, dsm_step
-  public :: dsm_engine_get_loss_scale, dsm_engine_get_step_info, dsm_engine_get_mesh
-  public :: dsm_engine_describe, dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
-  public :: dsm_engine_checkpoint_wait, dsm_engine_load_report, dsm_engine_load_weights
-  public :: dsm_sp_create, dsm_sp_free, dsm_sp_get_size, dsm_sp_get_rank
-  public :: dsm_sp_alloc, dsm_sp_free_memory, dsm_sp_head_range, dsm_sp_counts
+  public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_init_with_options
+  public :: dsm_engine_param_acquire
+  public :: dsm_engine_grad_acquire, dsm_step
+  public :: dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
   public :: dsm_sp_seq_to_head, dsm_sp_head_to_seq, dsm_sp_seq_to_head_n, dsm_sp_head_to_seq_n
-  public :: dsm_sp_shard_batch, dsm_sp_loss
-  public :: dsm_sampler_create, dsm_sampler_create_for_engine, dsm_sampler_free
-  public :: dsm_sampler_num_batches, dsm_sampler_batch, dsm_sampler_locate
-  public :: dsm_sampler_position, dsm_sampler_resume, dsm_sampler_epoch_batches
+  public :: dsm_sp_shard_batch
+  public :: dsm_sampler_create, dsm_sampler_create_for_engine
+  public :: dsm_sampler_batch
 
   !> Build a named mesh over the ranks of comm (collective over comm).
   !> call dsm_mesh_create(comm, shape, names, mesh [, ierr])
@@ -455,6 +278,14 @@ module dsm
   interface dsm_mesh_create_dp_sp
      module procedure mesh_create_dp_sp_i, mesh_create_dp_sp_f08
   end interface dsm_mesh_create_dp_sp
+
+  !> The mesh a DeepSpeed configuration describes over comm (MPI_COMM_WORLD
+  !> for the whole job): data_parallel x sequence_parallel with
+  !> sequence_parallel_size > 1, else one data_parallel dimension:
+  !> call dsm_mesh_create_for_config(comm, config, mesh [, ierr]). Collective.
+  interface dsm_mesh_create_for_config
+     module procedure mesh_create_for_config_i, mesh_create_for_config_f08
+  end interface dsm_mesh_create_for_config
 
   !> The communicator of a group ('' for the whole mesh):
   !> call dsm_mesh_comm(mesh, group, comm [, ierr]). It belongs to the mesh:
@@ -583,763 +414,10 @@ module dsm
        type(c_ptr), value :: s
        integer(c_size_t) :: n
      end function c_strlen
-
-     function c_dsm_status_string(status) bind(C, name='dsm_status_string') result(s)
-       import :: c_int, c_ptr
-       integer(c_int), value :: status
-       type(c_ptr) :: s
-     end function c_dsm_status_string
-
-     function c_dsm_get_last_error() bind(C, name='dsm_last_error') result(s)
-       import :: c_ptr
-       type(c_ptr) :: s
-     end function c_dsm_get_last_error
-
-     function c_dsm_get_version(major, minor, patch) bind(C, name='dsm_library_version') result(st)
-       import :: c_int
-       integer(c_int), intent(out) :: major, minor, patch
-       integer(c_int) :: st
-     end function c_dsm_get_version
-
-     function c_dsm_get_feature(feature, enabled) bind(C, name='dsm_library_feature') result(st)
-       import :: c_int, c_char
-       character(kind=c_char), dimension(*), intent(in) :: feature
-       integer(c_int), intent(out) :: enabled
-       integer(c_int) :: st
-     end function c_dsm_get_feature
-
-     function c_dsm_dtype_size(dtype, size) bind(C, name='dsm_dtype_size') result(st)
-       import :: c_int, c_size_t
-       integer(c_int), value :: dtype
-       integer(c_size_t), intent(out) :: size
-       integer(c_int) :: st
-     end function c_dsm_dtype_size
-
-     function c_dsm_dtype_name(dtype) bind(C, name='dsm_dtype_name') result(s)
-       import :: c_int, c_ptr
-       integer(c_int), value :: dtype
-       type(c_ptr) :: s
-     end function c_dsm_dtype_name
-
-     function c_dsm_info_describe(format, text) bind(C, name='dsm_info_describe') result(st)
-       import :: c_int, c_ptr
-       integer(c_int), value :: format
-       type(c_ptr), intent(out) :: text
-       integer(c_int) :: st
-     end function c_dsm_info_describe
-
-     subroutine c_dsm_free(p) bind(C, name='dsm_free')
-       import :: c_ptr
-       type(c_ptr), value :: p
-     end subroutine c_dsm_free
-
-     ! Shim (fortran/dsm_fshim.c): communicators cross as MPI_Fint.
-     function c_dsm_f_mesh_create(comm, ndims, shape, names, placement, binding, mesh) &
-          bind(C, name='dsm_f_mesh_create') result(st)
-       import :: c_int, c_ptr, c_fint
-       integer(c_fint), intent(in) :: comm
-       integer(c_int), value :: ndims
-       integer(c_int), dimension(*), intent(in) :: shape
-       type(c_ptr), dimension(*), intent(in) :: names
-       integer(c_int), value :: placement, binding
-       type(c_ptr), intent(out) :: mesh
-       integer(c_int) :: st
-     end function c_dsm_f_mesh_create
-
-     function c_dsm_f_mesh_create_dp_sp(comm, dp, sp, mesh) &
-          bind(C, name='dsm_f_mesh_create_dp_sp') result(st)
-       import :: c_int, c_ptr, c_fint
-       integer(c_fint), intent(in) :: comm
-       integer(c_int), value :: dp, sp
-       type(c_ptr), intent(out) :: mesh
-       integer(c_int) :: st
-     end function c_dsm_f_mesh_create_dp_sp
-
-     function c_dsm_f_mesh_comm(mesh, group, comm) bind(C, name='dsm_f_mesh_comm') result(st)
-       import :: c_int, c_ptr, c_fint
-       type(c_ptr), value :: mesh
-       type(c_ptr), value :: group
-       integer(c_fint), intent(out) :: comm
-       integer(c_int) :: st
-     end function c_dsm_f_mesh_comm
-
-     function c_dsm_f_mesh_flatten(mesh, nnames, names, flat_name, comm) &
-          bind(C, name='dsm_f_mesh_flatten') result(st)
-       import :: c_int, c_char, c_ptr, c_fint
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: nnames
-       type(c_ptr), dimension(*), intent(in) :: names
-       character(kind=c_char), dimension(*), intent(in) :: flat_name
-       integer(c_fint), intent(out) :: comm
-       integer(c_int) :: st
-     end function c_dsm_f_mesh_flatten
-
-     ! The handle calls, bound directly.
-     function c_dsm_mesh_free(mesh) bind(C, name='dsm_mesh_free') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), intent(inout) :: mesh
-       integer(c_int) :: st
-     end function c_dsm_mesh_free
-
-     function c_dsm_mesh_get_ndims(mesh, ndims) bind(C, name='dsm_mesh_ndims') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), intent(out) :: ndims
-       integer(c_int) :: st
-     end function c_dsm_mesh_get_ndims
-
-     function c_dsm_mesh_get_shape(mesh, len, shape) bind(C, name='dsm_mesh_shape') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: len
-       integer(c_int), dimension(*), intent(out) :: shape
-       integer(c_int) :: st
-     end function c_dsm_mesh_get_shape
-
-     function c_dsm_mesh_get_coords(mesh, len, coords) bind(C, name='dsm_mesh_coords') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: len
-       integer(c_int), dimension(*), intent(out) :: coords
-       integer(c_int) :: st
-     end function c_dsm_mesh_get_coords
-
-     function c_dsm_mesh_get_dim_name(mesh, dim, name) bind(C, name='dsm_mesh_dim_name') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: dim
-       type(c_ptr), intent(out) :: name
-       integer(c_int) :: st
-     end function c_dsm_mesh_get_dim_name
-
-     function c_dsm_mesh_get_dim_index(mesh, name, dim) bind(C, name='dsm_mesh_dim_index') result(st)
-       import :: c_int, c_char, c_ptr
-       type(c_ptr), value :: mesh
-       character(kind=c_char), dimension(*), intent(in) :: name
-       integer(c_int), intent(out) :: dim
-       integer(c_int) :: st
-     end function c_dsm_mesh_get_dim_index
-
-     function c_dsm_mesh_dim_size(mesh, dim, size) bind(C, name='dsm_mesh_dim_size') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: dim
-       integer(c_int), intent(out) :: size
-       integer(c_int) :: st
-     end function c_dsm_mesh_dim_size
-
-     function c_dsm_mesh_dim_rank(mesh, dim, rank) bind(C, name='dsm_mesh_dim_rank') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: dim
-       integer(c_int), intent(out) :: rank
-       integer(c_int) :: st
-     end function c_dsm_mesh_dim_rank
-
-     function c_dsm_mesh_size(mesh, group, size) bind(C, name='dsm_mesh_size') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       type(c_ptr), value :: group
-       integer(c_int), intent(out) :: size
-       integer(c_int) :: st
-     end function c_dsm_mesh_size
-
-     function c_dsm_mesh_rank(mesh, group, rank) bind(C, name='dsm_mesh_rank') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       type(c_ptr), value :: group
-       integer(c_int), intent(out) :: rank
-       integer(c_int) :: st
-     end function c_dsm_mesh_rank
-
-     function c_dsm_mesh_group_ranks(mesh, group, len, ranks) bind(C, name='dsm_mesh_group_ranks') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       type(c_ptr), value :: group
-       integer(c_int), value :: len
-       integer(c_int), dimension(*), intent(out) :: ranks
-       integer(c_int) :: st
-     end function c_dsm_mesh_group_ranks
-
-     function c_dsm_mesh_slice(mesh, nnames, names, slice) bind(C, name='dsm_mesh_slice') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: nnames
-       type(c_ptr), dimension(*), intent(in) :: names
-       type(c_ptr), intent(out) :: slice
-       integer(c_int) :: st
-     end function c_dsm_mesh_slice
-
-     function c_dsm_mesh_describe(mesh, format, text) bind(C, name='dsm_mesh_describe') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       integer(c_int), value :: format
-       type(c_ptr), intent(out) :: text
-       integer(c_int) :: st
-     end function c_dsm_mesh_describe
-
-     ! Configuration. The C flags are unsigned int: passed as c_int, which
-     ! has the same size, and only ever holds small non-negative values.
-     function c_dsm_f_config_load(comm, config, flags, cfg) &
-          bind(C, name='dsm_f_config_load') result(st)
-       import :: c_int, c_char, c_ptr, c_fint
-       integer(c_fint), intent(in) :: comm
-       character(kind=c_char), dimension(*), intent(in) :: config
-       integer(c_int), value :: flags
-       type(c_ptr), intent(out) :: cfg
-       integer(c_int) :: st
-     end function c_dsm_f_config_load
-
-     function c_dsm_config_load_for_mesh(mesh, config, flags, cfg) &
-          bind(C, name='dsm_config_load_for_mesh') result(st)
-       import :: c_int, c_char, c_ptr
-       type(c_ptr), value :: mesh
-       character(kind=c_char), dimension(*), intent(in) :: config
-       integer(c_int), value :: flags
-       type(c_ptr), intent(out) :: cfg
-       integer(c_int) :: st
-     end function c_dsm_config_load_for_mesh
-
-     function c_dsm_config_resolve(config, world_size, data_parallel_size, flags, cfg) &
-          bind(C, name='dsm_config_resolve') result(st)
-       import :: c_int, c_int64_t, c_char, c_ptr
-       character(kind=c_char), dimension(*), intent(in) :: config
-       integer(c_int64_t), value :: world_size, data_parallel_size
-       integer(c_int), value :: flags
-       type(c_ptr), intent(out) :: cfg
-       integer(c_int) :: st
-     end function c_dsm_config_resolve
-
-     function c_dsm_config_free(cfg) bind(C, name='dsm_config_free') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), intent(inout) :: cfg
-       integer(c_int) :: st
-     end function c_dsm_config_free
-
-     function c_dsm_config_get_batch(cfg, train_batch_size, micro_batch_size, &
-          gradient_accumulation_steps, data_parallel_size) &
-          bind(C, name='dsm_config_batch') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: cfg
-       integer(c_int64_t), intent(out) :: train_batch_size, micro_batch_size
-       integer(c_int64_t), intent(out) :: gradient_accumulation_steps, data_parallel_size
-       integer(c_int) :: st
-     end function c_dsm_config_get_batch
-
-     function c_dsm_config_describe(cfg, format, text) bind(C, name='dsm_config_describe') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: cfg
-       integer(c_int), value :: format
-       type(c_ptr), intent(out) :: text
-       integer(c_int) :: st
-     end function c_dsm_config_describe
-
-     function c_dsm_config_describe_lr(cfg, steps, format, text) &
-          bind(C, name='dsm_config_describe_lr') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: cfg
-       integer(c_int64_t), value :: steps
-       integer(c_int), value :: format
-       type(c_ptr), intent(out) :: text
-       integer(c_int) :: st
-     end function c_dsm_config_describe_lr
-
-     ! Conversion.
-     function c_dsm_convert(src, src_dtype, dst, dst_dtype, n) bind(C, name='dsm_convert') result(st)
-       import :: c_int, c_ptr, c_size_t
-       type(c_ptr), value :: src
-       integer(c_int), value :: src_dtype
-       type(c_ptr), value :: dst
-       integer(c_int), value :: dst_dtype
-       integer(c_size_t), value :: n
-       integer(c_int) :: st
-     end function c_dsm_convert
-
-     ! The engine. Arrays cross as type(c_ptr), value (c_loc or null).
-     function c_dsm_engine_init(mesh, config, params, nparams, engine) &
-          bind(C, name='dsm_engine_init') result(st)
-       import :: c_int, c_char, c_ptr
-       type(c_ptr), value :: mesh
-       character(kind=c_char), dimension(*), intent(in) :: config
-       type(c_ptr), value :: params
-       integer(c_int), value :: nparams
-       type(c_ptr), intent(out) :: engine
-       integer(c_int) :: st
-     end function c_dsm_engine_init
-
-     function c_dsm_engine_init_with_options(mesh, config, params, nparams, options, engine) &
-          bind(C, name='dsm_engine_init_with_options') result(st)
-       import :: c_int, c_char, c_ptr, dsm_engine_options_t
-       type(c_ptr), value :: mesh
-       character(kind=c_char), dimension(*), intent(in) :: config
-       type(c_ptr), value :: params
-       integer(c_int), value :: nparams
-       type(dsm_engine_options_t), intent(in) :: options
-       type(c_ptr), intent(out) :: engine
-       integer(c_int) :: st
-     end function c_dsm_engine_init_with_options
-
-     function c_dsm_f_engine_init_comm(comm, config, params, nparams, engine) &
-          bind(C, name='dsm_f_engine_init_comm') result(st)
-       import :: c_int, c_char, c_ptr, c_fint
-       integer(c_fint), intent(in) :: comm
-       character(kind=c_char), dimension(*), intent(in) :: config
-       type(c_ptr), value :: params
-       integer(c_int), value :: nparams
-       type(c_ptr), intent(out) :: engine
-       integer(c_int) :: st
-     end function c_dsm_f_engine_init_comm
-
-     function c_dsm_engine_free(engine) bind(C, name='dsm_engine_free') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), intent(inout) :: engine
-       integer(c_int) :: st
-     end function c_dsm_engine_free
-
-     function c_dsm_engine_num_params(engine, nparams) bind(C, name='dsm_engine_num_params') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), intent(out) :: nparams
-       integer(c_int) :: st
-     end function c_dsm_engine_num_params
-
-     function c_dsm_engine_param_index(engine, name, index) bind(C, name='dsm_engine_param_index') result(st)
-       import :: c_int, c_char, c_ptr
-       type(c_ptr), value :: engine
-       character(kind=c_char), dimension(*), intent(in) :: name
-       integer(c_int), intent(out) :: index
-       integer(c_int) :: st
-     end function c_dsm_engine_param_index
-
-     function c_dsm_engine_param_numel(engine, index, numel) bind(C, name='dsm_engine_param_numel') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: index
-       integer(c_int64_t), intent(out) :: numel
-       integer(c_int) :: st
-     end function c_dsm_engine_param_numel
-
-     function c_dsm_engine_get_dtype(engine, dtype) bind(C, name='dsm_engine_dtype') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), intent(out) :: dtype
-       integer(c_int) :: st
-     end function c_dsm_engine_get_dtype
-
-     function c_dsm_engine_get_batch(engine, train_batch_size, micro_batch_size, &
-          gradient_accumulation_steps, data_parallel_size) &
-          bind(C, name='dsm_engine_batch') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int64_t), intent(out) :: train_batch_size, micro_batch_size
-       integer(c_int64_t), intent(out) :: gradient_accumulation_steps, data_parallel_size
-       integer(c_int) :: st
-     end function c_dsm_engine_get_batch
-
-     function c_dsm_engine_param_read_f32(engine, index, values, count) &
-          bind(C, name='dsm_engine_param_read_f32') result(st)
-       import :: c_int, c_int64_t, c_ptr, c_float
-       type(c_ptr), value :: engine
-       integer(c_int), value :: index
-       real(c_float), dimension(*), intent(out) :: values
-       integer(c_int64_t), value :: count
-       integer(c_int) :: st
-     end function c_dsm_engine_param_read_f32
-
-     function c_dsm_engine_grad_add_f32(engine, index, grad, count) &
-          bind(C, name='dsm_engine_grad_add_f32') result(st)
-       import :: c_int, c_int64_t, c_ptr, c_float
-       type(c_ptr), value :: engine
-       integer(c_int), value :: index
-       real(c_float), dimension(*), intent(in) :: grad
-       integer(c_int64_t), value :: count
-       integer(c_int) :: st
-     end function c_dsm_engine_grad_add_f32
-
-     function c_dsm_engine_log_loss(engine, loss) bind(C, name='dsm_engine_log_loss') result(st)
-       import :: c_int, c_ptr, c_double
-       type(c_ptr), value :: engine
-       real(c_double), value :: loss
-       integer(c_int) :: st
-     end function c_dsm_engine_log_loss
-
-     function c_dsm_engine_log_scalar(engine, name, value) bind(C, name='dsm_engine_log_scalar') result(st)
-       import :: c_int, c_ptr, c_double, c_char
-       type(c_ptr), value :: engine
-       character(kind=c_char), dimension(*), intent(in) :: name
-       real(c_double), value :: value
-       integer(c_int) :: st
-     end function c_dsm_engine_log_scalar
-
-     function c_dsm_engine_set_flops(engine, flops_per_sample, peak_flops) &
-          bind(C, name='dsm_engine_set_flops') result(st)
-       import :: c_int, c_ptr, c_double
-       type(c_ptr), value :: engine
-       real(c_double), value :: flops_per_sample, peak_flops
-       integer(c_int) :: st
-     end function c_dsm_engine_set_flops
-
-     function c_dsm_engine_set_stop_signal(engine, signum) bind(C, name='dsm_engine_set_stop_signal') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: signum
-       integer(c_int) :: st
-     end function c_dsm_engine_set_stop_signal
-
-     function c_dsm_engine_stop_requested(engine, stop) bind(C, name='dsm_engine_stop_requested') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), intent(out) :: stop
-       integer(c_int) :: st
-     end function c_dsm_engine_stop_requested
-
-     function c_dsm_engine_get_device(engine, device) bind(C, name='dsm_engine_device') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), intent(out) :: device
-       integer(c_int) :: st
-     end function c_dsm_engine_get_device
-
-     ! dsm/cuda.h: a cudaStream_t is a pointer.
-     function c_dsm_engine_set_stream(engine, stream) bind(C, name='dsm_engine_set_stream') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       type(c_ptr), value :: stream
-       integer(c_int) :: st
-     end function c_dsm_engine_set_stream
-
-     function c_dsm_engine_get_stream(engine, stream) bind(C, name='dsm_engine_stream') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       type(c_ptr), intent(out) :: stream
-       integer(c_int) :: st
-     end function c_dsm_engine_get_stream
-
-     function c_dsm_engine_param_acquire(engine, index, values) &
-          bind(C, name='dsm_engine_param_acquire') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: index
-       type(c_ptr), intent(out) :: values
-       integer(c_int) :: st
-     end function c_dsm_engine_param_acquire
-
-     function c_dsm_engine_param_release(engine, index) bind(C, name='dsm_engine_param_release') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: index
-       integer(c_int) :: st
-     end function c_dsm_engine_param_release
-
-     function c_dsm_engine_grad_acquire(engine, index, grad) bind(C, name='dsm_engine_grad_acquire') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: index
-       type(c_ptr), intent(out) :: grad
-       integer(c_int) :: st
-     end function c_dsm_engine_grad_acquire
-
-     function c_dsm_engine_grad_release(engine, index) bind(C, name='dsm_engine_grad_release') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: index
-       integer(c_int) :: st
-     end function c_dsm_engine_grad_release
-
-     function c_dsm_step(engine, info) bind(C, name='dsm_step') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       type(c_ptr), value :: info
-       integer(c_int) :: st
-     end function c_dsm_step
-
-     function c_dsm_engine_get_loss_scale(engine, scale) bind(C, name='dsm_engine_loss_scale') result(st)
-       import :: c_int, c_double, c_ptr
-       type(c_ptr), value :: engine
-       real(c_double), intent(out) :: scale
-       integer(c_int) :: st
-     end function c_dsm_engine_get_loss_scale
-
-     function c_dsm_engine_get_step_info(engine, info) bind(C, name='dsm_engine_step_info') result(st)
-       import :: c_int, c_ptr, dsm_step_info_t
-       type(c_ptr), value :: engine
-       type(dsm_step_info_t), intent(inout) :: info
-       integer(c_int) :: st
-     end function c_dsm_engine_get_step_info
-
-     function c_dsm_engine_get_mesh(engine, mesh) bind(C, name='dsm_engine_borrow_mesh') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       type(c_ptr), intent(out) :: mesh
-       integer(c_int) :: st
-     end function c_dsm_engine_get_mesh
-
-     function c_dsm_engine_describe(engine, format, text) bind(C, name='dsm_engine_describe') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: format
-       type(c_ptr), intent(out) :: text
-       integer(c_int) :: st
-     end function c_dsm_engine_describe
-
-     function c_dsm_engine_load_report(engine, format, text) bind(C, name='dsm_engine_load_report') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int), value :: format
-       type(c_ptr), intent(out) :: text
-       integer(c_int) :: st
-     end function c_dsm_engine_load_report
-
-     function c_dsm_engine_load_weights(engine, path, flags) bind(C, name='dsm_engine_load_weights') result(st)
-       import :: c_int, c_char, c_ptr
-       type(c_ptr), value :: engine
-       character(kind=c_char), dimension(*), intent(in) :: path
-       integer(c_int), value :: flags
-       integer(c_int) :: st
-     end function c_dsm_engine_load_weights
-
-     function c_dsm_engine_checkpoint_wait(engine) bind(C, name='dsm_engine_checkpoint_wait') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: engine
-       integer(c_int) :: st
-     end function c_dsm_engine_checkpoint_wait
-
-     function c_dsm_engine_save_checkpoint(engine, dir, tag, client_state, size) &
-          bind(C, name='dsm_engine_save_checkpoint') result(st)
-       import :: c_int, c_char, c_ptr, c_size_t
-       type(c_ptr), value :: engine
-       character(kind=c_char), dimension(*), intent(in) :: dir
-       type(c_ptr), value :: tag
-       type(c_ptr), value :: client_state
-       integer(c_size_t), value :: size
-       integer(c_int) :: st
-     end function c_dsm_engine_save_checkpoint
-
-     function c_dsm_engine_load_checkpoint(engine, dir, tag, flags, client_state, size) &
-          bind(C, name='dsm_engine_load_checkpoint') result(st)
-       import :: c_int, c_char, c_ptr
-       type(c_ptr), value :: engine
-       character(kind=c_char), dimension(*), intent(in) :: dir
-       type(c_ptr), value :: tag
-       integer(c_int), value :: flags
-       type(c_ptr), value :: client_state
-       type(c_ptr), value :: size
-       integer(c_int) :: st
-     end function c_dsm_engine_load_checkpoint
-
-     ! Sequence parallelism.
-     function c_dsm_sp_create(mesh, group, sp) bind(C, name='dsm_sp_create') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: mesh
-       type(c_ptr), value :: group
-       type(c_ptr), intent(out) :: sp
-       integer(c_int) :: st
-     end function c_dsm_sp_create
-
-     function c_dsm_sp_free(sp) bind(C, name='dsm_sp_free') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), intent(inout) :: sp
-       integer(c_int) :: st
-     end function c_dsm_sp_free
-
-     function c_dsm_sp_get_size(sp, size) bind(C, name='dsm_sp_size') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: sp
-       integer(c_int), intent(out) :: size
-       integer(c_int) :: st
-     end function c_dsm_sp_get_size
-
-     function c_dsm_sp_get_rank(sp, rank) bind(C, name='dsm_sp_rank') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: sp
-       integer(c_int), intent(out) :: rank
-       integer(c_int) :: st
-     end function c_dsm_sp_get_rank
-
-     function c_dsm_sp_alloc(sp, bytes, ptr) bind(C, name='dsm_sp_alloc') result(st)
-       import :: c_int, c_ptr, c_size_t
-       type(c_ptr), value :: sp
-       integer(c_size_t), value :: bytes
-       type(c_ptr), intent(out) :: ptr
-       integer(c_int) :: st
-     end function c_dsm_sp_alloc
-
-     function c_dsm_sp_free_memory(sp, ptr) bind(C, name='dsm_sp_free_memory') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), value :: sp
-       type(c_ptr), value :: ptr
-       integer(c_int) :: st
-     end function c_dsm_sp_free_memory
-
-     function c_dsm_sp_head_range(heads, flags, size, rank, first, count) &
-          bind(C, name='dsm_sp_head_range') result(st)
-       import :: c_int, c_int64_t
-       integer(c_int64_t), value :: heads
-       integer(c_int), value :: flags, size, rank
-       integer(c_int64_t), intent(out) :: first, count
-       integer(c_int) :: st
-     end function c_dsm_sp_head_range
-
-     function c_dsm_sp_counts(sp, t, seq_sharded, head_sharded) bind(C, name='dsm_sp_counts') result(st)
-       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
-       type(c_ptr), value :: sp
-       type(dsm_sp_tensor_t), intent(in) :: t
-       integer(c_size_t), intent(out) :: seq_sharded, head_sharded
-       integer(c_int) :: st
-     end function c_dsm_sp_counts
-
-     function c_dsm_sp_seq_to_head(sp, t, in, in_count, out, out_count) &
-          bind(C, name='dsm_sp_seq_to_head') result(st)
-       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
-       type(c_ptr), value :: sp
-       type(dsm_sp_tensor_t), intent(in) :: t
-       type(c_ptr), value :: in
-       integer(c_size_t), value :: in_count
-       type(c_ptr), value :: out
-       integer(c_size_t), value :: out_count
-       integer(c_int) :: st
-     end function c_dsm_sp_seq_to_head
-
-     function c_dsm_sp_head_to_seq(sp, t, in, in_count, out, out_count) &
-          bind(C, name='dsm_sp_head_to_seq') result(st)
-       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
-       type(c_ptr), value :: sp
-       type(dsm_sp_tensor_t), intent(in) :: t
-       type(c_ptr), value :: in
-       integer(c_size_t), value :: in_count
-       type(c_ptr), value :: out
-       integer(c_size_t), value :: out_count
-       integer(c_int) :: st
-     end function c_dsm_sp_head_to_seq
-
-     function c_dsm_sp_seq_to_head_n(sp, n, t, in, in_count, out, out_count) &
-          bind(C, name='dsm_sp_seq_to_head_n') result(st)
-       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
-       type(c_ptr), value :: sp
-       integer(c_int), value :: n
-       type(dsm_sp_tensor_t), dimension(*), intent(in) :: t
-       type(c_ptr), dimension(*), intent(in) :: in
-       integer(c_size_t), dimension(*), intent(in) :: in_count
-       type(c_ptr), dimension(*), intent(in) :: out
-       integer(c_size_t), dimension(*), intent(in) :: out_count
-       integer(c_int) :: st
-     end function c_dsm_sp_seq_to_head_n
-
-     function c_dsm_sp_head_to_seq_n(sp, n, t, in, in_count, out, out_count) &
-          bind(C, name='dsm_sp_head_to_seq_n') result(st)
-       import :: c_int, c_ptr, c_size_t, dsm_sp_tensor_t
-       type(c_ptr), value :: sp
-       integer(c_int), value :: n
-       type(dsm_sp_tensor_t), dimension(*), intent(in) :: t
-       type(c_ptr), dimension(*), intent(in) :: in
-       integer(c_size_t), dimension(*), intent(in) :: in_count
-       type(c_ptr), dimension(*), intent(in) :: out
-       integer(c_size_t), dimension(*), intent(in) :: out_count
-       integer(c_int) :: st
-     end function c_dsm_sp_head_to_seq_n
-
-     function c_dsm_sp_shard_batch(size, rank, batch, seq, tokens, positions, labels, pad_token, &
-          out_len, out_tokens, out_positions, out_labels, chunk, valid) &
-          bind(C, name='dsm_sp_shard_batch') result(st)
-       import :: c_int, c_int64_t, c_ptr, c_size_t
-       integer(c_int), value :: size, rank
-       integer(c_int64_t), value :: batch, seq
-       type(c_ptr), value :: tokens, positions, labels
-       integer(c_int64_t), value :: pad_token
-       integer(c_size_t), value :: out_len
-       type(c_ptr), value :: out_tokens, out_positions, out_labels
-       integer(c_int64_t), intent(out) :: chunk, valid
-       integer(c_int) :: st
-     end function c_dsm_sp_shard_batch
-
-     function c_dsm_sp_loss(sp, loss_sum, tokens, mean, grad_scale) bind(C, name='dsm_sp_loss') result(st)
-       import :: c_int, c_int64_t, c_double, c_ptr
-       type(c_ptr), value :: sp
-       real(c_double), value :: loss_sum
-       integer(c_int64_t), value :: tokens
-       real(c_double), intent(out) :: mean, grad_scale
-       integer(c_int) :: st
-     end function c_dsm_sp_loss
-
-     ! The sampler.
-     function c_dsm_sampler_create(num_samples, replicas, rank, micro_batch, options, sampler) &
-          bind(C, name='dsm_sampler_create') result(st)
-       import :: c_int, c_int64_t, c_ptr, c_sampler_options
-       integer(c_int64_t), value :: num_samples
-       integer(c_int), value :: replicas, rank
-       integer(c_int64_t), value :: micro_batch
-       type(c_sampler_options), intent(in) :: options
-       type(c_ptr), intent(out) :: sampler
-       integer(c_int) :: st
-     end function c_dsm_sampler_create
-
-     function c_dsm_sampler_create_for_engine(engine, num_samples, options, sampler) &
-          bind(C, name='dsm_sampler_create_for_engine') result(st)
-       import :: c_int, c_int64_t, c_ptr, c_sampler_options
-       type(c_ptr), value :: engine
-       integer(c_int64_t), value :: num_samples
-       type(c_sampler_options), intent(in) :: options
-       type(c_ptr), intent(out) :: sampler
-       integer(c_int) :: st
-     end function c_dsm_sampler_create_for_engine
-
-     function c_dsm_sampler_free(sampler) bind(C, name='dsm_sampler_free') result(st)
-       import :: c_int, c_ptr
-       type(c_ptr), intent(inout) :: sampler
-       integer(c_int) :: st
-     end function c_dsm_sampler_free
-
-     function c_dsm_sampler_num_batches(sampler, num_batches) bind(C, name='dsm_sampler_num_batches') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: sampler
-       integer(c_int64_t), intent(out) :: num_batches
-       integer(c_int) :: st
-     end function c_dsm_sampler_num_batches
-
-     function c_dsm_sampler_batch(sampler, epoch, batch, indices, len, count) &
-          bind(C, name='dsm_sampler_batch') result(st)
-       import :: c_int, c_int64_t, c_ptr, c_size_t
-       type(c_ptr), value :: sampler
-       integer(c_int64_t), value :: epoch, batch
-       type(c_ptr), value :: indices
-       integer(c_size_t), value :: len
-       integer(c_int64_t), intent(out) :: count
-       integer(c_int) :: st
-     end function c_dsm_sampler_batch
-
-     function c_dsm_sampler_locate(sampler, micro_steps, epoch, batch) bind(C, name='dsm_sampler_locate') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: sampler
-       integer(c_int64_t), value :: micro_steps
-       integer(c_int64_t), intent(out) :: epoch, batch
-       integer(c_int) :: st
-     end function c_dsm_sampler_locate
-
-     function c_dsm_sampler_position(sampler, epoch, batch, samples) bind(C, name='dsm_sampler_position') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: sampler
-       integer(c_int64_t), value :: epoch, batch
-       integer(c_int64_t), intent(out) :: samples
-       integer(c_int) :: st
-     end function c_dsm_sampler_position
-
-     function c_dsm_sampler_resume(sampler, samples, epoch) bind(C, name='dsm_sampler_resume') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: sampler
-       integer(c_int64_t), value :: samples
-       integer(c_int64_t), intent(out) :: epoch
-       integer(c_int) :: st
-     end function c_dsm_sampler_resume
-
-     function c_dsm_sampler_epoch_batches(sampler, epoch, num_batches) &
-          bind(C, name='dsm_sampler_epoch_batches') result(st)
-       import :: c_int, c_int64_t, c_ptr
-       type(c_ptr), value :: sampler
-       integer(c_int64_t), value :: epoch
-       integer(c_int64_t), intent(out) :: num_batches
-       integer(c_int) :: st
-     end function c_dsm_sampler_epoch_batches
   end interface
+
+  ! The C functions and the shim (generated).
+  include 'dsm_iface.inc'
 
 contains
 
@@ -1408,107 +486,57 @@ contains
     end do
   end subroutine pack_names
 
-  ! Report a status: into ierr when present, else abort on failure.
+  ! Report a status: into ierr when present, else stop the program on failure
+  ! with the status and dsm_last_error() on standard error.
   subroutine finish(status, where, ierr)
     integer(c_int), intent(in) :: status
     character(len=*), intent(in) :: where
     integer, intent(out), optional :: ierr
-    integer :: mpierr
 
     if (present(ierr)) then
        ierr = int(status)
        return
     end if
     if (status == DSM_SUCCESS) return
-    write(error_unit, '(5a)') 'libdsm: ', where, ' failed (', dsm_status_string(int(status)), ')'
-    write(error_unit, '(2a)') 'libdsm: ', dsm_get_last_error()
-    flush(error_unit)
-    call MPI_Abort(MPI_COMM_WORLD, int(status), mpierr)
+    call stop_program(int(status), where, dsm_last_error())
   end subroutine finish
 
-  ! ============================================================ status, version, info
-
-  !> A short constant description of a status ("invalid argument"); unknown
-  !> values give "unknown status". Not collective.
-  function dsm_status_string(status) result(s)
+  ! A failure found by the bindings themselves (no C call made it): into
+  ! ierr when present, else the program stops, printing why.
+  subroutine fail_local(status, where, why, ierr)
     integer, intent(in) :: status
-    character(len=:), allocatable :: s
-
-    s = c_to_f_string(c_dsm_status_string(int(status, c_int)))
-  end function dsm_status_string
-
-  !> The detailed message of the last failed libdsm call in this thread; ''
-  !> when none has failed. Not collective.
-  function dsm_get_last_error() result(s)
-    character(len=:), allocatable :: s
-
-    s = c_to_f_string(c_dsm_get_last_error())
-  end function dsm_get_last_error
-
-  !> The version of the library that is running. Not collective.
-  subroutine dsm_get_version(major, minor, patch, ierr)
-    integer, intent(out) :: major, minor, patch
+    character(len=*), intent(in) :: where, why
     integer, intent(out), optional :: ierr
-    integer(c_int) :: cmajor, cminor, cpatch, st
 
-    st = c_dsm_get_version(cmajor, cminor, cpatch)
-    major = int(cmajor)
-    minor = int(cminor)
-    patch = int(cpatch)
-    call finish(st, 'dsm_get_version', ierr)
-  end subroutine dsm_get_version
+    if (present(ierr)) then
+       ierr = status
+       return
+    end if
+    call stop_program(status, where, where // ': ' // why)
+  end subroutine fail_local
 
-  !> Whether a build feature ("mpi", "hwloc", "hdf5", "cuda", "nccl",
-  !> "fortran") is compiled in. DSM_ERR_NOT_FOUND for an unknown name.
-  subroutine dsm_get_feature(feature, enabled, ierr)
-    character(len=*), intent(in) :: feature
-    logical, intent(out) :: enabled
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: cenabled, st
+  ! Print "where failed (status)" and detail on standard error and stop: with
+  ! MPI_Abort(MPI_COMM_WORLD, status) while MPI is initialized and not
+  ! finalized, else (a routine that needs no MPI, called before MPI_Init or
+  ! after MPI_Finalize) with error stop status.
+  subroutine stop_program(status, where, detail)
+    integer, intent(in) :: status
+    character(len=*), intent(in) :: where, detail
+    logical :: initialized, finalized
+    integer :: mpierr
 
-    cenabled = 0
-    st = c_dsm_get_feature(trim(feature) // c_null_char, cenabled)
-    enabled = cenabled /= 0
-    call finish(st, 'dsm_get_feature', ierr)
-  end subroutine dsm_get_feature
+    write(error_unit, '(5a)') 'libdsm: ', where, ' failed (', dsm_status_string(status), ')'
+    write(error_unit, '(2a)') 'libdsm: ', detail
+    flush(error_unit)
+    call MPI_Initialized(initialized, mpierr)
+    call MPI_Finalized(finalized, mpierr)
+    if (initialized .and. .not. finalized) call MPI_Abort(MPI_COMM_WORLD, status, mpierr)
+    error stop status
+  end subroutine stop_program
 
-  !> The size in bytes of one element of dtype (DSM_FLOAT32, ...).
-  subroutine dsm_dtype_size(dtype, size, ierr)
-    integer, intent(in) :: dtype
-    integer, intent(out) :: size
-    integer, intent(out), optional :: ierr
-    integer(c_size_t) :: csize
-    integer(c_int) :: st
+  ! ============================================================ the generated wrappers
 
-    csize = 0
-    st = c_dsm_dtype_size(int(dtype, c_int), csize)
-    size = int(csize)
-    call finish(st, 'dsm_dtype_size', ierr)
-  end subroutine dsm_dtype_size
-
-  !> The name of dtype ("float32", ...); "invalid" for unknown values.
-  function dsm_dtype_name(dtype) result(s)
-    integer, intent(in) :: dtype
-    character(len=:), allocatable :: s
-
-    s = c_to_f_string(c_dsm_dtype_name(int(dtype, c_int)))
-  end function dsm_dtype_name
-
-  !> Describe this build (what dsm-info prints), as DSM_FORMAT_TEXT or
-  !> DSM_FORMAT_JSON. Not collective.
-  subroutine dsm_info_describe(format, text, ierr)
-    integer, intent(in) :: format
-    character(len=:), allocatable, intent(out) :: text
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-
-    p = c_null_ptr
-    st = c_dsm_info_describe(int(format, c_int), p)
-    text = c_to_f_string(p)
-    call c_dsm_free(p)
-    call finish(st, 'dsm_info_describe', ierr)
-  end subroutine dsm_info_describe
+  include 'dsm_wrap.inc'
 
   ! ============================================================ mesh creation
 
@@ -1558,17 +586,6 @@ contains
          'dsm_mesh_create', ierr)
   end subroutine mesh_create_i
 
-  subroutine mesh_create_f08(comm, shape, names, mesh, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    integer, dimension(:), intent(in) :: shape
-    character(len=*), dimension(:), intent(in) :: names
-    type(dsm_mesh_t), intent(out) :: mesh
-    integer, intent(out), optional :: ierr
-
-    call mesh_create_common(comm%MPI_VAL, shape, names, DSM_PLACEMENT_DEFAULT, DSM_BIND_DEFAULT, &
-         mesh, 'dsm_mesh_create', ierr)
-  end subroutine mesh_create_f08
-
   subroutine mesh_create_with_options_i(comm, shape, names, placement, binding, mesh, ierr)
     integer, intent(in) :: comm
     integer, dimension(:), intent(in) :: shape
@@ -1581,18 +598,6 @@ contains
          'dsm_mesh_create_with_options', ierr)
   end subroutine mesh_create_with_options_i
 
-  subroutine mesh_create_with_options_f08(comm, shape, names, placement, binding, mesh, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    integer, dimension(:), intent(in) :: shape
-    character(len=*), dimension(:), intent(in) :: names
-    integer, intent(in) :: placement, binding
-    type(dsm_mesh_t), intent(out) :: mesh
-    integer, intent(out), optional :: ierr
-
-    call mesh_create_common(comm%MPI_VAL, shape, names, placement, binding, mesh, &
-         'dsm_mesh_create_with_options', ierr)
-  end subroutine mesh_create_with_options_f08
-
   subroutine mesh_create_dp_sp_i(comm, dp, sp, mesh, ierr)
     integer, intent(in) :: comm
     integer, intent(in) :: dp, sp
@@ -1604,45 +609,23 @@ contains
     call finish(st, 'dsm_mesh_create_dp_sp', ierr)
   end subroutine mesh_create_dp_sp_i
 
-  subroutine mesh_create_dp_sp_f08(comm, dp, sp, mesh, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    integer, intent(in) :: dp, sp
+  subroutine mesh_create_for_config_i(comm, config, mesh, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: config
     type(dsm_mesh_t), intent(out) :: mesh
-    integer, intent(out), optional :: ierr
-
-    call mesh_create_dp_sp_i(comm%MPI_VAL, dp, sp, mesh, ierr)
-  end subroutine mesh_create_dp_sp_f08
-
-  !> Free a mesh or a slice and make the handle null. Collective over the
-  !> mesh communicator; a null handle is allowed and does nothing.
-  subroutine dsm_mesh_free(mesh, ierr)
-    type(dsm_mesh_t), intent(inout) :: mesh
     integer, intent(out), optional :: ierr
     integer(c_int) :: st
 
-    st = c_dsm_mesh_free(mesh%ptr)
-    call finish(st, 'dsm_mesh_free', ierr)
-  end subroutine dsm_mesh_free
+    st = c_dsm_f_mesh_create_for_config(comm, trim(config) // c_null_char, mesh%ptr)
+    call finish(st, 'dsm_mesh_create_for_config', ierr)
+  end subroutine mesh_create_for_config_i
 
   ! ============================================================ mesh queries (not collective)
-
-  !> Number of dimensions of the mesh (or slice).
-  subroutine dsm_mesh_get_ndims(mesh, ndims, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    integer, intent(out) :: ndims
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: cn, st
-
-    cn = 0
-    st = c_dsm_mesh_get_ndims(mesh%ptr, cn)
-    ndims = int(cn)
-    call finish(st, 'dsm_mesh_get_ndims', ierr)
-  end subroutine dsm_mesh_get_ndims
 
   !> Size of each dimension, outermost first, in shape(1:ndims). size(shape)
   !> must be at least ndims (DSM_ERR_INVALID_ARGUMENT otherwise); the
   !> elements after ndims are left alone.
-  subroutine dsm_mesh_get_shape(mesh, shape, ierr)
+  subroutine dsm_mesh_shape(mesh, shape, ierr)
     type(dsm_mesh_t), intent(in) :: mesh
     integer, dimension(:), intent(inout) :: shape
     integer, intent(out), optional :: ierr
@@ -1651,18 +634,18 @@ contains
     integer :: n
 
     cshape = 0
-    st = c_dsm_mesh_get_shape(mesh%ptr, int(min(size(shape), DSM_MESH_MAX_DIMS), c_int), cshape)
+    st = c_dsm_mesh_shape(mesh%ptr, int(min(size(shape), DSM_MESH_MAX_DIMS), c_int), cshape)
     if (st == DSM_SUCCESS) then
-       st = c_dsm_mesh_get_ndims(mesh%ptr, cn)
+       st = c_dsm_mesh_ndims(mesh%ptr, cn)
        n = int(cn)
        shape(1:n) = int(cshape(1:n))
     end if
-    call finish(st, 'dsm_mesh_get_shape', ierr)
-  end subroutine dsm_mesh_get_shape
+    call finish(st, 'dsm_mesh_shape', ierr)
+  end subroutine dsm_mesh_shape
 
   !> This rank's 0-based coordinate along each dimension, in coords(1:ndims).
-  !> size(coords) as in dsm_mesh_get_shape.
-  subroutine dsm_mesh_get_coords(mesh, coords, ierr)
+  !> size(coords) as in dsm_mesh_shape.
+  subroutine dsm_mesh_coords(mesh, coords, ierr)
     type(dsm_mesh_t), intent(in) :: mesh
     integer, dimension(:), intent(inout) :: coords
     integer, intent(out), optional :: ierr
@@ -1671,114 +654,14 @@ contains
     integer :: n
 
     ccoords = 0
-    st = c_dsm_mesh_get_coords(mesh%ptr, int(min(size(coords), DSM_MESH_MAX_DIMS), c_int), ccoords)
+    st = c_dsm_mesh_coords(mesh%ptr, int(min(size(coords), DSM_MESH_MAX_DIMS), c_int), ccoords)
     if (st == DSM_SUCCESS) then
-       st = c_dsm_mesh_get_ndims(mesh%ptr, cn)
+       st = c_dsm_mesh_ndims(mesh%ptr, cn)
        n = int(cn)
        coords(1:n) = int(ccoords(1:n))
     end if
-    call finish(st, 'dsm_mesh_get_coords', ierr)
-  end subroutine dsm_mesh_get_coords
-
-  !> The name of dimension dim (0-based, as in C: 0 = outermost).
-  subroutine dsm_mesh_get_dim_name(mesh, dim, name, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    integer, intent(in) :: dim
-    character(len=:), allocatable, intent(out) :: name
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-
-    p = c_null_ptr
-    st = c_dsm_mesh_get_dim_name(mesh%ptr, int(dim, c_int), p)
-    name = c_to_f_string(p)
-    call finish(st, 'dsm_mesh_get_dim_name', ierr)
-  end subroutine dsm_mesh_get_dim_name
-
-  !> The 0-based index of the dimension called name (DSM_ERR_NOT_FOUND if none).
-  subroutine dsm_mesh_get_dim_index(mesh, name, dim, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), intent(in) :: name
-    integer, intent(out) :: dim
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: cdim, st
-
-    cdim = -1
-    st = c_dsm_mesh_get_dim_index(mesh%ptr, trim(name) // c_null_char, cdim)
-    dim = int(cdim)
-    call finish(st, 'dsm_mesh_get_dim_index', ierr)
-  end subroutine dsm_mesh_get_dim_index
-
-  !> Size of the group along dimension dim (0-based, as in C) = its shape.
-  subroutine dsm_mesh_dim_size(mesh, dim, size, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    integer, intent(in) :: dim
-    integer, intent(out) :: size
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: csize, st
-
-    csize = 0
-    st = c_dsm_mesh_dim_size(mesh%ptr, int(dim, c_int), csize)
-    size = int(csize)
-    call finish(st, 'dsm_mesh_dim_size', ierr)
-  end subroutine dsm_mesh_dim_size
-
-  !> This rank's rank along dimension dim (0-based, as in C) = its 0-based
-  !> coordinate.
-  subroutine dsm_mesh_dim_rank(mesh, dim, rank, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    integer, intent(in) :: dim
-    integer, intent(out) :: rank
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: crank, st
-
-    crank = -1
-    st = c_dsm_mesh_dim_rank(mesh%ptr, int(dim, c_int), crank)
-    rank = int(crank)
-    call finish(st, 'dsm_mesh_dim_rank', ierr)
-  end subroutine dsm_mesh_dim_rank
-
-  !> Size of a named group (a dimension or a flattened group), or of the
-  !> whole mesh for group ''.
-  subroutine dsm_mesh_size(mesh, group, size, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), intent(in) :: group
-    integer, intent(out) :: size
-    integer, intent(out), optional :: ierr
-    character(kind=c_char), dimension(:), allocatable, target :: buf
-    integer(c_int) :: csize, st
-
-    csize = 0
-    if (len_trim(group) == 0) then
-       st = c_dsm_mesh_size(mesh%ptr, c_null_ptr, csize)
-    else
-       call f_to_c_string(group, buf)
-       st = c_dsm_mesh_size(mesh%ptr, c_loc(buf(1)), csize)
-    end if
-    size = int(csize)
-    call finish(st, 'dsm_mesh_size', ierr)
-  end subroutine dsm_mesh_size
-
-  !> This rank's rank in a named group; for group '' its linear (row-major)
-  !> position in the mesh or slice.
-  subroutine dsm_mesh_rank(mesh, group, rank, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), intent(in) :: group
-    integer, intent(out) :: rank
-    integer, intent(out), optional :: ierr
-    character(kind=c_char), dimension(:), allocatable, target :: buf
-    integer(c_int) :: crank, st
-
-    crank = -1
-    if (len_trim(group) == 0) then
-       st = c_dsm_mesh_rank(mesh%ptr, c_null_ptr, crank)
-    else
-       call f_to_c_string(group, buf)
-       st = c_dsm_mesh_rank(mesh%ptr, c_loc(buf(1)), crank)
-    end if
-    rank = int(crank)
-    call finish(st, 'dsm_mesh_rank', ierr)
-  end subroutine dsm_mesh_rank
+    call finish(st, 'dsm_mesh_coords', ierr)
+  end subroutine dsm_mesh_coords
 
   subroutine mesh_comm_i(mesh, group, comm, ierr)
     type(dsm_mesh_t), intent(in) :: mesh
@@ -1796,15 +679,6 @@ contains
     end if
     call finish(st, 'dsm_mesh_comm', ierr)
   end subroutine mesh_comm_i
-
-  subroutine mesh_comm_f08(mesh, group, comm, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), intent(in) :: group
-    type(MPI_Comm), intent(out) :: comm
-    integer, intent(out), optional :: ierr
-
-    call mesh_comm_i(mesh, group, comm%MPI_VAL, ierr)
-  end subroutine mesh_comm_f08
 
   !> The parent ranks of the members of this rank's group, in group-rank
   !> order, in ranks(1:group size); group '' for the whole mesh. size(ranks)
@@ -1893,34 +767,6 @@ contains
     if (present(comm)) comm = c
   end subroutine mesh_flatten_i
 
-  subroutine mesh_flatten_f08(mesh, names, flat_name, comm, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), dimension(:), intent(in) :: names
-    character(len=*), intent(in) :: flat_name
-    type(MPI_Comm), intent(out) :: comm
-    integer, intent(out), optional :: ierr
-
-    call mesh_flatten_common(mesh, names, flat_name, comm%MPI_VAL, ierr)
-  end subroutine mesh_flatten_f08
-
-  !> Describe the placement of every rank (DSM_FORMAT_TEXT or
-  !> DSM_FORMAT_JSON). Collective over the mesh communicator; the same text
-  !> on every rank.
-  subroutine dsm_mesh_describe(mesh, format, text, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    integer, intent(in) :: format
-    character(len=:), allocatable, intent(out) :: text
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-
-    p = c_null_ptr
-    st = c_dsm_mesh_describe(mesh%ptr, int(format, c_int), p)
-    text = c_to_f_string(p)
-    call c_dsm_free(p)
-    call finish(st, 'dsm_mesh_describe', ierr)
-  end subroutine dsm_mesh_describe
-
   ! ============================================================ configuration
 
   subroutine config_load_i(comm, config, flags, cfg, ierr)
@@ -1935,143 +781,7 @@ contains
     call finish(st, 'dsm_config_load', ierr)
   end subroutine config_load_i
 
-  subroutine config_load_f08(comm, config, flags, cfg, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    character(len=*), intent(in) :: config
-    integer, intent(in) :: flags
-    type(dsm_config_t), intent(out) :: cfg
-    integer, intent(out), optional :: ierr
-
-    call config_load_i(comm%MPI_VAL, config, flags, cfg, ierr)
-  end subroutine config_load_f08
-
-  !> dsm_config_load over the ranks of a mesh, with the data-parallel size
-  !> taken from its "data_parallel" dimension when it has one. Collective
-  !> over the mesh (all ranks of the communicator it was created from, also
-  !> for a slice). cfg is null on error.
-  subroutine dsm_config_load_for_mesh(mesh, config, flags, cfg, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), intent(in) :: config
-    integer, intent(in) :: flags
-    type(dsm_config_t), intent(out) :: cfg
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_config_load_for_mesh(mesh%ptr, trim(config) // c_null_char, int(flags, c_int), &
-         cfg%ptr)
-    call finish(st, 'dsm_config_load_for_mesh', ierr)
-  end subroutine dsm_config_load_for_mesh
-
-  !> Resolve a configuration for a job of world_size ranks without running
-  !> it; data_parallel_size is the mesh's data_parallel size, or 0 when there
-  !> is no mesh. Not collective; needs no MPI initialization. cfg is null on
-  !> error.
-  subroutine dsm_config_resolve(config, world_size, data_parallel_size, flags, cfg, ierr)
-    character(len=*), intent(in) :: config
-    integer(c_int64_t), intent(in) :: world_size, data_parallel_size
-    integer, intent(in) :: flags
-    type(dsm_config_t), intent(out) :: cfg
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_config_resolve(trim(config) // c_null_char, world_size, data_parallel_size, &
-         int(flags, c_int), cfg%ptr)
-    call finish(st, 'dsm_config_resolve', ierr)
-  end subroutine dsm_config_resolve
-
-  !> Free a configuration and make the handle null. Not collective; a null
-  !> handle is allowed and does nothing.
-  subroutine dsm_config_free(cfg, ierr)
-    type(dsm_config_t), intent(inout) :: cfg
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_config_free(cfg%ptr)
-    call finish(st, 'dsm_config_free', ierr)
-  end subroutine dsm_config_free
-
-  !> The batch values after DeepSpeed's derivation, and the data-parallel
-  !> size W: call dsm_config_get_batch(cfg [, train_batch_size]
-  !> [, micro_batch_size] [, gradient_accumulation_steps]
-  !> [, data_parallel_size] [, ierr]), all integer(c_int64_t) and each
-  !> optional. Not collective.
-  subroutine dsm_config_get_batch(cfg, train_batch_size, micro_batch_size, &
-       gradient_accumulation_steps, data_parallel_size, ierr)
-    type(dsm_config_t), intent(in) :: cfg
-    integer(c_int64_t), intent(out), optional :: train_batch_size, micro_batch_size
-    integer(c_int64_t), intent(out), optional :: gradient_accumulation_steps, data_parallel_size
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: tbs, mbs, gas, dps
-    integer(c_int) :: st
-
-    tbs = 0
-    mbs = 0
-    gas = 0
-    dps = 0
-    st = c_dsm_config_get_batch(cfg%ptr, tbs, mbs, gas, dps)
-    if (present(train_batch_size)) train_batch_size = tbs
-    if (present(micro_batch_size)) micro_batch_size = mbs
-    if (present(gradient_accumulation_steps)) gradient_accumulation_steps = gas
-    if (present(data_parallel_size)) data_parallel_size = dps
-    call finish(st, 'dsm_config_get_batch', ierr)
-  end subroutine dsm_config_get_batch
-
-  !> The resolved configuration: every key with its effective value, the
-  !> derived batch values and the unknown keys, as DSM_FORMAT_TEXT (one
-  !> "key.path = value" line per key) or DSM_FORMAT_JSON. Not collective.
-  subroutine dsm_config_describe(cfg, format, text, ierr)
-    type(dsm_config_t), intent(in) :: cfg
-    integer, intent(in) :: format
-    character(len=:), allocatable, intent(out) :: text
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-
-    p = c_null_ptr
-    st = c_dsm_config_describe(cfg%ptr, int(format, c_int), p)
-    text = c_to_f_string(p)
-    call c_dsm_free(p)
-    call finish(st, 'dsm_config_describe', ierr)
-  end subroutine dsm_config_describe
-
-  !> The learning rate (and momentum where the schedule cycles it) before
-  !> the first optimizer step and after each of steps (0..10000000)
-  !> optimizer steps, as DSM_FORMAT_TEXT or DSM_FORMAT_JSON. Not collective.
-  subroutine dsm_config_describe_lr(cfg, steps, format, text, ierr)
-    type(dsm_config_t), intent(in) :: cfg
-    integer(c_int64_t), intent(in) :: steps
-    integer, intent(in) :: format
-    character(len=:), allocatable, intent(out) :: text
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-
-    p = c_null_ptr
-    st = c_dsm_config_describe_lr(cfg%ptr, steps, int(format, c_int), p)
-    text = c_to_f_string(p)
-    call c_dsm_free(p)
-    call finish(st, 'dsm_config_describe_lr', ierr)
-  end subroutine dsm_config_describe_lr
-
   ! ============================================================ helpers of the new routines
-
-  ! A failure found by the bindings themselves (no C call made it): into
-  ! ierr when present, else printed with why and MPI_Abort.
-  subroutine fail_local(status, where, why, ierr)
-    integer, intent(in) :: status
-    character(len=*), intent(in) :: where, why
-    integer, intent(out), optional :: ierr
-    integer :: mpierr
-
-    if (present(ierr)) then
-       ierr = status
-       return
-    end if
-    write(error_unit, '(5a)') 'libdsm: ', where, ' failed (', dsm_status_string(status), ')'
-    write(error_unit, '(4a)') 'libdsm: ', where, ': ', why
-    flush(error_unit)
-    call MPI_Abort(MPI_COMM_WORLD, status, mpierr)
-  end subroutine fail_local
 
   ! s as a C string in buf, and p its address; p is null when s is blank
   ! (the C NULL of an optional name or tag).
@@ -2173,14 +883,19 @@ contains
   ! ============================================================ memory and conversion
 
   !> Free memory that libdsm allocated for the caller (the client_state of
-  !> the type(c_ptr) form of dsm_engine_load_checkpoint). A null pointer is
-  !> allowed and does nothing. Not collective. The pointer is not changed:
-  !> do not use it afterwards.
+  !> the type(c_ptr) form of dsm_engine_load_checkpoint) and make ptr null.
+  !> A null pointer is allowed and does nothing (c_null_ptr itself may be
+  !> passed). Not collective.
   subroutine dsm_free(ptr, ierr)
-    type(c_ptr), intent(in) :: ptr
+    ! No intent: a variable is set to null, the constant c_null_ptr is
+    ! allowed and never written.
+    type(c_ptr) :: ptr
     integer, intent(out), optional :: ierr
 
-    call c_dsm_free(ptr)
+    if (c_associated(ptr)) then
+       call c_dsm_free(ptr)
+       ptr = c_null_ptr
+    end if
     if (present(ierr)) ierr = DSM_SUCCESS
   end subroutine dsm_free
 
@@ -2231,8 +946,9 @@ contains
 
   ! ============================================================ engine
 
-  !> Create an engine for a model on the ranks of mesh (a null mesh: one
-  !> over MPI_COMM_WORLD as dsm_engine_init_comm makes). Collective over the
+  !> Create an engine for a model on the ranks of mesh (not null: the mesh
+  !> of a configuration over MPI_COMM_WORLD is dsm_mesh_create_for_config's,
+  !> or call dsm_engine_init_comm). Collective over the
   !> mesh; every rank gets the same status. config: path of a DeepSpeed JSON
   !> file or inline JSON text starting with '{' (its "optimizer" section is
   !> required). params: the parameters (type(dsm_param_desc_t)), the same
@@ -2258,7 +974,7 @@ contains
 
   !> dsm_engine_init with explicit options (type(dsm_engine_options_t)):
   !> where the model state lives, the collectives' backend, the CUDA device.
-  !> Collective over the mesh (a null mesh: MPI_COMM_WORLD); every rank gets
+  !> Collective over the mesh (not null); every rank gets
   !> the same status. An invalid field on any rank is
   !> DSM_ERR_INVALID_ARGUMENT on every rank; a device or backend that
   !> differs between ranks is DSM_ERR_MISMATCH; DSM_DEVICE_CUDA without a
@@ -2300,248 +1016,6 @@ contains
     call finish(st, 'dsm_engine_init_comm', ierr)
   end subroutine engine_init_comm_i
 
-  subroutine engine_init_comm_f08(comm, config, params, engine, ierr)
-    type(MPI_Comm), intent(in) :: comm
-    character(len=*), intent(in) :: config
-    type(dsm_param_desc_t), dimension(:), intent(in) :: params
-    type(dsm_engine_t), intent(out) :: engine
-    integer, intent(out), optional :: ierr
-
-    call engine_init_comm_i(comm%MPI_VAL, config, params, engine, ierr)
-  end subroutine engine_init_comm_f08
-
-  !> Free an engine and make the handle null (a null handle does nothing).
-  !> Collective over the engine's ranks (see dsm.h); the handle is null
-  !> afterwards in every case, and pointers from the acquire routines are
-  !> invalid.
-  subroutine dsm_engine_free(engine, ierr)
-    type(dsm_engine_t), intent(inout) :: engine
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_free(engine%ptr)
-    call finish(st, 'dsm_engine_free', ierr)
-  end subroutine dsm_engine_free
-
-  !> Number of parameters. Not collective.
-  subroutine dsm_engine_num_params(engine, nparams, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(out) :: nparams
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: n, st
-
-    n = 0
-    st = c_dsm_engine_num_params(engine%ptr, n)
-    nparams = int(n)
-    call finish(st, 'dsm_engine_num_params', ierr)
-  end subroutine dsm_engine_num_params
-
-  !> The 0-based index of the parameter called name (DSM_ERR_NOT_FOUND if
-  !> none; index is then -1). Not collective.
-  subroutine dsm_engine_param_index(engine, name, index, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    character(len=*), intent(in) :: name
-    integer, intent(out) :: index
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: i, st
-
-    i = -1
-    st = c_dsm_engine_param_index(engine%ptr, trim(name) // c_null_char, i)
-    if (st /= DSM_SUCCESS) i = -1
-    index = int(i)
-    call finish(st, 'dsm_engine_param_index', ierr)
-  end subroutine dsm_engine_param_index
-
-  !> The number of elements of parameter index (0-based). Not collective.
-  subroutine dsm_engine_param_numel(engine, index, numel, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    integer(c_int64_t), intent(out) :: numel
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    numel = 0
-    st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), numel)
-    call finish(st, 'dsm_engine_param_numel', ierr)
-  end subroutine dsm_engine_param_numel
-
-  !> The engine's compute dtype: DSM_FLOAT32, DSM_FLOAT16 (fp16.enabled) or
-  !> DSM_BFLOAT16 (bf16.enabled); parameters and gradients use it. Not
-  !> collective.
-  subroutine dsm_engine_get_dtype(engine, dtype, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(out) :: dtype
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: d, st
-
-    d = -1
-    st = c_dsm_engine_get_dtype(engine%ptr, d)
-    dtype = int(d)
-    call finish(st, 'dsm_engine_get_dtype', ierr)
-  end subroutine dsm_engine_get_dtype
-
-  !> The engine's batch values after DeepSpeed's derivation:
-  !> call dsm_engine_get_batch(engine [, train_batch_size]
-  !> [, micro_batch_size] [, gradient_accumulation_steps]
-  !> [, data_parallel_size] [, ierr]), each integer(c_int64_t). Not collective.
-  subroutine dsm_engine_get_batch(engine, train_batch_size, micro_batch_size, &
-       gradient_accumulation_steps, data_parallel_size, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer(c_int64_t), intent(out), optional :: train_batch_size, micro_batch_size
-    integer(c_int64_t), intent(out), optional :: gradient_accumulation_steps, data_parallel_size
-    integer, intent(out), optional :: ierr
-    integer(c_int64_t) :: tbs, mbs, gas, dps
-    integer(c_int) :: st
-
-    tbs = 0
-    mbs = 0
-    gas = 0
-    dps = 0
-    st = c_dsm_engine_get_batch(engine%ptr, tbs, mbs, gas, dps)
-    if (present(train_batch_size)) train_batch_size = tbs
-    if (present(micro_batch_size)) micro_batch_size = mbs
-    if (present(gradient_accumulation_steps)) gradient_accumulation_steps = gas
-    if (present(data_parallel_size)) data_parallel_size = dps
-    call finish(st, 'dsm_engine_get_batch', ierr)
-  end subroutine dsm_engine_get_batch
-
-  !> Parameter index's values as real(c_float) into values (size(values)
-  !> must be its numel), whatever the compute dtype and wherever the engine
-  !> keeps them: acquire, convert, release. Collective where the acquire is.
-  subroutine dsm_engine_param_read_f32(engine, index, values, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    real(c_float), dimension(:), contiguous, intent(out) :: values
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_param_read_f32(engine%ptr, int(index, c_int), values, int(size(values), c_int64_t))
-    call finish(st, 'dsm_engine_param_read_f32', ierr)
-  end subroutine dsm_engine_param_read_f32
-
-  !> Add the real(c_float) gradient grad (size(grad) must be the parameter's
-  !> numel) into parameter index's gradient buffer, whatever the compute
-  !> dtype: acquire, add, release. Scale it by the loss scale first.
-  !> Collective where the release is.
-  subroutine dsm_engine_grad_add_f32(engine, index, grad, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    real(c_float), dimension(:), contiguous, intent(in) :: grad
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_grad_add_f32(engine%ptr, int(index, c_int), grad, int(size(grad), c_int64_t))
-    call finish(st, 'dsm_engine_grad_add_f32', ierr)
-  end subroutine dsm_engine_grad_add_f32
-
-  !> This micro-step's loss for the metrics files (csv_monitor,
-  !> tensorboard): the mean since the last boundary is written as
-  !> Train/Samples/train_loss by the first rank. Local.
-  subroutine dsm_engine_log_loss(engine, loss, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    real(c_double), intent(in) :: loss
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_log_loss(engine%ptr, loss)
-    call finish(st, 'dsm_engine_log_loss', ierr)
-  end subroutine dsm_engine_log_loss
-
-  !> One scalar of the program's own to the metrics files, at the global
-  !> sample count. Local.
-  subroutine dsm_engine_log_scalar(engine, name, value, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    character(len=*), intent(in) :: name
-    real(c_double), intent(in) :: value
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_log_scalar(engine%ptr, trim(name) // c_null_char, value)
-    call finish(st, 'dsm_engine_log_scalar', ierr)
-  end subroutine dsm_engine_log_scalar
-
-  !> The model's FLOPs per sample and each rank's peak FLOP/s, for the
-  !> metrics Train/Samples/tflops and Train/Samples/mfu (0 turns one off). Local.
-  subroutine dsm_engine_set_flops(engine, flops_per_sample, peak_flops, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    real(c_double), intent(in) :: flops_per_sample, peak_flops
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_set_flops(engine%ptr, flops_per_sample, peak_flops)
-    call finish(st, 'dsm_engine_set_flops', ierr)
-  end subroutine dsm_engine_set_flops
-
-  !> Catch signal signum (a number: 10 is SIGUSR1 on Linux; 0: none) as a
-  !> request to stop at the next step boundary. Collective, the same signum
-  !> on every rank.
-  subroutine dsm_engine_set_stop_signal(engine, signum, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: signum
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_set_stop_signal(engine%ptr, int(signum, c_int))
-    call finish(st, 'dsm_engine_set_stop_signal', ierr)
-  end subroutine dsm_engine_set_stop_signal
-
-  !> stop is .true. on every rank once the stop signal arrived on some rank
-  !> before a dsm_step that ended an accumulation boundary. Local.
-  subroutine dsm_engine_stop_requested(engine, stop, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    logical, intent(out) :: stop
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st, s
-
-    s = 0
-    st = c_dsm_engine_stop_requested(engine%ptr, s)
-    stop = s /= 0
-    call finish(st, 'dsm_engine_stop_requested', ierr)
-  end subroutine dsm_engine_stop_requested
-
-  !> Where the engine keeps its model state: DSM_DEVICE_HOST,
-  !> DSM_DEVICE_CUDA or DSM_DEVICE_SIMULATED (never DSM_DEVICE_DEFAULT).
-  !> Not collective.
-  subroutine dsm_engine_get_device(engine, device, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(out) :: device
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: d, st
-
-    d = DSM_DEVICE_DEFAULT
-    st = c_dsm_engine_get_device(engine%ptr, d)
-    device = int(d)
-    call finish(st, 'dsm_engine_get_device', ierr)
-  end subroutine dsm_engine_get_device
-
-  !> Order a device-resident engine's work (kernels, copies, NCCL
-  !> collectives) on stream, a cudaStream_t as type(c_ptr); c_null_ptr
-  !> restores the engine's own stream. Not collective. On an engine whose
-  !> device is not DSM_DEVICE_CUDA: DSM_ERR_NOT_SUPPORTED naming the device.
-  subroutine dsm_engine_set_stream(engine, stream, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    type(c_ptr), intent(in) :: stream
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_set_stream(engine%ptr, stream)
-    call finish(st, 'dsm_engine_set_stream', ierr)
-  end subroutine dsm_engine_set_stream
-
-  !> The stream set with dsm_engine_set_stream, or c_null_ptr when the
-  !> engine uses its own (always on an engine that is not device-resident).
-  !> Not collective.
-  subroutine dsm_engine_get_stream(engine, stream, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    type(c_ptr), intent(out) :: stream
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    stream = c_null_ptr
-    st = c_dsm_engine_get_stream(engine%ptr, stream)
-    call finish(st, 'dsm_engine_get_stream', ierr)
-  end subroutine dsm_engine_get_stream
-
   ! Whether the engine's dtype is known and not DSM_FLOAT32 (then the
   ! real(c_float) forms refuse it, with the message in why).
   logical function not_float32(engine, why)
@@ -2552,24 +1026,12 @@ contains
     d = -1
     not_float32 = .false.
     why = ''
-    if (c_dsm_engine_get_dtype(engine%ptr, d) /= DSM_SUCCESS) return
+    if (c_dsm_engine_dtype(engine%ptr, d) /= DSM_SUCCESS) return
     if (d == DSM_FLOAT32) return
     not_float32 = .true.
     why = 'the engine''s dtype is ' // dsm_dtype_name(int(d)) // &
          ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert'
   end function not_float32
-
-  subroutine param_acquire_ptr(engine, index, values, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    type(c_ptr), intent(out) :: values
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    values = c_null_ptr
-    st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), values)
-    call finish(st, 'dsm_engine_param_acquire', ierr)
-  end subroutine param_acquire_ptr
 
   subroutine param_acquire_r1(engine, index, values, ierr)
     type(dsm_engine_t), intent(in) :: engine
@@ -2641,30 +1103,6 @@ contains
     call finish(st, 'dsm_engine_param_acquire', ierr)
   end subroutine param_acquire_r2
 
-  !> Give back parameter index from dsm_engine_param_acquire; pointers to it
-  !> become invalid. Not collective.
-  subroutine dsm_engine_param_release(engine, index, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
-    call finish(st, 'dsm_engine_param_release', ierr)
-  end subroutine dsm_engine_param_release
-
-  subroutine grad_acquire_ptr(engine, index, grad, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    type(c_ptr), intent(out) :: grad
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    grad = c_null_ptr
-    st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), grad)
-    call finish(st, 'dsm_engine_grad_acquire', ierr)
-  end subroutine grad_acquire_ptr
-
   subroutine grad_acquire_r1(engine, index, grad, ierr)
     type(dsm_engine_t), intent(in) :: engine
     integer, intent(in) :: index
@@ -2729,18 +1167,6 @@ contains
     call finish(st, 'dsm_engine_grad_acquire', ierr)
   end subroutine grad_acquire_r2
 
-  !> Hand the gradient buffer of parameter index back to the engine; under
-  !> ZeRO-2/3 it may be collective over the data-parallel group (see dsm.h).
-  subroutine dsm_engine_grad_release(engine, index, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: index
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_grad_release(engine%ptr, int(index, c_int))
-    call finish(st, 'dsm_engine_grad_release', ierr)
-  end subroutine dsm_engine_grad_release
-
   !> One micro-step: the optimizer step at the gradient-accumulation
   !> boundary. Collective over the engine's ranks; every buffer must be
   !> released. call dsm_step(engine [, info] [, ierr]): info, a
@@ -2759,106 +1185,6 @@ contains
     end if
     call finish(st, 'dsm_step', ierr)
   end subroutine dsm_step
-
-  !> The loss scale to multiply the loss gradient by before backward (fp16;
-  !> 1 otherwise). Not collective.
-  subroutine dsm_engine_get_loss_scale(engine, scale, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    real(c_double), intent(out) :: scale
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    scale = 0
-    st = c_dsm_engine_get_loss_scale(engine%ptr, scale)
-    call finish(st, 'dsm_engine_get_loss_scale', ierr)
-  end subroutine dsm_engine_get_loss_scale
-
-  !> The engine's counters, learning rate, loss scale and last gradient norm
-  !> (boundary and skipped describe the last dsm_step). info%size must be
-  !> DSM_STEP_INFO_SIZE (its default initialization). Not collective.
-  subroutine dsm_engine_get_step_info(engine, info, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    type(dsm_step_info_t), intent(inout) :: info
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_get_step_info(engine%ptr, info)
-    call finish(st, 'dsm_engine_get_step_info', ierr)
-  end subroutine dsm_engine_get_step_info
-
-  !> The engine's mesh: a reference the engine owns (do not free it; it is
-  !> valid while the engine is). Not collective.
-  subroutine dsm_engine_get_mesh(engine, mesh, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    type(dsm_mesh_t), intent(out) :: mesh
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_engine_get_mesh(engine%ptr, mesh%ptr)
-    call finish(st, 'dsm_engine_get_mesh', ierr)
-  end subroutine dsm_engine_get_mesh
-
-  !> Describe the engine (ZeRO stage, dtypes, optimizer, flat layout, this
-  !> rank's memory, communication counters) as DSM_FORMAT_TEXT or
-  !> DSM_FORMAT_JSON. Not collective.
-  subroutine dsm_engine_describe(engine, format, text, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: format
-    character(len=:), allocatable, intent(out) :: text
-    integer, intent(out), optional :: ierr
-
-    call engine_text(c_dsm_engine_describe, engine, format, text, 'dsm_engine_describe', ierr)
-  end subroutine dsm_engine_describe
-
-  ! A text of the engine from the C function `fn` (describe, load report).
-  subroutine engine_text(fn, engine, format, text, where, ierr)
-    procedure(c_dsm_engine_describe) :: fn
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: format
-    character(len=:), allocatable, intent(out) :: text
-    character(len=*), intent(in) :: where
-    integer, intent(out), optional :: ierr
-    type(c_ptr) :: p
-    integer(c_int) :: st
-
-    p = c_null_ptr
-    st = fn(engine%ptr, int(format, c_int), p)
-    text = c_to_f_string(p)
-    call c_dsm_free(p)
-    call finish(st, where, ierr)
-  end subroutine engine_text
-
-  !> Wait for the asynchronous checkpoint save (checkpoint.writer.decoupled)
-  !> and get its outcome. Collective.
-  subroutine dsm_engine_checkpoint_wait(engine, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(out), optional :: ierr
-
-    call finish(c_dsm_engine_checkpoint_wait(engine%ptr), 'dsm_engine_checkpoint_wait', ierr)
-  end subroutine dsm_engine_checkpoint_wait
-
-  !> The parameters from a checkpoint file (DIR/TAG.h5) or a safetensors
-  !> file, by name; flags 0 or DSM_CKPT_LOAD_NON_STRICT. Collective.
-  subroutine dsm_engine_load_weights(engine, path, flags, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    character(len=*), intent(in) :: path
-    integer, intent(in) :: flags
-    integer, intent(out), optional :: ierr
-
-    call finish(c_dsm_engine_load_weights(engine%ptr, trim(path) // c_null_char, int(flags, c_int)), &
-         'dsm_engine_load_weights', ierr)
-  end subroutine dsm_engine_load_weights
-
-  !> What the last load read, skipped and left out (DSM_FORMAT_TEXT or
-  !> DSM_FORMAT_JSON). Not collective.
-  subroutine dsm_engine_load_report(engine, format, text, ierr)
-    type(dsm_engine_t), intent(in) :: engine
-    integer, intent(in) :: format
-    character(len=:), allocatable, intent(out) :: text
-    integer, intent(out), optional :: ierr
-
-    call engine_text(c_dsm_engine_load_report, engine, format, text, 'dsm_engine_load_report', ierr)
-  end subroutine dsm_engine_load_report
 
   subroutine save_ckpt_bytes(engine, dir, tag, client_state, ierr)
     type(dsm_engine_t), intent(in) :: engine
@@ -2986,149 +1312,6 @@ contains
 
   ! ============================================================ sequence parallelism
 
-  !> Create the sequence-parallel context of a group of the mesh: a
-  !> dimension or a flattened group; '' means "sequence_parallel". Collective
-  !> over the mesh; every rank gets the same status. Free it with
-  !> dsm_sp_free before the mesh.
-  subroutine dsm_sp_create(mesh, group, sp, ierr)
-    type(dsm_mesh_t), intent(in) :: mesh
-    character(len=*), intent(in) :: group
-    type(dsm_sp_t), intent(out) :: sp
-    integer, intent(out), optional :: ierr
-    character(kind=c_char), dimension(:), allocatable, target :: buf
-    type(c_ptr) :: g
-    integer(c_int) :: st
-
-    call c_string_or_null(group, buf, g)
-    st = c_dsm_sp_create(mesh%ptr, g, sp%ptr)
-    call finish(st, 'dsm_sp_create', ierr)
-  end subroutine dsm_sp_create
-
-  !> Free a context (with the dsm_sp_alloc memory it still holds) and make
-  !> the handle null; a null handle does nothing. Collective over the group.
-  subroutine dsm_sp_free(sp, ierr)
-    type(dsm_sp_t), intent(inout) :: sp
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_sp_free(sp%ptr)
-    call finish(st, 'dsm_sp_free', ierr)
-  end subroutine dsm_sp_free
-
-  !> The group's size P. Not collective.
-  subroutine dsm_sp_get_size(sp, size, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    integer, intent(out) :: size
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: n, st
-
-    n = 0
-    st = c_dsm_sp_get_size(sp%ptr, n)
-    size = int(n)
-    call finish(st, 'dsm_sp_get_size', ierr)
-  end subroutine dsm_sp_get_size
-
-  !> This rank's rank in the group (0-based). Not collective.
-  subroutine dsm_sp_get_rank(sp, rank, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    integer, intent(out) :: rank
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: r, st
-
-    r = -1
-    st = c_dsm_sp_get_rank(sp%ptr, r)
-    rank = int(r)
-    call finish(st, 'dsm_sp_get_rank', ierr)
-  end subroutine dsm_sp_get_rank
-
-  !> bytes (integer(c_int64_t), 0 allowed) of 64-byte aligned, zeroed memory
-  !> that the ranks of a node can read directly, for the inputs of the
-  !> transforms. Collective over the group, in the same order on every rank
-  !> (sizes may differ). ptr: type(c_ptr), null on error; view it with
-  !> c_f_pointer(ptr, x, shape). Free it with dsm_sp_free_memory (keep the
-  !> type(c_ptr): a zero-sized Fortran pointer has no address).
-  subroutine dsm_sp_alloc(sp, bytes, ptr, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    integer(c_int64_t), intent(in) :: bytes
-    type(c_ptr), intent(out) :: ptr
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    ptr = c_null_ptr
-    st = c_dsm_sp_alloc(sp%ptr, int(bytes, c_size_t), ptr)
-    call finish(st, 'dsm_sp_alloc', ierr)
-  end subroutine dsm_sp_alloc
-
-  !> Free memory from dsm_sp_alloc (c_null_ptr does nothing). Collective
-  !> over the group, in the same order on every rank. ptr is not changed.
-  subroutine dsm_sp_free_memory(sp, ptr, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    type(c_ptr), intent(in) :: ptr
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_sp_free_memory(sp%ptr, ptr)
-    call finish(st, 'dsm_sp_free_memory', ierr)
-  end subroutine dsm_sp_free_memory
-
-  !> The heads that rank (0-based) of a group of size holds after
-  !> dsm_sp_seq_to_head: heads [first, first + count), 0-based head indices
-  !> (heads first + 1 .. first + count in Fortran numbering). flags: 0 or
-  !> DSM_SP_REPLICATE. Not collective; needs no context.
-  subroutine dsm_sp_head_range(heads, flags, size, rank, first, count, ierr)
-    integer(c_int64_t), intent(in) :: heads
-    integer, intent(in) :: flags, size, rank
-    integer(c_int64_t), intent(out) :: first, count
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    first = 0
-    count = 0
-    st = c_dsm_sp_head_range(heads, int(flags, c_int), int(size, c_int), int(rank, c_int), first, count)
-    call finish(st, 'dsm_sp_head_range', ierr)
-  end subroutine dsm_sp_head_range
-
-  !> Element counts of this rank's two forms of t: sequence-sharded
-  !> (b * s/P * H * d) and head-sharded (b * s * count * d). Not collective.
-  subroutine dsm_sp_counts(sp, t, seq_sharded, head_sharded, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    type(dsm_sp_tensor_t), intent(in) :: t
-    integer(c_int64_t), intent(out) :: seq_sharded, head_sharded
-    integer, intent(out), optional :: ierr
-    integer(c_size_t) :: ns, nh
-    integer(c_int) :: st
-
-    ns = 0
-    nh = 0
-    st = c_dsm_sp_counts(sp%ptr, t, ns, nh)
-    seq_sharded = int(ns, c_int64_t)
-    head_sharded = int(nh, c_int64_t)
-    call finish(st, 'dsm_sp_counts', ierr)
-  end subroutine dsm_sp_counts
-
-  ! One transform of type(c_ptr) buffers: to_head selects the direction.
-  subroutine sp_transform_ptr(to_head, sp, t, in, in_count, out, out_count, ierr)
-    logical, intent(in) :: to_head
-    type(dsm_sp_t), intent(in) :: sp
-    type(dsm_sp_tensor_t), intent(in) :: t
-    type(c_ptr), intent(in) :: in
-    integer(c_int64_t), intent(in) :: in_count
-    type(c_ptr), intent(in) :: out
-    integer(c_int64_t), intent(in) :: out_count
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    ! Negative counts become huge size_t values, which C reports as wrong
-    ! counts on every rank (the call is collective: no rank may skip it).
-    if (to_head) then
-       st = c_dsm_sp_seq_to_head(sp%ptr, t, in, int(in_count, c_size_t), out, int(out_count, c_size_t))
-       call finish(st, 'dsm_sp_seq_to_head', ierr)
-    else
-       st = c_dsm_sp_head_to_seq(sp%ptr, t, in, int(in_count, c_size_t), out, int(out_count, c_size_t))
-       call finish(st, 'dsm_sp_head_to_seq', ierr)
-    end if
-  end subroutine sp_transform_ptr
-
   ! One transform of real(c_float) arrays, taken as memory: their sizes in
   ! bytes give the counts in elements of t%dtype.
   subroutine sp_transform_f32(to_head, sp, t, in, out, ierr)
@@ -3148,20 +1331,14 @@ contains
     if (size(out) > 0) pout = c_loc(out)
     nin = elements_of(size(in, kind=c_int64_t) * fbytes, int(t%dtype), size(in, kind=c_int64_t))
     nout = elements_of(size(out, kind=c_int64_t) * fbytes, int(t%dtype), size(out, kind=c_int64_t))
-    call sp_transform_ptr(to_head, sp, t, pin, nin, pout, nout, ierr)
+    ! Negative counts become huge size_t values, which C reports as wrong
+    ! counts on every rank (the call is collective: no rank may skip it).
+    if (to_head) then
+       call sp_seq_to_head_ptr(sp, t, pin, nin, pout, nout, ierr)
+    else
+       call sp_head_to_seq_ptr(sp, t, pin, nin, pout, nout, ierr)
+    end if
   end subroutine sp_transform_f32
-
-  subroutine sp_seq_to_head_ptr(sp, t, in, in_count, out, out_count, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    type(dsm_sp_tensor_t), intent(in) :: t
-    type(c_ptr), intent(in) :: in
-    integer(c_int64_t), intent(in) :: in_count
-    type(c_ptr), intent(in) :: out
-    integer(c_int64_t), intent(in) :: out_count
-    integer, intent(out), optional :: ierr
-
-    call sp_transform_ptr(.true., sp, t, in, in_count, out, out_count, ierr)
-  end subroutine sp_seq_to_head_ptr
 
   subroutine sp_seq_to_head_f32(sp, t, in, out, ierr)
     type(dsm_sp_t), intent(in) :: sp
@@ -3172,18 +1349,6 @@ contains
 
     call sp_transform_f32(.true., sp, t, in, out, ierr)
   end subroutine sp_seq_to_head_f32
-
-  subroutine sp_head_to_seq_ptr(sp, t, in, in_count, out, out_count, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    type(dsm_sp_tensor_t), intent(in) :: t
-    type(c_ptr), intent(in) :: in
-    integer(c_int64_t), intent(in) :: in_count
-    type(c_ptr), intent(in) :: out
-    integer(c_int64_t), intent(in) :: out_count
-    integer, intent(out), optional :: ierr
-
-    call sp_transform_ptr(.false., sp, t, in, in_count, out, out_count, ierr)
-  end subroutine sp_head_to_seq_ptr
 
   subroutine sp_head_to_seq_f32(sp, t, in, out, ierr)
     type(dsm_sp_t), intent(in) :: sp
@@ -3347,23 +1512,6 @@ contains
     call finish(st, 'dsm_sp_shard_batch', ierr)
   end subroutine dsm_sp_shard_batch
 
-  !> The token-weighted mean loss over the group and the scale of this
-  !> rank's gradients: mean = sum(loss_sum) / sum(tokens), grad_scale =
-  !> 1 / sum(tokens) (both 0 when no token counts). Collective over the group.
-  subroutine dsm_sp_loss(sp, loss_sum, tokens, mean, grad_scale, ierr)
-    type(dsm_sp_t), intent(in) :: sp
-    real(c_double), intent(in) :: loss_sum
-    integer(c_int64_t), intent(in) :: tokens
-    real(c_double), intent(out) :: mean, grad_scale
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    mean = 0
-    grad_scale = 0
-    st = c_dsm_sp_loss(sp%ptr, loss_sum, tokens, mean, grad_scale)
-    call finish(st, 'dsm_sp_loss', ierr)
-  end subroutine dsm_sp_loss
-
   ! ============================================================ sampler
 
   ! The C options from the optional arguments (the C defaults for absent ones).
@@ -3427,28 +1575,6 @@ contains
     call finish(st, 'dsm_sampler_create_for_engine', ierr)
   end subroutine dsm_sampler_create_for_engine
 
-  !> Free a sampler and make the handle null (a null handle does nothing).
-  subroutine dsm_sampler_free(sampler, ierr)
-    type(dsm_sampler_t), intent(inout) :: sampler
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    st = c_dsm_sampler_free(sampler%ptr)
-    call finish(st, 'dsm_sampler_free', ierr)
-  end subroutine dsm_sampler_free
-
-  !> Micro-batches per epoch on each rank (the same on every rank).
-  subroutine dsm_sampler_num_batches(sampler, num_batches, ierr)
-    type(dsm_sampler_t), intent(in) :: sampler
-    integer(c_int64_t), intent(out) :: num_batches
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    num_batches = 0
-    st = c_dsm_sampler_num_batches(sampler%ptr, num_batches)
-    call finish(st, 'dsm_sampler_num_batches', ierr)
-  end subroutine dsm_sampler_num_batches
-
   !> The sample indices (0-based) of micro-batch batch (0-based) of epoch
   !> epoch (0-based) on this rank, in indices(1:count); size(indices) is the
   !> room (micro_batch is always enough); the elements after count are left
@@ -3472,65 +1598,5 @@ contains
     end if
     call finish(st, 'dsm_sampler_batch', ierr)
   end subroutine dsm_sampler_batch
-
-  !> Where training resumes after micro_steps micro-batches (the engine's
-  !> micro_steps counter): the epoch and micro-batch (0-based) that follow.
-  !> All integer(c_int64_t). Not collective.
-  subroutine dsm_sampler_locate(sampler, micro_steps, epoch, batch, ierr)
-    type(dsm_sampler_t), intent(in) :: sampler
-    integer(c_int64_t), intent(in) :: micro_steps
-    integer(c_int64_t), intent(out) :: epoch, batch
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    epoch = 0
-    batch = 0
-    st = c_dsm_sampler_locate(sampler%ptr, micro_steps, epoch, batch)
-    call finish(st, 'dsm_sampler_locate', ierr)
-  end subroutine dsm_sampler_locate
-
-  !> The samples consumed once micro-batch batch of epoch (0-based) is taken
-  !> on every rank, valid at any data-parallel size (for dsm_sampler_resume).
-  !> All integer(c_int64_t). Not collective.
-  subroutine dsm_sampler_position(sampler, epoch, batch, samples, ierr)
-    type(dsm_sampler_t), intent(in) :: sampler
-    integer(c_int64_t), intent(in) :: epoch, batch
-    integer(c_int64_t), intent(out) :: samples
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    samples = 0
-    st = c_dsm_sampler_position(sampler%ptr, epoch, batch, samples)
-    call finish(st, 'dsm_sampler_position', ierr)
-  end subroutine dsm_sampler_position
-
-  !> Continue after samples consumed samples (a dsm_sampler_position of a run
-  !> at any data-parallel size): epoch gets the epoch to continue with, from
-  !> its micro-batch 0. Not collective.
-  subroutine dsm_sampler_resume(sampler, samples, epoch, ierr)
-    type(dsm_sampler_t), intent(in) :: sampler
-    integer(c_int64_t), intent(in) :: samples
-    integer(c_int64_t), intent(out) :: epoch
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    epoch = 0
-    st = c_dsm_sampler_resume(sampler%ptr, samples, epoch)
-    call finish(st, 'dsm_sampler_resume', ierr)
-  end subroutine dsm_sampler_resume
-
-  !> Micro-batches of epoch: dsm_sampler_num_batches, fewer for the epoch
-  !> dsm_sampler_resume starts inside. Not collective.
-  subroutine dsm_sampler_epoch_batches(sampler, epoch, num_batches, ierr)
-    type(dsm_sampler_t), intent(in) :: sampler
-    integer(c_int64_t), intent(in) :: epoch
-    integer(c_int64_t), intent(out) :: num_batches
-    integer, intent(out), optional :: ierr
-    integer(c_int) :: st
-
-    num_batches = 0
-    st = c_dsm_sampler_epoch_batches(sampler%ptr, epoch, num_batches)
-    call finish(st, 'dsm_sampler_epoch_batches', ierr)
-  end subroutine dsm_sampler_epoch_batches
 
 end module dsm

@@ -19,6 +19,7 @@ dsm_status_t dsm_f_mesh_create(const MPI_Fint *comm, int ndims, const int shape[
                                const char *const names[], int placement, int bind,
                                dsm_mesh_t *mesh);
 dsm_status_t dsm_f_mesh_create_dp_sp(const MPI_Fint *comm, int dp, int sp, dsm_mesh_t *mesh);
+dsm_status_t dsm_f_mesh_create_for_config(const MPI_Fint *comm, const char *config, dsm_mesh_t *mesh);
 dsm_status_t dsm_f_mesh_comm(dsm_mesh_t mesh, const char *group, MPI_Fint *comm);
 dsm_status_t dsm_f_mesh_flatten(dsm_mesh_t mesh, int nnames, const char *const names[],
                                 const char *flat_name, MPI_Fint *comm);
@@ -42,6 +43,11 @@ dsm_status_t dsm_f_mesh_create(const MPI_Fint *comm, int ndims, const int shape[
 /* Collective over comm: dsm_mesh_create_dp_sp(). */
 dsm_status_t dsm_f_mesh_create_dp_sp(const MPI_Fint *comm, int dp, int sp, dsm_mesh_t *mesh) {
     return dsm_mesh_create_dp_sp(MPI_Comm_f2c(*comm), dp, sp, mesh);
+}
+
+/* Collective over comm: dsm_mesh_create_for_config(). */
+dsm_status_t dsm_f_mesh_create_for_config(const MPI_Fint *comm, const char *config, dsm_mesh_t *mesh) {
+    return dsm_mesh_create_for_config(MPI_Comm_f2c(*comm), config, mesh);
 }
 
 /* Not collective: dsm_mesh_comm(); *comm is the Fortran handle of

@@ -284,7 +284,7 @@ program train_mlp
     call dsm_engine_init_with_options(mesh, config, params, dsm_engine_options_t(device=DSM_DEVICE_HOST), &
          engine, st)
     if (failed(st)) exit main
-    call dsm_engine_get_dtype(engine, dtype, st)
+    call dsm_engine_dtype(engine, dtype, st)
     if (failed(st)) exit main
     ! This rank's share of each global batch: its data-parallel rank, which
     ! node-aware placement may make differ from its MPI rank.
@@ -297,7 +297,7 @@ program train_mlp
     ! and the micro-steps per optimizer step.
     call dsm_config_load_for_mesh(mesh, config, 0, cfg, st)
     if (failed(st)) exit main
-    call dsm_config_get_batch(cfg, train_batch, micro_batch, accumulation, data_parallel, st)
+    call dsm_config_batch(cfg, train_batch, micro_batch, accumulation, data_parallel, st)
     if (failed(st)) exit main
 
     allocate (act(1)%v(d_in, micro_batch), t(d_out, micro_batch), dz(max_width, micro_batch), &
@@ -331,7 +331,7 @@ program train_mlp
           call dsm_engine_load_checkpoint(engine, ckpt_dir, '', 0, client, st)
           if (failed(st)) exit main
           if (len(client) > 0) read (client, *) initial_loss
-          call dsm_engine_get_step_info(engine, info, st)
+          call dsm_engine_step_info(engine, info, st)
           if (failed(st)) exit main
           first = info%global_steps
           if (rank == 0) write (output_unit, '(3a,i0)') 'resumed from ', ckpt_dir // '/latest', &
@@ -350,7 +350,7 @@ program train_mlp
           call forward(loss, st)
           if (failed(st)) exit main
           ! The scale may change at each boundary (fp16 dynamic scaling).
-          call dsm_engine_get_loss_scale(engine, scale, st)
+          call dsm_engine_loss_scale(engine, scale, st)
           if (failed(st)) exit main
           call backward(scale, st)
           if (failed(st)) exit main
@@ -428,7 +428,7 @@ program train_mlp
   ! after a failed collective call.
   call dsm_engine_free(engine, st)
   if (st /= DSM_SUCCESS) then
-     write (error_unit, '(a,i0,2a)') 'rank ', rank, ': dsm_engine_free failed: ', dsm_get_last_error()
+     write (error_unit, '(a,i0,2a)') 'rank ', rank, ': dsm_engine_free failed: ', dsm_last_error()
      exit_code = 1
   end if
   call dsm_config_free(cfg, st)
@@ -446,7 +446,7 @@ contains
 
     failed = status /= DSM_SUCCESS
     if (failed) write (error_unit, '(a,i0,4a)') 'rank ', rank, ': ', dsm_status_string(status), ': ', &
-         dsm_get_last_error()
+         dsm_last_error()
   end function failed
 
   function itoa(i) result(str)

@@ -47,29 +47,29 @@ program test_fortran_config
   mbs = -1
   gas = -1
   dps = -1
-  call dsm_config_get_batch(cfg, tbs, mbs, gas, dps, st)
+  call dsm_config_batch(cfg, tbs, mbs, gas, dps, st)
   call check(st == DSM_SUCCESS .and. tbs == 6 * w, 'train_batch_size = 2 * 3 * size')
   call check(mbs == 2 .and. gas == 3 .and. dps == w, &
        'micro batch 2, accumulation steps 3, data-parallel size = size')
   tbs = -1
-  call dsm_config_get_batch(cfg, train_batch_size=tbs)
-  call check(tbs == 6 * w, 'dsm_config_get_batch with one output and no ierr')
+  call dsm_config_batch(cfg, train_batch_size=tbs)
+  call check(tbs == 6 * w, 'dsm_config_batch with one output and no ierr')
   gas = -1
-  call dsm_config_get_batch(cfg, gradient_accumulation_steps=gas, ierr=st)
-  call check(st == DSM_SUCCESS .and. gas == 3, 'dsm_config_get_batch with keyword outputs and ierr')
+  call dsm_config_batch(cfg, gradient_accumulation_steps=gas, ierr=st)
+  call check(st == DSM_SUCCESS .and. gas == 3, 'dsm_config_batch with keyword outputs and ierr')
 
   world08%MPI_VAL = MPI_COMM_WORLD
   call dsm_config_load(world08, good, DSM_CONFIG_STRICT, cfg08, st)
   tbs = -1
-  if (st == DSM_SUCCESS) call dsm_config_get_batch(cfg08, train_batch_size=tbs)
+  if (st == DSM_SUCCESS) call dsm_config_batch(cfg08, train_batch_size=tbs)
   call check(st == DSM_SUCCESS .and. tbs == 6 * w, 'dsm_config_load with type(MPI_Comm), strict')
   call dsm_config_free(cfg08)
 
   ! ---------------------------------------------------------- an invalid configuration
   call dsm_config_load(MPI_COMM_WORLD, invalid, 0, bad, st)
   call check(st == DSM_ERR_CONFIG, 'zero_optimization.stage 4 gives DSM_ERR_CONFIG on every rank')
-  s = dsm_get_last_error()
-  call check(index(s, 'zero_optimization.stage') > 0, 'dsm_get_last_error() names zero_optimization.stage')
+  s = dsm_last_error()
+  call check(index(s, 'zero_optimization.stage') > 0, 'dsm_last_error() names zero_optimization.stage')
   if (index(s, 'zero_optimization.stage') == 0) write(*, '(a,i0,2a)') 'rank ', rank, ': last error: ', s
   call check(.not. c_associated(bad%ptr), 'the failed configuration handle is null')
   call dsm_config_load(MPI_COMM_WORLD, good, 2, bad, st)
@@ -80,7 +80,7 @@ program test_fortran_config
   call dsm_config_resolve(good, 8_c_int64_t, 4_c_int64_t, 0, resolved, st)
   tbs = -1
   dps = -1
-  if (st == DSM_SUCCESS) call dsm_config_get_batch(resolved, tbs, data_parallel_size=dps)
+  if (st == DSM_SUCCESS) call dsm_config_batch(resolved, tbs, data_parallel_size=dps)
   call check(st == DSM_SUCCESS .and. dps == 4 .and. tbs == 24, &
        'dsm_config_resolve, world 8, data_parallel 4: train_batch_size 24')
   call dsm_config_resolve(good, 0_c_int64_t, 0_c_int64_t, 0, bad, st)
@@ -103,9 +103,9 @@ program test_fortran_config
   call dsm_config_describe_lr(lrcfg, 10_c_int64_t, DSM_FORMAT_JSON, text, st)
   call check(st == DSM_SUCCESS .and. index(text, 'dsm-lr') > 0 .and. index(text, 'WarmupLR') > 0, &
        'dsm_config_describe_lr of 10 steps is the dsm-lr JSON document')
-  if (index(text, 'dsm-lr') == 0) write(*, '(a,i0,2a)') 'rank ', rank, ': last error: ', dsm_get_last_error()
+  if (index(text, 'dsm-lr') == 0) write(*, '(a,i0,2a)') 'rank ', rank, ': last error: ', dsm_last_error()
   call dsm_config_describe_lr(cfg, 10_c_int64_t, DSM_FORMAT_JSON, text, st)
-  call check(st == DSM_ERR_CONFIG .and. index(dsm_get_last_error(), 'optimizer') > 0, &
+  call check(st == DSM_ERR_CONFIG .and. index(dsm_last_error(), 'optimizer') > 0, &
        'dsm_config_describe_lr without an optimizer or a scheduler gives DSM_ERR_CONFIG')
   call dsm_config_describe_lr(lrcfg, -1_c_int64_t, DSM_FORMAT_JSON, text, st)
   call check(st == DSM_ERR_INVALID_ARGUMENT, 'dsm_config_describe_lr of -1 steps')
@@ -123,7 +123,7 @@ program test_fortran_config
   call dsm_config_load_for_mesh(mesh, good, 0, meshcfg, st)
   tbs = -1
   dps = -1
-  if (st == DSM_SUCCESS) call dsm_config_get_batch(meshcfg, tbs, data_parallel_size=dps)
+  if (st == DSM_SUCCESS) call dsm_config_batch(meshcfg, tbs, data_parallel_size=dps)
   call check(st == DSM_SUCCESS .and. dps == dp .and. tbs == 6 * int(dp, c_int64_t), &
        'dsm_config_load_for_mesh: W is the data_parallel size of a dp x sp mesh')
   call dsm_config_load_for_mesh(mesh, invalid, 0, bad, st)
@@ -138,8 +138,8 @@ program test_fortran_config
   call check(st == DSM_SUCCESS .and. .not. c_associated(cfg%ptr), 'dsm_config_free makes the handle null')
   call dsm_config_free(cfg, st)
   call check(st == DSM_SUCCESS, 'dsm_config_free of a null handle does nothing')
-  call dsm_config_get_batch(cfg, tbs, ierr=st)
-  call check(st == DSM_ERR_NULL_POINTER, 'dsm_config_get_batch of a null handle gives DSM_ERR_NULL_POINTER')
+  call dsm_config_batch(cfg, tbs, ierr=st)
+  call check(st == DSM_ERR_NULL_POINTER, 'dsm_config_batch of a null handle gives DSM_ERR_NULL_POINTER')
 
   call MPI_Finalize(ierr)
   if (failures > 0) then

@@ -1,6 +1,6 @@
 ! The Fortran bindings of the training engine (module dsm) at any rank count:
 ! dsm_convert and dsm_free; an engine over MPI_COMM_WORLD at ZeRO stages 0-3
-! (built four ways: null mesh, integer communicator, type(MPI_Comm), a mesh)
+! (built four ways: the configuration's mesh, integer communicator, type(MPI_Comm), a mesh)
 ! with a matrix parameter initialized from a Fortran array, a vector from a
 ! Fortran init_fn, a float64 scalar and a frozen vector; the parameters read
 ! back through every pointer form (a rank-2 pointer sees the Fortran array
@@ -92,7 +92,14 @@ program test_fortran_engine
      cfg = sgd_config(stage, 1, '')
      select case (stage)
      case (0)
-        call dsm_engine_init(mesh, cfg, params, engine, st)  ! a null mesh: MPI_COMM_WORLD
+        ! A null mesh is an error on every rank; the configuration's mesh over the world is explicit.
+        call dsm_engine_init(mesh, cfg, params, engine, st)
+        call check(st == DSM_ERR_NULL_POINTER .and. .not. c_associated(engine%ptr), &
+             'dsm_engine_init with a null mesh: DSM_ERR_NULL_POINTER')
+        call dsm_mesh_create_for_config(MPI_COMM_WORLD, cfg, mesh, st)
+        call check(st == DSM_SUCCESS, 'dsm_mesh_create_for_config over MPI_COMM_WORLD')
+        call dsm_engine_init(mesh, cfg, params, engine, st)
+        call dsm_mesh_free(mesh)  ! the engine keeps its own reference
      case (1)
         call dsm_engine_init_comm(MPI_COMM_WORLD, cfg, params, engine, st)
      case (2)
@@ -113,9 +120,9 @@ program test_fortran_engine
      if (numel /= NW1 * NW2) ok = .false.
      call dsm_engine_param_numel(engine, IS, numel)
      if (numel /= 1) ok = .false.
-     call dsm_engine_get_dtype(engine, dtype)
+     call dsm_engine_dtype(engine, dtype)
      if (dtype /= DSM_FLOAT32) ok = .false.
-     call dsm_engine_get_loss_scale(engine, scale)
+     call dsm_engine_loss_scale(engine, scale)
      if (scale /= 1.0d0) ok = .false.
      call check(ok, trim(what) // ': numel, dtype float32, loss scale 1')
 
@@ -144,9 +151,9 @@ program test_fortran_engine
           ': grad_norm, expected: ', info%grad_norm, norm
      call check_values(engine, expect_w, expect_b, expect_s, trim(what) // ': values after one SGD step')
      info = dsm_step_info_t()
-     call dsm_engine_get_step_info(engine, info)
+     call dsm_engine_step_info(engine, info)
      call check(info%micro_steps == 1 .and. info%global_steps == 1 .and. info%boundary == 1 .and. &
-          abs(info%grad_norm - norm) <= 1d-6 * norm, trim(what) // ': dsm_engine_get_step_info')
+          abs(info%grad_norm - norm) <= 1d-6 * norm, trim(what) // ': dsm_engine_step_info')
 
      call dsm_engine_describe(engine, DSM_FORMAT_JSON, text)
      write(what, '(a,i0)') '"zero_stage":', stage
@@ -154,7 +161,7 @@ program test_fortran_engine
      call dsm_engine_describe(engine, DSM_FORMAT_TEXT, text)
      write(what, '(a,i0)') 'ZeRO stage ', stage
      call check(index(text, trim(what)) > 0, 'describe (text) says ' // trim(what))
-     call dsm_engine_get_mesh(engine, emesh)
+     call dsm_engine_borrow_mesh(engine, emesh)
      call dsm_mesh_size(emesh, 'data_parallel', n)
      call check(n == nprocs, trim(what) // ': the engine''s mesh is all data parallel')
 
@@ -167,7 +174,7 @@ program test_fortran_engine
   call test_f32_helpers()
   call test_errors()
   call test_state_errors()
-  call dsm_get_feature('hdf5', have_hdf5)
+  call dsm_library_feature('hdf5', have_hdf5)
   call test_checkpoint()
 
   call MPI_Finalize(ierr)
@@ -241,7 +248,7 @@ contains
     end if
     call dsm_engine_param_release(e, IB)
     call dsm_engine_param_acquire(e, IS, q)
-    call dsm_engine_get_dtype(e, dt)
+    call dsm_engine_dtype(e, dt)
     call dsm_convert(q, dt, sv)
     if (abs(sv(1) - s) > 1e-6) good = .false.
     call dsm_engine_param_release(e, IS)
@@ -320,7 +327,7 @@ contains
     call backward(engine)
     call dsm_step(engine)  ! without info
     info = dsm_step_info_t()
-    call dsm_engine_get_step_info(engine, info)
+    call dsm_engine_step_info(engine, info)
     call check(info%boundary == 1 .and. info%micro_steps == 2 .and. info%global_steps == 1 .and. &
          info%global_samples == 2 * nprocs, 'gradient accumulation: the second micro-step is the boundary')
     call check_values(engine, expect_w, expect_b, expect_s, 'gradient accumulation: the mean of the window')
@@ -336,7 +343,7 @@ contains
     integer :: dt
 
     call dsm_engine_init(mesh, sgd_config(1, 1, ', "bf16": {"enabled": true}'), params, engine, st)
-    call dsm_engine_get_dtype(engine, dt)
+    call dsm_engine_dtype(engine, dt)
     call check(st == DSM_SUCCESS .and. dt == DSM_BFLOAT16, 'bf16.enabled: the dtype is DSM_BFLOAT16')
     call dsm_engine_param_acquire(engine, IW, q1, st)
     call check(st == DSM_ERR_INVALID_ARGUMENT .and. .not. associated(q1), &
@@ -366,10 +373,10 @@ contains
 
     call dsm_engine_init(mesh, sgd_config(0, 1, ', "fp16": {"enabled": true, "initial_scale_power": 8}'), &
          params, engine, st)
-    call dsm_engine_get_dtype(engine, dt)
-    call dsm_engine_get_loss_scale(engine, scale)
+    call dsm_engine_dtype(engine, dt)
+    call dsm_engine_loss_scale(engine, scale)
     info = dsm_step_info_t()
-    call dsm_engine_get_step_info(engine, info)
+    call dsm_engine_step_info(engine, info)
     call check(st == DSM_SUCCESS .and. dt == DSM_FLOAT16 .and. scale == 256d0 .and. info%loss_scale == 256d0 &
          .and. info%grad_norm == -1d0 .and. info%global_steps == 0, &
          'fp16 with initial_scale_power 8: dtype DSM_FLOAT16, loss scale 256, no step yet')
@@ -378,7 +385,7 @@ contains
 
   ! ---------------------------------------------------------- fp32 helpers
   ! dsm_engine_param_read_f32 and dsm_engine_grad_add_f32 on a bf16 engine
-  ! (no pointer form takes it), and dsm_engine_get_batch.
+  ! (no pointer form takes it), and dsm_engine_batch.
   subroutine test_f32_helpers()
     real(c_float), dimension(NW1 * NW2) :: wv
     real(c_float), dimension(NB) :: bv
@@ -397,9 +404,9 @@ contains
     call dsm_engine_init(mesh, sgd_config(1, 2, ', "bf16": {"enabled": true}'), params, engine, st)
     call check(st == DSM_SUCCESS, 'f32 helpers: a bf16 engine')
     if (st /= DSM_SUCCESS) return
-    call dsm_engine_get_batch(engine, tb, mb, gas, dp, st)
+    call dsm_engine_batch(engine, tb, mb, gas, dp, st)
     call check(st == DSM_SUCCESS .and. gas == 2 .and. dp == nprocs .and. tb == mb * gas * dp, &
-         'dsm_engine_get_batch gives the derived batch values')
+         'dsm_engine_batch gives the derived batch values')
     call dsm_engine_param_read_f32(engine, IW, wv, st)
     call check(st == DSM_SUCCESS .and. all(wv == reshape(w0, [NW1 * NW2])), &
          'dsm_engine_param_read_f32 reads a bf16 parameter as real(c_float)')
@@ -552,7 +559,7 @@ contains
     call check_error(st, DSM_ERR_STATE, 'not acquired', 'the refused gradient was not acquired')
     info = dsm_step_info_t()
     info%size = 8
-    call dsm_engine_get_step_info(engine, info, st)
+    call dsm_engine_step_info(engine, info, st)
     call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'info->size is 8', &
          'a step info whose size is 8 gives DSM_ERR_INVALID_ARGUMENT')
     ! A gradient still acquired on the last rank at dsm_step: every rank fails.
@@ -600,7 +607,7 @@ contains
     if (allocated(got)) call check(size(got) == 5 .and. all(got == blob), 'the client bytes come back')
     call check_values(engine, expect_w, expect_b, expect_s, 'the load restores the values saved after one step')
     info = dsm_step_info_t()
-    call dsm_engine_get_step_info(engine, info)
+    call dsm_engine_step_info(engine, info)
     call check(info%global_steps == 1 .and. info%micro_steps == 1, 'the load restores the counters')
 
     ! The default tag and a text client state, trailing blank included.

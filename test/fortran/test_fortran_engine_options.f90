@@ -1,7 +1,7 @@
 ! The engine's options in the Fortran bindings (module dsm) at any rank
 ! count: the default initialization of type(dsm_engine_options_t) is
 ! DSM_ENGINE_OPTIONS_INITIALIZER; DSM_DEVICE_HOST gives a host engine that
-! dsm_engine_get_device reports and that steps; DSM_DEVICE_DEFAULT gives an
+! dsm_engine_device reports and that steps; DSM_DEVICE_DEFAULT gives an
 ! engine on a real device (host, or CUDA where every rank has one), on a null
 ! mesh and on a mesh; a bad device, backend, cuda_device or size is
 ! DSM_ERR_INVALID_ARGUMENT on every rank naming the field and value, also
@@ -43,19 +43,25 @@ program test_fortran_engine_options
        opts%cuda_device == -1, 'default initialization is DSM_ENGINE_OPTIONS_INITIALIZER')
 
   ! ---------------------------------------------------------- host
+  ! A null mesh is an error; the configuration's mesh over the world (type(MPI_Comm) form) is explicit.
   call dsm_engine_init_with_options(mesh, CFG, params, dsm_engine_options_t(device=DSM_DEVICE_HOST), engine, st)
+  call check(st == DSM_ERR_NULL_POINTER .and. .not. c_associated(engine%ptr), 'a null mesh: DSM_ERR_NULL_POINTER')
+  call dsm_mesh_create_for_config(MPI_COMM_WORLD, CFG, mesh, st)
+  call check(st == DSM_SUCCESS, 'dsm_mesh_create_for_config')
+  call dsm_engine_init_with_options(mesh, CFG, params, dsm_engine_options_t(device=DSM_DEVICE_HOST), engine, st)
+  call dsm_mesh_free(mesh)
   call check(st == DSM_SUCCESS .and. c_associated(engine%ptr), 'DSM_DEVICE_HOST: engine created')
   device = -1
-  call dsm_engine_get_device(engine, device, st)
-  call check(st == DSM_SUCCESS .and. device == DSM_DEVICE_HOST, 'DSM_DEVICE_HOST: dsm_engine_get_device')
+  call dsm_engine_device(engine, device, st)
+  call check(st == DSM_SUCCESS .and. device == DSM_DEVICE_HOST, 'DSM_DEVICE_HOST: dsm_engine_device')
   call one_step(engine, 'DSM_DEVICE_HOST')
 
   ! A stream needs a device-resident engine.
   stream = transfer(int(4660, c_intptr_t), stream)
   call dsm_engine_set_stream(engine, stream, st)
   call check_error(st, DSM_ERR_NOT_SUPPORTED, 'host', 'dsm_engine_set_stream on a host engine')
-  call dsm_engine_get_stream(engine, stream, st)
-  call check(st == DSM_SUCCESS .and. .not. c_associated(stream), 'dsm_engine_get_stream on a host engine: null')
+  call dsm_engine_stream(engine, stream, st)
+  call check(st == DSM_SUCCESS .and. .not. c_associated(stream), 'dsm_engine_stream on a host engine: null')
   call dsm_engine_free(engine, st)
   call check(st == DSM_SUCCESS .and. .not. c_associated(engine%ptr), 'DSM_DEVICE_HOST: dsm_engine_free')
 
@@ -65,7 +71,7 @@ program test_fortran_engine_options
   call dsm_mesh_free(mesh)
   call check(st == DSM_SUCCESS .and. c_associated(engine%ptr), 'DSM_DEVICE_DEFAULT on a mesh: engine created')
   device = -1
-  call dsm_engine_get_device(engine, device, st)
+  call dsm_engine_device(engine, device, st)
   call check(st == DSM_SUCCESS .and. (device == DSM_DEVICE_HOST .or. device == DSM_DEVICE_CUDA), &
        'DSM_DEVICE_DEFAULT: a host or CUDA engine')
   call one_step(engine, 'DSM_DEVICE_DEFAULT')
@@ -79,8 +85,8 @@ program test_fortran_engine_options
   call expect_bad(dsm_engine_options_t(size=0_c_size_t), -1, 'options->size is 0', 'size 0')
 
   ! engine is null again after dsm_engine_free.
-  call dsm_engine_get_device(engine, device, st)
-  call check(st == DSM_ERR_NULL_POINTER, 'dsm_engine_get_device on a null engine: DSM_ERR_NULL_POINTER')
+  call dsm_engine_device(engine, device, st)
+  call check(st == DSM_ERR_NULL_POINTER, 'dsm_engine_device on a null engine: DSM_ERR_NULL_POINTER')
 
   call MPI_Finalize(ierr)
   if (failures > 0) then
@@ -116,12 +122,14 @@ contains
     character(len=*), intent(in) :: text, what
     type(dsm_engine_options_t) :: o
     type(dsm_engine_t) :: e
-    type(dsm_mesh_t) :: none
+    type(dsm_mesh_t) :: world_mesh
     integer :: s
 
     o = dsm_engine_options_t(device=DSM_DEVICE_HOST)
     if (bad_rank < 0 .or. bad_rank == rank) o = bad
-    call dsm_engine_init_with_options(none, CFG, params, o, e, s)
+    call dsm_mesh_create_for_config(MPI_COMM_WORLD, CFG, world_mesh)
+    call dsm_engine_init_with_options(world_mesh, CFG, params, o, e, s)
+    call dsm_mesh_free(world_mesh)
     call check_error(s, DSM_ERR_INVALID_ARGUMENT, text, what // ': DSM_ERR_INVALID_ARGUMENT on every rank')
     call check(.not. c_associated(e%ptr), what // ': no engine')
   end subroutine expect_bad

@@ -31,20 +31,20 @@ program test_fortran_mesh
   call MPI_Comm_size(MPI_COMM_WORLD, nprocs, ierr)
 
   ! ---------------------------------------------------------- status and version
-  call dsm_get_version(major, minor, patch)
-  call check(major >= 0 .and. minor >= 0 .and. patch >= 0, 'dsm_get_version gives a version')
-  call dsm_get_version(major, minor, patch, st)
-  call check(st == DSM_SUCCESS, 'dsm_get_version with ierr returns DSM_SUCCESS')
+  call dsm_library_version(major, minor, patch)
+  call check(major >= 0 .and. minor >= 0 .and. patch >= 0, 'dsm_library_version gives a version')
+  call dsm_library_version(major, minor, patch, st)
+  call check(st == DSM_SUCCESS, 'dsm_library_version with ierr returns DSM_SUCCESS')
   call check(dsm_status_string(DSM_SUCCESS) == 'success', 'dsm_status_string(DSM_SUCCESS) is "success"')
   call check(dsm_status_string(DSM_ERR_INVALID_ARGUMENT) == 'invalid argument', &
        'dsm_status_string(DSM_ERR_INVALID_ARGUMENT) is "invalid argument"')
   call check(dsm_status_string(DSM_ERR_INTERNAL) == 'internal error' .and. DSM_ERR_INTERNAL == 14, &
        'DSM_ERR_INTERNAL is 14, "internal error"')
   call check(dsm_status_string(1000) == 'unknown status', 'an unknown status is "unknown status"')
-  call dsm_get_feature('fortran', enabled, st)
-  call check(st == DSM_SUCCESS .and. enabled, 'dsm_get_feature("fortran") is on')
-  call dsm_get_feature('no_such_feature', enabled, st)
-  call check(st == DSM_ERR_NOT_FOUND, 'dsm_get_feature of an unknown name gives DSM_ERR_NOT_FOUND')
+  call dsm_library_feature('fortran', enabled, st)
+  call check(st == DSM_SUCCESS .and. enabled, 'dsm_library_feature("fortran") is on')
+  call dsm_library_feature('no_such_feature', enabled, st)
+  call check(st == DSM_ERR_NOT_FOUND, 'dsm_library_feature of an unknown name gives DSM_ERR_NOT_FOUND')
   call dsm_dtype_size(DSM_BFLOAT16, n)
   call check(n == 2 .and. dsm_dtype_name(DSM_BFLOAT16) == 'bfloat16', 'bfloat16 is 2 bytes')
   call dsm_info_describe(DSM_FORMAT_JSON, text)
@@ -66,12 +66,12 @@ program test_fortran_mesh
   call dsm_mesh_create(MPI_COMM_WORLD, shape, names, mesh, st)
   call check(st == DSM_SUCCESS .and. c_associated(mesh%ptr), 'dsm_mesh_create of a 2-D mesh')
 
-  call dsm_mesh_get_ndims(mesh, ndims)
-  call check(ndims == 2, 'dsm_mesh_get_ndims is 2')
+  call dsm_mesh_ndims(mesh, ndims)
+  call check(ndims == 2, 'dsm_mesh_ndims is 2')
   got = -7
-  call dsm_mesh_get_shape(mesh, got)
-  call check(all(got(1:2) == shape) .and. all(got(3:) == -7), 'dsm_mesh_get_shape is [dp, sp]')
-  call dsm_mesh_get_coords(mesh, coords)
+  call dsm_mesh_shape(mesh, got)
+  call check(all(got(1:2) == shape) .and. all(got(3:) == -7), 'dsm_mesh_shape is [dp, sp]')
+  call dsm_mesh_coords(mesh, coords)
   ! Row-major, the last dimension fastest: rank = coords(1)*sp + coords(2).
   call check(coords(1) == rank / sp .and. coords(2) == mod(rank, sp), 'coordinates are row-major')
 
@@ -82,9 +82,9 @@ program test_fortran_mesh
      call dsm_mesh_dim_size(mesh, d, n)
      call dsm_mesh_dim_rank(mesh, d, r)
      if (n /= shape(d + 1) .or. r /= coords(d + 1)) ok = .false.
-     call dsm_mesh_get_dim_name(mesh, d, s)
+     call dsm_mesh_dim_name(mesh, d, s)
      if (s /= trim(names(d + 1))) ok = .false.
-     call dsm_mesh_get_dim_index(mesh, names(d + 1), c)
+     call dsm_mesh_dim_index(mesh, names(d + 1), c)
      if (c /= d) ok = .false.
      call dsm_mesh_size(mesh, names(d + 1), n)
      call dsm_mesh_rank(mesh, names(d + 1), r)
@@ -131,7 +131,7 @@ program test_fortran_mesh
   call check(n == sp, 'dsm_mesh_flatten without comm and ierr')
   one(1) = 'nope'
   call dsm_mesh_flatten(mesh, one, 'bad_group', c, st)
-  call check(st == DSM_ERR_NOT_FOUND .and. index(dsm_get_last_error(), 'nope') > 0, &
+  call check(st == DSM_ERR_NOT_FOUND .and. index(dsm_last_error(), 'nope') > 0, &
        'dsm_mesh_flatten of an unknown dimension gives DSM_ERR_NOT_FOUND on every rank')
 
   ! ---------------------------------------------------------- slice
@@ -146,7 +146,7 @@ program test_fortran_mesh
   call dsm_mesh_create(MPI_COMM_WORLD, [dp, sp, 1], ['x', 'y', 'z'], mesh3)
   call dsm_mesh_slice(mesh3, ['x', 'z'], bad)
   call dsm_mesh_comm(bad, '', c, st)
-  call check(st == DSM_ERR_NOT_SUPPORTED .and. index(dsm_get_last_error(), 'dsm_mesh_flatten') > 0, &
+  call check(st == DSM_ERR_NOT_SUPPORTED .and. index(dsm_last_error(), 'dsm_mesh_flatten') > 0, &
        'a 2-D slice of a 3-D mesh has no communicator of its own')
   call dsm_mesh_slice(mesh3, ['z', 'x'], slice3, st)
   call check(st == DSM_ERR_INVALID_ARGUMENT .and. .not. c_associated(slice3%ptr), &
@@ -157,7 +157,7 @@ program test_fortran_mesh
   ! ---------------------------------------------------------- mpi_f08 specifics
   world08%MPI_VAL = MPI_COMM_WORLD
   call dsm_mesh_create_dp_sp(world08, -1, sp, bad, st)
-  call dsm_mesh_get_dim_name(bad, 0, s)
+  call dsm_mesh_dim_name(bad, 0, s)
   call check(st == DSM_SUCCESS .and. s == 'data_parallel', 'dsm_mesh_create_dp_sp with type(MPI_Comm)')
   call dsm_mesh_comm(bad, 'sequence_parallel', comm08)
   call dsm_mesh_comm(bad, 'sequence_parallel', c)
@@ -177,8 +177,8 @@ program test_fortran_mesh
   ! The product of the shape is not the communicator size: every rank fails.
   call dsm_mesh_create(MPI_COMM_WORLD, [nprocs + 1, 1], names, bad, st)
   call check(st == DSM_ERR_INVALID_ARGUMENT, 'a wrong shape product gives DSM_ERR_INVALID_ARGUMENT on every rank')
-  s = dsm_get_last_error()
-  call check(index(s, 'communicator size') > 0, 'dsm_get_last_error() names the communicator size')
+  s = dsm_last_error()
+  call check(index(s, 'communicator size') > 0, 'dsm_last_error() names the communicator size')
   if (index(s, 'communicator size') == 0) write(*, '(a,i0,2a)') 'rank ', rank, ': last error: ', s
   call check(.not. c_associated(bad%ptr), 'the failed mesh handle is null')
   call dsm_mesh_create(MPI_COMM_WORLD, shape, one, bad, st)

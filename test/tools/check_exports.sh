@@ -5,8 +5,9 @@
 #   (b) every exported dsm_ function has a page doc/man/man3/NAME.3;
 #   (c) every function that include/dsm.h or an interop header beside it
 #       (include/dsm/*.h: dsm/cuda.h) declares is exported;
-#   (d) and has a Fortran binding in fortran/ (the interop headers' too:
-#       their foreign types cross as type(c_ptr)).
+#   (d) and has a Fortran binding, a public procedure of the same name in
+#       module dsm (the interop headers' too: their foreign types cross as
+#       type(c_ptr)).
 # Run by `make check` as `$(SHELL) test/tools/check_exports.sh` with
 # top_builddir and top_srcdir set. Exit 0: pass, 1: fail, 77: skip (no nm or
 # no shared library).
@@ -86,21 +87,22 @@ if [ -n "$unexported" ]; then
     status=1
 fi
 
-# (d) Every function declared in the headers has a Fortran binding: an interface
-# bind(C, name='NAME') in fortran/dsm.f90, or in fortran/dsm_fshim.c (the
-# functions that take or return a communicator) a shim dsm_f_NAME or a call
-# of NAME.
+# (d) Every function declared in the headers has a Fortran binding: a public
+# procedure (or generic) of the same name in module dsm, that is a name in a
+# `public ::` statement of fortran/dsm.f90 (the hand-written wrappers) or of
+# fortran/dsm_const.inc (the wrappers fortran/gen_fortran.py generates).
 fmod=$top_srcdir/fortran/dsm.f90
-fshim=$top_srcdir/fortran/dsm_fshim.c
-unbound=
-for f in $(cat "$tmp/declared"); do
-    grep -q "bind(C, *name *= *'$f')" "$fmod" 2>/dev/null && continue
-    grep -q "^dsm_status_t dsm_f_${f#dsm_}(" "$fshim" 2>/dev/null && continue
-    grep -Eq "(return|=) $f\(" "$fshim" 2>/dev/null && continue
-    unbound="$unbound $f"
-done
+fgen=$top_srcdir/fortran/dsm_const.inc
+awk '{ line = $0; sub(/!.*/, "", line)
+       if (pending != "") { sub(/^[ \t]*&?/, "", line); line = pending line; pending = "" }
+       if (line ~ /&[ \t]*$/) { sub(/&[ \t]*$/, "", line); pending = line; next }
+       if (tolower(line) ~ /^[ \t]*public[ \t]*::/) {
+           sub(/^[^:]*::/, "", line); n = split(line, w, ",")
+           for (i = 1; i <= n; i++) { gsub(/[ \t]/, "", w[i]); print tolower(w[i]) } } }' \
+    "$fmod" "$fgen" 2>/dev/null | LC_ALL=C sort -u >"$tmp/fortran_public"
+unbound=$(LC_ALL=C comm -23 "$tmp/declared" "$tmp/fortran_public")
 if [ -n "$unbound" ]; then
-    echo "FAIL: functions declared in dsm.h or include/dsm/ without a Fortran binding in $fmod or $fshim:"
+    echo "FAIL: functions declared in dsm.h or include/dsm/ without a public Fortran procedure in $fmod or $fgen:"
     for f in $unbound; do echo "  $f"; done
     status=1
 fi

@@ -1,7 +1,7 @@
 #!/bin/sh
-# doc/fortran.md documents module dsm: every name that fortran/dsm.f90 makes
-# public (in a `public ::` statement or a declaration with the public
-# attribute) must appear, as a whole word, in a heading or a table row of the
+# doc/fortran.md documents module dsm: every name that fortran/dsm.f90 or the
+# generated fortran/dsm_const.inc it includes makes public (in a `public ::`
+# statement or a declaration with the public attribute) must appear, as a whole word, in a heading or a table row of the
 # page, and every procedure heading (####) of the page must name public
 # procedures. A binding added without documentation fails here, naming it.
 # Where the Fortran module is built, the page's complete example (its first
@@ -11,9 +11,11 @@ set -u
 srcdir=${top_srcdir:-.}
 builddir=$(cd "${top_builddir:-.}" && pwd)
 src=$srcdir/fortran/dsm.f90
+gen=$srcdir/fortran/dsm_const.inc
 doc=$srcdir/doc/fortran.md
 fail=0
 [ -r "$src" ] || { echo "FAIL: cannot read $src"; exit 1; }
+[ -r "$gen" ] || { echo "FAIL: cannot read $gen"; exit 1; }
 [ -r "$doc" ] || { echo "FAIL: cannot read $doc"; exit 1; }
 tmp=${TMPDIR:-/tmp}/fortran-doc-test.$$
 mkdir -p "$tmp" && trap 'rm -rf "$tmp"' EXIT
@@ -56,7 +58,7 @@ function emit(list,    i, c, d, ent, n, k) {   # split at top-level commas
     } else if ((p = index(low, "::")) > 0 && substr(low, 1, p - 1) ~ /,[ \t]*public[ \t]*(,|$)/) {
         emit(substr(line, p + 2))
     }
-}' "$src" | sort -u > "$tmp/public"
+}' "$src" "$gen" | sort -u > "$tmp/public"
 
 count=$(wc -l < "$tmp/public")
 if [ "$count" -lt 100 ]; then
@@ -69,7 +71,7 @@ grep -E '^(#|\|)' "$doc" > "$tmp/documented"
 missing=0
 while read -r name; do
     if ! grep -qiw -- "$name" "$tmp/documented"; then
-        echo "FAIL: $name (public in fortran/dsm.f90) has no heading or table row in doc/fortran.md"
+        echo "FAIL: $name (public in module dsm) has no heading or table row in doc/fortran.md"
         missing=$((missing + 1))
     fi
 done < "$tmp/public"
@@ -79,7 +81,7 @@ done < "$tmp/public"
 grep -E '^####[ \t]' "$doc" | grep -oE '[A-Za-z_][A-Za-z0-9_]*' | grep -i '^dsm_' | sort -u > "$tmp/headings"
 while read -r name; do
     if ! grep -qixF -- "$name" "$tmp/public"; then
-        echo "FAIL: doc/fortran.md has a heading for $name, which fortran/dsm.f90 does not make public"
+        echo "FAIL: doc/fortran.md has a heading for $name, which module dsm does not make public"
         fail=1
     fi
 done < "$tmp/headings"
