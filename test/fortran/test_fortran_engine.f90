@@ -169,6 +169,9 @@ program test_fortran_engine
      call check(st == DSM_SUCCESS .and. .not. c_associated(engine%ptr), trim(what) // ': dsm_engine_free')
   end do
 
+  ! The tests below build their engines on the whole job, one data_parallel dimension.
+  call dsm_mesh_create(MPI_COMM_WORLD, [nprocs], ['data_parallel'], mesh)
+
   call test_accumulation()
   call test_precisions()
   call test_f32_helpers()
@@ -176,6 +179,7 @@ program test_fortran_engine
   call test_state_errors()
   call dsm_library_feature('hdf5', have_hdf5)
   call test_checkpoint()
+  call dsm_mesh_free(mesh)
 
   call MPI_Finalize(ierr)
   if (failures > 0) then
