@@ -1,0 +1,69 @@
+// The tools' command lines: see cli.hpp.
+#include "cli.hpp"
+
+#include <getopt.h>
+
+namespace dsm {
+namespace tools {
+
+bool parse_command_line(int argc, char **argv, const std::vector<CliOption> &options,
+                        const std::function<bool(const char *)> &argument, const CliRefuse &refuse) {
+    constexpr int kFirst = 256; // getopt_long's value for options[0]
+    std::vector<struct option> table;
+    int help = -1;
+    for (size_t i = 0; i < options.size(); ++i) {
+        table.push_back({options[i].name.c_str(), options[i].has_value ? required_argument : no_argument, nullptr,
+                         kFirst + static_cast<int>(i)});
+        if (options[i].name == "help") help = static_cast<int>(i);
+    }
+    table.push_back({nullptr, 0, nullptr, 0});
+    // '-': the other arguments in order (as code 1), whatever POSIXLY_CORRECT
+    // says; ':': a missing value is reported as ':', not printed.
+    const char *const shorts = help >= 0 ? "-:h" : "-:";
+    opterr = 0;
+    optind = 0; // start over (a second parse in one process)
+    for (;;) {
+        const int c = getopt_long(argc, argv, shorts, table.data(), nullptr);
+        if (c == -1) break;
+        const CliOption *opt = c >= kFirst ? &options[static_cast<size_t>(c - kFirst)]
+                               : c == 'h'  ? &options[static_cast<size_t>(help)]
+                                           : nullptr;
+        const CliOption *named = optopt >= kFirst ? &options[static_cast<size_t>(optopt - kFirst)] : nullptr;
+        if (c == 1) {
+            if (!argument(optarg)) return false;
+        } else if (c == ':') {
+            refuse((named != nullptr ? "--" + named->name : std::string("-") + static_cast<char>(optopt)) +
+                       " needs a value",
+                   false);
+            return false;
+        } else if (c == '?') {
+            // An option without a value given one (--json=1), an unknown or
+            // ambiguous long option, an unknown short one.
+            if (named != nullptr) {
+                refuse("--" + named->name + " takes no value", false);
+            } else if (optopt > 0) {
+                refuse(std::string("unknown option '-") + static_cast<char>(optopt) + "'", true);
+            } else {
+                std::string text = argv[optind - 1];
+                text = text.substr(0, text.find('='));
+                refuse("unknown option '" + text + "'", true);
+            }
+            return false;
+        } else if (!opt->set(opt->has_value ? optarg : nullptr)) {
+            return false;
+        }
+    }
+    for (int i = optind; i < argc; ++i) // after "--"
+        if (!argument(argv[i])) return false;
+    return true;
+}
+
+std::string one_of(const std::vector<std::string> &values) {
+    std::string list;
+    for (size_t i = 0; i < values.size(); ++i)
+        list += (i == 0 ? "" : i + 1 == values.size() ? " or " : ", ") + values[i];
+    return list;
+}
+
+} // namespace tools
+} // namespace dsm
