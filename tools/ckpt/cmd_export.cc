@@ -148,10 +148,6 @@ private:
 
 enum class OutKind { Hdf5, Safetensors };
 
-bool ends_with(const std::string &s, const std::string &suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The /params tensors, each with what export needs; throws Error naming the
 // first that lacks it, since an unverifiable tensor must not be exported.
 std::vector<const Tensor *> exportable_params(const Checkpoint &ck) {
