@@ -1,6 +1,8 @@
 // The tools' command lines: see cli.hpp.
 #include "cli.hpp"
 
+#include <cerrno>
+#include <cstdlib>
 #include <getopt.h>
 
 namespace dsm {
@@ -46,7 +48,13 @@ bool parse_command_line(int argc, char **argv, const std::vector<CliOption> &opt
             } else {
                 std::string text = argv[optind - 1];
                 text = text.substr(0, text.find('='));
-                refuse("unknown option '" + text + "'", true);
+                std::vector<std::string> could; // the options it abbreviates
+                for (const CliOption &o : options)
+                    if (text.size() > 2 && ("--" + o.name).compare(0, text.size(), text) == 0)
+                        could.push_back("--" + o.name);
+                refuse((could.size() > 1 ? "ambiguous option '" + text + "' (" + one_of(could) + ")"
+                                         : "unknown option '" + text + "'"),
+                       true);
             }
             return false;
         } else if (!opt->set(opt->has_value ? optarg : nullptr)) {
@@ -55,6 +63,21 @@ bool parse_command_line(int argc, char **argv, const std::vector<CliOption> &opt
     }
     for (int i = optind; i < argc; ++i) // after "--"
         if (!argument(argv[i])) return false;
+    return true;
+}
+
+bool parse_integer(const char *text, long long min, long long max, long long *out) {
+    const char *p = text;
+    bool ok = *p != '\0';
+    if (*p == '-') ++p;
+    if (*p == '\0') ok = false;
+    for (const char *c = p; ok && *c != '\0'; ++c) ok = *c >= '0' && *c <= '9';
+    if (!ok) return false;
+    char *end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v < min || v > max) return false;
+    *out = v;
     return true;
 }
 

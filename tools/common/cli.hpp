@@ -33,6 +33,11 @@ using CliRefuse = std::function<void(const std::string &message, bool shape)>;
 bool parse_command_line(int argc, char **argv, const std::vector<CliOption> &options,
                         const std::function<bool(const char *)> &argument, const CliRefuse &refuse);
 
+// An integer option's value: decimal digits with an optional leading '-',
+// nothing else (no spaces, no sign '+', no suffix, no other base), no
+// overflow, within [min, max]. False (and *out unchanged) otherwise.
+bool parse_integer(const char *text, long long min, long long max, long long *out);
+
 // "A, B or C".
 std::string one_of(const std::vector<std::string> &values);
 
