@@ -165,14 +165,9 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
     const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
                                 " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", o.stage,
                                 ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}");
-    int size = 0;
-    MPI_Comm_size(world, &size);
-    const int shp[1] = {size};
-    const char *names[1] = {"data_parallel"};
-    auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
-    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true);
+    auto eng = engine::Engine::create(data_parallel_mesh(world), cfg.c_str(), &d, 1, true);
     const std::string async_cfg = cfg.substr(0, cfg.size() - 1) + ", \"checkpoint\": {\"writer\": {\"decoupled\": true}}}";
-    auto async_eng = engine::Engine::create(Mesh::create(world, 1, shp, names, nullptr, true), async_cfg.c_str(), &d,
+    auto async_eng = engine::Engine::create(data_parallel_mesh(world), async_cfg.c_str(), &d,
                                             1, true);
     // One step, so that the optimizer state exists (and is not all zeros).
     for (engine::Engine *e : {eng.get(), async_eng.get()}) {

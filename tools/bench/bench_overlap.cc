@@ -120,12 +120,7 @@ std::unique_ptr<engine::Engine> make_engine(MPI_Comm world, int stage, bool over
             ", \"reduce_bucket_size\": ", bucket, ", \"allgather_bucket_size\": ", ag,
             ", \"stage3_prefetch_bucket_size\": ", pf,
             ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}");
-    int size = 0;
-    MPI_Comm_size(world, &size);
-    const int shp[1] = {size};
-    const char *dims[1] = {"data_parallel"};
-    auto mesh = Mesh::create(world, 1, shp, dims, nullptr, true);
-    return engine::Engine::create(std::move(mesh), cfg.c_str(), d.data(), static_cast<int>(d.size()), true);
+    return engine::Engine::create(data_parallel_mesh(world), cfg.c_str(), d.data(), static_cast<int>(d.size()), true);
 }
 
 // One step on every rank, timed (slowest rank); eng null: the compute alone.

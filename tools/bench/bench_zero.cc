@@ -170,12 +170,8 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
                                 ", \"stage3_param_persistence_threshold\": 0, \"zero_hpz_partition_size\": ", o.hpz,
                                 o.reuse >= 0 ? cat(", \"stage3_max_reuse_distance\": ", o.reuse) : std::string(),
                                 "}, \"optimizer\": {\"type\": \"AdamW\"}", prec, "}");
-    int size = 0;
-    MPI_Comm_size(world, &size);
-    const int shp[1] = {size};
-    const char *names[1] = {"data_parallel"};
     const size_t rss0 = current_rss();
-    auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
+    auto mesh = data_parallel_mesh(world);
     engine::Options eo;
     eo.device = o.device == "cuda" ? DSM_DEVICE_CUDA : o.device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
     auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true, eo);

@@ -2,7 +2,6 @@
 #include "harness.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdarg>
 #include <cstdlib>
@@ -29,6 +28,14 @@ double median(std::vector<double> v) {
 double now_seconds() {
     using clock = std::chrono::steady_clock;
     return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+std::unique_ptr<Mesh> data_parallel_mesh(MPI_Comm comm) {
+    int size = 0;
+    MPI_Comm_size(comm, &size);
+    const int shape[1] = {size};
+    const char *names[1] = {"data_parallel"};
+    return Mesh::create(comm, 1, shape, names, nullptr, true);
 }
 
 Harness::Harness(const char *sub, Usage usage) : sub_(sub), usage_(usage) {
@@ -86,13 +93,15 @@ int Harness::parse(int argc, char **argv) {
                                             help = true;
                                             return false; // stop: the help is all there is to do
                                         }});
-    const bool ok = tools::parse_command_line(
-        argc, argv, options_,
-        [this](const char *arg) { return refuse("unexpected argument '%s'", arg); },
-        [this](const std::string &message, bool shape) {
-            refuse("%s", message.c_str());
-            if (shape && loud_) usage_(stderr);
-        });
+    // A wrong shape (an unknown option, a stray argument): the message, then the usage.
+    auto say = [this](const std::string &message, bool shape) {
+        refuse("%s", message.c_str());
+        if (shape && loud_) usage_(stderr);
+    };
+    const bool ok = tools::parse_command_line(argc, argv, options_, [&say](const char *arg) {
+        say(std::string("unexpected argument '") + arg + "'", true);
+        return false;
+    }, say);
     if (help) {
         if (loud_) usage_(stdout);
         return 1;
@@ -102,21 +111,8 @@ int Harness::parse(int argc, char **argv) {
 
 bool Harness::parse_integer(const std::string &opt, const char *text, long long min, long long max,
                             long long *out) const {
-    const char *p = text;
-    bool ok = *p != '\0';
-    if (*p == '-') ++p;
-    if (*p == '\0') ok = false;
-    for (const char *c = p; ok && *c != '\0'; ++c) ok = *c >= '0' && *c <= '9';
-    long long v = 0;
-    if (ok) {
-        char *end = nullptr;
-        errno = 0;
-        v = std::strtoll(text, &end, 10);
-        ok = errno == 0 && end != text && *end == '\0' && v >= min && v <= max;
-    }
-    if (!ok) return refuse("%s '%s' is not an integer from %lld to %lld", opt.c_str(), text, min, max);
-    *out = v;
-    return true;
+    if (tools::parse_integer(text, min, max, out)) return true;
+    return refuse("%s '%s' is not an integer from %lld to %lld", opt.c_str(), text, min, max);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/cli.hpp"
+#include "mesh/mesh.hpp"
 
 namespace dsm {
 namespace bench {
@@ -41,6 +43,10 @@ std::string python_command();
 double median(std::vector<double> v);
 
 double now_seconds();
+
+// The mesh the engine benchmarks train on: one "data_parallel" dimension of
+// every rank of `comm`. Collective over `comm`.
+std::unique_ptr<Mesh> data_parallel_mesh(MPI_Comm comm);
 
 // One subcommand's run on MPI_COMM_WORLD. Messages about the command line
 // go to stderr from rank 0 only ("loud"); every rank parses the same
