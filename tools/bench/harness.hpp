@@ -59,13 +59,9 @@ public:
     // prints its help.
     Harness(const char *sub, Usage usage);
 
-    const char *sub() const { return sub_; }
     int rank() const { return rank_; }
     int size() const { return size_; }
-    bool loud() const { return loud_; }
-    bool json() const { return json_; }
-    // Messages on every rank (a one-process benchmark run by each rank alone).
-    void set_loud(bool loud) { loud_ = loud; }
+    bool json() const { return json_; } // --json was given
 
     // ---- options: --NAME and what it does; --help and --json are built in.
     void flag(const char *name, std::function<void()> set);
