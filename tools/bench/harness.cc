@@ -45,10 +45,7 @@ Harness::Harness(const char *sub, Usage usage) : sub_(sub), usage_(usage) {
 }
 
 void Harness::flag(const char *name, std::function<void()> set) {
-    options_.push_back(tools::CliOption{name, false, [set](const char *) {
-                                  set();
-                                  return true;
-                              }});
+    options_.push_back(tools::flag_option(name, std::move(set)));
 }
 
 void Harness::integer(const char *name, long long min, long long max, std::function<void(long long)> set) {
@@ -89,10 +86,7 @@ bool Harness::refuse(const char *fmt, ...) const {
 int Harness::parse(int argc, char **argv) {
     bool help = false;
     flag("json", [this] { json_ = true; });
-    options_.push_back(tools::CliOption{"help", false, [&help](const char *) {
-                                            help = true;
-                                            return false; // stop: the help is all there is to do
-                                        }});
+    options_.push_back(tools::final_option("help", &help));
     // A wrong shape (an unknown option, a stray argument): the message, then the usage.
     auto say = [this](const std::string &message, bool shape) {
         refuse("%s", message.c_str());

@@ -23,18 +23,9 @@ int parse_args(const std::string &cmd, int argc, char **argv, const std::set<std
                                return true;
                            }});
     for (const std::string &name : flag_options)
-        options.push_back({name.substr(2), false, [&out, name](const char *) {
-                               out.flags.insert(name);
-                               return true;
-                           }});
-    options.push_back({"json", false, [&out](const char *) {
-                           out.json = true;
-                           return true;
-                       }});
-    options.push_back({"help", false, [&show_help](const char *) {
-                           show_help = true;
-                           return false; // stop: the help is all there is to do
-                       }});
+        options.push_back(tools::flag_option(name.c_str() + 2, [&out, name] { out.flags.insert(name); }));
+    options.push_back(tools::flag_option("json", [&out] { out.json = true; }));
+    options.push_back(tools::final_option("help", &show_help));
     auto refuse = [&cmd](const std::string &message, bool shape) {
         std::fprintf(stderr, "dsm-ckpt %s: %s", cmd.c_str(), message.c_str());
         if (shape) std::fprintf(stderr, " (see dsm-ckpt %s --help)", cmd.c_str());

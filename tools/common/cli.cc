@@ -8,6 +8,20 @@
 namespace dsm {
 namespace tools {
 
+CliOption flag_option(const char *name, std::function<void()> set) {
+    return CliOption{name, false, [set](const char *) {
+                         set();
+                         return true;
+                     }};
+}
+
+CliOption final_option(const char *name, bool *seen) {
+    return CliOption{name, false, [seen](const char *) {
+                         *seen = true;
+                         return false;
+                     }};
+}
+
 bool parse_command_line(int argc, char **argv, const std::vector<CliOption> &options,
                         const std::function<bool(const char *)> &argument, const CliRefuse &refuse) {
     constexpr int kFirst = 256; // getopt_long's value for options[0]

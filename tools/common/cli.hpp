@@ -20,6 +20,12 @@ struct CliOption {
     std::function<bool(const char *value)> set;
 };
 
+// An option without a value that calls `set`.
+CliOption flag_option(const char *name, std::function<void()> set);
+// An option without a value that sets *seen and ends the parse, as --help
+// and --version do (all there is to do; parse_command_line returns false).
+CliOption final_option(const char *name, bool *seen);
+
 // How a command line is refused: `message` ("unknown option '--x'",
 // "--tag needs a value", ...); `shape` is true where the command line's shape
 // is wrong (an unknown option, an unexpected argument), where a tool points

@@ -222,12 +222,6 @@ int main(int argc, char **argv) {
         if (shape) usage(stderr);
         refused = true;
     };
-    auto flag = [](const char *name, std::function<void()> set) {
-        return dsm::tools::CliOption{name, false, [set](const char *) {
-                                         set();
-                                         return true;
-                                     }};
-    };
     auto text = [](const char *name, char **dst) {
         return dsm::tools::CliOption{name, true, [dst](const char *v) {
                                          *dst = const_cast<char *>(v);
@@ -242,22 +236,14 @@ int main(int argc, char **argv) {
                                          return false;
                                      }};
     };
+    using dsm::tools::flag_option;
     std::vector<dsm::tools::CliOption> options = {
-        flag("json", [&] { o.json = 1; }),
-        /* Each stops the parse: it is all there is to do. */
-        {"help", false,
-         [&](const char *) {
-             help = true;
-             return false;
-         }},
-        {"version", false,
-         [&](const char *) {
-             version = true;
-             return false;
-         }},
+        flag_option("json", [&] { o.json = 1; }),
+        dsm::tools::final_option("help", &help),
+        dsm::tools::final_option("version", &version),
     };
     /* --env: only the parameters of the build description; no effect on a subcommand. */
-    options.push_back(flag("env", [&] { o.env_only = 1; }));
+    options.push_back(flag_option("env", [&] { o.env_only = 1; }));
     if (sub == "mesh") {
         for (auto &[name, dst] : std::vector<std::pair<const char *, char **>>{
                  {"shape", &o.shape}, {"names", &o.names}, {"slice", &o.slice}, {"flatten", &o.flatten},
@@ -267,7 +253,7 @@ int main(int argc, char **argv) {
         options.push_back(count("world-size", &o.world));
         if (sub == "config") {
             options.push_back(count("sequence-parallel-size", &o.sp));
-            options.push_back(flag("strict", [&] { o.flags |= DSM_CONFIG_STRICT; }));
+            options.push_back(flag_option("strict", [&] { o.flags |= DSM_CONFIG_STRICT; }));
         } else {
             options.push_back(count("steps", &o.steps));
         }
