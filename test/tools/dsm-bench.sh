@@ -107,6 +107,36 @@ some overlap --prefetch 0
 refused overlap "--layers 100000 --params 1099511627776 needs" --layers 100000 --params 1099511627776
 refused overlap "--work needs a value" --work
 
+# ---------------------------------------------------------------- command line
+# getopt_long for every subcommand: the same refusals everywhere, a value
+# joined with '=' and a prefix of a long option read like the option itself.
+refused zero "dsm-bench zero: --steps needs a value" --steps
+refused collectives "dsm-bench collectives: --count needs a value" --count
+refused alltoall "dsm-bench alltoall: --json takes no value" --json=1
+refused optimizer "dsm-bench optimizer: --no-torch takes no value" --no-torch=yes
+refused collectives "dsm-bench collectives: --dtype 'fp8' is not fp32, fp16, bf16 or fp64" --dtype fp8
+refused alltoall "dsm-bench alltoall: --dtype 'fp8' is not fp32, bf16, fp16 or both" --dtype fp8
+refused alltoall "dsm-bench alltoall: --layout 'diag' is not batch or seq" --layout diag
+refused zero "--steps '0'" --steps=0
+refused checkpoint "--iters '0'" --iter 0
+refused checkpoint "--dir '' is empty" --dir=
+timeout 60 "$bin" zero --st 1 > /dev/null 2> "$tmp/err"
+head -n 1 "$tmp/err" | grep -qF "dsm-bench zero: ambiguous option '--st' (--steps or --stage)" ||
+    { cat "$tmp/err"; fail "'dsm-bench zero --st 1': not named ambiguous"; }
+# An unknown option, an ambiguous prefix (zero --st: --stage or --steps) and
+# a stray argument: the message, then the usage.
+for args in "zero --bogus" "overlap -q" "collectives stray" "zero --st 1"; do
+    # shellcheck disable=SC2086 # the words are the arguments
+    timeout 60 "$bin" $args > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "'dsm-bench $args' exited $rc, expected 2"; }
+    head -n 1 "$tmp/err" | grep -q "^dsm-bench ${args%% *}: \(unknown option\|ambiguous option\|unexpected argument\) '" ||
+        { cat "$tmp/err"; fail "'dsm-bench $args': no message naming the argument"; }
+    grep -q "^usage: " "$tmp/err" || { cat "$tmp/err"; fail "'dsm-bench $args': no usage"; }
+    [ ! -s "$tmp/out" ] || { cat "$tmp/out"; fail "'dsm-bench $args' printed on stdout"; }
+    checked=$((checked + 1))
+done
+
 # The collectives' memory check, where this machine has less than the
 # 96 GiB that 2^31 - 1 fp64 elements in six buffers need.
 mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null)

@@ -464,6 +464,19 @@ expect 2 "--output" "$bin" export "$ck"
 expect 2 "w.txt" "$bin" export "$ck" --output "$tmp/w.txt"
 expect 2 "--dtype 'int8'" "$bin" export "$ck" --output "$tmp/w.safetensors" --dtype int8
 expect 2 "--dtype" "$bin" export "$ck" --output "$tmp/w.safetensors" --dtype
+# The command line of getopt_long: a value joined with '=', a prefix of a long
+# option, "--" before a path, and the refusals that come with them.
+expect 2 "dsm-ckpt clean: --dry-run takes no value" "$bin" clean "$cl" --dry-run=1
+expect 2 "dsm-ckpt info: --json takes no value" "$bin" info "$ck" --json=yes
+expect 2 "dsm-ckpt info: --tag needs a value" "$bin" info "$ck" --tag
+expect 2 "ambiguous option '--ta' (--tag-a or --tag-b) (see dsm-ckpt diff --help)" "$bin" diff "$ck" "$ck" --ta x
+expect 2 "unknown option '--bogus' (see dsm-ckpt diff --help)" "$bin" diff "$ck" "$ck" --bogus=1
+expect 2 "unknown option '-x' (see dsm-ckpt info --help)" "$bin" info "$ck" -x
+expect 2 "unexpected argument 'extra' (see dsm-ckpt info --help)" "$bin" info "$ck" extra
+expect 2 "--rtol 'x'" "$bin" diff "$ck" "$ck" --rtol=x
+expect 0 "" "$bin" info "$ck" --tag=global_step4
+expect 0 "" "$bin" verify --fail-non "$ck"
+expect 0 "" "$bin" info -- "$ck"
 expect 2 "--atol" "$bin" diff "$ck" "$ck" --atol -1
 expect 2 "--rtol" "$bin" diff "$ck" "$ck" --rtol x
 expect 2 "B" "$bin" diff "$ck"

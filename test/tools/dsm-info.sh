@@ -35,6 +35,29 @@ PY
 "$bin" --env | grep -q '^  DSM_COMM_NET_CHUNK = "[^"]*" ([a-z]*, size)$' || fail "--env lacks the type of DSM_COMM_NET_CHUNK"
 
 "$bin" --bogus > /dev/null 2>&1; [ $? -eq 2 ] || fail "an unknown option must exit 2"
+# The command line (getopt_long): each refusal exits 2 naming the option or
+# value; a value joined with '=' and a prefix of a long option are read.
+usage_error() { # usage_error TEXT ARGS...
+    text=$1
+    shift
+    "$bin" "$@" > "$tmp/out" 2> "$tmp/err"
+    rc=$?
+    [ "$rc" -eq 2 ] || { cat "$tmp/err"; fail "'dsm-info $*' exited $rc, expected 2"; }
+    head -n 1 "$tmp/err" | grep -qF -- "$text" || { cat "$tmp/err"; fail "'dsm-info $*': no \"$text\""; }
+    [ ! -s "$tmp/out" ] || fail "'dsm-info $*' printed on stdout"
+}
+usage_error "dsm-info: unknown option '--bogus'" --bogus
+usage_error "dsm-info: unexpected argument 'extra'" --env extra
+usage_error "dsm-info: --json takes no value" --json=1
+usage_error "dsm-info mesh: --shape needs a value" mesh --shape
+usage_error "dsm-info mesh: --shape: '2x' is not a size" mesh --shape 2x
+usage_error "dsm-info mesh: --placement 'far' is not node or none" mesh --shape 2 --placement=far
+usage_error "dsm-info config: --world-size '+8' is not a non-negative integer" config '{}' --world-size +8
+usage_error "dsm-info lr: --steps ' 3' is not a non-negative integer" lr '{}' --steps " 3"
+usage_error "dsm-info lr: unknown option '--sequence-parallel-size'" lr '{}' --steps 3 --sequence-parallel-size 2
+usage_error "dsm-info config: unexpected argument 'b.json'" config a.json b.json --world-size 2
+"$bin" lr '{"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 0.001}}}' --steps=2 --world=1 | grep -q "^ *2 " ||
+    fail "dsm-info lr --steps=2 --world=1"
 
 DSM_SIM_NODES=2:cyclic timeout 120 $launcher -n 8 "$bin" mesh --shape 2,2,2 --names dp,cp,tp \
     --flatten dp,cp --json > "$tmp/mesh.json" || fail "dsm-info mesh exited $?"

@@ -27,7 +27,7 @@
 
 #include <mpi.h>
 
-#include "bench.hpp"
+#include "harness.hpp"
 #include "comm/backend.hpp"
 #include "comm/common.hpp"
 #include "comm/mpi_backend.hpp"
@@ -49,7 +49,6 @@ struct Options {
     dsm_sp_layout_t layout = DSM_SP_BATCH_FIRST;
     std::vector<dsm_dtype_t> dtypes{DSM_FLOAT32, DSM_BFLOAT16};
     int iters = 5;
-    bool json = false;
 };
 
 void usage(FILE *out) {
@@ -72,64 +71,6 @@ void usage(FILE *out) {
                  "  MPI_Alltoall time / time (above 1: faster than the raw call); vs unfused: the unfused\n"
                  "  transform's time / time. The warm-up outputs of both transforms and of the unfused one\n"
                  "  are checked against the expected tensors.\n");
-}
-
-// 0: run; 1: --help; 2: usage error (printed on rank 0).
-int parse(int argc, char **argv, int rank, Options *o) {
-    for (int i = 0; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--help" || a == "-h") {
-            if (rank == 0) usage(stdout);
-            return 1;
-        }
-        if (a == "--json") {
-            o->json = true;
-            continue;
-        }
-        const bool known = a == "--batch" || a == "--seq" || a == "--heads" || a == "--head-dim" ||
-                           a == "--iters" || a == "--layout" || a == "--dtype";
-        if (!known) {
-            if (rank == 0) {
-                std::fprintf(stderr, "dsm-bench alltoall: unknown option '%s'\n", a.c_str());
-                usage(stderr);
-            }
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            if (rank == 0) std::fprintf(stderr, "dsm-bench alltoall: %s needs a value\n", a.c_str());
-            return 2;
-        }
-        const std::string v = argv[++i];
-        if (a == "--layout") {
-            if (v == "batch") o->layout = DSM_SP_BATCH_FIRST;
-            else if (v == "seq") o->layout = DSM_SP_SEQ_FIRST;
-            else {
-                if (rank == 0) std::fprintf(stderr, "dsm-bench alltoall: layout '%s' is not batch or seq\n", v.c_str());
-                return 2;
-            }
-            continue;
-        }
-        if (a == "--dtype") {
-            if (v == "fp32") o->dtypes = {DSM_FLOAT32};
-            else if (v == "bf16") o->dtypes = {DSM_BFLOAT16};
-            else if (v == "fp16") o->dtypes = {DSM_FLOAT16};
-            else if (v == "both") o->dtypes = {DSM_FLOAT32, DSM_BFLOAT16};
-            else {
-                if (rank == 0)
-                    std::fprintf(stderr, "dsm-bench alltoall: dtype '%s' is not fp32, bf16, fp16 or both\n", v.c_str());
-                return 2;
-            }
-            continue;
-        }
-        long long x = 0;
-        if (!parse_integer("alltoall", a, v.c_str(), 1, a == "--iters" ? 1000 : (1LL << 40), rank == 0, &x)) return 2;
-        if (a == "--batch") o->batch = x;
-        else if (a == "--seq") o->seq = x;
-        else if (a == "--heads") o->heads = x;
-        else if (a == "--head-dim") o->head_dim = x;
-        else o->iters = static_cast<int>(x);
-    }
-    return 0;
 }
 
 const char *dtype_name(dsm_dtype_t t) {
@@ -371,7 +312,7 @@ bool all_true(MPI_Comm comm, bool mine) {
 
 // The measurements of one dtype, appended to rows; false when the warm-up
 // output was wrong (reported on rank 0).
-bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm world, std::vector<Row> *rows) {
+bool measure(const Harness &h, const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm world, std::vector<Row> *rows) {
     const int size = ctx.size(), rank = ctx.rank();
     dsm_sp_tensor_t t{};
     t.batch = o.batch;
@@ -487,14 +428,6 @@ bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm wor
     plain(ops[0]);
     for (const Op &op : ops) raw(op.block);
 
-    auto slowest = [&](const std::function<void()> &f) {
-        MPI_Barrier(world);
-        const double t0 = now_seconds();
-        f();
-        double dt = now_seconds() - t0;
-        MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, world);
-        return dt;
-    };
     // Each round times the four in turn, starting one further each round, so
     // that none always follows the same one.
     const size_t nops = sizeof ops / sizeof ops[0];
@@ -506,7 +439,7 @@ bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm wor
             std::vector<double> *times[4] = {&t_shared[i], &t_ours[i], &t_raw[i], &t_plain[i]};
             for (size_t j = 0; j < 4; ++j) {
                 const size_t v = (j + static_cast<size_t>(it)) % 4;
-                times[v]->push_back(slowest(run[v]));
+                times[v]->push_back(h.time_once(run[v]));
             }
         }
     for (size_t i = 0; i < nops; ++i)
@@ -515,11 +448,9 @@ bool measure(const Options &o, dsm_dtype_t dtype, sp::Context &ctx, MPI_Comm wor
     return true;
 }
 
-int run(const Options &o) {
+int run(const Harness &h, const Options &o) {
     MPI_Comm world = MPI_COMM_WORLD;
-    int rank = 0, size = 1;
-    MPI_Comm_rank(world, &rank);
-    MPI_Comm_size(world, &size);
+    const int rank = h.rank(), size = h.size();
     // The mesh and context dsm_mesh_create_dp_sp(world, 1, -1) and
     // dsm_sp_create(mesh, NULL) build.
     const int shape[2] = {1, size};
@@ -533,7 +464,7 @@ int run(const Options &o) {
 
     std::vector<Row> rows;
     bool ok = true;
-    for (dsm_dtype_t d : o.dtypes) ok = ok && measure(o, d, *ctx, world, &rows);
+    for (dsm_dtype_t d : o.dtypes) ok = ok && measure(h, o, d, *ctx, world, &rows);
     ctx->close();
     ctx.reset();
     (void)mesh->release();
@@ -543,24 +474,39 @@ int run(const Options &o) {
     // Bytes each rank sends plus receives: all but its own 1/N, each way.
     auto moved = [&](const Row &r) { return 2.0 * r.bytes * (size - 1) / size; };
     const char *layout = o.layout == DSM_SP_BATCH_FIRST ? "batch" : "seq";
-    if (o.json) {
-        std::printf("{\"format\":\"dsm-bench-alltoall\",\"format_version\":1,\"ranks\":%d,\"nodes\":%d,"
-                    "\"backend\":\"%s\",\"batch\":%lld,\"seq\":%lld,\"heads\":%lld,\"head_dim\":%lld,"
-                    "\"layout\":\"%s\",\"iters\":%d,\"results\":[",
-                    size, nodes, backend.c_str(), o.batch, o.seq, o.heads, o.head_dim, layout, o.iters);
-        for (size_t i = 0; i < rows.size(); ++i) {
-            const Row &r = rows[i];
-            std::printf("%s{\"op\":\"%s\",\"dtype\":\"%s\",\"tensors\":%d,\"bytes_per_rank\":%.0f,"
-                        "\"bytes_moved_per_rank\":%.0f,\"seconds\":%.6g,\"gbs\":%.4g,\"raw_seconds\":%.6g,"
-                        "\"raw_gbs\":%.4g,\"speedup_vs_raw\":%.4g,\"unfused_seconds\":%.6g,"
-                        "\"speedup_vs_unfused\":%.4g,\"path\":\"%s\",\"shared_seconds\":%.6g,\"shared_gbs\":%.4g,"
-                        "\"shared_speedup_vs_raw\":%.4g,\"shared_speedup_vs_unfused\":%.4g,\"shared_path\":\"%s\"}",
-                        i ? "," : "", r.op, dtype_name(r.dtype), r.tensors, r.bytes, moved(r), r.ours,
-                        moved(r) / 1e9 / r.ours, r.raw, moved(r) / 1e9 / r.raw, r.raw / r.ours, r.unfused,
-                        r.unfused / r.ours, r.path, r.shared, moved(r) / 1e9 / r.shared, r.raw / r.shared,
-                        r.unfused / r.shared, r.shared_path);
-        }
-        std::printf("]}\n");
+    if (h.json()) {
+        Json results = Json::array();
+        for (const Row &r : rows)
+            results.push_back({{"op", r.op},
+                               {"dtype", dtype_name(r.dtype)},
+                               {"tensors", r.tensors},
+                               {"bytes_per_rank", r.bytes},
+                               {"bytes_moved_per_rank", moved(r)},
+                               {"seconds", r.ours},
+                               {"gbs", moved(r) / 1e9 / r.ours},
+                               {"raw_seconds", r.raw},
+                               {"raw_gbs", moved(r) / 1e9 / r.raw},
+                               {"speedup_vs_raw", r.raw / r.ours},
+                               {"unfused_seconds", r.unfused},
+                               {"speedup_vs_unfused", r.unfused / r.ours},
+                               {"path", r.path},
+                               {"shared_seconds", r.shared},
+                               {"shared_gbs", moved(r) / 1e9 / r.shared},
+                               {"shared_speedup_vs_raw", r.raw / r.shared},
+                               {"shared_speedup_vs_unfused", r.unfused / r.shared},
+                               {"shared_path", r.shared_path}});
+        h.print({{"format", "dsm-bench-alltoall"},
+                 {"format_version", 1},
+                 {"ranks", size},
+                 {"nodes", nodes},
+                 {"backend", backend},
+                 {"batch", o.batch},
+                 {"seq", o.seq},
+                 {"heads", o.heads},
+                 {"head_dim", o.head_dim},
+                 {"layout", layout},
+                 {"iters", o.iters},
+                 {"results", results}});
         return 0;
     }
     std::printf("dsm-bench alltoall: %d ranks on %d node%s (backend %s), b=%lld s=%lld H=%lld d=%lld, %s-first "
@@ -593,15 +539,26 @@ int run(const Options &o) {
 } // namespace
 
 int run_alltoall(int argc, char **argv) {
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    Harness h("alltoall", usage);
+    const int size = h.size();
     Options o;
-    const int p = parse(argc, argv, rank, &o);
-    if (p == 1) return 0;
-    if (p != 0) return p;
+    h.integer("batch", 1, 1LL << 40, [&](long long x) { o.batch = x; });
+    h.integer("seq", 1, 1LL << 40, [&](long long x) { o.seq = x; });
+    h.integer("heads", 1, 1LL << 40, [&](long long x) { o.heads = x; });
+    h.integer("head-dim", 1, 1LL << 40, [&](long long x) { o.head_dim = x; });
+    h.integer("iters", 1, 1000, [&](long long x) { o.iters = static_cast<int>(x); });
+    h.choice("layout", {"batch", "seq"},
+             [&](const std::string &v) { o.layout = v == "batch" ? DSM_SP_BATCH_FIRST : DSM_SP_SEQ_FIRST; });
+    h.choice("dtype", {"fp32", "bf16", "fp16", "both"}, [&](const std::string &v) {
+        if (v == "fp32") o.dtypes = {DSM_FLOAT32};
+        else if (v == "bf16") o.dtypes = {DSM_BFLOAT16};
+        else if (v == "fp16") o.dtypes = {DSM_FLOAT16};
+        else o.dtypes = {DSM_FLOAT32, DSM_BFLOAT16};
+    });
+    const int p = h.parse(argc, argv);
+    if (p != 0) return p == 1 ? 0 : 2;
     if (o.seq % size != 0) {
-        if (rank == 0) std::fprintf(stderr, "dsm-bench alltoall: --seq %lld is not a multiple of the %d ranks\n", o.seq, size);
+        h.refuse("--seq %lld is not a multiple of the %d ranks", o.seq, size);
         return 2;
     }
     // The baselines' byte counts and displacements (three tensors' worth,
@@ -609,24 +566,13 @@ int run_alltoall(int argc, char **argv) {
     const double most = static_cast<double>(o.batch) * static_cast<double>(o.seq / size) *
                         static_cast<double>(o.heads + size) * static_cast<double>(o.head_dim) * 4.0 * kTensors;
     if (most > static_cast<double>(INT_MAX)) {
-        if (rank == 0)
-            std::fprintf(stderr, "dsm-bench alltoall: the shape gives a rank up to %.0f bytes to send, beyond the "
-                                 "int counts of the MPI baselines\n", most);
+        h.refuse("the shape gives a rank up to %.0f bytes to send, beyond the int counts of the MPI baselines", most);
         return 2;
     }
     // Per rank: q, k, v in both forms, private and node-shared, and the
     // baselines' send and receive buffers: about 8 times `most`.
-    if (!fits_memory("alltoall", "the shape", 8.0 * most, MPI_COMM_WORLD, rank == 0)) return 2;
-    try {
-        return run(o);
-    } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-bench alltoall: rank %d: %s\n", rank, e.what());
-        return 1;
-    } catch (const std::exception &e) {
-        std::fprintf(stderr, "dsm-bench alltoall: rank %d: %s\n", rank, e.what());
-        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
-        return 1;
-    }
+    if (!h.fits_memory("the shape", 8.0 * most)) return 2;
+    return h.guard([&] { return run(h, o); });
 }
 
 } // namespace bench

@@ -18,7 +18,7 @@
 
 #include <mpi.h>
 
-#include "bench.hpp"
+#include "harness.hpp"
 #include "core/error.hpp"
 #include "engine/engine.hpp"
 #include "mesh/mesh.hpp"
@@ -38,7 +38,6 @@ struct Options {
     int iters = 3;
     int stage = 1;
     std::string dir; // empty: a temporary directory, removed at the end
-    bool json = false;
 };
 
 void usage(FILE *out) {
@@ -55,48 +54,6 @@ void usage(FILE *out) {
                  "  the time until dsm_engine_checkpoint_wait returns (the file complete).\n"
                  "  --dir: where to save (kept, under the tag 'dsm-bench'); default a new temporary directory\n"
                  "  under $TMPDIR or /tmp, removed at the end.\n");
-}
-
-// 0: run; 1: --help; 2: usage error (printed on rank 0).
-int parse(int argc, char **argv, int rank, Options *o) {
-    for (int i = 0; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--help" || a == "-h") {
-            if (rank == 0) usage(stdout);
-            return 1;
-        }
-        if (a == "--json") {
-            o->json = true;
-        } else if (a == "--params" || a == "--iters" || a == "--stage" || a == "--dir") {
-            if (i + 1 >= argc) {
-                if (rank == 0) std::fprintf(stderr, "dsm-bench checkpoint: %s needs a value\n", a.c_str());
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (a == "--dir") {
-                if (*v == '\0') {
-                    if (rank == 0) std::fprintf(stderr, "dsm-bench checkpoint: --dir '' is empty\n");
-                    return 2;
-                }
-                o->dir = v;
-                continue;
-            }
-            long long x = 0;
-            const long long lo = a == "--stage" ? 0 : 1;
-            const long long hi = a == "--stage" ? 3 : a == "--iters" ? 1000 : (1LL << 50);
-            if (!parse_integer("checkpoint", a, v, lo, hi, rank == 0, &x)) return 2;
-            if (a == "--params") o->params = x;
-            else if (a == "--iters") o->iters = static_cast<int>(x);
-            else o->stage = static_cast<int>(x);
-        } else {
-            if (rank == 0) {
-                std::fprintf(stderr, "dsm-bench checkpoint: unknown option '%s'\n", a.c_str());
-                usage(stderr);
-            }
-            return 2;
-        }
-    }
-    return 0;
 }
 
 // Rank 0 runs f (which returns an error message, empty on success) while the
@@ -187,24 +144,6 @@ void drop_cache(const std::string &path) {
     ::close(fd);
 }
 
-std::string json_string(const std::string &s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += static_cast<char>(c);
-        } else if (c < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            out += buf;
-        } else {
-            out += static_cast<char>(c);
-        }
-    }
-    return out + "\"";
-}
-
-
 struct Result {
     uint64_t bytes = 0;
     double save = 0, load = 0, write = 0, read = 0; // median seconds
@@ -215,7 +154,7 @@ struct Result {
 // The rounds: save, baseline write, drop caches, load, drop caches, baseline
 // read. Returns false on a failure already reported; throws dsm::Error for a
 // failure of the engine (agreed by every rank).
-bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir, Result *res) {
+bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const std::string &dir, Result *res) {
     const int64_t shape[1] = {o.params};
     dsm_param_desc_t d{};
     d.name = "weight";
@@ -226,14 +165,9 @@ bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir,
     const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
                                 " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", o.stage,
                                 ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}");
-    int size = 0;
-    MPI_Comm_size(world, &size);
-    const int shp[1] = {size};
-    const char *names[1] = {"data_parallel"};
-    auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
-    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true);
+    auto eng = engine::Engine::create(data_parallel_mesh(world), cfg.c_str(), &d, 1, true);
     const std::string async_cfg = cfg.substr(0, cfg.size() - 1) + ", \"checkpoint\": {\"writer\": {\"decoupled\": true}}}";
-    auto async_eng = engine::Engine::create(Mesh::create(world, 1, shp, names, nullptr, true), async_cfg.c_str(), &d,
+    auto async_eng = engine::Engine::create(data_parallel_mesh(world), async_cfg.c_str(), &d,
                                             1, true);
     // One step, so that the optimizer state exists (and is not all zeros).
     for (engine::Engine *e : {eng.get(), async_eng.get()}) {
@@ -257,10 +191,7 @@ bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir,
         chunk.resize(kChunk);
         for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>((i * 2654435761u) >> 13);
     }
-    auto slowest = [&](double t) {
-        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, world);
-        return t;
-    };
+    auto slowest = [&h](double t) { return h.slowest(t); };
     std::vector<double> save, load, wr, rd, ablock, adone;
     bool ok = true;
     for (int it = 0; it < o.iters && ok; ++it) {
@@ -325,18 +256,24 @@ bool measure(MPI_Comm world, int rank, const Options &o, const std::string &dir,
 } // namespace
 
 int run_checkpoint(int argc, char **argv) {
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    Harness h("checkpoint", usage);
+    const int rank = h.rank(), size = h.size();
     Options o;
-    const int p = parse(argc, argv, rank, &o);
-    if (p == 1) return 0;
-    if (p != 0) return p;
+    h.integer("params", 1, 1LL << 50, [&](long long x) { o.params = x; });
+    h.integer("iters", 1, 1000, [&](long long x) { o.iters = static_cast<int>(x); });
+    h.integer("stage", 0, 3, [&](long long x) { o.stage = static_cast<int>(x); });
+    h.text("dir", [&](const char *v) {
+        if (*v == '\0') return h.refuse("--dir '' is empty");
+        o.dir = v;
+        return true;
+    });
+    const int p = h.parse(argc, argv);
+    if (p != 0) return p == 1 ? 0 : 2;
     // A rank's engine at stage 0 or 1: the fp32 parameter and its gradient,
     // AdamW's moments; the load reads as much again.
     // The asynchronous save's engine as much again, and its copy of the state.
     const double need = 60.0 * static_cast<double>(o.params);
-    if (!fits_memory("checkpoint", "--params " + std::to_string(o.params), need, MPI_COMM_WORLD, rank == 0)) return 2;
+    if (!h.fits_memory("--params " + std::to_string(o.params), need)) return 2;
 
     // The directory: --dir, or a new one from mkdtemp on rank 0.
     const bool temporary = o.dir.empty();
@@ -359,16 +296,7 @@ int run_checkpoint(int argc, char **argv) {
     }
 
     Result r;
-    bool ok = false;
-    try {
-        ok = measure(MPI_COMM_WORLD, rank, o, dir, &r);
-    } catch (const Error &e) {
-        if (rank == 0) std::fprintf(stderr, "dsm-bench checkpoint: %s\n", e.what());
-        ok = false;
-    } catch (const std::exception &e) {
-        std::fprintf(stderr, "dsm-bench checkpoint: rank %d: %s\n", rank, e.what());
-        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
-    }
+    const bool ok = h.guard([&] { return measure(h, MPI_COMM_WORLD, rank, o, dir, &r) ? 0 : 1; }) == 0;
     // Clean up: our baseline file always; the checkpoint and the directory
     // only when they are ours.
     MPI_Barrier(MPI_COMM_WORLD);
@@ -390,15 +318,27 @@ int run_checkpoint(int argc, char **argv) {
     auto gbs = [gb](double s) { return gb / std::max(s, 1e-9); };
     const double save_gbs = gbs(r.save), write_gbs = gbs(r.write), load_gbs = gbs(r.load), read_gbs = gbs(r.read);
     const double save_ratio = save_gbs / write_gbs, load_ratio = load_gbs / read_gbs;
-    if (o.json) {
-        std::printf("{\"format\":\"dsm-bench-checkpoint\",\"format_version\":1,\"ranks\":%d,\"params\":%lld,"
-                    "\"stage\":%d,\"bytes\":%llu,\"iters\":%d,\"save_seconds\":%.6g,\"save_gbs\":%.6g,"
-                    "\"write_gbs\":%.6g,\"save_ratio\":%.4g,\"load_seconds\":%.6g,\"load_gbs\":%.6g,"
-                    "\"read_gbs\":%.6g,\"load_ratio\":%.4g,\"async_background\":%s,\"async_block_seconds\":%.6g,"
-                    "\"async_complete_seconds\":%.6g,\"async_block_ratio\":%.4g,\"dir\":%s}\n",
-                    size, o.params, o.stage, static_cast<unsigned long long>(r.bytes), o.iters, r.save, save_gbs,
-                    write_gbs, save_ratio, r.load, load_gbs, read_gbs, load_ratio, r.background ? "true" : "false",
-                    r.async_block, r.async_done, r.async_block / std::max(r.save, 1e-9), json_string(dir).c_str());
+    if (h.json()) {
+        h.print({{"format", "dsm-bench-checkpoint"},
+                 {"format_version", 1},
+                 {"ranks", size},
+                 {"params", o.params},
+                 {"stage", o.stage},
+                 {"bytes", r.bytes},
+                 {"iters", o.iters},
+                 {"save_seconds", r.save},
+                 {"save_gbs", save_gbs},
+                 {"write_gbs", write_gbs},
+                 {"save_ratio", save_ratio},
+                 {"load_seconds", r.load},
+                 {"load_gbs", load_gbs},
+                 {"read_gbs", read_gbs},
+                 {"load_ratio", load_ratio},
+                 {"async_background", r.background},
+                 {"async_block_seconds", r.async_block},
+                 {"async_complete_seconds", r.async_done},
+                 {"async_block_ratio", r.async_block / std::max(r.save, 1e-9)},
+                 {"dir", dir}});
         return 0;
     }
     std::printf("dsm-bench checkpoint: %d ranks, %lld parameters, fp32, AdamW, ZeRO stage %d (median of %d, slowest "

@@ -16,7 +16,7 @@
 
 #include <mpi.h>
 
-#include "bench.hpp"
+#include "harness.hpp"
 #include "comm/backend.hpp"
 #include "comm/common.hpp"
 #include "comm/mpi_backend.hpp"
@@ -35,8 +35,7 @@ struct Options {
     size_t count = 16777216;
     int iters = 5;
     dsm_dtype_t dtype = DSM_FLOAT32;
-    const char *dtype_name = "fp32";
-    bool json = false;
+    std::string dtype_name = "fp32";
 };
 
 void usage(FILE *out) {
@@ -50,65 +49,6 @@ void usage(FILE *out) {
                  "  vs bound: time / the memory-bandwidth bound, a memcpy of the same bytes on every\n"
                  "  rank at once (the faster of a run before and one after the collectives);\n"
                  "  sent/rank: bytes each rank sent per call (backend Stats; '-' for raw MPI).\n");
-}
-
-// 0: run; 1: --help; 2: usage error (printed on rank 0).
-int parse(int argc, char **argv, int rank, Options *o) {
-    for (int i = 0; i < argc; ++i) {
-        const std::string a = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (a == "--help" || a == "-h") {
-            if (rank == 0) usage(stdout);
-            return 1;
-        }
-        if (a == "--json") {
-            o->json = true;
-        } else if ((a == "--count" || a == "--iters") && has_value) {
-            // --count: the raw MPI calls take an int count; --iters: a bound on the run.
-            long long v = 0;
-            if (!parse_integer("collectives", a, argv[++i], 1, a == "--count" ? INT_MAX : 1000000, rank == 0, &v))
-                return 2;
-            if (a == "--count")
-                o->count = static_cast<size_t>(v);
-            else
-                o->iters = static_cast<int>(v);
-        } else if (a == "--dtype" && has_value) {
-            const std::string d = argv[++i];
-            if (d == "fp32") o->dtype = DSM_FLOAT32;
-            else if (d == "fp16") o->dtype = DSM_FLOAT16;
-            else if (d == "bf16") o->dtype = DSM_BFLOAT16;
-            else if (d == "fp64") o->dtype = DSM_FLOAT64;
-            else {
-                if (rank == 0) std::fprintf(stderr, "dsm-bench collectives: dtype '%s' is not fp32, fp16, bf16 or fp64\n", d.c_str());
-                return 2;
-            }
-            o->dtype_name = argv[i];
-        } else {
-            if (rank == 0) {
-                std::fprintf(stderr, "dsm-bench collectives: unknown or incomplete option '%s'\n", a.c_str());
-                usage(stderr);
-            }
-            return 2;
-        }
-    }
-    return 0;
-}
-
-// The median over iterations of the slowest rank's time, after one warm-up.
-template <typename F> double time_call(MPI_Comm comm, int iters, F &&f) {
-    f();
-    std::vector<double> t;
-    for (int i = 0; i < iters; ++i) {
-        MPI_Barrier(comm);
-        const double t0 = now_seconds();
-        f();
-        double dt = now_seconds() - t0, slowest = 0;
-        MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, comm);
-        t.push_back(slowest);
-    }
-    std::sort(t.begin(), t.end());
-    const size_t m = t.size() / 2;
-    return t.size() % 2 ? t[m] : 0.5 * (t[m - 1] + t[m]);
 }
 
 void fill(void *p, size_t count, dsm_dtype_t t, int rank) {
@@ -152,11 +92,9 @@ private:
     void *p_;
 };
 
-int run(const Options &o) {
+int run(const Harness &h, const Options &o) {
     MPI_Comm world = MPI_COMM_WORLD;
-    int rank = 0, size = 1;
-    MPI_Comm_rank(world, &rank);
-    MPI_Comm_size(world, &size);
+    const int rank = h.rank(), size = h.size();
     const size_t es = comm::dtype_size(o.dtype);
     const size_t n = o.count, bytes = n * es;
     const size_t block = n / static_cast<size_t>(size); // reduce-scatter and allgather blocks
@@ -176,7 +114,7 @@ int run(const Options &o) {
     comm::AlignedPtr ca = comm::aligned_bytes(bytes, true), cb = comm::aligned_bytes(bytes, true);
     fill(ca.get(), n, o.dtype, rank);
     auto copy = [&] { std::memcpy(cb.get(), ca.get(), bytes); };
-    double bound = time_call(world, o.iters, copy);
+    double bound = h.time_median(o.iters, copy);
 
     comm::AlignedPtr hs = comm::aligned_bytes(bytes, true), hr = comm::aligned_bytes(bytes, true);
     Shared ss(*shm, bytes), sr(*shm, bytes);
@@ -184,7 +122,7 @@ int run(const Options &o) {
     fill(ss.get(), n, o.dtype, rank);
     auto timed = [&](const char *coll, comm::Backend *be, const std::function<void()> &f) {
         if (be) be->reset_stats();
-        const double s = time_call(world, o.iters, f);
+        const double s = h.time_median(o.iters, f);
         double sent = 0;
         if (be && be->stats().calls) sent = static_cast<double>(be->stats().bytes_sent) / be->stats().calls;
         rows.push_back(Row{coll, be ? be->name() : "raw-mpi", s, be != nullptr, sent});
@@ -210,7 +148,7 @@ int run(const Options &o) {
         DSM_CHECK_MPI(MPI_Allgather(h_in, static_cast<int>(block), type, h_out, static_cast<int>(block), type, world));
     });
 
-    bound = std::min(bound, time_call(world, o.iters, copy));
+    bound = std::min(bound, h.time_median(o.iters, copy));
 
     if (rank != 0) return 0;
     auto raw_time = [&](const char *coll) {
@@ -219,27 +157,31 @@ int run(const Options &o) {
         return 0.0;
     };
     const double gb = static_cast<double>(bytes) / 1e9;
-    if (o.json) {
-        std::printf("{\"format\":\"dsm-bench-collectives\",\"format_version\":1,\"ranks\":%d,\"nodes\":%d,"
-                    "\"count\":%zu,\"dtype\":\"%s\",\"bytes\":%zu,\"iters\":%d,\"bandwidth_bound_seconds\":%.6g,"
-                    "\"bandwidth_bound_gbs\":%.4g,\"results\":[",
-                    size, nodes, n, o.dtype_name, bytes, o.iters, bound, gb / bound);
-        for (size_t i = 0; i < rows.size(); ++i) {
-            const Row &r = rows[i];
-            std::printf("%s{\"collective\":\"%s\",\"backend\":\"%s\",\"seconds\":%.6g,\"gbs\":%.4g,"
-                        "\"speedup_vs_mpi\":%.4g,\"ratio_to_bound\":%.4g,\"bytes_sent_per_rank\":",
-                        i ? "," : "", r.collective, r.backend, r.seconds, gb / r.seconds,
-                        raw_time(r.collective) / r.seconds, r.seconds / bound);
-            if (r.has_bytes)
-                std::printf("%.0f}", r.bytes_sent);
-            else
-                std::printf("null}");
-        }
-        std::printf("]}\n");
+    if (h.json()) {
+        Json results = Json::array();
+        for (const Row &r : rows)
+            results.push_back({{"collective", r.collective},
+                               {"backend", r.backend},
+                               {"seconds", r.seconds},
+                               {"gbs", gb / r.seconds},
+                               {"speedup_vs_mpi", raw_time(r.collective) / r.seconds},
+                               {"ratio_to_bound", r.seconds / bound},
+                               {"bytes_sent_per_rank", r.has_bytes ? Json(r.bytes_sent) : Json(nullptr)}});
+        h.print({{"format", "dsm-bench-collectives"},
+                 {"format_version", 1},
+                 {"ranks", size},
+                 {"nodes", nodes},
+                 {"count", n},
+                 {"dtype", o.dtype_name},
+                 {"bytes", bytes},
+                 {"iters", o.iters},
+                 {"bandwidth_bound_seconds", bound},
+                 {"bandwidth_bound_gbs", gb / bound},
+                 {"results", results}});
         return 0;
     }
     std::printf("dsm-bench collectives: %d ranks on %d node%s, %zu %s elements (%.1f MiB), median of %d\n", size,
-                nodes, nodes == 1 ? "" : "s", n, o.dtype_name, static_cast<double>(bytes) / (1 << 20), o.iters);
+                nodes, nodes == 1 ? "" : "s", n, o.dtype_name.c_str(), static_cast<double>(bytes) / (1 << 20), o.iters);
     std::printf("memory-bandwidth bound (memcpy of the same bytes on every rank at once): %.4f s, %.2f GB/s\n\n",
                 bound, gb / bound);
     std::printf("%-15s %-8s %10s %9s %8s %9s %14s\n", "collective", "backend", "seconds", "GB/s", "vs mpi",
@@ -256,35 +198,27 @@ int run(const Options &o) {
 } // namespace
 
 int run_collectives(int argc, char **argv) {
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    Harness h("collectives", usage);
     Options o;
-    const int p = parse(argc, argv, rank, &o);
-    if (p == 1) return 0;
-    if (p == 2) return 2;
-    if (o.count < static_cast<size_t>(size)) {
-        if (rank == 0)
-            std::fprintf(stderr, "dsm-bench collectives: --count %zu is less than the %d ranks (reduce-scatter and "
-                                 "allgather need a block per rank)\n", o.count, size);
+    // --count: the raw MPI calls take an int count; --iters: a bound on the run.
+    h.integer("count", 1, INT_MAX, [&](long long v) { o.count = static_cast<size_t>(v); });
+    h.integer("iters", 1, 1000000, [&](long long v) { o.iters = static_cast<int>(v); });
+    h.choice("dtype", {"fp32", "fp16", "bf16", "fp64"}, [&](const std::string &d) {
+        o.dtype = d == "fp32" ? DSM_FLOAT32 : d == "fp16" ? DSM_FLOAT16 : d == "bf16" ? DSM_BFLOAT16 : DSM_FLOAT64;
+        o.dtype_name = d;
+    });
+    const int p = h.parse(argc, argv);
+    if (p != 0) return p == 1 ? 0 : 2;
+    if (o.count < static_cast<size_t>(h.size())) {
+        h.refuse("--count %zu is less than the %d ranks (reduce-scatter and allgather need a block per rank)", o.count,
+                 h.size());
         return 2;
     }
     // Six buffers of COUNT elements per rank: the bound's two, the mpi and raw
     // calls' two, the shm backend's two.
     const double need = 6.0 * static_cast<double>(o.count) * static_cast<double>(comm::dtype_size(o.dtype));
-    if (!fits_memory("collectives", "--count " + std::to_string(o.count) + " --dtype " + o.dtype_name, need,
-                     MPI_COMM_WORLD, rank == 0))
-        return 2;
-    try {
-        return run(o);
-    } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-bench collectives: rank %d: %s\n", rank, e.what());
-        return 1;
-    } catch (const std::exception &e) {
-        std::fprintf(stderr, "dsm-bench collectives: rank %d: %s\n", rank, e.what());
-        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
-        return 1;
-    }
+    if (!h.fits_memory("--count " + std::to_string(o.count) + " --dtype " + o.dtype_name, need)) return 2;
+    return h.guard([&] { return run(h, o); });
 }
 
 } // namespace bench

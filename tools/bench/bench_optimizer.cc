@@ -33,7 +33,7 @@
 #include <mpi.h>
 #include <nlohmann/json.hpp>
 
-#include "bench.hpp"
+#include "harness.hpp"
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
 
@@ -70,7 +70,6 @@ struct Options {
     std::string isa = "auto";
     std::string device = "cpu";
     bool torch = true;
-    bool json = false;
 };
 
 void usage(FILE *out) {
@@ -96,64 +95,6 @@ void usage(FILE *out) {
 constexpr long long kMaxThreads = 1024;
 constexpr long long kMaxIters = 100000;
 constexpr long long kMaxParams = (1LL << 58) / 16;
-
-// 0 ok, 2 usage error, -1 --help; messages only where `loud` (rank 0).
-int parse(int argc, char **argv, Options &o, bool loud) {
-    FILE *err = loud ? stderr : nullptr;
-    auto say = [&](const char *fmt, const char *x, const char *y = "", int z = 0) {
-        if (err) std::fprintf(err, fmt, x, y, z);
-    };
-    for (int i = 0; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto value = [&](const char *name) -> const char * {
-            if (i + 1 >= argc) {
-                say("dsm-bench optimizer: %s needs a value\n", name);
-                return nullptr;
-            }
-            return argv[++i];
-        };
-        long long n = 0;
-        if (a == "--help" || a == "-h") {
-            if (loud) usage(stdout);
-            return -1;
-        } else if (a == "--json") {
-            o.json = true;
-        } else if (a == "--no-torch") {
-            o.torch = false;
-        } else if (a == "--params" || a == "--iters" || a == "--threads") {
-            const char *v = value(a.c_str());
-            if (v == nullptr) return 2;
-            const long long lo = a == "--threads" ? 0 : 1;
-            const long long hi = a == "--threads" ? kMaxThreads : a == "--iters" ? kMaxIters : kMaxParams;
-            if (!parse_integer("optimizer", a, v, lo, hi, loud, &n)) return 2;
-            if (a == "--params") o.params = n;
-            if (a == "--iters") o.iters = n;
-            if (a == "--threads") o.threads = static_cast<int>(n);
-        } else if (a == "--isa") {
-            const char *v = value("--isa");
-            if (v == nullptr) return 2;
-            if (std::strcmp(v, "auto") != 0 && std::strcmp(v, "avx512") != 0 && std::strcmp(v, "avx2") != 0 &&
-                std::strcmp(v, "generic") != 0) {
-                say("dsm-bench optimizer: --isa '%s' is not avx512, avx2, generic or auto\n", v);
-                return 2;
-            }
-            o.isa = v;
-        } else if (a == "--device") {
-            const char *v = value("--device");
-            if (v == nullptr) return 2;
-            if (std::strcmp(v, "cpu") != 0 && std::strcmp(v, "cuda") != 0) {
-                say("dsm-bench optimizer: --device '%s' is not cpu or cuda\n", v);
-                return 2;
-            }
-            o.device = v;
-        } else {
-            say("dsm-bench optimizer: unknown option '%s'\n", a.c_str());
-            if (err) usage(err);
-            return 2;
-        }
-    }
-    return 0;
-}
 
 struct Free {
     void operator()(float *p) const noexcept { std::free(p); }
@@ -336,12 +277,14 @@ struct Measured {
 // ---------------------------------------------------------------- --device cuda
 
 // "no CUDA device: skipped" with the reason; exit status 0.
-int cuda_skipped(const Options &o, const std::string &why) {
+int cuda_skipped(const Harness &h, const Options &o, const std::string &why) {
     const std::string line = "no CUDA device: skipped (" + why + ")";
-    if (o.json) {
-        const nlohmann::json out = {{"format", "dsm-bench-optimizer"}, {"format_version", 1}, {"device", "cuda"},
-                                    {"params", o.params},           {"skipped", line}};
-        std::printf("%s\n", out.dump().c_str());
+    if (h.json()) {
+        h.print({{"format", "dsm-bench-optimizer"},
+                 {"format_version", 1},
+                 {"device", "cuda"},
+                 {"params", o.params},
+                 {"skipped", line}});
     } else {
         std::printf("dsm-bench optimizer: %s\n", line.c_str());
     }
@@ -430,7 +373,7 @@ CudaTimes time_cuda(const Options &o) {
     cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); // the stream does not wait for those
     const cudaEvent_t c0 = run.event(), c1 = run.event(), a0 = run.event(), a1 = run.event();
 
-    optim::Hyper h; // AdamW with weight_decay 0: torch.optim.Adam's defaults
+    optim::Hyper hyper; // AdamW with weight_decay 0: torch.optim.Adam's defaults
     optim::StepArgs a;
     a.step = 0;
     cuda::Flat f;
@@ -440,7 +383,7 @@ CudaTimes time_cuda(const Options &o) {
     std::vector<double> adam_s, copy_s;
     for (long long round = 0; round <= o.iters; ++round) {
         ++a.step;
-        const optim::AdamK k = adam_constants(h, a);
+        const optim::AdamK k = adam_constants(hyper, a);
         cuda_check(cudaEventRecord(c0, run.stream), "cudaEventRecord");
         cuda_check(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, run.stream), "cudaMemcpyAsync");
         cuda_check(cudaEventRecord(c1, run.stream), "cudaEventRecord");
@@ -463,16 +406,16 @@ CudaTimes time_cuda(const Options &o) {
 
 #endif // DSM_BENCH_CUDA
 
-int run_cuda(const Options &o) {
+int run_cuda(const Harness &h, const Options &o) {
 #if !DSM_HAVE_CUDA_KERNELS
-    return cuda_skipped(o, "libdsm was built without the CUDA kernels");
+    return cuda_skipped(h, o, "libdsm was built without the CUDA kernels");
 #elif !DSM_BENCH_CUDA
-    return cuda_skipped(o, "dsm-bench was compiled without the CUDA runtime headers");
+    return cuda_skipped(h, o, "dsm-bench was compiled without the CUDA runtime headers");
 #else
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) return cuda_skipped(o, std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e));
-    if (count == 0) return cuda_skipped(o, "cudaGetDeviceCount found none");
+    if (e != cudaSuccess) return cuda_skipped(h, o, std::string("cudaGetDeviceCount: ") + cudaGetErrorString(e));
+    if (count == 0) return cuda_skipped(h, o, "cudaGetDeviceCount found none");
     CudaTimes t;
     try {
         t = time_cuda(o); // device memory is released before torch runs
@@ -490,8 +433,8 @@ int run_cuda(const Options &o) {
     const double n = static_cast<double>(o.params), bytes = kBytesPerParam * n;
     const double gbs = bytes / t.adam_s / 1e9, copy_gbs = bytes / t.copy_s / 1e9;
     const double torch_s = torch.is_null() ? 0.0 : torch["fused"].get<double>();
-    if (o.json) {
-        nlohmann::json out = nlohmann::json::object();
+    if (h.json()) {
+        Json out = Json::object();
         out["format"] = "dsm-bench-optimizer";
         out["format_version"] = 1;
         out["device"] = "cuda";
@@ -515,7 +458,7 @@ int run_cuda(const Options &o) {
                             {"seconds_per_step", torch_s},
                             {"speedup", torch_s / t.adam_s}};
         }
-        std::printf("%s\n", out.dump().c_str());
+        h.print(out);
         return 0;
     }
     std::printf("dsm-bench optimizer: AdamW on %lld fp32 parameters, CUDA device 0 (%s), median of %lld steps\n",
@@ -538,38 +481,38 @@ int run_cuda(const Options &o) {
 #endif
 }
 
-int run_cpu(const Options &o);
+int run_cpu(const Harness &h, const Options &o);
 
 } // namespace
 
 int run_optimizer(int argc, char **argv) {
-    int initialized = 0, rank = 0;
-    MPI_Initialized(&initialized);
-    if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    Harness h("optimizer", usage);
     Options o;
-    const int rc = parse(argc, argv, o, rank == 0);
-    if (rc != 0) return rc < 0 ? 0 : rc;
-    if (rank != 0) return 0; // a one-process benchmark: the other ranks wait in MPI_Finalize
+    h.flag("no-torch", [&] { o.torch = false; });
+    h.integer("params", 1, kMaxParams, [&](long long n) { o.params = n; });
+    h.integer("iters", 1, kMaxIters, [&](long long n) { o.iters = n; });
+    h.integer("threads", 0, kMaxThreads, [&](long long n) { o.threads = static_cast<int>(n); });
+    h.choice("isa", {"avx512", "avx2", "generic", "auto"}, [&](const std::string &v) { o.isa = v; });
+    h.choice("device", {"cpu", "cuda"}, [&](const std::string &v) { o.device = v; });
+    const int rc = h.parse(argc, argv);
+    if (rc != 0) return rc == 1 ? 0 : 2;
+    if (h.rank() != 0) return 0; // a one-process benchmark: the other ranks wait in MPI_Finalize
     // Four fp32 arrays on the host (the CUDA run: one host copy of them).
     const double need = (o.device == "cuda" ? 4.0 : 16.0) * static_cast<double>(o.params);
-    if (!fits_memory("optimizer", "--params " + std::to_string(o.params), need, MPI_COMM_SELF, true)) return 2;
-    try {
-        return o.device == "cuda" ? run_cuda(o) : run_cpu(o);
-    } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
-        return 1;
-    } catch (const std::bad_alloc &) {
-        std::fprintf(stderr, "dsm-bench optimizer: out of memory (--params %lld)\n", o.params);
-        return 1;
-    } catch (const std::exception &e) {
-        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
-        return 1;
-    }
+    if (!h.fits_memory("--params " + std::to_string(o.params), need, MPI_COMM_SELF)) return 2;
+    return h.guard([&] {
+        try {
+            return o.device == "cuda" ? run_cuda(h, o) : run_cpu(h, o);
+        } catch (const std::bad_alloc &) {
+            std::fprintf(stderr, "dsm-bench optimizer: out of memory (--params %lld)\n", o.params);
+            return 1;
+        }
+    });
 }
 
 namespace {
 
-int run_cpu(const Options &o) {
+int run_cpu(const Harness &h, const Options &o) {
 
     try {
         optim::set_num_threads(o.threads);
@@ -592,14 +535,14 @@ int run_cpu(const Options &o) {
     first_touch(m.get(), n, 0.0f, threads);
     first_touch(v.get(), n, 0.0f, threads);
 
-    optim::Hyper h; // AdamW with weight_decay 0: torch.optim.Adam's defaults
+    optim::Hyper hyper; // AdamW with weight_decay 0: torch.optim.Adam's defaults
     optim::StepArgs a;
     a.step = 0;
     const std::vector<std::string> isas = available_isas();
     auto bound = [&] { bandwidth_kernel(p.get(), g.get(), m.get(), v.get(), n, threads); };
     auto adam = [&] {
         ++a.step;
-        optim::adam_update(p.get(), g.get(), m.get(), v.get(), n, h, a);
+        optim::adam_update(p.get(), g.get(), m.get(), v.get(), n, hyper, a);
     };
     // Round 0 is a warm-up; then per round the bound and each instruction set.
     double bound_s = 0;
@@ -629,8 +572,8 @@ int run_cpu(const Options &o) {
         if (torch["foreach"].is_number()) torch_s = std::min(torch_s, torch["foreach"].get<double>());
     }
 
-    if (o.json) {
-        nlohmann::json out = nlohmann::json::object();
+    if (h.json()) {
+        Json out = Json::object();
         out["format"] = "dsm-bench-optimizer";
         out["format_version"] = 1;
         out["device"] = "cpu";
@@ -657,7 +600,7 @@ int run_cpu(const Options &o) {
                             {"foreach_seconds_per_step", torch["foreach"]},
                             {"speedup", torch_s / head.seconds}};
         }
-        nlohmann::json isas = nlohmann::json::array();
+        Json isas = Json::array();
         for (const Measured &r : runs)
             isas.push_back({{"isa", r.isa},
                             {"seconds_per_step", r.seconds},
@@ -665,7 +608,7 @@ int run_cpu(const Options &o) {
                             {"gbs", bytes / r.seconds / 1e9},
                             {"fraction_of_bound", bound_s / r.seconds}});
         out["isas"] = isas;
-        std::printf("%s\n", out.dump().c_str());
+        h.print(out);
         return 0;
     }
 

@@ -16,12 +16,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <mpi.h>
 
-#include "bench.hpp"
+#include "harness.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "engine/engine.hpp"
@@ -37,7 +38,6 @@ struct Options {
     long long bucket = 0, allgather = 0, prefetch = 0;  // 0: one layer
     int steps = 5;
     std::vector<int> stages{2};
-    bool json = false;
 };
 
 void usage(FILE *out) {
@@ -121,22 +121,12 @@ std::unique_ptr<engine::Engine> make_engine(MPI_Comm world, int stage, bool over
             ", \"reduce_bucket_size\": ", bucket, ", \"allgather_bucket_size\": ", ag,
             ", \"stage3_prefetch_bucket_size\": ", pf,
             ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}");
-    int size = 0;
-    MPI_Comm_size(world, &size);
-    const int shp[1] = {size};
-    const char *dims[1] = {"data_parallel"};
-    auto mesh = Mesh::create(world, 1, shp, dims, nullptr, true);
-    return engine::Engine::create(std::move(mesh), cfg.c_str(), d.data(), static_cast<int>(d.size()), true);
+    return engine::Engine::create(data_parallel_mesh(world), cfg.c_str(), d.data(), static_cast<int>(d.size()), true);
 }
 
 // One step on every rank, timed (slowest rank); eng null: the compute alone.
-double timed_step(MPI_Comm world, Model &m, engine::Engine *eng) {
-    MPI_Barrier(world);
-    const double t0 = now_seconds();
-    m.step(eng);
-    double dt = now_seconds() - t0;
-    MPI_Allreduce(MPI_IN_PLACE, &dt, 1, MPI_DOUBLE, MPI_MAX, world);
-    return dt;
+double timed_step(const Harness &h, Model &m, engine::Engine *eng) {
+    return h.time_once([&] { m.step(eng); });
 }
 
 // A hash of the engine's parameters.
@@ -159,7 +149,7 @@ struct Result {
 // The four measurements interleaved step by step (communication, compute,
 // overlap off, overlap on), so that a change of the machine's load (other
 // jobs on shared cores) touches them alike; medians after one warm-up round.
-Result run_stage(MPI_Comm world, int stage, const Options &o) {
+Result run_stage(const Harness &h, MPI_Comm world, int stage, const Options &o) {
     Result r{};
     r.stage = stage;
     Model none(o, 0);
@@ -169,9 +159,9 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
         Model probe(o, 16);
         std::vector<double> c, c2, p;
         for (int s = 0; s < 4; ++s) {
-            c.push_back(timed_step(world, none, comm.get()));
-            c2.push_back(timed_step(world, none, comm_on.get()));
-            p.push_back(timed_step(world, probe, nullptr));
+            c.push_back(timed_step(h, none, comm.get()));
+            c2.push_back(timed_step(h, none, comm_on.get()));
+            p.push_back(timed_step(h, probe, nullptr));
         }
         c.erase(c.begin());
         c2.erase(c2.begin());
@@ -185,11 +175,11 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     auto off = make_engine(world, stage, false, o), on = make_engine(world, stage, true, o);
     std::vector<double> tc, tco, tm, toff, ton;
     for (int s = 0; s <= o.steps; ++s) {
-        const double a = timed_step(world, none, comm.get());
-        const double a2 = timed_step(world, none, comm_on.get());
-        const double b = timed_step(world, m, nullptr);
-        const double c = timed_step(world, m, off.get());
-        const double d = timed_step(world, m, on.get());
+        const double a = timed_step(h, none, comm.get());
+        const double a2 = timed_step(h, none, comm_on.get());
+        const double b = timed_step(h, m, nullptr);
+        const double c = timed_step(h, m, off.get());
+        const double d = timed_step(h, m, on.get());
         if (s == 0) continue;
         tc.push_back(a);
         tco.push_back(a2);
@@ -214,83 +204,65 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
 } // namespace
 
 int run_overlap(int argc, char **argv) {
-    int rank = 0, size = 1, level = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    Harness h("overlap", usage);
+    const int rank = h.rank(), size = h.size();
+    int level = 0;
     MPI_Query_thread(&level);
     Options o;
-    for (int i = 0; i < argc; ++i) {
-        const std::string a = argv[i];
-        if (a == "--help" || a == "-h") {
-            if (rank == 0) usage(stdout);
-            return 0;
-        } else if (a == "--json") {
-            o.json = true;
-            continue;
-        }
-        const bool known = a == "--layers" || a == "--params" || a == "--work" || a == "--stage" || a == "--steps" ||
-                           a == "--bucket" || a == "--allgather-bucket" || a == "--prefetch";
-        if (!known) {
-            if (rank == 0) {
-                std::fprintf(stderr, "dsm-bench overlap: unknown option '%s'\n", a.c_str());
-                usage(stderr);
-            }
-            return 2;
-        }
-        if (i + 1 >= argc) {
-            if (rank == 0) std::fprintf(stderr, "dsm-bench overlap: %s needs a value\n", a.c_str());
-            return 2;
-        }
-        const char *v = argv[++i];
-        if ((a == "--work" && !std::strcmp(v, "auto")) || (a == "--stage" && !std::strcmp(v, "all"))) {
-            if (a == "--work") o.work = -1;
-            else o.stages = {0, 1, 2, 3};
-            continue;
-        }
-        long long x = 0;
-        const long long lo = a == "--stage" || a == "--work" ? 0 : 1;
-        const long long hi = a == "--stage" ? 3 : a == "--steps" ? 1000 : a == "--layers" ? 100000 : 1LL << 40;
-        if (!parse_integer("overlap", a, v, lo, hi, rank == 0, &x)) return 2;
-        if (a == "--layers") o.layers = x;
-        else if (a == "--params") o.params = x;
-        else if (a == "--work") o.work = x;
-        else if (a == "--stage") o.stages = {static_cast<int>(x)};
-        else if (a == "--steps") o.steps = static_cast<int>(x);
-        else if (a == "--bucket") o.bucket = x;
-        else if (a == "--allgather-bucket") o.allgather = x;
-        else o.prefetch = x;
-    }
+    // "auto" for --work, "all" for --stage, else an integer.
+    auto or_word = [&h](const char *opt, const char *word, long long lo, long long hi, std::function<void(long long)> set) {
+        h.text(opt + 2, [&h, opt, word, lo, hi, set](const char *v) {
+            long long x = -1;
+            if (std::strcmp(v, word) != 0 && !h.parse_integer(opt, v, lo, hi, &x)) return false;
+            set(x);
+            return true;
+        });
+    };
+    h.integer("layers", 1, 100000, [&](long long x) { o.layers = x; });
+    h.integer("params", 1, 1LL << 40, [&](long long x) { o.params = x; });
+    or_word("--work", "auto", 0, 1LL << 40, [&](long long x) { o.work = x; });
+    or_word("--stage", "all", 0, 3, [&](long long x) {
+        o.stages = x < 0 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{static_cast<int>(x)};
+    });
+    h.integer("steps", 1, 1000, [&](long long x) { o.steps = static_cast<int>(x); });
+    h.integer("bucket", 1, 1LL << 40, [&](long long x) { o.bucket = x; });
+    h.integer("allgather-bucket", 1, 1LL << 40, [&](long long x) { o.allgather = x; });
+    h.integer("prefetch", 1, 1LL << 40, [&](long long x) { o.prefetch = x; });
+    const int p = h.parse(argc, argv);
+    if (p != 0) return p == 1 ? 0 : 2;
     // Parameters, gradients, AdamW's moments, the scratch and the gathers: 24 bytes per element at most.
     const double need = 24.0 * static_cast<double>(o.params) * static_cast<double>(o.layers);
-    if (!fits_memory("overlap", cat("--layers ", o.layers, " --params ", o.params), need, MPI_COMM_WORLD, rank == 0))
-        return 2;
+    if (!h.fits_memory(cat("--layers ", o.layers, " --params ", o.params), need)) return 2;
     std::vector<Result> results;
-    try {
-        for (int s : o.stages) results.push_back(run_stage(MPI_COMM_WORLD, s, o));
-    } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-bench overlap: %s\n", e.what());
-        return 1;
-    } catch (const std::exception &e) {
-        std::fprintf(stderr, "dsm-bench overlap: rank %d: %s\n", rank, e.what());
-        MPI_Abort(MPI_COMM_WORLD, 1);
-        return 1;
-    }
+    const int rc = h.guard([&] {
+        for (int s : o.stages) results.push_back(run_stage(h, MPI_COMM_WORLD, s, o));
+        return 0;
+    });
+    if (rc != 0) return rc;
     if (rank != 0) return 0;
     const char *how = level == MPI_THREAD_MULTIPLE ? "progress thread" : "deferred (MPI below MPI_THREAD_MULTIPLE)";
-    if (o.json) {
-        std::printf("{\"format\":\"dsm-bench-overlap\",\"format_version\":1,\"ranks\":%d,\"layers\":%lld,"
-                    "\"params_per_layer\":%lld,\"overlap\":\"%s\",\"results\":[",
-                    size, o.layers, o.params, how);
-        for (size_t i = 0; i < results.size(); ++i) {
-            const Result &r = results[i];
+    if (h.json()) {
+        Json rows = Json::array();
+        for (const Result &r : results) {
             const double ideal = std::max(r.compute, r.comm);
-            std::printf("%s{\"stage\":%d,\"work\":%lld,\"compute_seconds\":%.6g,\"communication_seconds\":%.6g,"
-                        "\"ideal_seconds\":%.6g,\"off_seconds\":%.6g,\"on_seconds\":%.6g,\"on_over_ideal\":%.4g,"
-                        "\"off_over_on\":%.4g,\"same_bits\":%s}",
-                        i ? "," : "", r.stage, r.work, r.compute, r.comm, ideal, r.off, r.on, r.on / ideal,
-                        r.off / r.on, r.same ? "true" : "false");
+            rows.push_back({{"stage", r.stage},
+                            {"work", r.work},
+                            {"compute_seconds", r.compute},
+                            {"communication_seconds", r.comm},
+                            {"ideal_seconds", ideal},
+                            {"off_seconds", r.off},
+                            {"on_seconds", r.on},
+                            {"on_over_ideal", r.on / ideal},
+                            {"off_over_on", r.off / r.on},
+                            {"same_bits", r.same}});
         }
-        std::printf("]}\n");
+        h.print({{"format", "dsm-bench-overlap"},
+                 {"format_version", 1},
+                 {"ranks", size},
+                 {"layers", o.layers},
+                 {"params_per_layer", o.params},
+                 {"overlap", how},
+                 {"results", rows}});
         return 0;
     }
     std::printf("dsm-bench overlap: %d ranks, %lld layers x %lld fp32 parameters, AdamW, overlap_comm by %s\n"

@@ -13,7 +13,7 @@
 
 #include <mpi.h>
 
-#include "bench.hpp"
+#include "harness.hpp"
 #include "core/error.hpp"
 #include "cuda/device.hpp"
 #include "engine/engine.hpp"
@@ -35,7 +35,6 @@ struct Options {
     std::string dtype = "fp32";
     std::string device = "host"; // host, cuda, sim
     bool torch = true;
-    bool json = false;
     int hpz = 1;          // zero_hpz_partition_size (ZeRO-3)
     long long reuse = -1; // stage3_max_reuse_distance; -1: DeepSpeed's default
 };
@@ -171,12 +170,8 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
                                 ", \"stage3_param_persistence_threshold\": 0, \"zero_hpz_partition_size\": ", o.hpz,
                                 o.reuse >= 0 ? cat(", \"stage3_max_reuse_distance\": ", o.reuse) : std::string(),
                                 "}, \"optimizer\": {\"type\": \"AdamW\"}", prec, "}");
-    int size = 0;
-    MPI_Comm_size(world, &size);
-    const int shp[1] = {size};
-    const char *names[1] = {"data_parallel"};
     const size_t rss0 = current_rss();
-    auto mesh = Mesh::create(world, 1, shp, names, nullptr, true);
+    auto mesh = data_parallel_mesh(world);
     engine::Options eo;
     eo.device = o.device == "cuda" ? DSM_DEVICE_CUDA : o.device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
     auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true, eo);
@@ -239,75 +234,35 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
 } // namespace
 
 int run_zero(int argc, char **argv) {
-    int rank = 0, size = 1;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    Harness h("zero", usage);
+    const int rank = h.rank(), size = h.size();
     Options o;
-    for (int i = 0; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto next = [&]() -> const char * { return i + 1 < argc ? argv[++i] : nullptr; };
-        if (a == "--help" || a == "-h") {
-            if (rank == 0) usage(stdout);
-            return 0;
-        } else if (a == "--json") {
-            o.json = true;
-        } else if (a == "--no-torch") {
-            o.torch = false;
-        } else if (a == "--params" || a == "--steps" || a == "--stage" || a == "--dtype" || a == "--device" ||
-                   a == "--hpz" || a == "--reuse-distance") {
-            const char *v = next();
-            if (!v) {
-                if (rank == 0) std::fprintf(stderr, "dsm-bench zero: %s needs a value\n", a.c_str());
-                return 2;
-            }
-            if (a == "--device") {
-                o.device = v;
-                if (o.device != "host" && o.device != "cuda" && o.device != "sim") {
-                    if (rank == 0) std::fprintf(stderr, "dsm-bench zero: --device '%s' is not host, cuda or sim\n", v);
-                    return 2;
-                }
-            } else if (a == "--dtype") {
-                o.dtype = v;
-                if (o.dtype != "fp32" && o.dtype != "fp16" && o.dtype != "bf16") {
-                    if (rank == 0) std::fprintf(stderr, "dsm-bench zero: --dtype '%s' is not fp32, fp16 or bf16\n", v);
-                    return 2;
-                }
-            } else if (a == "--stage" && std::string(v) == "all") {
-                o.stages = {0, 1, 2, 3};
-            } else {
-                long long x = 0;
-                const long long lo = a == "--stage" || a == "--reuse-distance" ? 0 : 1;
-                const long long hi = a == "--stage" ? 3 : a == "--steps" ? 1000 : a == "--hpz" ? size : kMaxParams;
-                if (!parse_integer("zero", a, v, lo, hi, rank == 0, &x)) return 2;
-                if (a == "--hpz") o.hpz = static_cast<int>(x);
-                else if (a == "--reuse-distance") o.reuse = x;
-                else if (a == "--params") o.params = x;
-                else if (a == "--steps") o.steps = static_cast<int>(x);
-                else o.stages = {static_cast<int>(x)};
-            }
-        } else {
-            if (rank == 0) {
-                std::fprintf(stderr, "dsm-bench zero: unknown option '%s'\n", a.c_str());
-                usage(stderr);
-            }
-            return 2;
-        }
-    }
+    h.flag("no-torch", [&] { o.torch = false; });
+    h.integer("params", 1, kMaxParams, [&](long long x) { o.params = x; });
+    h.integer("steps", 1, 1000, [&](long long x) { o.steps = static_cast<int>(x); });
+    h.text("stage", [&](const char *v) {
+        long long x = 0;
+        if (!std::strcmp(v, "all")) o.stages = {0, 1, 2, 3};
+        else if (h.parse_integer("--stage", v, 0, 3, &x)) o.stages = {static_cast<int>(x)};
+        else return false;
+        return true;
+    });
+    h.choice("dtype", {"fp32", "fp16", "bf16"}, [&](const std::string &v) { o.dtype = v; });
+    h.choice("device", {"host", "cuda", "sim"}, [&](const std::string &v) { o.device = v; });
+    h.integer("hpz", 1, size, [&](long long x) { o.hpz = static_cast<int>(x); });
+    h.integer("reuse-distance", 0, kMaxParams, [&](long long x) { o.reuse = x; });
+    const int p = h.parse(argc, argv);
+    if (p != 0) return p == 1 ? 0 : 2;
     // A rank's model state at stage 0, the most: the fp32 parameter, its
     // gradient and AdamW's two moments, plus a 16-bit copy and gradient.
     const double need = (o.dtype == "fp32" ? 16.0 : 20.0) * static_cast<double>(o.params);
-    if (!fits_memory("zero", "--params " + std::to_string(o.params), need, MPI_COMM_WORLD, rank == 0)) return 2;
+    if (!h.fits_memory("--params " + std::to_string(o.params), need)) return 2;
     std::vector<Result> results;
-    try {
+    const int rc = h.guard([&] {
         for (int s : o.stages) results.push_back(run_stage(MPI_COMM_WORLD, s, o));
-    } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-bench zero: %s\n", e.what());
-        return 1;
-    } catch (const std::exception &e) {
-        std::fprintf(stderr, "dsm-bench zero: rank %d: %s\n", rank, e.what());
-        MPI_Abort(MPI_COMM_WORLD, 1); // the others may wait in a collective for this rank
-        return 1;
-    }
+        return 0;
+    });
+    if (rc != 0) return rc;
     std::string torch_version;
     const double torch_t = o.torch ? torch_reference(size, o.params, o.steps, torch_version, MPI_COMM_WORLD) : -1;
     // The slowest rank's times.
@@ -320,29 +275,36 @@ int run_zero(int argc, char **argv) {
     // Bytes sent in units of the ZeRO paper, which counts a reduce-scatter or
     // an allgather of the parameters as 1x (the ring's (n-1)/n taken as 1).
     auto volume = [size](double ratio) { return size > 1 ? ratio * size / (size - 1) : 0.0; };
-    if (o.json) {
-        std::printf("{\"format\":\"dsm-bench-zero\",\"format_version\":1,\"ranks\":%d,\"params\":%lld,"
-                    "\"dtype\":\"%s\",\"device\":\"%s\",\"optimizer\":\"adamw\",\"results\":[",
-                    size, o.params, o.dtype.c_str(), o.device.c_str());
-        for (size_t i = 0; i < results.size(); ++i) {
-            const Result &r = results[i];
-            std::printf("%s{\"stage\":%d,\"step_seconds\":%.6g,\"reduce_seconds\":%.6g,\"optimizer_seconds\":%.6g,"
-                        "\"gather_seconds\":%.6g,\"bytes_sent_per_param_byte\":%.4g,"
-                        "\"bytes_off_node_per_param_byte\":%.4g,"
-                        "\"model_state_bytes_per_param\":%.4g,\"zero_formula_bytes_per_param\":%.4g,"
-                        "\"volume_per_param_byte\":%.4g,\"resident_bytes_per_param\":%.4g,"
-                        "\"peak_rss_bytes\":%zu,\"speedup_vs_torch\":",
-                        i ? "," : "", r.stage, r.step, r.reduce, r.optimizer, r.gather, r.bytes_ratio, r.off_ratio,
-                        r.state_per_param, r.formula, volume(r.bytes_ratio), r.rss_per_param, r.peak);
-            if (torch_t > 0) std::printf("%.4g}", torch_t / r.step);
-            else std::printf("null}");
-        }
-        std::printf("],\"torch\":");
+    if (h.json()) {
+        Json rows = Json::array();
+        for (const Result &r : results)
+            rows.push_back({{"stage", r.stage},
+                            {"step_seconds", r.step},
+                            {"reduce_seconds", r.reduce},
+                            {"optimizer_seconds", r.optimizer},
+                            {"gather_seconds", r.gather},
+                            {"bytes_sent_per_param_byte", r.bytes_ratio},
+                            {"bytes_off_node_per_param_byte", r.off_ratio},
+                            {"model_state_bytes_per_param", r.state_per_param},
+                            {"zero_formula_bytes_per_param", r.formula},
+                            {"volume_per_param_byte", volume(r.bytes_ratio)},
+                            {"resident_bytes_per_param", r.rss_per_param},
+                            {"peak_rss_bytes", r.peak},
+                            {"speedup_vs_torch", torch_t > 0 ? Json(torch_t / r.step) : Json(nullptr)}});
+        Json torch = nullptr;
         if (torch_t > 0)
-            std::printf("{\"version\":\"%s\",\"what\":\"allreduce + ZeroRedundancyOptimizer(Adam), gloo\","
-                        "\"step_seconds\":%.6g}}\n", torch_version.c_str(), torch_t);
-        else
-            std::printf("null}\n");
+            torch = {{"version", torch_version},
+                     {"what", "allreduce + ZeroRedundancyOptimizer(Adam), gloo"},
+                     {"step_seconds", torch_t}};
+        h.print({{"format", "dsm-bench-zero"},
+                 {"format_version", 1},
+                 {"ranks", size},
+                 {"params", o.params},
+                 {"dtype", o.dtype},
+                 {"device", o.device},
+                 {"optimizer", "adamw"},
+                 {"results", rows},
+                 {"torch", torch}});
         return 0;
     }
     std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW, model state on %s (median of %d steps, "

@@ -48,6 +48,7 @@ public:
 // a file's metadata is read (the Checkpoint constructor); crash_context()
 // names the file that is being read from then on.
 void install_crash_guard(const std::string &prefix);
+constexpr unsigned kWatchdogSeconds = 60; // "a minute without progress"
 void crash_context(const std::string &file);
 
 // A corrupt length in a file can also make HDF5 allocate and clear tens of
@@ -249,6 +250,8 @@ private:
 // carriage return or line break from a file reaches the output. Valid UTF-8
 // text is kept as it is.
 std::string printable(const std::string &s);
+
+bool ends_with(const std::string &s, const std::string &suffix);
 
 // The shape as "[16, 8]" ("[]" for a scalar).
 std::string shape_text(const std::vector<uint64_t> &shape);

@@ -12,12 +12,17 @@
  *
  * The mesh subcommand prints from rank 0 (doc/dsm-info.md specifies the JSON).
  */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <utility>
+#include <string>
+#include <vector>
 
 #include <mpi.h>
 
+#include "../common/cli.hpp"
 #include "dsm.h"
 
 #define MAX_LIST DSM_MESH_MAX_DIMS
@@ -72,21 +77,19 @@ static int info_main(int json, int env_only) {
     return 0;
 }
 
-static int mesh_main(int argc, char **argv, int json) {
-    char *shape_arg = NULL, *names_arg = NULL, *slice_arg = NULL, *flatten_arg = NULL, *placement_arg = NULL;
-    for (int i = 0; i < argc; ++i) {
-        const char *a = argv[i];
-        char **dst = strcmp(a, "--shape") == 0 ? &shape_arg
-                   : strcmp(a, "--names") == 0 ? &names_arg
-                   : strcmp(a, "--slice") == 0 ? &slice_arg
-                   : strcmp(a, "--flatten") == 0 ? &flatten_arg
-                   : strcmp(a, "--placement") == 0 ? &placement_arg : NULL;
-        if (dst == NULL || i + 1 >= argc) {
-            fprintf(stderr, "dsm-info mesh: %s \"%s\"\n", dst == NULL ? "unknown argument" : "missing value after", a);
-            return 2;
-        }
-        *dst = argv[++i];
-    }
+/* The options of the subcommands; NULL: not given. */
+struct Options {
+    char *shape = nullptr, *names = nullptr, *slice = nullptr, *flatten = nullptr, *placement = nullptr;
+    const char *config = nullptr;
+    long long world = -1, sp = 0, steps = -1;
+    unsigned flags = 0;
+    int json = 0, env_only = 0;
+};
+
+static int mesh_main(const Options &o) {
+    char *shape_arg = o.shape, *names_arg = o.names, *slice_arg = o.slice, *flatten_arg = o.flatten,
+         *placement_arg = o.placement;
+    const int json = o.json;
     if (shape_arg == NULL) {
         fputs("dsm-info mesh: --shape is required\n", stderr);
         return 2;
@@ -99,10 +102,9 @@ static int mesh_main(int argc, char **argv, int json) {
         return 2;
     }
     for (int d = 0; d < ndims; ++d) {
-        char *end = NULL;
-        long v = strtol(items[d], &end, 10);
-        if (*items[d] == '\0' || *end != '\0' || v < -1 || v > 1 << 30) {
-            fprintf(stderr, "dsm-info mesh: --shape: \"%s\" is not a size\n", items[d]);
+        long long v = 0;
+        if (!dsm::tools::parse_integer(items[d], -1, 1 << 30, &v)) {
+            fprintf(stderr, "dsm-info mesh: --shape: '%s' is not a size from -1 to 1073741824\n", items[d]);
             return 2;
         }
         shape[d] = (int)v;
@@ -128,7 +130,7 @@ static int mesh_main(int argc, char **argv, int json) {
         if (strcmp(placement_arg, "node") == 0) opts.placement = DSM_PLACEMENT_NODE;
         else if (strcmp(placement_arg, "none") == 0) opts.placement = DSM_PLACEMENT_NONE;
         else {
-            fprintf(stderr, "dsm-info mesh: --placement \"%s\": expected node or none\n", placement_arg);
+            fprintf(stderr, "dsm-info mesh: --placement '%s' is not node or none\n", placement_arg);
             return 2;
         }
     }
@@ -170,43 +172,13 @@ static int mesh_main(int argc, char **argv, int json) {
     return rc;
 }
 
-/* Parse a non-negative integer option value; -1 on error. */
-static long long parse_count(const char *opt, const char *v) {
-    char *end = NULL;
-    long long n = strtoll(v, &end, 10);
-    if (*v == '\0' || *end != '\0' || n < 0) {
-        fprintf(stderr, "dsm-info: %s \"%s\" is not a non-negative integer\n", opt, v);
-        return -1;
-    }
-    return n;
-}
-
 /* dsm-info config|lr CONFIG [options]: resolved without running a job. */
-static int config_main(int lr, int argc, char **argv, int json) {
+static int config_main(int lr, const Options &o) {
     const char *what = lr ? "lr" : "config";
-    const char *config = NULL;
-    long long world = lr ? 1 : -1, sp = 0, steps = -1;
-    unsigned flags = 0;
-    for (int i = 0; i < argc; ++i) {
-        const char *a = argv[i];
-        long long *dst = strcmp(a, "--world-size") == 0 ? &world
-                       : strcmp(a, "--sequence-parallel-size") == 0 && !lr ? &sp
-                       : strcmp(a, "--steps") == 0 && lr ? &steps : NULL;
-        if (dst != NULL) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "dsm-info %s: missing value after %s\n", what, a);
-                return 2;
-            }
-            if ((*dst = parse_count(a, argv[++i])) < 0) return 2;
-        } else if (strcmp(a, "--strict") == 0 && !lr) {
-            flags |= DSM_CONFIG_STRICT;
-        } else if (config == NULL && strncmp(a, "--", 2) != 0) {
-            config = a;
-        } else {
-            fprintf(stderr, "dsm-info %s: unknown argument \"%s\"\n", what, a);
-            return 2;
-        }
-    }
+    const char *config = o.config;
+    const long long world = o.world < 0 && lr ? 1 : o.world, sp = o.sp, steps = o.steps;
+    const unsigned flags = o.flags;
+    const int json = o.json;
     if (config == NULL || world < 1 || (lr && steps < 0)) {
         fprintf(stderr, "dsm-info %s: %s\n", what,
                 config == NULL ? "a configuration file or inline JSON is required"
@@ -237,34 +209,82 @@ static int config_main(int lr, int argc, char **argv, int json) {
 }
 
 int main(int argc, char **argv) {
-    int json = 0, env_only = 0, mesh = 0, config = 0, lr = 0;
-    char *rest[64];
-    int nrest = 0;
-    for (int i = 1; i < argc; ++i) {
-        if (strcmp(argv[i], "--json") == 0) json = 1;
-        else if (strcmp(argv[i], "--env") == 0) env_only = 1;
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            usage(stdout);
-            return 0;
-        } else if (strcmp(argv[i], "--version") == 0) {
-            printf("dsm-info (libdsm) %s\n", DSM_VERSION_STRING);
-            return 0;
-        } else if (i == 1 && strcmp(argv[i], "mesh") == 0) mesh = 1;
-        else if (i == 1 && strcmp(argv[i], "config") == 0) config = 1;
-        else if (i == 1 && strcmp(argv[i], "lr") == 0) lr = 1;
-        else if ((mesh || config || lr) && nrest < 64) rest[nrest++] = argv[i];
-        else {
-            fprintf(stderr, "dsm-info: unknown argument \"%s\"\n", argv[i]);
-            usage(stderr);
-            return 2;
+    /* A subcommand is the first argument; its options follow it. */
+    const std::string sub = argc > 1 && (!strcmp(argv[1], "mesh") || !strcmp(argv[1], "config") ||
+                                         !strcmp(argv[1], "lr"))
+                                ? argv[1]
+                                : "";
+    const std::string prefix = sub.empty() ? "dsm-info" : "dsm-info " + sub;
+    Options o;
+    bool help = false, version = false, refused = false;
+    auto refuse = [&](const std::string &message, bool shape) {
+        fprintf(stderr, "%s: %s\n", prefix.c_str(), message.c_str());
+        if (shape) usage(stderr);
+        refused = true;
+    };
+    auto text = [](const char *name, char **dst) {
+        return dsm::tools::CliOption{name, true, [dst](const char *v) {
+                                         *dst = const_cast<char *>(v);
+                                         return true;
+                                     }};
+    };
+    auto count = [&](const char *name, long long *dst) {
+        return dsm::tools::CliOption{name, true, [&refuse, name, dst](const char *v) {
+                                         if (dsm::tools::parse_integer(v, 0, 1LL << 62, dst)) return true;
+                                         refuse(std::string("--") + name + " '" + v + "' is not a non-negative integer",
+                                                false);
+                                         return false;
+                                     }};
+    };
+    using dsm::tools::flag_option;
+    std::vector<dsm::tools::CliOption> options = {
+        flag_option("json", [&] { o.json = 1; }),
+        dsm::tools::final_option("help", &help),
+        dsm::tools::final_option("version", &version),
+    };
+    /* --env: only the parameters of the build description; no effect on a subcommand. */
+    options.push_back(flag_option("env", [&] { o.env_only = 1; }));
+    if (sub == "mesh") {
+        for (auto &[name, dst] : std::vector<std::pair<const char *, char **>>{
+                 {"shape", &o.shape}, {"names", &o.names}, {"slice", &o.slice}, {"flatten", &o.flatten},
+                 {"placement", &o.placement}})
+            options.push_back(text(name, dst));
+    } else if (!sub.empty()) {
+        options.push_back(count("world-size", &o.world));
+        if (sub == "config") {
+            options.push_back(count("sequence-parallel-size", &o.sp));
+            options.push_back(flag_option("strict", [&] { o.flags |= DSM_CONFIG_STRICT; }));
+        } else {
+            options.push_back(count("steps", &o.steps));
         }
     }
-    if (config || lr) return config_main(lr, nrest, rest, json);
-    if (!mesh) return info_main(json, env_only);
+    auto argument = [&](const char *arg) {
+        if (sub == "config" || sub == "lr") {
+            if (o.config == nullptr) {
+                o.config = arg;
+                return true;
+            }
+        }
+        refuse(std::string("unexpected argument '") + arg + "'", true);
+        return false;
+    };
+    const int skip = sub.empty() ? 0 : 1; /* argv[0] of the parse: the subcommand */
+    dsm::tools::parse_command_line(argc - skip, argv + skip, options, argument, refuse);
+    if (help) {
+        usage(stdout);
+        return 0;
+    }
+    if (version) {
+        printf("dsm-info (libdsm) %s\n", DSM_VERSION_STRING);
+        return 0;
+    }
+    if (refused) return 2;
+    if (sub == "config" || sub == "lr") return config_main(sub == "lr", o);
+    if (sub.empty()) return info_main(o.json, o.env_only);
 
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
-    int rc = mesh_main(nrest, rest, json);
+    int rc = mesh_main(o);
     MPI_Finalize();
     return rc;
 }
