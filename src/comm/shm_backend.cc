@@ -4,30 +4,17 @@
 #include "dsm_config.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <sys/mman.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-#ifdef __linux__
-#include <sys/uio.h>
-#endif
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "comm/shm_backend.hpp"
 #include "comm/net.hpp"
 #include "comm/reduce.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 
 namespace dsm {
 namespace comm {
@@ -287,11 +274,8 @@ NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool 
 
 void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
+    const size_t bytes = check_allreduce(send, recv, count, dtype, op);
     const size_t esize = dtype_size(dtype);
-    const size_t bytes = checked_bytes(count, esize, "allreduce count");
-    require_buffer(send, bytes, "send");
-    require_buffer(recv, bytes, "recv");
     ++stats_.calls;
     stats_.bytes_sent += ring_share(2 * bytes, size_);
     if (count == 0) return;
@@ -609,11 +593,7 @@ void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Que
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 
-void ShmBackend::barrier(Queue queue) {
-    drain(queue);
-    ++stats_.calls;
-    DSM_CHECK_MPI(MPI_Barrier(comm_.get()));
-}
+void ShmBackend::barrier(Queue queue) { barrier_mpi(queue); }
 
 // ---------------------------------------------------------------- allocations
 
