@@ -427,36 +427,12 @@ DeviceBuffer::DeviceBuffer(size_t bytes, bool zero) {
             detail::cuda_fail(z, "cudaMemset", __FILE__, __LINE__);
         }
     }
-    ptr_ = p;
-    bytes_ = bytes;
+    adopt(p, bytes);
 #else
     (void)bytes;
     (void)zero;
     no_cuda("cudaMalloc");
 #endif
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer &&o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-
-DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
-    if (this != &o) {
-        reset();
-        ptr_ = std::exchange(o.ptr_, nullptr);
-        bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-}
-
-void DeviceBuffer::reset() noexcept {
-    free_device(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-}
-
-void *DeviceBuffer::release() noexcept {
-    bytes_ = 0;
-    return std::exchange(ptr_, nullptr);
 }
 
 void free_device(void *p) noexcept {
@@ -476,35 +452,11 @@ PinnedBuffer::PinnedBuffer(size_t bytes) {
         DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, "cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(rc));
     }
     if (rc != cudaSuccess) detail::cuda_fail(rc, "cudaMallocHost", __FILE__, __LINE__);
-    ptr_ = p;
-    bytes_ = bytes;
+    adopt(p, bytes);
 #else
     (void)bytes;
     no_cuda("cudaMallocHost");
 #endif
-}
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer &&o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-
-PinnedBuffer &PinnedBuffer::operator=(PinnedBuffer &&o) noexcept {
-    if (this != &o) {
-        reset();
-        ptr_ = std::exchange(o.ptr_, nullptr);
-        bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-}
-
-void PinnedBuffer::reset() noexcept {
-    free_pinned(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-}
-
-void *PinnedBuffer::release() noexcept {
-    bytes_ = 0;
-    return std::exchange(ptr_, nullptr);
 }
 
 void free_pinned(void *p) noexcept {
