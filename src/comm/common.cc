@@ -90,6 +90,14 @@ void check_bcast(int size, const void *buf, size_t count, size_t esize, int root
     require_buffer(buf, checked_bytes(count, esize, "bcast count"), "buf");
 }
 
+size_t check_allreduce(const void *send, const void *recv, size_t count, dsm_dtype_t dtype, Op op) {
+    check_reduce(dtype, op);
+    const size_t bytes = checked_bytes(count, dtype_size(dtype), "allreduce count");
+    require_buffer(send, bytes, "send");
+    require_buffer(recv, bytes, "recv");
+    return bytes;
+}
+
 void check_packed(int size, int rank, const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                   const Backend::PackFn &pack, const Backend::UnpackFn &unpack) {
     DSM_REQUIRE(send_bytes.size() == static_cast<size_t>(size) && recv_bytes.size() == static_cast<size_t>(size),

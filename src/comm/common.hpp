@@ -114,6 +114,10 @@ void check_alltoallv(int size, const void *send, const std::vector<size_t> &send
                      const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
                      size_t esize);
 void check_bcast(int size, const void *buf, size_t count, size_t esize, int root);
+// The checks of allreduce in the host backends: a reducible (dtype, op)
+// (check_reduce()), a count whose bytes fit in size_t, and both buffers set
+// when there are bytes; the bytes.
+size_t check_allreduce(const void *send, const void *recv, size_t count, dsm_dtype_t dtype, Op op);
 
 // ---------------------------------------------------------------- alltoall_packed
 

@@ -56,11 +56,8 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(Comm::dup(comm)) {
 
 void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
+    const size_t bytes = check_allreduce(send, recv, count, dtype, op);
     const size_t esize = dtype_size(dtype);
-    const size_t bytes = checked_bytes(count, esize, "allreduce count");
-    require_buffer(send, bytes, "send");
-    require_buffer(recv, bytes, "recv");
     if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
         void *hs = device_.send(bytes), *hr = device_.recv(bytes);
         device_.copy(hs, send, bytes);
@@ -171,11 +168,7 @@ void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Que
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 
-void MpiBackend::barrier(Queue queue) {
-    drain(queue);
-    ++stats_.calls;
-    DSM_CHECK_MPI(MPI_Barrier(comm_.get()));
-}
+void MpiBackend::barrier(Queue queue) { barrier_mpi(queue); }
 
 void *MpiBackend::alloc_shared(size_t bytes) {
     AlignedPtr p = aligned_bytes(bytes, true);
