@@ -73,13 +73,9 @@ void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
 void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
                                  dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
     const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t mine = counts[static_cast<size_t>(rank_)];
-    require_buffer(send, total * esize, "send");
-    require_buffer(recv, mine * esize, "recv");
     if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
         void *hs = device_.send(total * esize), *hr = device_.recv(mine * esize);
         device_.copy(hs, send, total * esize);
@@ -110,12 +106,9 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
 void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                             Queue queue) {
     drain(queue);
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
     const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t mine = counts[static_cast<size_t>(rank_)];
-    require_buffer(send, mine * esize, "send");
-    require_buffer(recv, total * esize, "recv");
     if (device_.on_device(send, recv) && !device_.cuda_aware()) {
         void *hs = device_.send(mine * esize), *hr = device_.recv(total * esize);
         device_.copy(hs, send, mine * esize);

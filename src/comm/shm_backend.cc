@@ -346,13 +346,9 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
 void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
                                  dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
-    const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t me = static_cast<size_t>(rank_), mine = counts[me];
-    require_buffer(send, total * esize, "send");
-    require_buffer(recv, mine * esize, "recv");
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
+    const size_t esize = dtype_size(dtype), me = static_cast<size_t>(rank_);
     ++stats_.calls;
     stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
@@ -405,12 +401,9 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
 void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                             Queue queue) {
     drain(queue);
-    const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t n = static_cast<size_t>(size_), me = static_cast<size_t>(rank_), mine = counts[me];
-    require_buffer(send, mine * esize, "send");
-    require_buffer(recv, total * esize, "recv");
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
+    const size_t esize = dtype_size(dtype), n = static_cast<size_t>(size_), me = static_cast<size_t>(rank_);
     ++stats_.calls;
     stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
