@@ -264,6 +264,18 @@ NodeInput ShmBackend::node_input(dsm_dtype_t dtype, Op op, size_t esize, bool di
     return in;
 }
 
+void ShmBackend::gather_blocks(char *out, const std::vector<size_t> &offs, const std::vector<size_t> &counts,
+                               size_t esize) {
+    node_sync();
+    for (size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] == 0) continue;
+        const int p = local_of_[r] % local_size_;
+        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
+        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
+    }
+    node_sync();
+}
+
 NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool allreduce) const {
     size_t total = 0;
     for (size_t c : lc) total += c;
@@ -331,16 +343,8 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
             stats_.bytes_off_node += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
-    node_sync();
     // Every slice from the rank on this node that serves its lane.
-    char *out = static_cast<char *>(recv);
-    for (size_t r = 0; r < n; ++r) {
-        if (counts[r] == 0) continue;
-        const int p = local_of_[r] % local_size_;
-        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
-        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
-    }
-    node_sync();
+    gather_blocks(static_cast<char *>(recv), offs, counts, esize);
 }
 
 void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
@@ -403,7 +407,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
-    const size_t esize = dtype_size(dtype), n = static_cast<size_t>(size_), me = static_cast<size_t>(rank_);
+    const size_t esize = dtype_size(dtype), me = static_cast<size_t>(rank_);
     ++stats_.calls;
     stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
@@ -441,14 +445,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
             stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
-    node_sync();
-    for (size_t r = 0; r < n; ++r) {
-        if (counts[r] == 0) continue;
-        const int p = local_of_[r] % local_size_;
-        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
-        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
-    }
-    node_sync();
+    gather_blocks(out, offs, counts, esize);
 }
 
 // All-to-all and broadcast move each byte once whatever the transport: MPI.
