@@ -459,24 +459,26 @@ contains
     end do
   end subroutine f_to_c_string
 
-  ! The names, each trim(name)//c_null_char, packed into buf; start(i) is the
-  ! index in buf where names(i) begins. The caller takes c_loc(buf(start(i)))
-  ! while buf is alive.
-  subroutine pack_names(names, buf, start)
+  ! The names, each trim(name)//c_null_char, packed into buf; ptrs(i) is the
+  ! address of names(i) in buf (ptrs has at least one element, c_null_ptr
+  ! when there are no names), the C `const char *const names[]` while buf is
+  ! alive: the caller's buf must have the target attribute.
+  subroutine pack_names(names, buf, ptrs)
     character(len=*), dimension(:), intent(in) :: names
-    character(kind=c_char), dimension(:), allocatable, intent(out) :: buf
-    integer, dimension(:), allocatable, intent(out) :: start
+    character(kind=c_char), dimension(:), allocatable, target, intent(out) :: buf
+    type(c_ptr), dimension(:), allocatable, intent(out) :: ptrs
     integer :: i, j, k, n, total
 
-    allocate(start(size(names)))
     total = 0
     do i = 1, size(names)
        total = total + len_trim(names(i)) + 1
     end do
     allocate(buf(max(total, 1)))
+    allocate(ptrs(max(size(names), 1)))
+    ptrs = c_null_ptr
     j = 1
     do i = 1, size(names)
-       start(i) = j
+       ptrs(i) = c_loc(buf(j))
        n = len_trim(names(i))
        do k = 1, n
           buf(j + k - 1) = names(i)(k:k)
@@ -551,10 +553,8 @@ contains
     integer, intent(out), optional :: ierr
     integer(c_int), dimension(:), allocatable :: cshape
     character(kind=c_char), dimension(:), allocatable, target :: buf
-    integer, dimension(:), allocatable :: start
     type(c_ptr), dimension(:), allocatable :: ptrs
     integer(c_int) :: ndims, st
-    integer :: i
 
     allocate(cshape(max(size(shape), 1)))
     cshape = 0
@@ -564,12 +564,7 @@ contains
     ! rejects on every rank together (DSM_ERR_INVALID_ARGUMENT) instead of
     ! leaving the ranks with a good list waiting for the others.
     if (size(names) /= size(shape)) ndims = 0
-    call pack_names(names, buf, start)
-    allocate(ptrs(max(size(names), 1)))
-    ptrs = c_null_ptr
-    do i = 1, size(names)
-       ptrs(i) = c_loc(buf(start(i)))
-    end do
+    call pack_names(names, buf, ptrs)
     st = c_dsm_f_mesh_create(comm, ndims, cshape, ptrs, int(placement, c_int), &
          int(binding, c_int), mesh%ptr)
     call finish(st, where, ierr)
@@ -716,17 +711,10 @@ contains
     type(dsm_mesh_t), intent(out) :: slice
     integer, intent(out), optional :: ierr
     character(kind=c_char), dimension(:), allocatable, target :: buf
-    integer, dimension(:), allocatable :: start
     type(c_ptr), dimension(:), allocatable :: ptrs
     integer(c_int) :: st
-    integer :: i
 
-    call pack_names(names, buf, start)
-    allocate(ptrs(max(size(names), 1)))
-    ptrs = c_null_ptr
-    do i = 1, size(names)
-       ptrs(i) = c_loc(buf(start(i)))
-    end do
+    call pack_names(names, buf, ptrs)
     st = c_dsm_mesh_slice(mesh%ptr, int(size(names), c_int), ptrs, slice%ptr)
     call finish(st, 'dsm_mesh_slice', ierr)
   end subroutine dsm_mesh_slice
@@ -739,17 +727,10 @@ contains
     integer, intent(out) :: comm
     integer, intent(out), optional :: ierr
     character(kind=c_char), dimension(:), allocatable, target :: buf
-    integer, dimension(:), allocatable :: start
     type(c_ptr), dimension(:), allocatable :: ptrs
     integer(c_int) :: st
-    integer :: i
 
-    call pack_names(names, buf, start)
-    allocate(ptrs(max(size(names), 1)))
-    ptrs = c_null_ptr
-    do i = 1, size(names)
-       ptrs(i) = c_loc(buf(start(i)))
-    end do
+    call pack_names(names, buf, ptrs)
     st = c_dsm_f_mesh_flatten(mesh%ptr, int(size(names), c_int), ptrs, &
          trim(flat_name) // c_null_char, comm)
     call finish(st, 'dsm_mesh_flatten', ierr)
@@ -1016,48 +997,91 @@ contains
     call finish(st, 'dsm_engine_init_comm', ierr)
   end subroutine engine_init_comm_i
 
-  ! Whether the engine's dtype is known and not DSM_FLOAT32 (then the
-  ! real(c_float) forms refuse it, with the message in why).
-  logical function not_float32(engine, why)
+  ! Whether the engine's dtype is known and not DSM_FLOAT32: then the
+  ! real(c_float) forms refuse it, reported through fail_local as the C
+  ! function `where`.
+  logical function not_float32(engine, where, ierr)
     type(dsm_engine_t), intent(in) :: engine
-    character(len=:), allocatable, intent(out) :: why
+    character(len=*), intent(in) :: where
+    integer, intent(out), optional :: ierr
     integer(c_int) :: d
 
     d = -1
     not_float32 = .false.
-    why = ''
     if (c_dsm_engine_dtype(engine%ptr, d) /= DSM_SUCCESS) return
     if (d == DSM_FLOAT32) return
     not_float32 = .true.
-    why = 'the engine''s dtype is ' // dsm_dtype_name(int(d)) // &
-         ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert'
+    call fail_local(DSM_ERR_INVALID_ARGUMENT, where, 'the engine''s dtype is ' // dsm_dtype_name(int(d)) // &
+         ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert', ierr)
   end function not_float32
 
-  subroutine param_acquire_r1(engine, index, values, ierr)
+  ! dsm_engine_param_acquire (grad false) or dsm_engine_grad_acquire (grad
+  ! true) of parameter index: its address in p and, after a success, its
+  ! numel in n.
+  integer(c_int) function acquire_numel(engine, index, grad, p, n) result(st)
     type(dsm_engine_t), intent(in) :: engine
     integer, intent(in) :: index
+    logical, intent(in) :: grad
+    type(c_ptr), intent(out) :: p
+    integer(c_int64_t), intent(out) :: n
+
+    p = c_null_ptr
+    n = 0
+    if (grad) then
+       st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), p)
+    else
+       st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), p)
+    end if
+    if (st == DSM_SUCCESS) st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
+  end function acquire_numel
+
+  ! The rank-1 forms of dsm_engine_param_acquire (grad false) and
+  ! dsm_engine_grad_acquire (grad true), named `where` in errors.
+  subroutine acquire_r1(engine, index, grad, where, values, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    logical, intent(in) :: grad
+    character(len=*), intent(in) :: where
     real(c_float), dimension(:), pointer, intent(out) :: values
     integer, intent(out), optional :: ierr
-    character(len=:), allocatable :: why
     type(c_ptr) :: p
     integer(c_int64_t) :: n
     integer(c_int) :: st
 
     nullify(values)
     ! The dtype is the same on every rank: all refuse together, before the
-    ! (possibly collective) acquire.
-    if (not_float32(engine, why)) then
-       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', why, ierr)
-       return
+    ! (possibly collective) parameter acquire; grad_acquire is local, and
+    ! refusing before it acquires nothing.
+    if (not_float32(engine, where, ierr)) return
+    st = acquire_numel(engine, index, grad, p, n)
+    if (st == DSM_SUCCESS) call c_f_pointer(p, values, [n])
+    call finish(st, where, ierr)
+  end subroutine acquire_r1
+
+  ! What is wrong with `shape` for a rank-2 pointer to n elements; '' when
+  ! nothing is.
+  function shape_problem(shape, n) result(why)
+    integer, dimension(:), intent(in) :: shape
+    integer(c_int64_t), intent(in) :: n
+    character(len=:), allocatable :: why
+    character(len=64) :: detail
+
+    why = ''
+    if (size(shape) /= 2) then
+       why = 'shape must have 2 elements for a rank-2 pointer'
+    else if (product(int(shape, c_int64_t)) /= n .or. any(shape < 0)) then
+       write(detail, '(a,i0,a,i0,a,i0)') 'shape ', shape(1), ' x ', shape(2), ' is not numel ', n
+       why = trim(detail)
     end if
-    p = c_null_ptr
-    st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), p)
-    if (st == DSM_SUCCESS) then
-       n = 0
-       st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
-       if (st == DSM_SUCCESS) call c_f_pointer(p, values, [n])
-    end if
-    call finish(st, 'dsm_engine_param_acquire', ierr)
+  end function shape_problem
+
+  subroutine param_acquire_r1(engine, index, values, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:), pointer, intent(out) :: values
+    integer, intent(out), optional :: ierr
+
+    call acquire_r1(engine, index, .false., 'dsm_engine_param_acquire', values, ierr)
   end subroutine param_acquire_r1
 
   subroutine param_acquire_r2(engine, index, values, shape, ierr)
@@ -1067,38 +1091,23 @@ contains
     integer, dimension(:), intent(in) :: shape
     integer, intent(out), optional :: ierr
     character(len=:), allocatable :: why
-    character(len=64) :: detail
     type(c_ptr) :: p
     integer(c_int64_t) :: n
     integer(c_int) :: st
 
     nullify(values)
-    if (not_float32(engine, why)) then
-       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', why, ierr)
-       return
-    end if
+    if (not_float32(engine, 'dsm_engine_param_acquire', ierr)) return
     ! Acquire first (collective under ZeRO-3 whatever the shape argument
     ! says on this rank), then check the shape and release locally.
-    p = c_null_ptr
-    st = c_dsm_engine_param_acquire(engine%ptr, int(index, c_int), p)
+    st = acquire_numel(engine, index, .false., p, n)
     if (st == DSM_SUCCESS) then
-       n = 0
-       st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
-       if (st == DSM_SUCCESS) then
-          if (size(shape) /= 2) then
-             st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
-             call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', &
-                  'shape must have 2 elements for a rank-2 pointer', ierr)
-             return
-          end if
-          if (product(int(shape, c_int64_t)) /= n .or. any(shape < 0)) then
-             st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
-             write(detail, '(a,i0,a,i0,a,i0)') 'shape ', shape(1), ' x ', shape(2), ' is not numel ', n
-             call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', trim(detail), ierr)
-             return
-          end if
-          call c_f_pointer(p, values, shape)
+       why = shape_problem(shape, n)
+       if (len(why) > 0) then
+          st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
+          call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', why, ierr)
+          return
        end if
+       call c_f_pointer(p, values, shape)
     end if
     call finish(st, 'dsm_engine_param_acquire', ierr)
   end subroutine param_acquire_r2
@@ -1108,25 +1117,8 @@ contains
     integer, intent(in) :: index
     real(c_float), dimension(:), pointer, intent(out) :: grad
     integer, intent(out), optional :: ierr
-    character(len=:), allocatable :: why
-    type(c_ptr) :: p
-    integer(c_int64_t) :: n
-    integer(c_int) :: st
 
-    nullify(grad)
-    ! grad_acquire is local: refuse before it, so that nothing is acquired.
-    if (not_float32(engine, why)) then
-       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', why, ierr)
-       return
-    end if
-    p = c_null_ptr
-    st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), p)
-    if (st == DSM_SUCCESS) then
-       n = 0
-       st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
-       if (st == DSM_SUCCESS) call c_f_pointer(p, grad, [n])
-    end if
-    call finish(st, 'dsm_engine_grad_acquire', ierr)
+    call acquire_r1(engine, index, .true., 'dsm_engine_grad_acquire', grad, ierr)
   end subroutine grad_acquire_r1
 
   subroutine grad_acquire_r2(engine, index, grad, shape, ierr)
@@ -1136,30 +1128,24 @@ contains
     integer, dimension(:), intent(in) :: shape
     integer, intent(out), optional :: ierr
     character(len=:), allocatable :: why
-    character(len=64) :: detail
     type(c_ptr) :: p
     integer(c_int64_t) :: n
     integer(c_int) :: st
 
     nullify(grad)
-    if (not_float32(engine, why)) then
+    if (not_float32(engine, 'dsm_engine_grad_acquire', ierr)) return
+    ! With a good index, check the shape before acquiring; with a bad one,
+    ! the acquire below reports it (a shape of the wrong size is refused first).
+    n = 0
+    why = ''
+    if (size(shape) /= 2) then
+       why = shape_problem(shape, n)
+    else if (c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n) == DSM_SUCCESS) then
+       why = shape_problem(shape, n)
+    end if
+    if (len(why) > 0) then
        call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', why, ierr)
        return
-    end if
-    if (size(shape) /= 2) then
-       call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', &
-            'shape must have 2 elements for a rank-2 pointer', ierr)
-       return
-    end if
-    ! With a good index, check the shape before acquiring; with a bad one,
-    ! the acquire below reports it.
-    n = 0
-    if (c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n) == DSM_SUCCESS) then
-       if (product(int(shape, c_int64_t)) /= n .or. any(shape < 0)) then
-          write(detail, '(a,i0,a,i0,a,i0)') 'shape ', shape(1), ' x ', shape(2), ' is not numel ', n
-          call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', trim(detail), ierr)
-          return
-       end if
     end if
     p = c_null_ptr
     st = c_dsm_engine_grad_acquire(engine%ptr, int(index, c_int), p)

@@ -3,7 +3,9 @@
 // thread's last-error message ("function: message").
 #pragma once
 
+#include <memory>
 #include <new>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/log.hpp"
@@ -20,7 +22,32 @@ engine::Engine &engine_impl(dsm_engine_t engine);
 // Keeps every file that declares environment parameters in a static link
 // that lists them (dsm_info_describe): see param_list.cc.
 void link_params() noexcept;
+
+// The body of an entry point that reads one value of an object: `object` is
+// the caller's handle looked up (so a bad handle is reported first), then
+// `out`, named `name` in the message, must not be NULL; *out = read(object).
+template <typename Object, typename T, typename Read>
+void read_into(Object &object, T *out, const char *name, Read &&read) {
+    DSM_REQUIRE(out != nullptr, DSM_ERR_NULL_POINTER, name, " is NULL");
+    *out = read(object);
 }
+
+// read_into() with *out cleared before read() runs, so that it holds no
+// stale value when read() fails.
+template <typename Object, typename T, typename Read>
+void read_into_cleared(Object &object, T *out, const char *name, Read &&read) {
+    DSM_REQUIRE(out != nullptr, DSM_ERR_NULL_POINTER, name, " is NULL");
+    *out = T{};
+    *out = read(object);
+}
+
+// The handle a *_free entry point frees, owned, and *handle set to NULL;
+// empty when handle or *handle is NULL (freeing nothing is no error).
+template <typename Handle> std::unique_ptr<Handle> take_handle(Handle **handle) noexcept {
+    if (handle == nullptr || *handle == nullptr) return nullptr;
+    return std::unique_ptr<Handle>(std::exchange(*handle, nullptr));
+}
+} // namespace dsm::api
 
 #define DSM_API_BEGIN try {
 #define DSM_API_END                                                                          \

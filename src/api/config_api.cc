@@ -106,9 +106,7 @@ DSM_API dsm_status_t dsm_config_resolve(const char *config, int64_t world_size, 
 
 DSM_API dsm_status_t dsm_config_free(dsm_config_t *cfg) {
     DSM_API_BEGIN
-    if (cfg == nullptr || *cfg == nullptr) return DSM_SUCCESS;
-    std::unique_ptr<dsm_config_s> h(*cfg);
-    *cfg = nullptr;
+    dsm::api::take_handle(cfg);
     DSM_API_END
 }
 

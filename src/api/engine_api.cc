@@ -213,50 +213,38 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config, con
 
 DSM_API dsm_status_t dsm_engine_free(dsm_engine_t *engine) {
     DSM_API_BEGIN
-    if (engine == nullptr || *engine == nullptr) return DSM_SUCCESS;
-    std::unique_ptr<dsm_engine_s> h(*engine);
-    *engine = nullptr;
-    if (h->engine) h->engine->close();
+    auto h = dsm::api::take_handle(engine);
+    if (h && h->engine) h->engine->close();
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_engine_num_params(dsm_engine_t engine, int *nparams) {
     DSM_API_BEGIN
-    const auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(nparams);
-    *nparams = e.num_params();
+    dsm::api::read_into(impl(engine), nparams, "nparams", [&](auto &e) { return e.num_params(); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_engine_param_index(dsm_engine_t engine, const char *name, int *index) {
     DSM_API_BEGIN
-    const auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(index);
-    *index = e.param_index(name);
+    dsm::api::read_into(impl(engine), index, "index", [&](auto &e) { return e.param_index(name); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int64_t *numel) {
     DSM_API_BEGIN
-    const auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(numel);
-    *numel = static_cast<int64_t>(e.numel(index));
+    dsm::api::read_into(impl(engine), numel, "numel", [&](auto &e) { return static_cast<int64_t>(e.numel(index)); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_engine_dtype(dsm_engine_t engine, dsm_dtype_t *dtype) {
     DSM_API_BEGIN
-    const auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(dtype);
-    *dtype = e.dtype();
+    dsm::api::read_into(impl(engine), dtype, "dtype", [&](auto &e) { return e.dtype(); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_engine_device(dsm_engine_t engine, dsm_device_t *device) {
     DSM_API_BEGIN
-    const auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(device);
-    *device = e.device();
+    dsm::api::read_into(impl(engine), device, "device", [&](auto &e) { return e.device(); });
     DSM_API_END
 }
 
@@ -317,10 +305,7 @@ DSM_API dsm_status_t dsm_engine_stop_requested(dsm_engine_t engine, int *stop) {
 
 DSM_API dsm_status_t dsm_engine_param_acquire(dsm_engine_t engine, int index, const void **values) {
     DSM_API_BEGIN
-    auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(values);
-    *values = nullptr;
-    *values = e.param_acquire(index);
+    dsm::api::read_into_cleared(impl(engine), values, "values", [&](auto &e) { return e.param_acquire(index); });
     DSM_API_END
 }
 
@@ -332,10 +317,7 @@ DSM_API dsm_status_t dsm_engine_param_release(dsm_engine_t engine, int index) {
 
 DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, void **grad) {
     DSM_API_BEGIN
-    auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(grad);
-    *grad = nullptr;
-    *grad = e.grad_acquire(index);
+    dsm::api::read_into_cleared(impl(engine), grad, "grad", [&](auto &e) { return e.grad_acquire(index); });
     DSM_API_END
 }
 
@@ -353,9 +335,7 @@ DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info) {
 
 DSM_API dsm_status_t dsm_engine_loss_scale(dsm_engine_t engine, double *scale) {
     DSM_API_BEGIN
-    const auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(scale);
-    *scale = e.loss_scale();
+    dsm::api::read_into(impl(engine), scale, "scale", [&](auto &e) { return e.loss_scale(); });
     DSM_API_END
 }
 
@@ -369,9 +349,7 @@ DSM_API dsm_status_t dsm_engine_step_info(dsm_engine_t engine, dsm_step_info_t *
 
 DSM_API dsm_status_t dsm_engine_borrow_mesh(dsm_engine_t engine, dsm_mesh_t *mesh) {
     DSM_API_BEGIN
-    auto &e = impl(engine);
-    DSM_ARG_NOT_NULL(mesh);
-    *mesh = e.mesh_handle();
+    dsm::api::read_into(impl(engine), mesh, "mesh", [&](auto &e) { return e.mesh_handle(); });
     DSM_API_END
 }
 

@@ -22,9 +22,16 @@ dsm_mesh_t wrap(std::unique_ptr<dsm::Mesh> m) {
     return h.release();
 }
 
-void check_len(int len, size_t needed, const char *what) {
-    DSM_REQUIRE(len >= 0 && static_cast<size_t>(len) >= needed, DSM_ERR_INVALID_ARGUMENT, "len is ", len,
-                ", ", what, " needs ", needed);
+// The body of an entry point that copies a list of the mesh into the
+// caller's `out` of `len` entries: `out` (named `name`) must not be NULL,
+// then `len` must hold read(mesh) (`what` in the message).
+template <typename Read>
+void read_list(dsm::Mesh &mesh, int len, int out[], const char *name, const char *what, Read &&read) {
+    DSM_REQUIRE(out != nullptr, DSM_ERR_NULL_POINTER, name, " is NULL");
+    const std::vector<int> v = read(mesh);
+    DSM_REQUIRE(len >= 0 && static_cast<size_t>(len) >= v.size(), DSM_ERR_INVALID_ARGUMENT, "len is ", len,
+                ", ", what, " needs ", v.size());
+    for (size_t i = 0; i < v.size(); ++i) out[i] = v[i];
 }
 
 // A NULL output is reported through the agreement inside Mesh::create(), so
@@ -65,9 +72,8 @@ DSM_API dsm_status_t dsm_mesh_create_dp_sp(MPI_Comm comm, int dp, int sp, dsm_me
 
 DSM_API dsm_status_t dsm_mesh_free(dsm_mesh_t *mesh) {
     DSM_API_BEGIN
-    if (mesh == nullptr || *mesh == nullptr) return DSM_SUCCESS;
-    std::unique_ptr<dsm_mesh_s> h(*mesh);
-    *mesh = nullptr;
+    auto h = dsm::api::take_handle(mesh);
+    if (!h) return DSM_SUCCESS;
     int rc = h->mesh != nullptr ? h->mesh->release() : MPI_SUCCESS;
     h.reset();
     if (rc != MPI_SUCCESS) dsm::detail::mpi_fail(rc, "MPI_Comm_free", __FILE__, __LINE__);
@@ -76,37 +82,25 @@ DSM_API dsm_status_t dsm_mesh_free(dsm_mesh_t *mesh) {
 
 DSM_API dsm_status_t dsm_mesh_ndims(dsm_mesh_t mesh, int *ndims) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(ndims);
-    *ndims = m.ndims();
+    dsm::api::read_into(impl(mesh), ndims, "ndims", [&](auto &m) { return m.ndims(); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_mesh_shape(dsm_mesh_t mesh, int len, int shape[]) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(shape);
-    std::vector<int> s = m.shape();
-    check_len(len, s.size(), "the shape");
-    for (size_t i = 0; i < s.size(); ++i) shape[i] = s[i];
+    read_list(impl(mesh), len, shape, "shape", "the shape", [&](dsm::Mesh &m) { return m.shape(); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_mesh_coords(dsm_mesh_t mesh, int len, int coords[]) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(coords);
-    std::vector<int> c = m.coords();
-    check_len(len, c.size(), "the coordinates");
-    for (size_t i = 0; i < c.size(); ++i) coords[i] = c[i];
+    read_list(impl(mesh), len, coords, "coords", "the coordinates", [&](dsm::Mesh &m) { return m.coords(); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_mesh_dim_name(dsm_mesh_t mesh, int dim, const char **name) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(name);
-    *name = m.dim_name(dim).c_str();
+    dsm::api::read_into(impl(mesh), name, "name", [&](auto &m) { return m.dim_name(dim).c_str(); });
     DSM_API_END
 }
 
@@ -121,33 +115,25 @@ DSM_API dsm_status_t dsm_mesh_dim_index(dsm_mesh_t mesh, const char *name, int *
 
 DSM_API dsm_status_t dsm_mesh_dim_size(dsm_mesh_t mesh, int dim, int *size) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(size);
-    *size = m.dim_size(dim);
+    dsm::api::read_into(impl(mesh), size, "size", [&](auto &m) { return m.dim_size(dim); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_mesh_dim_rank(dsm_mesh_t mesh, int dim, int *rank) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(rank);
-    *rank = m.dim_rank(dim);
+    dsm::api::read_into(impl(mesh), rank, "rank", [&](auto &m) { return m.dim_rank(dim); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_mesh_size(dsm_mesh_t mesh, const char *group, int *size) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(size);
-    *size = m.group_size(m.group(group));
+    dsm::api::read_into(impl(mesh), size, "size", [&](auto &m) { return m.group_size(m.group(group)); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_mesh_rank(dsm_mesh_t mesh, const char *group, int *rank) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(rank);
-    *rank = m.group_rank(m.group(group));
+    dsm::api::read_into(impl(mesh), rank, "rank", [&](auto &m) { return m.group_rank(m.group(group)); });
     DSM_API_END
 }
 
@@ -164,11 +150,8 @@ DSM_API dsm_status_t dsm_mesh_comm(dsm_mesh_t mesh, const char *group, MPI_Comm 
 
 DSM_API dsm_status_t dsm_mesh_group_ranks(dsm_mesh_t mesh, const char *group, int len, int ranks[]) {
     DSM_API_BEGIN
-    dsm::Mesh &m = impl(mesh);
-    DSM_ARG_NOT_NULL(ranks);
-    std::vector<int> r = m.group_ranks(m.group(group), m.state().position);
-    check_len(len, r.size(), "the group");
-    for (size_t i = 0; i < r.size(); ++i) ranks[i] = r[i];
+    read_list(impl(mesh), len, ranks, "ranks", "the group",
+              [&](dsm::Mesh &m) { return m.group_ranks(m.group(group), m.state().position); });
     DSM_API_END
 }
 

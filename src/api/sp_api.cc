@@ -51,26 +51,20 @@ DSM_API dsm_status_t dsm_sp_create(dsm_mesh_t mesh, const char *group, dsm_sp_t 
 
 DSM_API dsm_status_t dsm_sp_free(dsm_sp_t *sp) {
     DSM_API_BEGIN
-    if (sp == nullptr || *sp == nullptr) return DSM_SUCCESS;
-    std::unique_ptr<dsm_sp_s> h(*sp);
-    *sp = nullptr;
-    if (h->ctx) h->ctx->close();
+    auto h = dsm::api::take_handle(sp);
+    if (h && h->ctx) h->ctx->close();
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_sp_size(dsm_sp_t sp, int *size) {
     DSM_API_BEGIN
-    dsm::sp::Context &c = impl(sp);
-    DSM_ARG_NOT_NULL(size);
-    *size = c.size();
+    dsm::api::read_into(impl(sp), size, "size", [&](auto &c) { return c.size(); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_sp_rank(dsm_sp_t sp, int *rank) {
     DSM_API_BEGIN
-    dsm::sp::Context &c = impl(sp);
-    DSM_ARG_NOT_NULL(rank);
-    *rank = c.rank();
+    dsm::api::read_into(impl(sp), rank, "rank", [&](auto &c) { return c.rank(); });
     DSM_API_END
 }
 

@@ -85,17 +85,13 @@ DSM_API dsm_status_t dsm_sampler_create_for_engine(dsm_engine_t engine, int64_t 
 
 DSM_API dsm_status_t dsm_sampler_free(dsm_sampler_t *sampler) {
     DSM_API_BEGIN
-    if (sampler == nullptr || *sampler == nullptr) return DSM_SUCCESS;
-    std::unique_ptr<dsm_sampler_s> h(*sampler);
-    *sampler = nullptr;
+    dsm::api::take_handle(sampler);
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_sampler_num_batches(dsm_sampler_t sampler, int64_t *num_batches) {
     DSM_API_BEGIN
-    const auto &s = impl(sampler);
-    DSM_ARG_NOT_NULL(num_batches);
-    *num_batches = s.num_batches();
+    dsm::api::read_into(impl(sampler), num_batches, "num_batches", [&](auto &s) { return s.num_batches(); });
     DSM_API_END
 }
 
@@ -103,9 +99,7 @@ DSM_API dsm_status_t dsm_sampler_batch(dsm_sampler_t sampler, int64_t epoch, int
                                        size_t len, int64_t *count) {
     DSM_API_BEGIN
     if (count != nullptr) *count = 0;
-    auto &s = impl(sampler);
-    DSM_ARG_NOT_NULL(count);
-    *count = s.batch(epoch, batch, indices, len);
+    dsm::api::read_into(impl(sampler), count, "count", [&](auto &s) { return s.batch(epoch, batch, indices, len); });
     DSM_API_END
 }
 
@@ -118,28 +112,20 @@ DSM_API dsm_status_t dsm_sampler_locate(dsm_sampler_t sampler, int64_t micro_ste
 
 DSM_API dsm_status_t dsm_sampler_position(dsm_sampler_t sampler, int64_t epoch, int64_t batch, int64_t *samples) {
     DSM_API_BEGIN
-    const auto &s = impl(sampler);
-    DSM_ARG_NOT_NULL(samples);
-    *samples = 0;
-    *samples = s.position(epoch, batch);
+    dsm::api::read_into_cleared(impl(sampler), samples, "samples", [&](auto &s) { return s.position(epoch, batch); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_sampler_resume(dsm_sampler_t sampler, int64_t samples, int64_t *epoch) {
     DSM_API_BEGIN
-    auto &s = impl(sampler);
-    DSM_ARG_NOT_NULL(epoch);
-    *epoch = 0;
-    *epoch = s.resume(samples);
+    dsm::api::read_into_cleared(impl(sampler), epoch, "epoch", [&](auto &s) { return s.resume(samples); });
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_sampler_epoch_batches(dsm_sampler_t sampler, int64_t epoch, int64_t *num_batches) {
     DSM_API_BEGIN
-    const auto &s = impl(sampler);
-    DSM_ARG_NOT_NULL(num_batches);
-    *num_batches = 0;
-    *num_batches = s.epoch_batches(epoch);
+    dsm::api::read_into_cleared(impl(sampler), num_batches, "num_batches",
+                                [&](auto &s) { return s.epoch_batches(epoch); });
     DSM_API_END
 }
 

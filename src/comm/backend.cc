@@ -85,6 +85,12 @@ void Backend::drain(Queue queue) {
 #endif
 }
 
+void Backend::barrier_mpi(Queue queue) {
+    drain(queue);
+    ++stats_.calls;
+    DSM_CHECK_MPI(MPI_Barrier(comm()));
+}
+
 void Backend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                               const PackFn &pack, const UnpackFn &unpack, Queue queue) {
     drain(queue);

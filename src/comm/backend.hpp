@@ -287,6 +287,10 @@ protected:
     // work can be on the queue). DSM_ERR_CUDA for an error of that work.
     static void drain(Queue queue);
 
+    // barrier() of a host backend: drain(queue), count the call, then
+    // MPI_Barrier over comm().
+    void barrier_mpi(Queue queue);
+
     // alltoall_pieces() over comm(); off_node(q): whether bytes to member q
     // count as sent off the node.
     bool alltoall_pieces_mpi(const std::vector<Exposed> &exposed, const PlanFn &send_plan, const PlanFn &recv_plan,

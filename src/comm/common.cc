@@ -90,6 +90,44 @@ void check_bcast(int size, const void *buf, size_t count, size_t esize, int root
     require_buffer(buf, checked_bytes(count, esize, "bcast count"), "buf");
 }
 
+size_t check_allreduce(const void *send, const void *recv, size_t count, dsm_dtype_t dtype, Op op) {
+    check_reduce(dtype, op);
+    const size_t bytes = checked_bytes(count, dtype_size(dtype), "allreduce count");
+    require_buffer(send, bytes, "send");
+    require_buffer(recv, bytes, "recv");
+    return bytes;
+}
+
+namespace {
+
+// The blocks of counts, checked; the buffer that holds every block and the
+// one that holds this member's must be set when they hold bytes.
+std::vector<size_t> check_blocks(int size, int rank, const void *send, const void *recv,
+                                 const std::vector<size_t> &counts, dsm_dtype_t dtype, bool send_holds_all,
+                                 size_t *total, size_t *mine) {
+    const size_t esize = dtype_size(dtype);
+    std::vector<size_t> offs = block_offsets(counts, size, esize, "counts", total);
+    *mine = counts[static_cast<size_t>(rank)];
+    require_buffer(send, (send_holds_all ? *total : *mine) * esize, "send");
+    require_buffer(recv, (send_holds_all ? *mine : *total) * esize, "recv");
+    return offs;
+}
+
+} // namespace
+
+std::vector<size_t> check_reduce_scatterv(int size, int rank, const void *send, const void *recv,
+                                          const std::vector<size_t> &counts, dsm_dtype_t dtype, Op op,
+                                          size_t *total, size_t *mine) {
+    check_reduce(dtype, op);
+    return check_blocks(size, rank, send, recv, counts, dtype, true, total, mine);
+}
+
+std::vector<size_t> check_allgatherv(int size, int rank, const void *send, const void *recv,
+                                     const std::vector<size_t> &counts, dsm_dtype_t dtype, size_t *total,
+                                     size_t *mine) {
+    return check_blocks(size, rank, send, recv, counts, dtype, false, total, mine);
+}
+
 void check_packed(int size, int rank, const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                   const Backend::PackFn &pack, const Backend::UnpackFn &unpack) {
     DSM_REQUIRE(send_bytes.size() == static_cast<size_t>(size) && recv_bytes.size() == static_cast<size_t>(size),

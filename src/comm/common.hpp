@@ -114,6 +114,22 @@ void check_alltoallv(int size, const void *send, const std::vector<size_t> &send
                      const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
                      size_t esize);
 void check_bcast(int size, const void *buf, size_t count, size_t esize, int root);
+// The checks of allreduce in the host backends: a reducible (dtype, op)
+// (check_reduce()), a count whose bytes fit in size_t, and both buffers set
+// when there are bytes; the bytes.
+size_t check_allreduce(const void *send, const void *recv, size_t count, dsm_dtype_t dtype, Op op);
+// The checks of reduce_scatterv in the host backends: a reducible (dtype,
+// op), counts of `size` blocks whose bytes fit (block_offsets()), send
+// holding every block and recv this member's block. The block offsets, the
+// total in *total, this member's count in *mine.
+std::vector<size_t> check_reduce_scatterv(int size, int rank, const void *send, const void *recv,
+                                          const std::vector<size_t> &counts, dsm_dtype_t dtype, Op op,
+                                          size_t *total, size_t *mine);
+// The same for allgatherv (no op): send holds this member's block, recv
+// every block.
+std::vector<size_t> check_allgatherv(int size, int rank, const void *send, const void *recv,
+                                     const std::vector<size_t> &counts, dsm_dtype_t dtype, size_t *total,
+                                     size_t *mine);
 
 // ---------------------------------------------------------------- alltoall_packed
 

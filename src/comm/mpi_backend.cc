@@ -56,11 +56,8 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(Comm::dup(comm)) {
 
 void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
+    const size_t bytes = check_allreduce(send, recv, count, dtype, op);
     const size_t esize = dtype_size(dtype);
-    const size_t bytes = checked_bytes(count, esize, "allreduce count");
-    require_buffer(send, bytes, "send");
-    require_buffer(recv, bytes, "recv");
     if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
         void *hs = device_.send(bytes), *hr = device_.recv(bytes);
         device_.copy(hs, send, bytes);
@@ -76,13 +73,9 @@ void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
 void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
                                  dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
     const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t mine = counts[static_cast<size_t>(rank_)];
-    require_buffer(send, total * esize, "send");
-    require_buffer(recv, mine * esize, "recv");
     if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
         void *hs = device_.send(total * esize), *hr = device_.recv(mine * esize);
         device_.copy(hs, send, total * esize);
@@ -113,12 +106,9 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
 void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                             Queue queue) {
     drain(queue);
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
     const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t mine = counts[static_cast<size_t>(rank_)];
-    require_buffer(send, mine * esize, "send");
-    require_buffer(recv, total * esize, "recv");
     if (device_.on_device(send, recv) && !device_.cuda_aware()) {
         void *hs = device_.send(mine * esize), *hr = device_.recv(total * esize);
         device_.copy(hs, send, mine * esize);
@@ -171,11 +161,7 @@ void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Que
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 
-void MpiBackend::barrier(Queue queue) {
-    drain(queue);
-    ++stats_.calls;
-    DSM_CHECK_MPI(MPI_Barrier(comm_.get()));
-}
+void MpiBackend::barrier(Queue queue) { barrier_mpi(queue); }
 
 void *MpiBackend::alloc_shared(size_t bytes) {
     AlignedPtr p = aligned_bytes(bytes, true);

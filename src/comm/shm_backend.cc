@@ -4,30 +4,17 @@
 #include "dsm_config.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include <sys/mman.h>
-#include <sys/statvfs.h>
-#include <unistd.h>
-#ifdef __linux__
-#include <sys/uio.h>
-#endif
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
 #include "comm/shm_backend.hpp"
 #include "comm/net.hpp"
 #include "comm/reduce.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 
 namespace dsm {
 namespace comm {
@@ -277,6 +264,18 @@ NodeInput ShmBackend::node_input(dsm_dtype_t dtype, Op op, size_t esize, bool di
     return in;
 }
 
+void ShmBackend::gather_blocks(char *out, const std::vector<size_t> &offs, const std::vector<size_t> &counts,
+                               size_t esize) {
+    node_sync();
+    for (size_t r = 0; r < counts.size(); ++r) {
+        if (counts[r] == 0) continue;
+        const int p = local_of_[r] % local_size_;
+        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
+        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
+    }
+    node_sync();
+}
+
 NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool allreduce) const {
     size_t total = 0;
     for (size_t c : lc) total += c;
@@ -287,11 +286,8 @@ NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool 
 
 void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
+    const size_t bytes = check_allreduce(send, recv, count, dtype, op);
     const size_t esize = dtype_size(dtype);
-    const size_t bytes = checked_bytes(count, esize, "allreduce count");
-    require_buffer(send, bytes, "send");
-    require_buffer(recv, bytes, "recv");
     ++stats_.calls;
     stats_.bytes_sent += ring_share(2 * bytes, size_);
     if (count == 0) return;
@@ -347,28 +343,16 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
             stats_.bytes_off_node += 2 * (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
-    node_sync();
     // Every slice from the rank on this node that serves its lane.
-    char *out = static_cast<char *>(recv);
-    for (size_t r = 0; r < n; ++r) {
-        if (counts[r] == 0) continue;
-        const int p = local_of_[r] % local_size_;
-        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
-        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
-    }
-    node_sync();
+    gather_blocks(static_cast<char *>(recv), offs, counts, esize);
 }
 
 void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
                                  dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
-    check_reduce(dtype, op);
-    const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t me = static_cast<size_t>(rank_), mine = counts[me];
-    require_buffer(send, total * esize, "send");
-    require_buffer(recv, mine * esize, "recv");
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
+    const size_t esize = dtype_size(dtype), me = static_cast<size_t>(rank_);
     ++stats_.calls;
     stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
@@ -421,12 +405,9 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
 void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                             Queue queue) {
     drain(queue);
-    const size_t esize = dtype_size(dtype);
-    size_t total = 0;
-    const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
-    const size_t n = static_cast<size_t>(size_), me = static_cast<size_t>(rank_), mine = counts[me];
-    require_buffer(send, mine * esize, "send");
-    require_buffer(recv, total * esize, "recv");
+    size_t total = 0, mine = 0;
+    const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
+    const size_t esize = dtype_size(dtype), me = static_cast<size_t>(rank_);
     ++stats_.calls;
     stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
@@ -464,14 +445,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
             stats_.bytes_off_node += (sum(lc) - lc[static_cast<size_t>(node_index_)]) * esize;
         }
     }
-    node_sync();
-    for (size_t r = 0; r < n; ++r) {
-        if (counts[r] == 0) continue;
-        const int p = local_of_[r] % local_size_;
-        const char *from = peer_ptr(p, peers_[static_cast<size_t>(p)].dst) + offs[r] * esize;
-        if (from != out + offs[r] * esize) std::memcpy(out + offs[r] * esize, from, counts[r] * esize);
-    }
-    node_sync();
+    gather_blocks(out, offs, counts, esize);
 }
 
 // All-to-all and broadcast move each byte once whatever the transport: MPI.
@@ -609,11 +583,7 @@ void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Que
     mpi_bcast(comm_.get(), buf, count, types_.type(dtype), root, esize);
 }
 
-void ShmBackend::barrier(Queue queue) {
-    drain(queue);
-    ++stats_.calls;
-    DSM_CHECK_MPI(MPI_Barrier(comm_.get()));
-}
+void ShmBackend::barrier(Queue queue) { barrier_mpi(queue); }
 
 // ---------------------------------------------------------------- allocations
 

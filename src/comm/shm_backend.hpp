@@ -257,6 +257,10 @@ private:
     char *peer_ptr(int p, Where w) const;
     void node_sync();
     void begin(Where src, Where dst, size_t scratch, const void *copy_from, size_t copy_bytes);
+    // The end of allreduce and allgatherv: node_sync(), then every member's
+    // block (offs/counts, indexed by group rank) copied into out from the
+    // peer of this node that served its lane, then node_sync() again.
+    void gather_blocks(char *out, const std::vector<size_t> &offs, const std::vector<size_t> &counts, size_t esize);
     void ensure_scratch(size_t bytes);
     void alltoall_packed_node(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                               const PackFn &pack, const UnpackFn &unpack);

@@ -11,8 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include <sys/mman.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 #ifdef __linux__
 #include <sys/uio.h>
@@ -22,7 +20,6 @@
 #endif
 
 #include "comm/shm_backend.hpp"
-#include "comm/reduce.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"

@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -13,18 +11,10 @@
 #include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#ifdef __linux__
-#include <sys/uio.h>
-#endif
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "comm/shm_backend.hpp"
-#include "comm/reduce.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
-#include "core/log.hpp"
 
 namespace dsm {
 namespace comm {

@@ -407,16 +407,26 @@ void HostRegistration::reset() noexcept {
     bytes_ = 0;
 }
 
+#if DSM_HAVE_CUDA
+// The outcome of an allocation `call` of `bytes`: DSM_ERR_OUT_OF_MEMORY
+// when there is no room (the error is cleared: it is not sticky),
+// DSM_ERR_CUDA for any other error.
+namespace {
+void check_alloc(cudaError_t rc, const char *call, size_t bytes) {
+    if (rc == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, call, " of ", bytes, " bytes failed: ", cudaGetErrorString(rc));
+    }
+    if (rc != cudaSuccess) detail::cuda_fail(rc, call, __FILE__, __LINE__);
+}
+} // namespace
+#endif
+
 DeviceBuffer::DeviceBuffer(size_t bytes, bool zero) {
 #if DSM_HAVE_CUDA
     void *p = nullptr;
     const size_t n = std::max<size_t>(bytes, 1);
-    const cudaError_t rc = cudaMalloc(&p, n);
-    if (rc == cudaErrorMemoryAllocation) {
-        (void)cudaGetLastError();
-        DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, "cudaMalloc of ", bytes, " bytes failed: ", cudaGetErrorString(rc));
-    }
-    if (rc != cudaSuccess) detail::cuda_fail(rc, "cudaMalloc", __FILE__, __LINE__);
+    check_alloc(cudaMalloc(&p, n), "cudaMalloc", bytes);
     if (zero) {
         // cudaMemset may return before the memory is written: wait for it, so
         // that the zeros are there whatever stream reads them next.
@@ -427,36 +437,12 @@ DeviceBuffer::DeviceBuffer(size_t bytes, bool zero) {
             detail::cuda_fail(z, "cudaMemset", __FILE__, __LINE__);
         }
     }
-    ptr_ = p;
-    bytes_ = bytes;
+    adopt(p, bytes);
 #else
     (void)bytes;
     (void)zero;
     no_cuda("cudaMalloc");
 #endif
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer &&o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-
-DeviceBuffer &DeviceBuffer::operator=(DeviceBuffer &&o) noexcept {
-    if (this != &o) {
-        reset();
-        ptr_ = std::exchange(o.ptr_, nullptr);
-        bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-}
-
-void DeviceBuffer::reset() noexcept {
-    free_device(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-}
-
-void *DeviceBuffer::release() noexcept {
-    bytes_ = 0;
-    return std::exchange(ptr_, nullptr);
 }
 
 void free_device(void *p) noexcept {
@@ -470,41 +456,12 @@ void free_device(void *p) noexcept {
 PinnedBuffer::PinnedBuffer(size_t bytes) {
 #if DSM_HAVE_CUDA
     void *p = nullptr;
-    const cudaError_t rc = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
-    if (rc == cudaErrorMemoryAllocation) {
-        (void)cudaGetLastError();
-        DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, "cudaMallocHost of ", bytes, " bytes failed: ", cudaGetErrorString(rc));
-    }
-    if (rc != cudaSuccess) detail::cuda_fail(rc, "cudaMallocHost", __FILE__, __LINE__);
-    ptr_ = p;
-    bytes_ = bytes;
+    check_alloc(cudaMallocHost(&p, std::max<size_t>(bytes, 1)), "cudaMallocHost", bytes);
+    adopt(p, bytes);
 #else
     (void)bytes;
     no_cuda("cudaMallocHost");
 #endif
-}
-
-PinnedBuffer::PinnedBuffer(PinnedBuffer &&o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
-
-PinnedBuffer &PinnedBuffer::operator=(PinnedBuffer &&o) noexcept {
-    if (this != &o) {
-        reset();
-        ptr_ = std::exchange(o.ptr_, nullptr);
-        bytes_ = std::exchange(o.bytes_, 0);
-    }
-    return *this;
-}
-
-void PinnedBuffer::reset() noexcept {
-    free_pinned(ptr_);
-    ptr_ = nullptr;
-    bytes_ = 0;
-}
-
-void *PinnedBuffer::release() noexcept {
-    bytes_ = 0;
-    return std::exchange(ptr_, nullptr);
 }
 
 void free_pinned(void *p) noexcept {

@@ -232,50 +232,65 @@ private:
     std::string reason_;
 };
 
-// Device memory (cudaMalloc on the current device), at least 256-byte
-// aligned, zeroed when asked. Move-only; empty (NULL) when default-constructed.
-class DeviceBuffer {
+// Memory of the CUDA runtime, owned: Free (free_device or free_pinned)
+// gives it back on reset() and destruction. Move-only; empty (NULL) when
+// default-constructed. The two kinds below differ only in how they allocate.
+template <void (*Free)(void *) noexcept> class CudaMemory {
 public:
-    DeviceBuffer() = default;
-    explicit DeviceBuffer(size_t bytes, bool zero = false);
-    ~DeviceBuffer() { reset(); }
-    DeviceBuffer(DeviceBuffer &&o) noexcept;
-    DeviceBuffer &operator=(DeviceBuffer &&o) noexcept;
-    DeviceBuffer(const DeviceBuffer &) = delete;
-    DeviceBuffer &operator=(const DeviceBuffer &) = delete;
+    CudaMemory() = default;
+    ~CudaMemory() { reset(); }
+    CudaMemory(CudaMemory &&o) noexcept
+        : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    CudaMemory &operator=(CudaMemory &&o) noexcept {
+        if (this != &o) {
+            reset();
+            ptr_ = std::exchange(o.ptr_, nullptr);
+            bytes_ = std::exchange(o.bytes_, 0);
+        }
+        return *this;
+    }
+    CudaMemory(const CudaMemory &) = delete;
+    CudaMemory &operator=(const CudaMemory &) = delete;
 
     void *get() const noexcept { return ptr_; }
     size_t bytes() const noexcept { return bytes_; }
-    void reset() noexcept;
-    // Give the memory up: the caller frees it with free_device().
-    void *release() noexcept;
+    void reset() noexcept {
+        Free(ptr_);
+        ptr_ = nullptr;
+        bytes_ = 0;
+    }
+    // Give the memory up: the caller frees it with Free.
+    void *release() noexcept {
+        bytes_ = 0;
+        return std::exchange(ptr_, nullptr);
+    }
+
+protected:
+    // Take ownership of `bytes` at p, just allocated (the object is empty).
+    void adopt(void *p, size_t bytes) noexcept {
+        ptr_ = p;
+        bytes_ = bytes;
+    }
 
 private:
     void *ptr_ = nullptr;
     size_t bytes_ = 0;
 };
 
+// Device memory (cudaMalloc on the current device), at least 256-byte
+// aligned, zeroed when asked; freed with free_device().
+class DeviceBuffer : public CudaMemory<free_device> {
+public:
+    DeviceBuffer() = default;
+    explicit DeviceBuffer(size_t bytes, bool zero = false);
+};
+
 // Page-locked host memory (cudaMallocHost), which the devices read and write
-// directly and copies to or from run asynchronously. Move-only.
-class PinnedBuffer {
+// directly and copies to or from run asynchronously; freed with free_pinned().
+class PinnedBuffer : public CudaMemory<free_pinned> {
 public:
     PinnedBuffer() = default;
     explicit PinnedBuffer(size_t bytes);
-    ~PinnedBuffer() { reset(); }
-    PinnedBuffer(PinnedBuffer &&o) noexcept;
-    PinnedBuffer &operator=(PinnedBuffer &&o) noexcept;
-    PinnedBuffer(const PinnedBuffer &) = delete;
-    PinnedBuffer &operator=(const PinnedBuffer &) = delete;
-
-    void *get() const noexcept { return ptr_; }
-    size_t bytes() const noexcept { return bytes_; }
-    void reset() noexcept;
-    // Give the memory up: the caller frees it with free_pinned().
-    void *release() noexcept;
-
-private:
-    void *ptr_ = nullptr;
-    size_t bytes_ = 0;
 };
 
 // ---------------------------------------------------------------- MPI
