@@ -21,7 +21,7 @@ mpiflags=$(mpicxx --showme:compile 2>/dev/null || echo)
 mpilibs=$(mpicxx --showme:link 2>/dev/null || echo -lmpi)
 # shellcheck disable=SC2086
 $cxx $flags $mpiflags -o "$work/fuzz_config" "$src/test/fuzz/fuzz_config.cc" \
-  "$src"/src/config/*.cc "$src"/src/core/*.cc \
+  "$src"/src/config/*.cc "$src"/src/core/*.cc "$src"/src/optim/lr_schedule.cc "$src"/src/optim/optimizer_type.cc \
   $mpilibs
 mkdir -p "$work/corpus"
 cp "$src"/test/data/config/*.json "$work/corpus/"
