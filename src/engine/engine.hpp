@@ -196,7 +196,9 @@ private:
     // A frozen parameter's values from / to fp32 host memory.
     void put_frozen(Param &p, const float *fp32);
     void get_frozen(const Param &p, float *fp32);
-    void publish();                       // master -> compute params (+ gathers)
+    // master -> compute params (+ gathers); with `update`, the optimizer's
+    // step runs inside, slice by slice (zero::Stage::publish).
+    void publish(const zero::Stage::Update &update = zero::Stage::Update());
     double current_lr() const;
     Param &param(int index, const char *what);
     void check_usable() const;

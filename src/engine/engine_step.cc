@@ -130,12 +130,12 @@ zero::Stage::Before Engine::at_point(SyncPoint point) {
 
 // After the master weights changed: write them into the compute-dtype
 // parameters of this partition and gather what the stage keeps whole.
-void Engine::publish() {
-    const double t0 = now();
+void Engine::publish(const zero::Stage::Update &update) {
+    const double t0 = now(), opt0 = timers_.optimizer;
     compute_->invalidate();
-    stage_->publish(master_);
+    stage_->publish(master_, update);
     compute_->refresh(); // ZeRO-Offload: the kept parameters' device copies, while the user goes on
-    timers_.gather += now() - t0;
+    timers_.gather += now() - t0 - (timers_.optimizer - opt0);
 }
 
 // ---------------------------------------------------------------- step
@@ -291,10 +291,27 @@ void Engine::step(dsm_step_info_t *info) {
                         DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE,
                                                     MPI_SUM, dp_comm_.get()));
                     };
-                timers_.optimizer -= now();
-                optimizer_->step(master_, g, segments_, args, sum);
-                timers_.optimizer += now();
-                publish();
+                if (optimizer_->piecewise()) {
+                    // The update runs slice by slice inside publish(), each
+                    // slice's allgather leaving while the next is updated
+                    // (overlap_comm); pieces cut at the optimizer's grain
+                    // give the bits of one whole step.
+                    const size_t P = layout_.part_size(), grain = optim::Optimizer::grain();
+                    size_t updated = 0;
+                    publish([&](size_t upto) {
+                        upto = std::min(P, (upto + grain - 1) / grain * grain);
+                        if (upto <= updated) return;
+                        timers_.optimizer -= now();
+                        optimizer_->step(master_, g, optim::within(segments_, updated, upto), args);
+                        timers_.optimizer += now();
+                        updated = upto;
+                    });
+                } else {
+                    timers_.optimizer -= now();
+                    optimizer_->step(master_, g, segments_, args, sum);
+                    timers_.optimizer += now();
+                    publish();
+                }
                 zero_grads();
                 scaler_->update(false);
                 if (schedule_) {

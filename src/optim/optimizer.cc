@@ -371,6 +371,21 @@ Optimizer::Optimizer(const Hyper &hyper, size_t n, device::Space &space) : hyper
 
 Optimizer::~Optimizer() = default;
 
+size_t Optimizer::grain() noexcept { return kChunk; }
+
+std::vector<Segment> within(const std::vector<Segment> &segments, size_t lo, size_t hi) {
+    std::vector<Segment> out;
+    for (const Segment &s : segments) {
+        const size_t b = std::max(s.offset, lo), e = std::min(s.offset + s.count, hi);
+        if (b >= e) continue;
+        Segment c = s;
+        c.offset = b;
+        c.count = e - b;
+        out.push_back(c);
+    }
+    return out;
+}
+
 void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
                      const SumFn &sum) {
     DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");

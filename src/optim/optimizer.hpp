@@ -132,6 +132,13 @@ public:
     const float *state(int i) const noexcept { return static_cast<const float *>(states_[static_cast<size_t>(i)].data()); }
     device::Space &space() const noexcept { return *space_; }
 
+    // Whether an update may run in pieces, one step per range of elements
+    // (all but Lamb, whose trust ratios need each parameter whole). Steps
+    // over the segments cut at multiples of grain() elements (within())
+    // give the bits of one step over them all.
+    bool piecewise() const noexcept { return hyper_.type != OptimizerType::LAMB; }
+    static size_t grain() noexcept;
+
     // One update of p[0..n) from g[0..n) * args.grad_scale over `segments`.
     // `sum` is used by Lamb only (may be empty: one rank). Segments must lie
     // inside [0, n) and not overlap; step >= 1.
@@ -149,6 +156,9 @@ private:
     device::Space *space_;
     std::vector<device::Buffer> states_;
 };
+
+// The parts of `segments` that lie in elements [lo, hi), in the same order.
+std::vector<Segment> within(const std::vector<Segment> &segments, size_t lo, size_t hi);
 
 // The fused kernels, for benchmarks and tests: one update of n elements, all
 // with the same weight decay (threaded, ISA as set).

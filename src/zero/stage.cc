@@ -1,6 +1,8 @@
 // The stage factory and what every stage shares.
 #include "zero/stage.hpp"
 
+#include <algorithm>
+
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
@@ -28,6 +30,15 @@ void Stage::bind(const Layout *layout, int part, comm::Backend *dp, comm::Backen
     space_ = space;
     math_ = math;
     timers_ = timers;
+}
+
+void Stage::advance(const float *master, void *part, const Update &update, size_t *done, size_t upto) {
+    upto = std::min(upto, layout_->part_size());
+    if (upto <= *done) return;
+    if (update) update(upto);
+    if (s_.dtype != DSM_FLOAT32)
+        math_->convert(master + *done, DSM_FLOAT32, static_cast<char *>(part) + *done * esize_, s_.dtype, upto - *done);
+    *done = upto;
 }
 
 } // namespace zero

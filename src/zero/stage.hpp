@@ -138,10 +138,18 @@ public:
     // then the allgather) when it is not held.
     virtual const void *acquire_param(int index, const Before &before) = 0;
     virtual void release_param(int index) = 0;
+    // The optimizer's update of `master`, run by publish() in pieces: on
+    // return the partition's elements [0, upto) are updated. Called with
+    // increasing `upto`, the last time with P; it may update more than asked.
+    using Update = std::function<void(size_t upto)>;
     // After the optimizer (or a load) wrote `master` (fp32, P elements):
     // convert it into the partition and gather what the stage holds whole.
-    // Collective.
-    virtual void publish(const float *master) = 0;
+    // With `update`, the optimizer has not run yet: publish() runs it slice
+    // by slice, each slice converted and its allgather started (overlap_comm)
+    // before the next slice's update, so that the update of one slice
+    // overlaps the gather of the one before; the values are those of one
+    // update followed by publish(). Collective.
+    virtual void publish(const float *master, const Update &update = Update()) = 0;
     // A new micro-step: prefetched parameters nobody acquired are dropped
     // (`forget`: the traces of acquisitions too, after a load).
     virtual void new_micro_step(bool forget) = 0;
@@ -174,6 +182,10 @@ public:
 protected:
     explicit Stage(const StageSettings &s);
     size_t esize() const noexcept { return esize_; }
+    // publish(): bring the partition `part` up to element `upto` (at most P)
+    // from `*done`: the update of [*done, upto), then its conversion from
+    // `master` into the compute dtype.
+    void advance(const float *master, void *part, const Update &update, size_t *done, size_t upto);
 
     StageSettings s_;
     size_t esize_ = 4, csize_ = 4; // bytes per compute and per communication element

@@ -77,7 +77,7 @@ public:
         if (arena_ == Arena::PARAM && arena_param_ == index) arena_ = Arena::FREE;
         pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
     }
-    void publish(const float *master) override;
+    void publish(const float *master, const Update &update) override;
     void new_micro_step(bool forget) override;
 
     void *acquire_grad(int index) override {
@@ -463,16 +463,18 @@ void Partitioned::wait_published(size_t end) {
         }
 }
 
-void Partitioned::publish(const float *master) {
+void Partitioned::publish(const float *master, const Update &update) {
     pipe_->wait_all(); // gathers in flight read the partition
     published_.clear();
     // hpZ: the secondary copies hold the values before this update.
     std::fill(secondary_ok_.begin(), secondary_ok_.end(), 0);
     void *part = param_partition();
-    if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
+    const size_t P = layout_->part_size();
+    size_t done = 0;
     if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
+        advance(master, part, update, &done, P);
         if (s_.stage == 2) {
-            dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
+            dp_->allgather(part, param_flat_.data(), P, s_.dtype, queue());
         } else if (persist_end_ > 0) {
             const std::vector<size_t> counts = layout_->counts(0, persist_end_);
             dp_->allgatherv(part, param_flat_.data(), counts, s_.dtype, queue());
@@ -480,15 +482,18 @@ void Partitioned::publish(const float *master) {
         return;
     }
     // Overlapped: slices of allgather_bucket_size elements, in place, each
-    // waited for by the first acquisition that reads it.
-    // This rank's block of a slice starts in its partition (stage 2: in
-    // place in the flat parameters; stage 3: the partition's own buffer).
+    // waited for by the first acquisition that reads it, each leaving as
+    // soon as this rank's share of it is updated (the update of the next
+    // share overlaps it). This rank's block of a slice starts in its
+    // partition (stage 2: in place in the flat parameters; stage 3: the
+    // partition's own buffer).
     const size_t end = s_.stage == 2 ? layout_->total() : persist_end_;
     char *flat = static_cast<char *>(param_flat_.data());
     const char *mine = static_cast<const char *>(part);
     const size_t my_begin = layout_->part_begin(part_);
     for (const auto &r : flat_regions(end, s_.allgather_bucket_size)) {
         const size_t a = r.first, b = r.second;
+        advance(master, part, update, &done, b > my_begin ? b - my_begin : 0);
         const char *send = mine + (std::max(a, my_begin) - my_begin) * esize_;
         const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, flat, send] {
             const double t0 = MPI_Wtime();
@@ -498,6 +503,7 @@ void Partitioned::publish(const float *master) {
         });
         published_.emplace_back(b, t);
     }
+    advance(master, part, update, &done, P); // stage 3: the partitioned parameters
 }
 
 void Partitioned::new_micro_step(bool forget) {

@@ -69,19 +69,24 @@ public:
         return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
     }
     void release_param(int) override {}
-    void publish(const float *master) override {
-        void *part = param_partition();
-        if (s_.dtype != DSM_FLOAT32) math_->convert(master, DSM_FLOAT32, part, s_.dtype, layout_->part_size());
+    void publish(const float *master, const Update &update) override {
         pipe_->wait_all();
         published_.clear();
-        if (s_.stage != 1) return;
-        if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
-            dp_->allgather(part, param_flat_.data(), layout_->part_size(), s_.dtype, queue());
+        void *part = param_partition();
+        const size_t P = layout_->part_size();
+        size_t done = 0;
+        if (s_.stage != 1 || pipe_->mode() == comm::Pipeline::Mode::INLINE) {
+            advance(master, part, update, &done, P);
+            if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), P, s_.dtype, queue());
             return;
         }
+        // Each slice's allgather leaves as soon as this rank's share of it
+        // is updated; the update of the next share overlaps it.
         char *flat = static_cast<char *>(param_flat_.data());
+        const size_t my_begin = layout_->part_begin(part_);
         for (const auto &r : flat_regions(layout_->total(), s_.allgather_bucket_size)) {
             const size_t a = r.first, b = r.second;
+            advance(master, part, update, &done, b > my_begin ? b - my_begin : 0);
             published_.emplace_back(b, pipe_->submit([this, a, b, flat] {
                 const double t0 = MPI_Wtime();
                 const std::vector<size_t> counts = layout_->counts(a, b);
@@ -91,6 +96,7 @@ public:
                 timers_->gather += MPI_Wtime() - t0;
             }));
         }
+        advance(master, part, update, &done, P);
     }
     void new_micro_step(bool forget) override {
         if (forget) { // a load: the boundary micro-step under way starts over

@@ -643,6 +643,45 @@ static void test_isa_and_threads(void **) {
     assert_true(dsm::optim::num_threads() >= 1);
 }
 
+// An update in pieces (what publish() runs under overlap_comm): steps over
+// within(segments, a, b) for cuts at multiples of grain() give the bits of
+// one step over all segments, on every instruction set, for the
+// element-wise optimizers; within() clips and keeps order and flags.
+static void test_piecewise(void **) {
+    const size_t G = Optimizer::grain(), n = 3 * G + 4099;
+    const std::vector<Segment> segs = {seg(5, G + 17, 0, true), seg(G + 30, 9, 1, false), seg(G + 40, 2 * G, 2, true),
+                                       seg(3 * G + 50, 4000, 3, false)};
+    const std::vector<Segment> cut = dsm::optim::within(segs, G + 25, 2 * G);
+    assert_int_equal(cut.size(), 2);
+    assert_int_equal(cut[0].offset, G + 30);
+    assert_int_equal(cut[0].count, 9);
+    assert_false(cut[0].decay);
+    assert_int_equal(cut[1].param, 2);
+    assert_int_equal(cut[1].offset, G + 40);
+    assert_int_equal(cut[1].count, G - 40);
+    assert_true(dsm::optim::within(segs, 0, 5).empty());
+    for (const OptimizerType t : {OptimizerType::ADAMW, OptimizerType::SGD, OptimizerType::LION, OptimizerType::ADAGRAD}) {
+        for (const auto &isa : available_isas()) {
+            dsm::optim::set_isa(isa);
+            Optimizer whole(hyper(t), n), parts(hyper(t), n);
+            assert_true(whole.piecewise());
+            std::vector<float> p1 = random_vec(n, 1), p2 = p1;
+            for (int step = 1; step <= 3; ++step) {
+                const std::vector<float> g = random_vec(n, 10 + static_cast<uint64_t>(step));
+                StepArgs a;
+                a.step = step;
+                whole.step(p1.data(), g.data(), segs, a);
+                const size_t cuts[] = {0, G, 3 * G, n};
+                for (int c = 0; c < 3; ++c) parts.step(p2.data(), g.data(), dsm::optim::within(segs, cuts[c], cuts[c + 1]), a);
+            }
+            if (std::memcmp(p1.data(), p2.data(), n * sizeof(float)) != 0)
+                fail_msg("optimizer %d on %s: an update in pieces differs from the whole", static_cast<int>(t), isa.c_str());
+        }
+    }
+    dsm::optim::set_isa("auto");
+    assert_false(Optimizer(hyper(OptimizerType::LAMB), 10).piecewise());
+}
+
 static void test_step_errors(void **) {
     Optimizer opt(hyper(OptimizerType::ADAMW), 100);
     std::vector<float> p(100), g(100);
@@ -692,6 +731,7 @@ int main(void) {
         cmocka_unit_test(test_states_and_alignment),
         cmocka_unit_test(test_optimizer_hyper),
         cmocka_unit_test(test_isa_and_threads),
+        cmocka_unit_test(test_piecewise),
         cmocka_unit_test(test_step_errors),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
