@@ -35,8 +35,9 @@ namespace {
 DSM_PARAM(comm, COMM_BACKEND, param::Choice({"auto", "mpi", "shm", "nccl"}), "auto",
           "The communication backend of the engine and sequence parallelism: auto, mpi, shm or nccl. "
           "auto: nccl for buffers in device memory when NCCL is built and every rank has a GPU of its own, else "
-          "shm when some node holds two or more ranks of a group (node-shared memory, MPI between "
-          "nodes), else mpi. nccl takes device memory only, shm host memory only; a backend that cannot "
+          "shm for a group of two or more ranks (node-shared memory inside a node, libdsm's own between-node "
+          "stage over MPI point-to-point across nodes, even at one rank per node), else mpi. nccl takes device "
+          "memory only, shm host memory only; a backend that cannot "
           "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank.");
 
 // Declared here, where every build compiles it, so that dsm-info lists it
@@ -325,19 +326,6 @@ bool nccl_built() noexcept { return DSM_HAVE_NCCL_BACKEND != 0; }
 
 int nccl_timeout_param() { return static_cast<int>(param_NCCL_TIMEOUT().value()); }
 
-namespace {
-
-// The largest number of the group's ranks on one node, the same on every rank.
-int max_ranks_per_node(MPI_Comm comm, int node_color) {
-    const Comm node = node_comm(comm, node_color);
-    int local = 1, most = 1;
-    DSM_CHECK_MPI(MPI_Comm_size(node.get(), &local));
-    DSM_CHECK_MPI(MPI_Allreduce(&local, &most, 1, MPI_INT, MPI_MAX, comm));
-    return most;
-}
-
-} // namespace
-
 std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color) {
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     switch (kind) {
@@ -351,8 +339,13 @@ std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color
                  DSM_HAVE_CUDA ? "NCCL" : "CUDA");
 #endif
     case Kind::AUTO: {
-        // Every rank sees the same maximum, so all take the same branch.
-        if (max_ranks_per_node(comm, node_color) < 2) return std::make_unique<MpiBackend>(comm);
+        // Every group of two or more ranks: inside a node shared memory
+        // beats MPI's copies, and across nodes (even at one rank per node)
+        // the shm backend's between-node stage beats MPI's collectives over
+        // TCP (performance.md, "Multi-node"). Every rank sees the same size.
+        int size = 1;
+        DSM_CHECK_MPI(MPI_Comm_size(comm, &size));
+        if (size < 2) return std::make_unique<MpiBackend>(comm);
         try {
             return std::make_unique<ShmBackend>(comm, node_color);
         } catch (const Error &e) {

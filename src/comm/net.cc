@@ -15,6 +15,7 @@
 #include <string>
 
 #include "comm/net.hpp"
+#include "comm/pipeline.hpp"
 #include "comm/reduce.hpp"
 #include "core/error.hpp"
 #include "core/param.hpp"
@@ -42,11 +43,7 @@ constexpr int kTagAg = 0x4e02;   // allgather steps
 constexpr int kTagFold = 0x4e03; // rhd: a surplus member hands its data to its partner
 constexpr int kTagPost = 0x4e04; // rhd: the partner hands back the surplus member's result
 
-void wait_all(std::vector<MPI_Request> *reqs) {
-    if (reqs->empty()) return;
-    DSM_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs->size()), reqs->data(), MPI_STATUSES_IGNORE));
-    reqs->clear();
-}
+void wait_all(std::vector<MPI_Request> *reqs) { wait_requests(reqs); }
 
 } // namespace
 
@@ -162,7 +159,7 @@ void NetLane::exchange(const NodeInput &in, const std::vector<size_t> &lc, const
     for (size_t j = 0, pos = 0; j < 2; pos += lc[j], ++j)
         for (size_t at = 0; at < lc[j]; at += ch, ++c) {
             const size_t n = std::min(ch, lc[j] - at);
-            DSM_CHECK_MPI(MPI_Wait(&recvs[c], MPI_STATUS_IGNORE));
+            wait_request(&recvs[c]);
             const char *mine = in.direct != nullptr ? in.direct + (ld[j] + at) * es : own + (pos + at) * es;
             const char *theirs = got + (pos + at) * es;
             const void *srcs[2] = {me_ == 0 ? mine : theirs, me_ == 0 ? theirs : mine};
@@ -223,7 +220,7 @@ void NetLane::ring(const NodeInput &in, const std::vector<size_t> &lc, const std
         size_t c = 0;
         for (size_t at = 0; at < lc[rb]; at += ch, ++c) {
             const size_t n = std::min(ch, lc[rb] - at);
-            DSM_CHECK_MPI(MPI_Wait(&rr[c], MPI_STATUS_IGNORE));
+            wait_request(&rr[c]);
             if (s + 2 < k) {
                 in.reduce(r + at * es, r + at * es, ld[rb] + at, n);
                 isend(r + at * es, n, next, kTagRs, &sends[s % 2]);
@@ -239,7 +236,7 @@ void NetLane::ring(const NodeInput &in, const std::vector<size_t> &lc, const std
         for (int t = 0; t + 1 < k; ++t) {
             const size_t b = blk(t + 1);
             for (size_t at = 0; at < lc[b]; at += ch, ++c) {
-                DSM_CHECK_MPI(MPI_Wait(&agr[c], MPI_STATUS_IGNORE));
+                wait_request(&agr[c]);
                 if (t + 2 < k) isend(w + (ld[b] + at) * es, std::min(ch, lc[b] - at), next, kTagAg, &other);
             }
         }
@@ -268,7 +265,7 @@ void NetLane::ring_ag(char *w, const std::vector<size_t> &lc, const std::vector<
     for (int t = 0; t + 1 < k; ++t) {
         const size_t b = blk(t + 1);
         for (size_t at = 0; at < lc[b]; at += ch, ++c) {
-            DSM_CHECK_MPI(MPI_Wait(&agr[c], MPI_STATUS_IGNORE));
+            wait_request(&agr[c]);
             if (t + 2 < k) isend(w + (ld[b] + at) * es, std::min(ch, lc[b] - at), next, kTagAg, &sends);
         }
     }
@@ -319,7 +316,7 @@ void NetLane::rhd_rs(const NodeInput &in, const std::vector<size_t> &lc, const s
         for (size_t at = x; at < y; at += ch) irecv(tmp + at * es, std::min(ch, y - at), from, tag, &recvs);
         size_t c = 0;
         for (size_t at = x; at < y; at += ch, ++c) {
-            DSM_CHECK_MPI(MPI_Wait(&recvs[c], MPI_STATUS_IGNORE));
+            wait_request(&recvs[c]);
             combine(acc + at * es, tmp + at * es, std::min(ch, y - at));
         }
         recvs.clear();
