@@ -15,7 +15,6 @@
     X(topo_locality)                                                                             \
     X(comm_backend)                                                                              \
     X(comm_net)                                                                                  \
-    X(comm_pipeline)                                                                             \
     X(engine)                                                                                    \
     X(engine_init)                                                                               \
     X(engine_device_mirror)                                                                      \

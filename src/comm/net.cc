@@ -15,7 +15,6 @@
 #include <string>
 
 #include "comm/net.hpp"
-#include "comm/pipeline.hpp"
 #include "comm/reduce.hpp"
 #include "core/error.hpp"
 #include "core/param.hpp"
@@ -43,7 +42,11 @@ constexpr int kTagAg = 0x4e02;   // allgather steps
 constexpr int kTagFold = 0x4e03; // rhd: a surplus member hands its data to its partner
 constexpr int kTagPost = 0x4e04; // rhd: the partner hands back the surplus member's result
 
-void wait_all(std::vector<MPI_Request> *reqs) { wait_requests(reqs); }
+void wait_all(std::vector<MPI_Request> *reqs) {
+    if (reqs->empty()) return;
+    DSM_CHECK_MPI(MPI_Waitall(static_cast<int>(reqs->size()), reqs->data(), MPI_STATUSES_IGNORE));
+    reqs->clear();
+}
 
 } // namespace
 
@@ -159,7 +162,7 @@ void NetLane::exchange(const NodeInput &in, const std::vector<size_t> &lc, const
     for (size_t j = 0, pos = 0; j < 2; pos += lc[j], ++j)
         for (size_t at = 0; at < lc[j]; at += ch, ++c) {
             const size_t n = std::min(ch, lc[j] - at);
-            wait_request(&recvs[c]);
+            DSM_CHECK_MPI(MPI_Wait(&recvs[c], MPI_STATUS_IGNORE));
             const char *mine = in.direct != nullptr ? in.direct + (ld[j] + at) * es : own + (pos + at) * es;
             const char *theirs = got + (pos + at) * es;
             const void *srcs[2] = {me_ == 0 ? mine : theirs, me_ == 0 ? theirs : mine};
@@ -220,7 +223,7 @@ void NetLane::ring(const NodeInput &in, const std::vector<size_t> &lc, const std
         size_t c = 0;
         for (size_t at = 0; at < lc[rb]; at += ch, ++c) {
             const size_t n = std::min(ch, lc[rb] - at);
-            wait_request(&rr[c]);
+            DSM_CHECK_MPI(MPI_Wait(&rr[c], MPI_STATUS_IGNORE));
             if (s + 2 < k) {
                 in.reduce(r + at * es, r + at * es, ld[rb] + at, n);
                 isend(r + at * es, n, next, kTagRs, &sends[s % 2]);
@@ -236,7 +239,7 @@ void NetLane::ring(const NodeInput &in, const std::vector<size_t> &lc, const std
         for (int t = 0; t + 1 < k; ++t) {
             const size_t b = blk(t + 1);
             for (size_t at = 0; at < lc[b]; at += ch, ++c) {
-                wait_request(&agr[c]);
+                DSM_CHECK_MPI(MPI_Wait(&agr[c], MPI_STATUS_IGNORE));
                 if (t + 2 < k) isend(w + (ld[b] + at) * es, std::min(ch, lc[b] - at), next, kTagAg, &other);
             }
         }
@@ -265,7 +268,7 @@ void NetLane::ring_ag(char *w, const std::vector<size_t> &lc, const std::vector<
     for (int t = 0; t + 1 < k; ++t) {
         const size_t b = blk(t + 1);
         for (size_t at = 0; at < lc[b]; at += ch, ++c) {
-            wait_request(&agr[c]);
+            DSM_CHECK_MPI(MPI_Wait(&agr[c], MPI_STATUS_IGNORE));
             if (t + 2 < k) isend(w + (ld[b] + at) * es, std::min(ch, lc[b] - at), next, kTagAg, &sends);
         }
     }
@@ -316,7 +319,7 @@ void NetLane::rhd_rs(const NodeInput &in, const std::vector<size_t> &lc, const s
         for (size_t at = x; at < y; at += ch) irecv(tmp + at * es, std::min(ch, y - at), from, tag, &recvs);
         size_t c = 0;
         for (size_t at = x; at < y; at += ch, ++c) {
-            wait_request(&recvs[c]);
+            DSM_CHECK_MPI(MPI_Wait(&recvs[c], MPI_STATUS_IGNORE));
             combine(acc + at * es, tmp + at * es, std::min(ch, y - at));
         }
         recvs.clear();

@@ -29,7 +29,6 @@
 // the next wait rethrows it, once.
 #pragma once
 
-#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -38,9 +37,6 @@
 #include <functional>
 #include <mutex>
 #include <thread>
-#include <vector>
-
-#include <mpi.h>
 
 namespace dsm {
 namespace comm {
@@ -75,7 +71,6 @@ public:
     Ticket last() const noexcept { return last_; }
 
 private:
-    struct Waiting; // counts a caller blocked in wait() or submit() (THREAD)
     void loop();
     bool run_one(std::unique_lock<std::mutex> &lock); // DEFERRED: the oldest, on this thread
 
@@ -83,26 +78,11 @@ private:
     std::mutex mu_;
     std::condition_variable more_, finished_;
     std::deque<Task> queue_;
-    std::atomic<int> waiters_{0}; // callers blocked on the progress thread now
     Ticket last_ = 0, done_ = 0;
     std::exception_ptr error_;
     bool stop_ = false;
     std::thread thread_;
 };
-
-// Waiting for MPI requests in a task (the point-to-point stages of the
-// backends call these instead of MPI_Wait / MPI_Waitall; the second clears
-// the vector). On the progress thread, while no caller waits for it, a
-// request is tested with sleeps in between (4 to 128 us, doubling), so that
-// the model's compute keeps the cores a polling MPI wait would take; the
-// kernel's socket buffers keep the network busy meanwhile. While a caller
-// waits, on any other thread, or with DSM_COMM_PROGRESS_WAIT=poll: MPI_Wait.
-void wait_request(MPI_Request *r);
-void wait_requests(std::vector<MPI_Request> *reqs);
-// Whether DSM_COMM_PROGRESS_WAIT is "sleep" (the default); a bad value is
-// DSM_ERR_INVALID_ARGUMENT naming it. Read by each THREAD pipeline; the
-// engine checks it on every rank (agreed) before it creates one.
-bool progress_wait_sleeps();
 
 } // namespace comm
 } // namespace dsm

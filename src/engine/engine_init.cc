@@ -19,7 +19,6 @@
 #include "core/log.hpp"
 #include "core/param.hpp"
 #include "comm/nccl_backend.hpp"
-#include "comm/pipeline.hpp"
 #include "cuda/device.hpp"
 
 namespace dsm {
@@ -198,8 +197,6 @@ const char *device_word(dsm_device_t d) {
 void Engine::choose_space(const Options &options) {
     dsm_device_t want = options.device;
     agree(world_, [&] {
-        // Read by the progress thread's pipeline (allocate()): a bad value fails here, on every rank.
-        if (cfg_.zero.overlap_comm) (void)comm::progress_wait_sleeps();
         if (want != DSM_DEVICE_DEFAULT) return;
         const std::string v = param_ENGINE_DEVICE().value();
         want = v == "host" ? DSM_DEVICE_HOST : v == "cuda" ? DSM_DEVICE_CUDA : v == "sim" ? DSM_DEVICE_SIMULATED

@@ -1292,57 +1292,48 @@ void test_net_algorithms(void **state) {
 
 // overlap_comm's progress thread runs the collectives (comm::Pipeline,
 // THREAD mode; this program runs at MPI_THREAD_SERIALIZED, and the caller
-// makes no MPI call while a task runs): the between-node messages are
-// waited for by testing and sleeping while the caller works, by polling
-// while it waits, and with DSM_COMM_PROGRESS_WAIT=poll by MPI_Wait. The
-// results have the bits of the same calls made inline; a bad value of the
-// parameter names it.
-void test_progress_thread_waits(void **state) {
+// makes no MPI call while a task runs) on simulated nodes, through the
+// between-node stage: the results have the bits of the same calls made
+// inline, whether the caller computes for a while or waits at once.
+void test_progress_thread(void **state) {
     (void)state;
     guarded([] {
         using dsm::comm::Pipeline;
-        setenv("DSM_COMM_PROGRESS_WAIT", "nap", 1);
-        EXPECT_ERROR(Pipeline(Pipeline::Mode::THREAD), DSM_ERR_INVALID_ARGUMENT, "DSM_COMM_PROGRESS_WAIT=\"nap\"");
         setenv("DSM_COMM_NET_CHUNK", "4096", 1);
         const size_t n = 100003, np = static_cast<size_t>(test_size);
         std::vector<float> x(n), ar0(n), ar1(n), rs0(n / np + n % np), rs1(n / np + n % np), ag0(n * np), ag1(n * np);
         for (size_t i = 0; i < n; ++i) x[i] = 0.001f * static_cast<float>((static_cast<size_t>(test_rank) * 7919u + i * 31u) % 1000u) - 0.5f;
         std::vector<size_t> counts(np, n / np);
         counts.back() += n % np;
-        for (const char *wait : {"sleep", "poll"}) {
-            setenv("DSM_COMM_PROGRESS_WAIT", wait, 1);
-            for (const Config &c : {kConfigs[2], kConfigs[5]}) {
-                const auto be = make(c);
-                const std::string label = dsm::cat(c.label, ", DSM_COMM_PROGRESS_WAIT=", wait);
-                auto all = [&](std::vector<float> &ar, std::vector<float> &rs, std::vector<float> &ag) {
-                    be->allreduce(x.data(), ar.data(), n, DSM_FLOAT32, Op::SUM);
-                    be->reduce_scatterv(x.data(), rs.data(), counts, DSM_FLOAT32, Op::SUM);
-                    be->allgather(x.data(), ag.data(), n, DSM_FLOAT32);
-                };
-                all(ar0, rs0, ag0);
-                for (int waited = 0; waited < 2; ++waited) {
-                    std::fill(ar1.begin(), ar1.end(), 0.0f);
-                    std::fill(rs1.begin(), rs1.end(), 0.0f);
-                    std::fill(ag1.begin(), ag1.end(), 0.0f);
-                    Pipeline pipe(Pipeline::Mode::THREAD);
-                    const Pipeline::Ticket t = pipe.submit([&] { all(ar1, rs1, ag1); });
-                    if (!waited) { // the caller computes for a while (no MPI call) before it waits
-                        volatile double acc = 0;
-                        const double until = MPI_Wtime() + 0.02;
-                        while (MPI_Wtime() < until) acc = acc + 1.0;
-                    }
-                    pipe.wait(t);
-                    const size_t mine = counts[static_cast<size_t>(test_rank)];
-                    CHECK(std::memcmp(ar0.data(), ar1.data(), n * sizeof(float)) == 0 &&
-                              std::memcmp(rs0.data(), rs1.data(), mine * sizeof(float)) == 0 &&
-                              std::memcmp(ag0.data(), ag1.data(), n * np * sizeof(float)) == 0,
-                          label, waited ? " (waited for at once)" : " (the caller computing)",
-                          ": the collectives on the progress thread differ from the same calls inline");
+        for (const Config &c : {kConfigs[2], kConfigs[5]}) {
+            const auto be = make(c);
+            auto all = [&](std::vector<float> &ar, std::vector<float> &rs, std::vector<float> &ag) {
+                be->allreduce(x.data(), ar.data(), n, DSM_FLOAT32, Op::SUM);
+                be->reduce_scatterv(x.data(), rs.data(), counts, DSM_FLOAT32, Op::SUM);
+                be->allgather(x.data(), ag.data(), n, DSM_FLOAT32);
+            };
+            all(ar0, rs0, ag0);
+            for (int waited = 0; waited < 2; ++waited) {
+                std::fill(ar1.begin(), ar1.end(), 0.0f);
+                std::fill(rs1.begin(), rs1.end(), 0.0f);
+                std::fill(ag1.begin(), ag1.end(), 0.0f);
+                Pipeline pipe(Pipeline::Mode::THREAD);
+                const Pipeline::Ticket t = pipe.submit([&] { all(ar1, rs1, ag1); });
+                if (!waited) { // the caller computes for a while (no MPI call) before it waits
+                    volatile double acc = 0;
+                    const double until = MPI_Wtime() + 0.02;
+                    while (MPI_Wtime() < until) acc = acc + 1.0;
                 }
+                pipe.wait(t);
+                const size_t mine = counts[static_cast<size_t>(test_rank)];
+                CHECK(std::memcmp(ar0.data(), ar1.data(), n * sizeof(float)) == 0 &&
+                          std::memcmp(rs0.data(), rs1.data(), mine * sizeof(float)) == 0 &&
+                          std::memcmp(ag0.data(), ag1.data(), n * np * sizeof(float)) == 0,
+                      c.label, waited ? " (waited for at once)" : " (the caller computing)",
+                      ": the collectives on the progress thread differ from the same calls inline");
             }
         }
         unsetenv("DSM_COMM_NET_CHUNK");
-        unsetenv("DSM_COMM_PROGRESS_WAIT");
     });
 }
 
@@ -1751,7 +1742,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_alltoall_pieces),
         cmocka_unit_test(test_net_algorithms),
         cmocka_unit_test(test_net_parameters),
-        cmocka_unit_test(test_progress_thread_waits),
+        cmocka_unit_test(test_progress_thread),
         cmocka_unit_test(test_alltoall_direct),
     };
     return RUN_MPI_TESTS("comm", tests);

@@ -834,28 +834,6 @@ static void test_overlap_bad_config(void **state) {
         if (!strstr(msg, want) || !strstr(msg, k == 4 ? "got \"yes\"" : "got -5"))
             fail_msg("%s: the error does not name the key and the value: %s", keys[k], msg);
     }
-    /* How the progress thread waits: a bad DSM_COMM_PROGRESS_WAIT, on the
-       last rank only, fails every rank, naming it; poll and sleep train. */
-    const run_t r = {2, 2, 2, 1, ADAMW, "", 0};
-    zero_extra = ", \"overlap_comm\": true";
-    if (test_rank == test_size - 1) setenv("DSM_COMM_PROGRESS_WAIT", "spin", 1);
-    char cfg[2048];
-    make_config(cfg, sizeof cfg, &r, r.mb);
-    dsm_param_desc_t d[NPARAMS];
-    describe_params(d, NULL);
-    dsm_engine_t e = NULL;
-    assert_int_equal(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e), DSM_ERR_INVALID_ARGUMENT);
-    assert_null(e);
-    if (!strstr(dsm_last_error(), "DSM_COMM_PROGRESS_WAIT") || !strstr(dsm_last_error(), "spin"))
-        fail_msg("a bad DSM_COMM_PROGRESS_WAIT: the error does not name it: %s", dsm_last_error());
-    float out[2][TOTAL];
-    for (int w = 0; w < 2; ++w) {
-        setenv("DSM_COMM_PROGRESS_WAIT", w ? "poll" : "sleep", 1);
-        train(MPI_COMM_WORLD, NULL, &r, r.mb, test_size, test_rank, 1, out[w], NULL);
-    }
-    unsetenv("DSM_COMM_PROGRESS_WAIT");
-    zero_extra = "";
-    if (memcmp(out[0], out[1], sizeof out[0]) != 0) fail_msg("DSM_COMM_PROGRESS_WAIT poll and sleep differ");
 }
 
 /* An engine on `device` for run r (every rank a data-parallel rank). */
