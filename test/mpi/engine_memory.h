@@ -27,6 +27,21 @@ static inline float test_hashf(unsigned a, unsigned b) {
     return (float)(h & 0xffffff) / (float)0x800000 - 1.0f;
 }
 
+/* Descriptors of n one-dimensional trainable fp32 parameters: names[i] of
+   shape[i] elements, initialized by `init`. */
+static inline void test_vector_params(dsm_param_desc_t *d, int n, const char *const *names, const int64_t *shape,
+                                      dsm_param_init_fn init) {
+    memset(d, 0, (size_t)n * sizeof d[0]);
+    for (int i = 0; i < n; ++i) {
+        d[i].name = names[i];
+        d[i].ndims = 1;
+        d[i].shape = &shape[i];
+        d[i].dtype = DSM_FLOAT32;
+        d[i].trainable = 1;
+        d[i].init_fn = init;
+    }
+}
+
 static inline int engine_on_cuda(dsm_engine_t e) {
     dsm_device_t d = DSM_DEVICE_HOST;
     assert_int_equal(dsm_engine_device(e, &d), DSM_SUCCESS);

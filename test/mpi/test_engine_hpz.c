@@ -39,17 +39,7 @@ static int init_fn(void *user, int index, const char *name, int64_t offset, int6
     return 0;
 }
 
-static void params(dsm_param_desc_t d[NP]) {
-    memset(d, 0, NP * sizeof d[0]);
-    for (int i = 0; i < NP; ++i) {
-        d[i].name = names[i];
-        d[i].ndims = 1;
-        d[i].shape = &shape[i];
-        d[i].dtype = DSM_FLOAT32;
-        d[i].trainable = 1;
-        d[i].init_fn = init_fn;
-    }
-}
+static void params(dsm_param_desc_t d[NP]) { test_vector_params(d, NP, names, shape, init_fn); }
 
 /* One configuration of a run. */
 typedef struct {
