@@ -114,12 +114,13 @@ static void test_stages_precisions(void **state) {
 
 static void test_devices_slices(void **state) {
     (void)state;
+    /* Slices smaller than a grain, one grain, several grains, the whole. */
     const long long slices[] = {1000, 16384, 70000, 1000000};
-    for (int stage = 1; stage <= 3; ++stage)
-        for (int k = 0; k < 4; ++k) {
-            const run_t r = {stage, "\"bf16\": {\"enabled\": true}, ", ADAMW, "sim", slices[k]};
-            check(&r);
-        }
+    const int stages[] = {1, 2, 3, 2};
+    for (int k = 0; k < 4; ++k) {
+        const run_t r = {stages[k], "\"bf16\": {\"enabled\": true}, ", ADAMW, "sim", slices[k]};
+        check(&r);
+    }
     const run_t host = {2, "", ADAMW, "host", 16384};
     check(&host);
 }
@@ -133,11 +134,10 @@ static void test_optimizers(void **state) {
         "{\"type\": \"Adam\", \"params\": {\"lr\": 0.01}}",
         "{\"type\": \"Lamb\", \"params\": {\"lr\": 0.01, \"weight_decay\": 0.01}}",
     };
-    for (int o = 0; o < 5; ++o)
-        for (int stage = 1; stage <= 3; stage += 2) {
-            const run_t r = {stage, "", opts[o], o % 2 ? "sim" : "host", 7000};
-            check(&r);
-        }
+    for (int o = 0; o < 5; ++o) {
+        const run_t r = {o % 2 ? 1 : 3, "", opts[o], o % 2 ? "sim" : "host", 7000};
+        check(&r);
+    }
 }
 
 int main(int argc, char **argv) {
