@@ -294,17 +294,12 @@ void Engine::step(dsm_step_info_t *info) {
                 if (optimizer_->piecewise()) {
                     // The update runs slice by slice inside publish(), each
                     // slice's allgather leaving while the next is updated
-                    // (overlap_comm); pieces cut at the optimizer's grain
-                    // give the bits of one whole step.
-                    const size_t P = layout_.part_size(), grain = optim::Optimizer::grain();
+                    // (overlap_comm), with the bits of one whole step.
                     size_t updated = 0;
                     publish([&](size_t upto) {
-                        upto = std::min(P, (upto + grain - 1) / grain * grain);
-                        if (upto <= updated) return;
                         timers_.optimizer -= now();
-                        optimizer_->step(master_, g, optim::within(segments_, updated, upto), args);
+                        optimizer_->step_upto(master_, g, segments_, args, &updated, upto);
                         timers_.optimizer += now();
-                        updated = upto;
                     });
                 } else {
                     timers_.optimizer -= now();

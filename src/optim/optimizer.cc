@@ -386,6 +386,16 @@ std::vector<Segment> within(const std::vector<Segment> &segments, size_t lo, siz
     return out;
 }
 
+void Optimizer::step_upto(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+                          size_t *done, size_t upto) {
+    DSM_REQUIRE(piecewise(), DSM_ERR_INTERNAL, "the optimizer's update cannot run in pieces");
+    const size_t end = std::min(n_, (upto + kChunk - 1) / kChunk * kChunk);
+    if (end <= *done) return;
+    if (*done == 0 && end == n_) step(p, g, segments, args); // the whole update at once
+    else step(p, g, within(segments, *done, end), args);
+    *done = end;
+}
+
 void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
                      const SumFn &sum) {
     DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");

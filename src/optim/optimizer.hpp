@@ -132,11 +132,11 @@ public:
     const float *state(int i) const noexcept { return static_cast<const float *>(states_[static_cast<size_t>(i)].data()); }
     device::Space &space() const noexcept { return *space_; }
 
-    // Whether an update may run in pieces, one step per range of elements
-    // (all but Lamb, whose trust ratios need each parameter whole). Steps
-    // over the segments cut at multiples of grain() elements (within())
-    // give the bits of one step over them all.
+    // Whether an update may run in pieces (step_upto), one step per range of
+    // elements: all but Lamb, whose trust ratios need each parameter whole.
     bool piecewise() const noexcept { return hyper_.type != OptimizerType::LAMB; }
+    // The pieces' unit: steps over the segments cut at multiples of grain()
+    // elements (within()) give the bits of one step over them all.
     static size_t grain() noexcept;
 
     // One update of p[0..n) from g[0..n) * args.grad_scale over `segments`.
@@ -144,6 +144,12 @@ public:
     // inside [0, n) and not overlap; step >= 1.
     void step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
               const SumFn &sum = {});
+    // One piece of an update that runs in pieces (piecewise()): the step
+    // over the parts of `segments` in [*done, upto rounded up to grain()),
+    // then *done is that end (at most n). Called with *done = 0 first and
+    // increasing `upto`, the pieces give the bits of one step().
+    void step_upto(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
+                   size_t *done, size_t upto);
 
 private:
     void host_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,

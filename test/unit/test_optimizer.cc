@@ -643,10 +643,10 @@ static void test_isa_and_threads(void **) {
     assert_true(dsm::optim::num_threads() >= 1);
 }
 
-// An update in pieces (what publish() runs under overlap_comm): steps over
-// within(segments, a, b) for cuts at multiples of grain() give the bits of
-// one step over all segments, on every instruction set, for the
-// element-wise optimizers; within() clips and keeps order and flags.
+// An update in pieces (what publish() runs under overlap_comm): step_upto()
+// with ends off the grain gives the bits of one step over all segments, on
+// every instruction set, for the element-wise optimizers; Lamb refuses;
+// within() clips and keeps order and flags.
 static void test_piecewise(void **) {
     const size_t G = Optimizer::grain(), n = 3 * G + 4099;
     const std::vector<Segment> segs = {seg(5, G + 17, 0, true), seg(G + 30, 9, 1, false), seg(G + 40, 2 * G, 2, true),
@@ -671,15 +671,24 @@ static void test_piecewise(void **) {
                 StepArgs a;
                 a.step = step;
                 whole.step(p1.data(), g.data(), segs, a);
-                const size_t cuts[] = {0, G, 3 * G, n};
-                for (int c = 0; c < 3; ++c) parts.step(p2.data(), g.data(), dsm::optim::within(segs, cuts[c], cuts[c + 1]), a);
+                // Asked ends off the grain are rounded up to it; an end already reached does nothing.
+                size_t done = 0;
+                for (const size_t upto : {size_t(1), G + 5, G + 7, 2 * G, n}) {
+                    parts.step_upto(p2.data(), g.data(), segs, a, &done, upto);
+                    assert_int_equal(done, std::min(n, (upto + G - 1) / G * G));
+                }
             }
             if (std::memcmp(p1.data(), p2.data(), n * sizeof(float)) != 0)
                 fail_msg("optimizer %d on %s: an update in pieces differs from the whole", static_cast<int>(t), isa.c_str());
         }
     }
     dsm::optim::set_isa("auto");
-    assert_false(Optimizer(hyper(OptimizerType::LAMB), 10).piecewise());
+    Optimizer lamb(hyper(OptimizerType::LAMB), 10);
+    assert_false(lamb.piecewise());
+    std::vector<float> p(10), g(10);
+    size_t done = 0;
+    expect_error_at([&] { lamb.step_upto(p.data(), g.data(), {seg(0, 10, 0, true)}, StepArgs(), &done, 10); },
+                    DSM_ERR_INTERNAL, {"pieces"}, __LINE__);
 }
 
 static void test_step_errors(void **) {
