@@ -495,18 +495,16 @@ int run(const Harness &h, const Options &o) {
                                {"shared_speedup_vs_raw", r.raw / r.shared},
                                {"shared_speedup_vs_unfused", r.unfused / r.shared},
                                {"shared_path", r.shared_path}});
-        h.print({{"format", "dsm-bench-alltoall"},
-                 {"format_version", 1},
-                 {"ranks", size},
-                 {"nodes", nodes},
-                 {"backend", backend},
-                 {"batch", o.batch},
-                 {"seq", o.seq},
-                 {"heads", o.heads},
-                 {"head_dim", o.head_dim},
-                 {"layout", layout},
-                 {"iters", o.iters},
-                 {"results", results}});
+        h.print(h.result({{"ranks", size},
+                         {"nodes", nodes},
+                         {"backend", backend},
+                         {"batch", o.batch},
+                         {"seq", o.seq},
+                         {"heads", o.heads},
+                         {"head_dim", o.head_dim},
+                         {"layout", layout},
+                         {"iters", o.iters},
+                         {"results", results}}));
         return 0;
     }
     std::printf("dsm-bench alltoall: %d ranks on %d node%s (backend %s), b=%lld s=%lld H=%lld d=%lld, %s-first "

@@ -319,26 +319,24 @@ int run_checkpoint(int argc, char **argv) {
     const double save_gbs = gbs(r.save), write_gbs = gbs(r.write), load_gbs = gbs(r.load), read_gbs = gbs(r.read);
     const double save_ratio = save_gbs / write_gbs, load_ratio = load_gbs / read_gbs;
     if (h.json()) {
-        h.print({{"format", "dsm-bench-checkpoint"},
-                 {"format_version", 1},
-                 {"ranks", size},
-                 {"params", o.params},
-                 {"stage", o.stage},
-                 {"bytes", r.bytes},
-                 {"iters", o.iters},
-                 {"save_seconds", r.save},
-                 {"save_gbs", save_gbs},
-                 {"write_gbs", write_gbs},
-                 {"save_ratio", save_ratio},
-                 {"load_seconds", r.load},
-                 {"load_gbs", load_gbs},
-                 {"read_gbs", read_gbs},
-                 {"load_ratio", load_ratio},
-                 {"async_background", r.background},
-                 {"async_block_seconds", r.async_block},
-                 {"async_complete_seconds", r.async_done},
-                 {"async_block_ratio", r.async_block / std::max(r.save, 1e-9)},
-                 {"dir", dir}});
+        h.print(h.result({{"ranks", size},
+                         {"params", o.params},
+                         {"stage", o.stage},
+                         {"bytes", r.bytes},
+                         {"iters", o.iters},
+                         {"save_seconds", r.save},
+                         {"save_gbs", save_gbs},
+                         {"write_gbs", write_gbs},
+                         {"save_ratio", save_ratio},
+                         {"load_seconds", r.load},
+                         {"load_gbs", load_gbs},
+                         {"read_gbs", read_gbs},
+                         {"load_ratio", load_ratio},
+                         {"async_background", r.background},
+                         {"async_block_seconds", r.async_block},
+                         {"async_complete_seconds", r.async_done},
+                         {"async_block_ratio", r.async_block / std::max(r.save, 1e-9)},
+                         {"dir", dir}}));
         return 0;
     }
     std::printf("dsm-bench checkpoint: %d ranks, %lld parameters, fp32, AdamW, ZeRO stage %d (median of %d, slowest "

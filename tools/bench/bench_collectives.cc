@@ -167,17 +167,15 @@ int run(const Harness &h, const Options &o) {
                                {"speedup_vs_mpi", raw_time(r.collective) / r.seconds},
                                {"ratio_to_bound", r.seconds / bound},
                                {"bytes_sent_per_rank", r.has_bytes ? Json(r.bytes_sent) : Json(nullptr)}});
-        h.print({{"format", "dsm-bench-collectives"},
-                 {"format_version", 1},
-                 {"ranks", size},
-                 {"nodes", nodes},
-                 {"count", n},
-                 {"dtype", o.dtype_name},
-                 {"bytes", bytes},
-                 {"iters", o.iters},
-                 {"bandwidth_bound_seconds", bound},
-                 {"bandwidth_bound_gbs", gb / bound},
-                 {"results", results}});
+        h.print(h.result({{"ranks", size},
+                         {"nodes", nodes},
+                         {"count", n},
+                         {"dtype", o.dtype_name},
+                         {"bytes", bytes},
+                         {"iters", o.iters},
+                         {"bandwidth_bound_seconds", bound},
+                         {"bandwidth_bound_gbs", gb / bound},
+                         {"results", results}}));
         return 0;
     }
     std::printf("dsm-bench collectives: %d ranks on %d node%s, %zu %s elements (%.1f MiB), median of %d\n", size,

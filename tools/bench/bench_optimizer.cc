@@ -280,11 +280,9 @@ struct Measured {
 int cuda_skipped(const Harness &h, const Options &o, const std::string &why) {
     const std::string line = "no CUDA device: skipped (" + why + ")";
     if (h.json()) {
-        h.print({{"format", "dsm-bench-optimizer"},
-                 {"format_version", 1},
-                 {"device", "cuda"},
-                 {"params", o.params},
-                 {"skipped", line}});
+        h.print(h.result({{"device", "cuda"},
+                         {"params", o.params},
+                         {"skipped", line}}));
     } else {
         std::printf("dsm-bench optimizer: %s\n", line.c_str());
     }
@@ -434,9 +432,7 @@ int run_cuda(const Harness &h, const Options &o) {
     const double gbs = bytes / t.adam_s / 1e9, copy_gbs = bytes / t.copy_s / 1e9;
     const double torch_s = torch.is_null() ? 0.0 : torch["fused"].get<double>();
     if (h.json()) {
-        Json out = Json::object();
-        out["format"] = "dsm-bench-optimizer";
-        out["format_version"] = 1;
+        Json out = h.result();
         out["device"] = "cuda";
         out["device_name"] = t.device;
         out["params"] = o.params;
@@ -573,9 +569,7 @@ int run_cpu(const Harness &h, const Options &o) {
     }
 
     if (h.json()) {
-        Json out = Json::object();
-        out["format"] = "dsm-bench-optimizer";
-        out["format_version"] = 1;
+        Json out = h.result();
         out["device"] = "cpu";
         out["params"] = o.params;
         out["threads"] = threads;

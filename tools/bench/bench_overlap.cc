@@ -256,13 +256,11 @@ int run_overlap(int argc, char **argv) {
                             {"off_over_on", r.off / r.on},
                             {"same_bits", r.same}});
         }
-        h.print({{"format", "dsm-bench-overlap"},
-                 {"format_version", 1},
-                 {"ranks", size},
-                 {"layers", o.layers},
-                 {"params_per_layer", o.params},
-                 {"overlap", how},
-                 {"results", rows}});
+        h.print(h.result({{"ranks", size},
+                         {"layers", o.layers},
+                         {"params_per_layer", o.params},
+                         {"overlap", how},
+                         {"results", rows}}));
         return 0;
     }
     std::printf("dsm-bench overlap: %d ranks, %lld layers x %lld fp32 parameters, AdamW, overlap_comm by %s\n"

@@ -296,15 +296,13 @@ int run_zero(int argc, char **argv) {
             torch = {{"version", torch_version},
                      {"what", "allreduce + ZeroRedundancyOptimizer(Adam), gloo"},
                      {"step_seconds", torch_t}};
-        h.print({{"format", "dsm-bench-zero"},
-                 {"format_version", 1},
-                 {"ranks", size},
-                 {"params", o.params},
-                 {"dtype", o.dtype},
-                 {"device", o.device},
-                 {"optimizer", "adamw"},
-                 {"results", rows},
-                 {"torch", torch}});
+        h.print(h.result({{"ranks", size},
+                         {"params", o.params},
+                         {"dtype", o.dtype},
+                         {"device", o.device},
+                         {"optimizer", "adamw"},
+                         {"results", rows},
+                         {"torch", torch}}));
         return 0;
     }
     std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW, model state on %s (median of %d steps, "

@@ -171,6 +171,12 @@ int Harness::guard(const std::function<int()> &body) const {
     }
 }
 
+Json Harness::result(const Json &fields) const {
+    Json out = {{"format", std::string("dsm-bench-") + sub_}, {"format_version", 1}};
+    for (auto it = fields.begin(); it != fields.end(); ++it) out[it.key()] = it.value();
+    return out;
+}
+
 void Harness::print(const Json &out) const {
     // Text that is not UTF-8 (a directory name) is written with U+FFFD, not refused.
     if (rank_ == 0) std::printf("%s\n", out.dump(-1, ' ', false, Json::error_handler_t::replace).c_str());

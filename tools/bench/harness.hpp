@@ -105,6 +105,9 @@ public:
     // collective for this one.
     int guard(const std::function<int()> &body) const;
 
+    // A JSON result: "format" ("dsm-bench-SUB") and "format_version" first,
+    // then `fields` (an object) in their order.
+    Json result(const Json &fields = Json::object()) const;
     // Rank 0 prints `out` on one line.
     void print(const Json &out) const;
 
