@@ -1,6 +1,6 @@
 // The checkpoint's file-system side: file names of a tag, durable writes
 // (fsync, atomic replace), directory checks shared by all ranks, leftovers
-// of failed saves, free space. Internal to src/ckpt (checkpoint.cc).
+// of failed saves, free space. Internal to src/ckpt (write.cc, read.cc).
 #pragma once
 
 #include <cstddef>

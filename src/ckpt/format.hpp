@@ -1,5 +1,5 @@
 // The definitions of the checkpoint format (doc/checkpoint.md) that both the
-// library's parallel writer and reader (checkpoint.cc) and the serial tool
+// library's parallel writer and reader (write.cc, read.cc) and the serial tool
 // dsm-ckpt use: format name and version, tag rules, link names, checksums.
 // No MPI, no HDF5 (nlohmann::json only): the tool links this without the library.
 #pragma once

@@ -1,5 +1,5 @@
 // The checkpoint parameters. Declared in this file, which every build
-// compiles, rather than in checkpoint.cc and files.cc (built with HDF5
+// compiles, rather than in the files that use them (built with HDF5
 // only), so that dsm-info lists them in every build.
 #include "dsm_config.h"
 

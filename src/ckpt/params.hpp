@@ -1,4 +1,4 @@
-// The checkpoint parameters (DSM_CKPT_*), for checkpoint.cc and files.cc.
+// The checkpoint parameters (DSM_CKPT_*), for the writer, the reader and files.cc.
 #pragma once
 
 #include <string>
