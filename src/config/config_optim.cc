@@ -4,6 +4,8 @@
 #include <strings.h>
 
 #include <cmath>
+#include <functional>
+#include <optional>
 
 #include "config/settings.hpp"
 #include "core/error.hpp"
@@ -123,64 +125,7 @@ void read_optimizer(Node &root, Config &cfg) {
 
 namespace {
 
-enum class Kind { LR, INT, INT_OR_NULL, BOOL, WARMUP_TYPE };
-
-struct ParamSpec {
-    const char *name;
-    Kind kind;
-    Json def;        // null with `required` = must be given
-    bool required;
-    int64_t min;     // integers
-};
-
-std::vector<ParamSpec> schedule_params(SchedulerType t) {
-    const ParamSpec last{"last_batch_iteration", Kind::INT, Json(-1), false, -1};
-    switch (t) {
-    case SchedulerType::WARMUP_LR:
-    case SchedulerType::WARMUP_DECAY_LR: {
-        // WarmupLR warms up to each group's base lr unless warmup_max_lr is
-        // given (null here); WarmupDecayLR's default is 0.001, as in DeepSpeed.
-        std::vector<ParamSpec> v = {{"warmup_min_lr", Kind::LR, Json(0.0), false, 0},
-                                    {"warmup_max_lr", Kind::LR,
-                                     t == SchedulerType::WARMUP_LR ? Json() : Json(0.001), false, 0},
-                                    {"warmup_num_steps", Kind::INT, Json(1000), false, 0},
-                                    {"warmup_type", Kind::WARMUP_TYPE, Json("log"), false, 0},
-                                    last};
-        if (t == SchedulerType::WARMUP_DECAY_LR)
-            v.push_back({"total_num_steps", Kind::INT, Json(), true, 1});
-        return v;
-    }
-    case SchedulerType::WARMUP_COSINE_LR:
-        return {{"total_num_steps", Kind::INT, Json(), true, 1},
-                {"warmup_min_ratio", Kind::LR, Json(0.0), false, 0},
-                {"warmup_num_steps", Kind::INT, Json(1000), false, 0},
-                {"cos_min_ratio", Kind::LR, Json(0.0001), false, 0},
-                {"warmup_type", Kind::WARMUP_TYPE, Json("log"), false, 0},
-                last};
-    case SchedulerType::ONE_CYCLE:
-        return {{"cycle_min_lr", Kind::LR, Json(), true, 0},
-                {"cycle_max_lr", Kind::LR, Json(), true, 0},
-                {"decay_lr_rate", Kind::LR, Json(0.0), false, 0},
-                {"cycle_first_step_size", Kind::INT, Json(2000), false, 1},
-                {"cycle_second_step_size", Kind::INT_OR_NULL, Json(), false, 1},
-                {"cycle_first_stair_count", Kind::INT, Json(0), false, 0},
-                {"cycle_second_stair_count", Kind::INT_OR_NULL, Json(), false, 0},
-                {"decay_step_size", Kind::INT, Json(0), false, 0},
-                {"cycle_momentum", Kind::BOOL, Json(true), false, 0},
-                {"cycle_min_mom", Kind::LR, Json(0.8), false, 0},
-                {"cycle_max_mom", Kind::LR, Json(0.9), false, 0},
-                {"decay_mom_rate", Kind::LR, Json(0.0), false, 0},
-                last};
-    case SchedulerType::LR_RANGE_TEST:
-        return {{"lr_range_test_min_lr", Kind::LR, Json(0.001), false, 0},
-                {"lr_range_test_step_size", Kind::INT, Json(2000), false, 1},
-                {"lr_range_test_step_rate", Kind::LR, Json(1.0), false, 0},
-                {"lr_range_test_staircase", Kind::BOOL, Json(false), false, 0},
-                last};
-    case SchedulerType::NONE: break;
-    }
-    return {};
-}
+using optim::LrScheduleParams;
 
 bool nonneg_number(const Json &v) { return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() >= 0; }
 
@@ -192,6 +137,145 @@ bool lr_value(const Json &v) {
     for (const Json &x : v)
         if (!nonneg_number(x)) return false;
     return true;
+}
+
+// One key of "scheduler.params", read once: read() checks the value given
+// (DSM_ERR_CONFIG naming the key and the value) and writes it into the typed
+// configuration; value() is the value in force afterwards, as JSON (what
+// describe_lr lists for a key left out: DeepSpeed's default). Ranges that
+// involve several keys are checked by check_schedule_params().
+struct ScheduleKey {
+    const char *name;
+    bool required;
+    std::function<void(Node &p, const Json &v, SchedulerConfig &s)> read;
+    std::function<Json(const SchedulerConfig &s)> value;
+};
+
+// "Float or list": a number >= 0, or one per parameter group.
+ScheduleKey list_key(const char *name, std::vector<double> LrScheduleParams::*field, bool required = false) {
+    return {name, required,
+            [name, field](Node &p, const Json &v, SchedulerConfig &s) {
+                if (!lr_value(v)) p.fail(name, "a number >= 0 or a list of them (one per parameter group)", v);
+                s.schedule.*field =
+                    v.is_array() ? v.get<std::vector<double>>() : std::vector<double>{v.get<double>()};
+            },
+            [field](const SchedulerConfig &s) {
+                const std::vector<double> &x = s.schedule.*field;
+                return x.empty() ? Json() : x.size() == 1 ? Json(x[0]) : Json(x);
+            }};
+}
+
+// A number >= 0 that DeepSpeed does not take per group.
+ScheduleKey number_key(const char *name, double LrScheduleParams::*field) {
+    return {name, false,
+            [name, field](Node &p, const Json &v, SchedulerConfig &s) {
+                if (!nonneg_number(v)) p.fail(name, "a number >= 0", v);
+                s.schedule.*field = v.get<double>();
+            },
+            [field](const SchedulerConfig &s) { return Json(s.schedule.*field); }};
+}
+
+int64_t read_integer(Node &p, const char *name, const Json &v, int64_t min) {
+    int64_t x = 0;
+    if (!as_int(v, &x)) p.fail(name, "an integer", v);
+    if (x < min) p.fail(name, range_text(min, INT64_MAX), v);
+    return x;
+}
+
+ScheduleKey int_key(const char *name, int64_t LrScheduleParams::*field, int64_t min) {
+    return {name, false,
+            [name, field, min](Node &p, const Json &v, SchedulerConfig &s) {
+                s.schedule.*field = read_integer(p, name, v, min);
+            },
+            [field](const SchedulerConfig &s) { return Json(s.schedule.*field); }};
+}
+
+// An integer that may be left unset (null, DeepSpeed's None), or must be given.
+ScheduleKey opt_int_key(const char *name, std::optional<int64_t> LrScheduleParams::*field, int64_t min,
+                        bool required) {
+    return {name, required,
+            [name, field, min](Node &p, const Json &v, SchedulerConfig &s) {
+                s.schedule.*field = read_integer(p, name, v, min);
+            },
+            [field](const SchedulerConfig &s) {
+                const std::optional<int64_t> &x = s.schedule.*field;
+                return x ? Json(*x) : Json();
+            }};
+}
+
+ScheduleKey bool_key(const char *name, bool LrScheduleParams::*field) {
+    return {name, false,
+            [name, field](Node &p, const Json &v, SchedulerConfig &s) {
+                if (!v.is_boolean()) p.fail(name, "true or false", v);
+                s.schedule.*field = v.get<bool>();
+            },
+            [field](const SchedulerConfig &s) { return Json(s.schedule.*field); }};
+}
+
+ScheduleKey warmup_type_key() {
+    return {"warmup_type", false,
+            [](Node &p, const Json &v, SchedulerConfig &s) {
+                if (!v.is_string() || (v.get<std::string>() != "log" && v.get<std::string>() != "linear"))
+                    p.fail("warmup_type", "\"log\" or \"linear\"", v);
+                s.schedule.warmup_type = v.get<std::string>();
+            },
+            [](const SchedulerConfig &s) { return Json(s.schedule.warmup_type); }};
+}
+
+// Every schedule's: the step count a schedule restored by hand starts after.
+ScheduleKey last_batch_iteration_key() {
+    return {"last_batch_iteration", false,
+            [](Node &p, const Json &v, SchedulerConfig &s) {
+                s.last_batch_iteration = read_integer(p, "last_batch_iteration", v, -1);
+            },
+            [](const SchedulerConfig &s) { return Json(s.last_batch_iteration); }};
+}
+
+// The keys of each schedule, with the fields of LrScheduleParams they write
+// (defaults: those of LrScheduleParams, DeepSpeed's).
+std::vector<ScheduleKey> schedule_keys(SchedulerType t) {
+    using P = LrScheduleParams;
+    switch (t) {
+    case SchedulerType::WARMUP_LR:
+    case SchedulerType::WARMUP_DECAY_LR: {
+        std::vector<ScheduleKey> v = {list_key("warmup_min_lr", &P::warmup_min_lr),
+                                      list_key("warmup_max_lr", &P::warmup_max_lr),
+                                      int_key("warmup_num_steps", &P::warmup_num_steps, 0),
+                                      warmup_type_key(), last_batch_iteration_key()};
+        if (t == SchedulerType::WARMUP_DECAY_LR)
+            v.push_back(opt_int_key("total_num_steps", &P::total_num_steps, 1, true));
+        return v;
+    }
+    case SchedulerType::WARMUP_COSINE_LR:
+        return {opt_int_key("total_num_steps", &P::total_num_steps, 1, true),
+                number_key("warmup_min_ratio", &P::warmup_min_ratio),
+                int_key("warmup_num_steps", &P::warmup_num_steps, 0),
+                number_key("cos_min_ratio", &P::cos_min_ratio),
+                warmup_type_key(),
+                last_batch_iteration_key()};
+    case SchedulerType::ONE_CYCLE:
+        return {list_key("cycle_min_lr", &P::cycle_min_lr, true),
+                list_key("cycle_max_lr", &P::cycle_max_lr, true),
+                number_key("decay_lr_rate", &P::decay_lr_rate),
+                int_key("cycle_first_step_size", &P::cycle_first_step_size, 1),
+                opt_int_key("cycle_second_step_size", &P::cycle_second_step_size, 1, false),
+                int_key("cycle_first_stair_count", &P::cycle_first_stair_count, 0),
+                opt_int_key("cycle_second_stair_count", &P::cycle_second_stair_count, 0, false),
+                int_key("decay_step_size", &P::decay_step_size, 0),
+                bool_key("cycle_momentum", &P::cycle_momentum),
+                list_key("cycle_min_mom", &P::cycle_min_mom),
+                list_key("cycle_max_mom", &P::cycle_max_mom),
+                number_key("decay_mom_rate", &P::decay_mom_rate),
+                last_batch_iteration_key()};
+    case SchedulerType::LR_RANGE_TEST:
+        return {list_key("lr_range_test_min_lr", &P::lr_range_test_min_lr),
+                int_key("lr_range_test_step_size", &P::lr_range_test_step_size, 1),
+                number_key("lr_range_test_step_rate", &P::lr_range_test_step_rate),
+                bool_key("lr_range_test_staircase", &P::lr_range_test_staircase),
+                last_batch_iteration_key()};
+    case SchedulerType::NONE: break;
+    }
+    return {};
 }
 
 } // namespace
@@ -215,40 +299,22 @@ void read_scheduler(Node &root, Config &cfg) {
     if (s.type == SchedulerType::NONE)
         sch.fail("type", "one of WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest",
                  Json(s.type_name));
+    s.schedule = LrScheduleParams();
+    s.schedule.type = lr_schedule_type(s.type);
+    // WarmupDecayLR warms up to 0.001 unless told otherwise (DeepSpeed's
+    // default), WarmupLR to each group's base lr (warmup_max_lr empty).
+    if (s.type == SchedulerType::WARMUP_DECAY_LR) s.schedule.warmup_max_lr = {0.001};
+    s.last_batch_iteration = -1;
     Node p = sch.child("params");
     s.params = Json::object();
-    for (const ParamSpec &spec : schedule_params(s.type)) {
-        const Json *v = p.get(spec.name);
-        if (v == nullptr) {
-            DSM_REQUIRE(!spec.required, DSM_ERR_CONFIG, p.key_path(spec.name), ": required by ", s.type_name);
-            s.params[spec.name] = spec.def;
-            continue;
-        }
-        switch (spec.kind) {
-        case Kind::LR:
-            if (!lr_value(*v)) p.fail(spec.name, "a number >= 0 or a list of them (one per parameter group)", *v);
-            break;
-        case Kind::INT:
-        case Kind::INT_OR_NULL: {
-            int64_t x = 0;
-            if (!as_int(*v, &x)) p.fail(spec.name, "an integer", *v);
-            if (x < spec.min) p.fail(spec.name, range_text(spec.min, INT64_MAX), *v);
-            break;
-        }
-        case Kind::BOOL:
-            if (!v->is_boolean()) p.fail(spec.name, "true or false", *v);
-            break;
-        case Kind::WARMUP_TYPE:
-            if (!v->is_string() || (v->get<std::string>() != "log" && v->get<std::string>() != "linear"))
-                p.fail(spec.name, "\"log\" or \"linear\"", *v);
-            break;
-        }
-        s.params[spec.name] = *v;
+    for (const ScheduleKey &key : schedule_keys(s.type)) {
+        const Json *v = p.get(key.name);
+        if (v != nullptr) key.read(p, *v, s);
+        else DSM_REQUIRE(!key.required, DSM_ERR_CONFIG, p.key_path(key.name), ": required by ", s.type_name);
+        s.params[key.name] = v != nullptr ? *v : key.value(s);
     }
     p.finish();
     sch.finish();
-    s.schedule = schedule_params_from_json(s.type, s.params);
-    s.last_batch_iteration = last_batch_iteration_from_json(s.params);
     check_schedule_params(s);
 }
 

@@ -19,73 +19,6 @@ using optim::LrSchedule;
 using optim::LrScheduleParams;
 using optim::LrScheduleType;
 
-constexpr const char *kPrefix = "scheduler.params.";
-
-[[noreturn]] void bad_value(const char *key, const char *expected, const Json &got) {
-    DSM_FAIL(DSM_ERR_CONFIG, kPrefix, key, ": expected ", expected, ", got ", show(got));
-}
-
-// The value of `key`, nullptr when missing or null (the default applies).
-const Json *find(const Json &params, const char *key) {
-    auto it = params.find(key);
-    if (it == params.end() || it->is_null()) return nullptr;
-    return &*it;
-}
-
-void read_int(const Json &params, const char *key, int64_t &out) {
-    const Json *v = find(params, key);
-    if (v == nullptr) return;
-    if (!as_int(*v, &out)) bad_value(key, "an integer", *v);
-}
-
-void read_opt_int(const Json &params, const char *key, std::optional<int64_t> &out) {
-    const Json *v = find(params, key);
-    if (v == nullptr) return; // null: unset, as DeepSpeed's None
-    int64_t x = 0;
-    if (!as_int(*v, &x)) bad_value(key, "an integer or null", *v);
-    out = x;
-}
-
-void read_number(const Json &params, const char *key, double &out) {
-    const Json *v = find(params, key);
-    if (v == nullptr) return;
-    if (!v->is_number()) bad_value(key, "a number", *v);
-    out = v->get<double>();
-}
-
-// A "float or list" parameter: one number, or one per parameter group.
-void read_list(const Json &params, const char *key, std::vector<double> &out) {
-    const Json *v = find(params, key);
-    if (v == nullptr) return;
-    if (v->is_number()) {
-        out.assign(1, v->get<double>());
-        return;
-    }
-    const char *expected = "a number or a non-empty list of numbers (one per parameter group)";
-    if (!v->is_array() || v->empty()) bad_value(key, expected, *v);
-    std::vector<double> values;
-    values.reserve(v->size());
-    for (const Json &x : *v) {
-        if (!x.is_number()) bad_value(key, expected, *v);
-        values.push_back(x.get<double>());
-    }
-    out = std::move(values);
-}
-
-void read_bool(const Json &params, const char *key, bool &out) {
-    const Json *v = find(params, key);
-    if (v == nullptr) return;
-    if (!v->is_boolean()) bad_value(key, "true or false", *v);
-    out = v->get<bool>();
-}
-
-void read_string(const Json &params, const char *key, std::string &out) {
-    const Json *v = find(params, key);
-    if (v == nullptr) return;
-    if (!v->is_string()) bad_value(key, "a string", *v);
-    out = v->get<std::string>();
-}
-
 void append_values(std::string &out, const std::vector<double> &values) {
     char buf[40];
     for (size_t g = 0; g < values.size(); ++g) {
@@ -167,62 +100,6 @@ LrScheduleType lr_schedule_type(SchedulerType type) {
     }
     DSM_FAIL(DSM_ERR_CONFIG, "scheduler.type: no scheduler is configured, got ",
              scheduler_name(type));
-}
-
-LrScheduleParams schedule_params_from_json(SchedulerType type, const nlohmann::json &params) {
-    LrScheduleParams p;
-    p.type = lr_schedule_type(type);
-    if (params.is_null()) return p;
-    DSM_REQUIRE(params.is_object(), DSM_ERR_CONFIG, "scheduler.params: expected an object, got ",
-                show(params));
-    switch (p.type) {
-    case LrScheduleType::WarmupLR:
-    case LrScheduleType::WarmupDecayLR:
-    case LrScheduleType::WarmupCosineLR:
-        read_int(params, "warmup_num_steps", p.warmup_num_steps);
-        read_string(params, "warmup_type", p.warmup_type);
-        if (p.type != LrScheduleType::WarmupLR) read_opt_int(params, "total_num_steps", p.total_num_steps);
-        if (p.type == LrScheduleType::WarmupCosineLR) {
-            read_number(params, "warmup_min_ratio", p.warmup_min_ratio);
-            read_number(params, "cos_min_ratio", p.cos_min_ratio);
-        } else {
-            read_list(params, "warmup_min_lr", p.warmup_min_lr);
-            read_list(params, "warmup_max_lr", p.warmup_max_lr);
-        }
-        break;
-    case LrScheduleType::OneCycle:
-        read_list(params, "cycle_min_lr", p.cycle_min_lr);
-        read_list(params, "cycle_max_lr", p.cycle_max_lr);
-        read_number(params, "decay_lr_rate", p.decay_lr_rate);
-        read_int(params, "cycle_first_step_size", p.cycle_first_step_size);
-        read_opt_int(params, "cycle_second_step_size", p.cycle_second_step_size);
-        read_int(params, "cycle_first_stair_count", p.cycle_first_stair_count);
-        read_opt_int(params, "cycle_second_stair_count", p.cycle_second_stair_count);
-        read_int(params, "decay_step_size", p.decay_step_size);
-        read_bool(params, "cycle_momentum", p.cycle_momentum);
-        read_list(params, "cycle_min_mom", p.cycle_min_mom);
-        read_list(params, "cycle_max_mom", p.cycle_max_mom);
-        read_number(params, "decay_mom_rate", p.decay_mom_rate);
-        break;
-    case LrScheduleType::LRRangeTest:
-        read_list(params, "lr_range_test_min_lr", p.lr_range_test_min_lr);
-        read_int(params, "lr_range_test_step_size", p.lr_range_test_step_size);
-        read_number(params, "lr_range_test_step_rate", p.lr_range_test_step_rate);
-        read_bool(params, "lr_range_test_staircase", p.lr_range_test_staircase);
-        break;
-    }
-    return p;
-}
-
-int64_t last_batch_iteration_from_json(const nlohmann::json &params) {
-    int64_t last = -1;
-    if (!params.is_object()) return last;
-    read_int(params, "last_batch_iteration", last);
-    if (last < -1) {
-        auto it = params.find("last_batch_iteration");
-        bad_value("last_batch_iteration", "an integer >= -1", *it);
-    }
-    return last;
 }
 
 std::vector<double> base_lrs_from_config(const Config &cfg) {

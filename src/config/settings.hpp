@@ -1,8 +1,8 @@
 // What a parsed DeepSpeed configuration gives the layers below it, in their
 // own types: the optimizer's hyperparameters (optim::Hyper), the loss
 // scaler's settings (amp::LossScalerConfig) and the learning-rate schedule
-// (the "scheduler" section as optim::LrScheduleParams, the optimizer's lr as
-// the base lr), with a step-by-step listing of the schedule (dsm-info lr).
+// (the "scheduler" section, read once by the configuration reader into
+// SchedulerConfig::schedule, with the optimizer's lr as the base lr), with a step-by-step listing of the schedule (dsm-info lr).
 // The optimizer and mixed-precision layers know nothing of the configuration.
 //
 // Parameter groups: a configuration describes one optimizer lr, so the base
@@ -43,21 +43,6 @@ amp::LossScalerConfig loss_scaler_config(const Config &cfg);
 
 // The LrScheduleType of a configured scheduler; DSM_ERR_CONFIG for NONE.
 optim::LrScheduleType lr_schedule_type(SchedulerType type);
-
-// Every parameter of the schedule from a "scheduler.params" object. A key that
-// is missing (or null) keeps the LrScheduleParams default; keys of other
-// schedules and unknown keys are ignored (the configuration reader reports
-// unknown keys). Types: integers (integral floats such as 1e3 count), numbers,
-// "float or list" parameters as a number or a non-empty list of numbers,
-// booleans, warmup_type as a string; cycle_second_step_size and
-// cycle_second_stair_count may be null (unset). Anything else is
-// DSM_ERR_CONFIG "scheduler.params.KEY: expected ..., got VALUE". Ranges are
-// checked by LrSchedule::create().
-optim::LrScheduleParams schedule_params_from_json(SchedulerType type, const nlohmann::json &params);
-
-// "scheduler.params.last_batch_iteration" (default -1: not started); an
-// integer >= -1, else DSM_ERR_CONFIG.
-int64_t last_batch_iteration_from_json(const nlohmann::json &params);
 
 // The base lr of each parameter group: the optimizer's lr (one group), which
 // the configuration reader sets to the optimizer type's default when

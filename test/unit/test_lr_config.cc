@@ -248,24 +248,39 @@ static void test_per_group(void **) {
         "warmup_max_lr": [0.1, 0.2, 0.3]}})"), DSM_ERR_CONFIG, {"scheduler.params.warmup_min_lr", "got 2"});
 }
 
-// --- schedule_params_from_json --------------------------------------------
+// --- The typed parameters the reader writes ------------------------------
+
+// The schedule's parameters as the configuration reader wrote them.
+static LrScheduleParams params_of(const std::string &scheduler, int64_t *last = nullptr) {
+    const Config c = parse(kAdamW, scheduler);
+    if (last) *last = c.scheduler.last_batch_iteration;
+    return c.scheduler.schedule;
+}
 
 static void test_params_from_json(void **) {
     // Missing keys keep the LrScheduleParams defaults; WarmupLR without
     // warmup_max_lr reads the base lr.
-    LrScheduleParams p = dsm::config::schedule_params_from_json(SchedulerType::WARMUP_LR, Json::object());
+    int64_t last = 0;
+    LrScheduleParams p = params_of(R"({"type": "WarmupLR"})", &last);
     assert_true(p.type == LrScheduleType::WarmupLR);
     assert_int_equal(p.warmup_num_steps, 1000);
     assert_true(p.warmup_max_lr.empty());
     assert_true(dsm::optim::schedule_uses_base_lr(p));
     assert_int_equal(dsm::optim::schedule_groups(p), 1);
+    assert_int_equal(last, -1);
+    // WarmupDecayLR warms up to 0.001 unless told otherwise, and lists it.
+    const Config decay = parse(kAdamW, R"({"type": "WarmupDecayLR", "params": {"total_num_steps": 20,
+        "warmup_num_steps": 10}})");
+    ALL_NEAR(decay.scheduler.schedule.warmup_max_lr, {0.001});
+    NEAR(decay.scheduler.params["warmup_max_lr"].get<double>(), 0.001);
+    assert_int_equal(*decay.scheduler.schedule.total_num_steps, 20);
 
-    p = dsm::config::schedule_params_from_json(SchedulerType::ONE_CYCLE, Json::parse(R"({
+    p = params_of(R"({"type": "OneCycle", "params": {
         "cycle_min_lr": [0.1, 0.2, 0.3], "cycle_max_lr": 1, "decay_lr_rate": 0.5,
         "cycle_first_step_size": 7, "cycle_second_step_size": 9, "cycle_first_stair_count": 2,
         "cycle_second_stair_count": 3, "decay_step_size": 4, "cycle_momentum": false,
         "cycle_min_mom": 0.5, "cycle_max_mom": [0.6, 0.7], "decay_mom_rate": 0.25,
-        "warmup_num_steps": "ignored: another schedule's key"})"));
+        "last_batch_iteration": 12}})", &last);
     assert_true(p.type == LrScheduleType::OneCycle);
     ALL_NEAR(p.cycle_min_lr, {0.1, 0.2, 0.3});
     ALL_NEAR(p.cycle_max_lr, {1.0});
@@ -281,10 +296,15 @@ static void test_params_from_json(void **) {
     NEAR(p.decay_mom_rate, 0.25);
     assert_int_equal(dsm::optim::schedule_groups(p), 3);
     assert_false(dsm::optim::schedule_uses_base_lr(p));
+    assert_int_equal(last, 12);
+    // Null leaves an optional key unset.
+    p = params_of(R"({"type": "OneCycle", "params": {"cycle_min_lr": 0.1, "cycle_max_lr": 1,
+        "cycle_second_step_size": null}})");
+    assert_false(p.cycle_second_step_size.has_value());
 
-    p = dsm::config::schedule_params_from_json(SchedulerType::WARMUP_COSINE_LR, Json::parse(R"({
+    p = params_of(R"({"type": "WarmupCosineLR", "params": {
         "total_num_steps": 50, "warmup_num_steps": 5, "warmup_type": "linear",
-        "warmup_min_ratio": 0.2, "cos_min_ratio": 0.05})"));
+        "warmup_min_ratio": 0.2, "cos_min_ratio": 0.05}})");
     assert_int_equal(*p.total_num_steps, 50);
     assert_int_equal(p.warmup_num_steps, 5);
     assert_string_equal(p.warmup_type.c_str(), "linear");
@@ -292,63 +312,42 @@ static void test_params_from_json(void **) {
     NEAR(p.cos_min_ratio, 0.05);
     assert_true(dsm::optim::schedule_uses_base_lr(p));
 
-    p = dsm::config::schedule_params_from_json(SchedulerType::LR_RANGE_TEST, Json::parse(R"({
+    p = params_of(R"({"type": "LRRangeTest", "params": {
         "lr_range_test_min_lr": [0.1, 0.2], "lr_range_test_step_size": 3,
-        "lr_range_test_step_rate": 2.5, "lr_range_test_staircase": true})"));
+        "lr_range_test_step_rate": 2.5, "lr_range_test_staircase": true}})");
     ALL_NEAR(p.lr_range_test_min_lr, {0.1, 0.2});
     assert_int_equal(p.lr_range_test_step_size, 3);
     NEAR(p.lr_range_test_step_rate, 2.5);
     assert_true(p.lr_range_test_staircase);
     assert_int_equal(dsm::optim::schedule_groups(p), 2);
-
-    assert_int_equal(dsm::config::last_batch_iteration_from_json(Json::object()), -1);
-    assert_int_equal(dsm::config::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": 12})")), 12);
 }
 
 static void test_wrong_types(void **) {
-    using dsm::config::schedule_params_from_json;
-    // The configuration reader rejects it first, naming the key and the value.
-    EXPECT_ERROR(parse(kAdamW, R"({"type": "WarmupLR", "params": {"warmup_num_steps": "ten"}})"),
-                 DSM_ERR_CONFIG, {"scheduler.params.warmup_num_steps", "ten"});
-    // So does schedule_params_from_json on its own.
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::WARMUP_LR,
-                                           Json::parse(R"({"warmup_num_steps": "ten"})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.warmup_num_steps", "\"ten\""});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::WARMUP_DECAY_LR,
-                                           Json::parse(R"({"total_num_steps": 10.5})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.total_num_steps", "10.5"});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::WARMUP_LR,
-                                           Json::parse(R"({"warmup_max_lr": [0.1, "x"]})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.warmup_max_lr", "[0.1,\"x\"]"});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::WARMUP_LR,
-                                           Json::parse(R"({"warmup_min_lr": []})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.warmup_min_lr", "[]"});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::WARMUP_LR, Json::parse(R"({"warmup_type": 3})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.warmup_type", "got 3"});
+    // The reader names the key and the value.
+    auto bad = [](const std::string &type, const std::string &params, const char *key, const char *value) {
+        EXPECT_ERROR(parse(kAdamW, "{\"type\": \"" + type + "\", \"params\": " + params + "}"), DSM_ERR_CONFIG,
+                     {key, value});
+    };
+    bad("WarmupLR", R"({"warmup_num_steps": "ten"})", "scheduler.params.warmup_num_steps", "\"ten\"");
+    bad("WarmupDecayLR", R"({"total_num_steps": 10.5})", "scheduler.params.total_num_steps", "10.5");
+    bad("WarmupLR", R"({"warmup_max_lr": [0.1, "x"]})", "scheduler.params.warmup_max_lr", "[0.1,\"x\"]");
+    bad("WarmupLR", R"({"warmup_min_lr": []})", "scheduler.params.warmup_min_lr", "[]");
+    bad("WarmupLR", R"({"warmup_type": 3})", "scheduler.params.warmup_type", "got 3");
     // Scalars that DeepSpeed does not take per group.
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::ONE_CYCLE,
-                                           Json::parse(R"({"decay_lr_rate": [0.1]})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.decay_lr_rate", "[0.1]"});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::WARMUP_COSINE_LR,
-                                           Json::parse(R"({"cos_min_ratio": "low"})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.cos_min_ratio", "\"low\""});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::ONE_CYCLE,
-                                           Json::parse(R"({"cycle_momentum": 1})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.cycle_momentum", "got 1"});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::ONE_CYCLE,
-                                           Json::parse(R"({"cycle_second_step_size": "5"})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.cycle_second_step_size", "\"5\""});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::LR_RANGE_TEST,
-                                           Json::parse(R"({"lr_range_test_staircase": "yes"})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.lr_range_test_staircase", "\"yes\""});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::LR_RANGE_TEST, Json::parse("[1]")),
-                 DSM_ERR_CONFIG, {"scheduler.params", "[1]"});
-    EXPECT_ERROR(schedule_params_from_json(SchedulerType::NONE, Json::object()), DSM_ERR_CONFIG,
-                 {"scheduler.type"});
-    EXPECT_ERROR(dsm::config::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": -3})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.last_batch_iteration", "-3"});
-    EXPECT_ERROR(dsm::config::last_batch_iteration_from_json(Json::parse(R"({"last_batch_iteration": "a"})")),
-                 DSM_ERR_CONFIG, {"scheduler.params.last_batch_iteration", "\"a\""});
+    bad("OneCycle", R"({"cycle_min_lr": 0.1, "cycle_max_lr": 1, "decay_lr_rate": [0.1]})",
+        "scheduler.params.decay_lr_rate", "[0.1]");
+    bad("WarmupCosineLR", R"({"total_num_steps": 10, "cos_min_ratio": "low"})", "scheduler.params.cos_min_ratio",
+        "\"low\"");
+    bad("OneCycle", R"({"cycle_min_lr": 0.1, "cycle_max_lr": 1, "cycle_momentum": 1})",
+        "scheduler.params.cycle_momentum", "got 1");
+    bad("OneCycle", R"({"cycle_min_lr": 0.1, "cycle_max_lr": 1, "cycle_second_step_size": "5"})",
+        "scheduler.params.cycle_second_step_size", "\"5\"");
+    bad("LRRangeTest", R"({"lr_range_test_staircase": "yes"})", "scheduler.params.lr_range_test_staircase",
+        "\"yes\"");
+    bad("LRRangeTest", "[1]", "scheduler.params", "[1]");
+    bad("WarmupLR", R"({"last_batch_iteration": -3})", "scheduler.params.last_batch_iteration", "-3");
+    bad("WarmupLR", R"({"last_batch_iteration": "a"})", "scheduler.params.last_batch_iteration", "\"a\"");
+    bad("OneCycle", R"({"cycle_max_lr": 1})", "scheduler.params.cycle_min_lr", "required by OneCycle");
 }
 
 // --- Base lr and no scheduler ---------------------------------------------
