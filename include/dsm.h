@@ -603,9 +603,16 @@ DSM_API dsm_status_t dsm_config_describe(dsm_config_t cfg, dsm_format_t format, 
  * the configuration's scheduler and optimizer, computed by the code the
  * engine uses.
  *
+ * Before the first step: the schedule's value at its start, except for a
+ * schedule restored by hand (scheduler.params.last_batch_iteration >= 0),
+ * which leaves the optimizer's lr (and beta1) in force until its first step,
+ * as the engine and DeepSpeed's schedules do.
+ *
  * Not collective. @p steps: 0..10000000. Free the text with dsm_free().
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (steps,
- * format); DSM_ERR_CONFIG (scheduler parameters); DSM_ERR_OUT_OF_MEMORY.
+ * format); DSM_ERR_CONFIG (scheduler parameters; a schedule that needs the
+ * optimizer's lr in a configuration without an optimizer type);
+ * DSM_ERR_OUT_OF_MEMORY.
  */
 DSM_API dsm_status_t dsm_config_describe_lr(dsm_config_t cfg, int64_t steps, dsm_format_t format,
                                             char **text);

@@ -108,6 +108,11 @@ std::vector<double> base_lrs_from_config(const Config &cfg) {
                 "optimizer: the configuration has no optimizer type and no scheduler, so it "
                 "defines no learning rate (the optimizer is built outside the configuration)");
     const LrScheduleParams &p = cfg.scheduler.schedule;
+    if (cfg.scheduler.last_batch_iteration >= 0)
+        DSM_FAIL(DSM_ERR_CONFIG, "optimizer: ", lr_schedule_name(p.type), " restored at last_batch_iteration ",
+                 cfg.scheduler.last_batch_iteration,
+                 " leaves the optimizer's lr in force until its first step, but the configuration has no optimizer "
+                 "type (add \"optimizer\": {\"type\": ..., \"params\": {\"lr\": ...}})");
     if (optim::schedule_uses_base_lr(p)) {
         const char *why = p.type == LrScheduleType::WarmupCosineLR
                               ? "scales the optimizer's lr"
@@ -144,6 +149,10 @@ std::string describe_lr(const Config &cfg, int64_t steps, bool json) {
     const std::vector<double> constant = sched ? std::vector<double>() : base_lrs_from_config(cfg);
     const size_t groups = sched ? sched->num_groups() : constant.size();
     const bool has_momentum = sched && !sched->momentum().empty();
+    // A schedule restored by hand (last_batch_iteration >= 0) leaves the
+    // optimizer's lr and betas in force until its first step, as DeepSpeed's
+    // do and as the engine does: step 0 lists the optimizer's values.
+    const bool pending = sched && sched->last_step() >= 0;
     const char *name = sched ? lr_schedule_name(sched->type()) : "none";
 
     std::string out;
@@ -167,13 +176,19 @@ std::string describe_lr(const Config &cfg, int64_t steps, bool json) {
         }
         out += cat("parameter groups: ", groups,
                    "; step 0 = before the first optimizer step, step N = after N optimizer steps",
+                   pending ? "; the optimizer's own lr until the first step (last_batch_iteration >= 0)" : "",
                    has_momentum ? "; momentum = beta1 set by OneCycle" : "", "\n");
         out += cat("step  ", column_labels("lr", groups),
                    has_momentum ? "  " + column_labels("momentum", groups) : std::string(), "\n");
     }
     for (int64_t i = 0; i <= steps; ++i) {
         if (sched && i > 0) sched->step();
-        const std::vector<double> lr = sched ? sched->lr() : constant;
+        const bool before = pending && i == 0;
+        const std::vector<double> lr =
+            !sched ? constant : before ? std::vector<double>(groups, cfg.optimizer.lr) : sched->lr();
+        const std::vector<double> mom =
+            !has_momentum ? std::vector<double>() : before ? std::vector<double>(groups, cfg.optimizer.beta1)
+                                                           : sched->momentum();
         if (json) {
             out += i == 0 ? "{\"step\":" : ",{\"step\":";
             out += std::to_string(i);
@@ -181,7 +196,7 @@ std::string describe_lr(const Config &cfg, int64_t steps, bool json) {
             append_json_values(out, lr);
             if (has_momentum) {
                 out += ",\"momentum\":";
-                append_json_values(out, sched->momentum());
+                append_json_values(out, mom);
             }
             out += '}';
         } else {
@@ -190,7 +205,7 @@ std::string describe_lr(const Config &cfg, int64_t steps, bool json) {
             append_values(out, lr);
             if (has_momentum) {
                 out += "  ";
-                append_values(out, sched->momentum());
+                append_values(out, mom);
             }
             out += '\n';
         }

@@ -49,8 +49,9 @@ optim::LrScheduleType lr_schedule_type(SchedulerType type);
 // "optimizer.params.lr" is missing (1e-3; 1e-2 for Adagrad). Without an
 // optimizer type the learning rate belongs to an optimizer built outside the
 // configuration: DSM_ERR_CONFIG when the configured scheduler reads the base
-// lr or there is no scheduler; otherwise {0.0}, a placeholder that the
-// schedule ignores.
+// lr, starts at last_batch_iteration >= 0 (the optimizer's lr is in force
+// until its first step), or there is no scheduler; otherwise {0.0}, a
+// placeholder that the schedule ignores.
 std::vector<double> base_lrs_from_config(const Config &cfg);
 
 // Check the ranges of the schedule's parameters (what LrSchedule::create()
@@ -64,8 +65,11 @@ std::optional<optim::LrSchedule> schedule_from_config(const Config &cfg);
 
 // The learning rate of each parameter group and, for OneCycle with
 // cycle_momentum, the momentum (beta1) at step 0 (before the first optimizer
-// step; the values the schedule sets when it is built) and after each of
-// 1..steps optimizer steps. Without a scheduler the lr is the optimizer's lr
+// step: the values the schedule sets when it is built at
+// last_batch_iteration -1; the optimizer's lr and beta1 for a schedule
+// restored by hand at last_batch_iteration >= 0, which leaves them alone
+// until its first step, as DeepSpeed's schedules and the engine do) and
+// after each of 1..steps optimizer steps. Without a scheduler the lr is the optimizer's lr
 // at every step. `steps` in 0..kDescribeLrMaxSteps, else
 // DSM_ERR_INVALID_ARGUMENT.
 //

@@ -18,7 +18,9 @@
  * 0.5 * |y - t|^2.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* overlap_comm runs its progress thread only with MPI_THREAD_MULTIPLE. */
 #define MPI_TEST_THREAD_LEVEL MPI_THREAD_MULTIPLE
@@ -415,10 +417,28 @@ static void test_f32_helpers(void **state) {
             }
 }
 
+/* The lr of step `step` that dsm_config_describe_lr lists for `cfg_text`. */
+static double described_lr(const char *cfg_text, int step) {
+    dsm_config_t c = NULL;
+    ASSERT_OK(dsm_config_load(MPI_COMM_WORLD, cfg_text, 0, &c));
+    char *json = NULL;
+    ASSERT_OK(dsm_config_describe_lr(c, step, DSM_FORMAT_JSON, &json));
+    char key[64];
+    snprintf(key, sizeof key, "{\"step\":%d,\"lr\":[", step);
+    const char *at = strstr(json, key);
+    if (at == NULL) fail_msg("dsm_config_describe_lr: no step %d in %s", step, json);
+    const double lr = strtod(at + strlen(key), NULL);
+    dsm_free(json);
+    ASSERT_OK(dsm_config_free(&c));
+    return lr;
+}
+
 /* A schedule resumed from the configuration (last_batch_iteration >= 0)
    leaves the optimizer's lr until its first step, as DeepSpeed's schedules
    do (they set the lr at construction only from iteration -1); from then on
-   each step sets the lr of the schedule's next iteration. */
+   each step sets the lr of the schedule's next iteration. The engine and
+   dsm_config_describe_lr agree (and doc/configuration.md shows this case,
+   checked by test/tools/dsm-info.sh). */
 static void test_schedule_resumed(void **state) {
     (void)state;
     run_t r = {1, 1, 2, 0, "{\"type\": \"AdamW\", \"params\": {\"lr\": 0.5}}",
@@ -439,6 +459,10 @@ static void test_schedule_resumed(void **state) {
     ASSERT_OK(dsm_step(e, &info)); /* steps with 0.5; the schedule moves to iteration 5 */
     if (fabs(info.lr - 0.005) > 1e-15) fail_msg("lr after the first step: %.17g, expected 0.005", info.lr);
     ASSERT_OK(dsm_engine_free(&e));
+    const double before = described_lr(cfg, 0), after = described_lr(cfg, 1);
+    if (before != 0.5) fail_msg("dsm_config_describe_lr step 0: %.17g, the engine steps first with 0.5", before);
+    if (fabs(after - 0.005) > 1e-15)
+        fail_msg("dsm_config_describe_lr step 1: %.17g, the engine's lr after the first step is 0.005", after);
 }
 
 /* init_fn and init_values give the same parameters at every stage. */

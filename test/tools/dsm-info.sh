@@ -145,4 +145,25 @@ assert all(a >= b for a, b in zip(lrs[peak:], lrs[peak + 1:]))    # then decays
 PY
 [ "$("$bin" lr "$cfg" --steps 3 | grep -c '^ *[0-9]')" -eq 4 ] || fail "dsm-info lr text: 4 lines for 3 steps"
 
+# The `dsm-info lr` examples of the docs print what the docs show: each
+# block's command is run and its data lines compared (among them the schedule
+# restored by hand of configuration.md, whose step 0 is the optimizer's lr).
+python3 - "$bin" "$top_srcdir/doc/configuration.md" "$top_srcdir/doc/dsm-info.md" <<'PY' || fail "dsm-info lr examples of the docs"
+import re, subprocess, sys
+found = 0
+for doc in sys.argv[2:]:
+    text = open(doc).read()
+    for block in re.findall(r"```\n(\$ dsm-info lr '.*?)```", text, re.S):
+        m = re.match(r"\$ dsm-info lr '(.*?)' --steps (\d+)\n(.*)", block, re.S)
+        assert m, (doc, block)
+        config = " ".join(line.strip() for line in m.group(1).splitlines())
+        want = [l for l in m.group(3).splitlines() if l[:1].isdigit()]
+        out = subprocess.run([sys.argv[1], "lr", config, "--steps", m.group(2)], capture_output=True, text=True)
+        assert out.returncode == 0, (doc, out.stderr)
+        got = [l for l in out.stdout.splitlines() if l[:1].isdigit()]
+        assert got == want, (doc, want, got)
+        found += 1
+assert found >= 2, found
+PY
+
 echo "PASS: dsm-info"
