@@ -19,7 +19,7 @@ const char *status_text(dsm_status_t status) noexcept {
     case DSM_ERR_INVALID_ARGUMENT: return "invalid argument";
     case DSM_ERR_NULL_POINTER: return "NULL pointer argument";
     case DSM_ERR_NOT_FOUND: return "name not found";
-    case DSM_ERR_MISMATCH: return "mismatch: arguments differ across ranks, or a checkpoint does not match the model";
+    case DSM_ERR_MISMATCH: return "mismatch across ranks or with a checkpoint";
     case DSM_ERR_OUT_OF_MEMORY: return "out of memory";
     case DSM_ERR_MPI: return "MPI error";
     case DSM_ERR_NOT_SUPPORTED: return "not supported";

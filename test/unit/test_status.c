@@ -52,7 +52,14 @@ static void test_status_strings(void **state) {
         assert_non_null(text);
         assert_true(strlen(text) > 0);
         assert_string_not_equal(text, "unknown status");
+        /* A category that reads in front of any message of its status
+           ("STATUS: MESSAGE", as the examples print them): no sentence of
+           its own that a message could contradict. */
+        assert_null(strchr(text, ':'));
     }
+    /* Messages of DSM_ERR_MISMATCH name arguments that differ, ranks at
+       different collective points, or a checkpoint that does not match. */
+    assert_string_equal(dsm_status_string(DSM_ERR_MISMATCH), "mismatch across ranks or with a checkpoint");
     assert_string_equal(dsm_status_string(DSM_SUCCESS), "success");
     assert_string_equal(dsm_status_string((dsm_status_t)12345), "unknown status");
     assert_string_equal(dsm_status_string((dsm_status_t)-1), "unknown status");
