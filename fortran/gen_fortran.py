@@ -218,6 +218,8 @@ def classify(fname, p, enum_types):
     if base == 'void':
         if arr:
             return 'ptr_array'
+        if stars == 2 and '_free' in fname:
+            return 'ptr_free'  # dsm_X_free_memory(X, void **p) frees *p and nulls it
         return 'ptr' if stars == 1 else 'ptr_out'
     if base == 'char':
         if arr:
@@ -263,6 +265,7 @@ def iface_decl(fname, p, kind):
         'struct_array': 'type(%s), dimension(*), intent(in)' % STRUCTS.get(p['base']),
         'ptr': 'type(c_ptr), value',
         'ptr_out': 'type(c_ptr), intent(out)',
+        'ptr_free': 'type(c_ptr), intent(inout)',
         'ptr_array': 'type(c_ptr), dimension(*), intent(in)',
         'str': 'character(kind=c_char), dimension(*), intent(in)',
         'str_null': 'type(c_ptr), value',
@@ -425,6 +428,9 @@ def wrapper(fname, ret, params, opts, enum_types):
         elif kind == 'ptr_out':
             dummies.append(('type(c_ptr), intent(out)', n))
             before.append('%s = c_null_ptr' % n)
+            call.append(n)
+        elif kind == 'ptr_free':
+            dummies.append(('type(c_ptr), intent(inout)', n))
             call.append(n)
         elif kind == 'struct_in':
             dummies.append(('type(%s), intent(in)' % STRUCTS[p['base']], n))

@@ -1514,14 +1514,20 @@ DSM_API dsm_status_t dsm_sp_rank(dsm_sp_t sp, int *rank);
 DSM_API dsm_status_t dsm_sp_alloc(dsm_sp_t sp, size_t bytes, void **ptr);
 
 /**
- * @brief Free memory from dsm_sp_alloc() (NULL is accepted).
+ * @brief Free memory from dsm_sp_alloc() and set @p *ptr to NULL, as the
+ * other free functions do (a NULL @p *ptr is accepted and does nothing, so a
+ * second free through the same variable is harmless).
  *
- * Collective over the group, in the same order on every rank.
- * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (sp); DSM_ERR_INVALID_ARGUMENT
- * for a pointer that dsm_sp_alloc() of this context did not return;
- * DSM_ERR_MPI.
+ * Collective over the group, in the same order on every rank (every rank
+ * passes a block of its own, or every rank NULL).
+ * @param ptr the address of the pointer dsm_sp_alloc() returned:
+ *            dsm_sp_free_memory(sp, (void **)&buf)
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (sp, ptr); DSM_ERR_INVALID_ARGUMENT
+ * for a pointer that dsm_sp_alloc() of this context did not return (or a
+ * copy of one freed already); DSM_ERR_MISMATCH (NULL on some ranks only);
+ * DSM_ERR_MPI. On error @p *ptr is left as it was.
  */
-DSM_API dsm_status_t dsm_sp_free_memory(dsm_sp_t sp, void *ptr);
+DSM_API dsm_status_t dsm_sp_free_memory(dsm_sp_t sp, void **ptr);
 
 /**
  * @brief The heads rank @p rank of a group of @p size holds after

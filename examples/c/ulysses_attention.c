@@ -120,11 +120,11 @@ struct attn {
  * order), so that inside a node each rank reads its peers' pieces in place;
  * the rest, and everything of the single-rank reference, in plain memory. */
 static void attn_free(struct attn *a) {
-    float *shared[] = {a->q, a->k, a->v, a->o, a->qh, a->kh, a->vh, a->oh,
-                       a->dq, a->dk, a->dv, a->dqh, a->dkh, a->dvh, a->doh};
+    float **shared[] = {&a->q, &a->k, &a->v, &a->o, &a->qh, &a->kh, &a->vh, &a->oh,
+                        &a->dq, &a->dk, &a->dv, &a->dqh, &a->dkh, &a->dvh, &a->doh};
     for (size_t i = 0; i < sizeof shared / sizeof shared[0]; ++i) {
-        if (a->sp) dsm_sp_free_memory(a->sp, shared[i]);
-        else free(shared[i]);
+        if (a->sp) dsm_sp_free_memory(a->sp, (void **)shared[i]);
+        else free(*shared[i]);
     }
     free(a->probs), free(a->row);
     memset(a, 0, sizeof *a);

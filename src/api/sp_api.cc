@@ -77,7 +77,7 @@ DSM_API dsm_status_t dsm_sp_alloc(dsm_sp_t sp, size_t bytes, void **ptr) {
     DSM_API_END
 }
 
-DSM_API dsm_status_t dsm_sp_free_memory(dsm_sp_t sp, void *ptr) {
+DSM_API dsm_status_t dsm_sp_free_memory(dsm_sp_t sp, void **ptr) {
     DSM_API_BEGIN
     impl(sp).free(ptr);
     DSM_API_END

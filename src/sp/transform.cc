@@ -523,22 +523,25 @@ void *Context::alloc(size_t bytes, bool have_output) {
     return p;
 }
 
-void Context::free(void *ptr) {
+void Context::free(void **where) {
     DSM_REQUIRE(backend_ != nullptr, DSM_ERR_INVALID_ARGUMENT, "the sequence-parallel context was closed");
     // Freeing a shared window is collective: agree that every rank frees a
     // block of its own, or that every rank passes NULL, before touching it.
+    void *const ptr = where != nullptr ? *where : nullptr;
     Agreement a(backend_->comm());
     const size_t null = a.add(ptr == nullptr);
     a.run([&] {
+        DSM_REQUIRE(where != nullptr, DSM_ERR_NULL_POINTER, "ptr is NULL (pass the address of the pointer)");
         DSM_REQUIRE(ptr == nullptr || allocations_.count(ptr) != 0, DSM_ERR_INVALID_ARGUMENT, "pointer ", ptr,
-                    " was not returned by dsm_sp_alloc() of this context (or was freed already)");
+                    " was not returned by dsm_sp_alloc() of this context (or a copy of it was freed already)");
     });
     a.throw_if_failed();
     DSM_REQUIRE(a.same(null), DSM_ERR_MISMATCH,
-                "dsm_sp_free_memory: some ranks passed NULL and others a pointer (frees are collective)");
+                "some ranks passed NULL and others a pointer (frees are collective)");
     if (ptr == nullptr) return;
     allocations_.erase(ptr);
     backend_->free_shared(ptr);
+    *where = nullptr;
 }
 
 void Context::loss(double loss_sum, int64_t tokens, double *mean, double *grad_scale) {

@@ -56,8 +56,9 @@ public:
 
     // dsm_sp_alloc() / dsm_sp_free_memory(). Collective; a NULL output
     // (have_output false) on any rank fails every rank before allocating.
+    // free() frees *where and sets it to NULL.
     void *alloc(size_t bytes, bool have_output);
-    void free(void *ptr);
+    void free(void **where);
 
     // dsm_sp_loss(). Collective.
     void loss(double loss_sum, int64_t tokens, double *mean, double *grad_scale);

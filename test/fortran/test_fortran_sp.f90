@@ -325,7 +325,7 @@ contains
     type(dsm_sp_tensor_t) :: t
     real(c_float), dimension(:), allocatable :: x, ref
     real(c_float), dimension(:), pointer :: in, mid
-    type(c_ptr) :: pin, pmid, z
+    type(c_ptr) :: pin, pmid, z, copy, wrong
     integer(c_int64_t) :: ns, nh
     integer(c_int64_t), target :: local
 
@@ -350,23 +350,30 @@ contains
        call check(st == DSM_SUCCESS, 'a transform from dsm_sp_alloc memory gives the same values')
     end if
     call dsm_sp_free_memory(sp, pmid)
+    call check(.not. c_associated(pmid), 'dsm_sp_free_memory sets the pointer to c_null_ptr')
+    copy = pin
     call dsm_sp_free_memory(sp, pin, st)
-    call check(st == DSM_SUCCESS, 'dsm_sp_free_memory')
+    call check(st == DSM_SUCCESS .and. .not. c_associated(pin), 'dsm_sp_free_memory')
+    ! What users do: a cleanup that frees everything again frees c_null_ptr,
+    ! which does nothing.
     call dsm_sp_free_memory(sp, pin, st)
+    call check(st == DSM_SUCCESS .and. .not. c_associated(pin), 'freeing it again through the same variable does nothing')
+    ! A copy kept elsewhere is not nulled: freeing it is an error on every rank.
+    call dsm_sp_free_memory(sp, copy, st)
     call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'was not returned by dsm_sp_alloc', &
-         'freeing it twice gives DSM_ERR_INVALID_ARGUMENT on every rank')
+         'freeing a copy of a freed pointer gives DSM_ERR_INVALID_ARGUMENT on every rank')
     call dsm_sp_alloc(sp, 0_c_int64_t, z, st)
     call check(st == DSM_SUCCESS .and. c_associated(z), 'dsm_sp_alloc of 0 bytes gives a pointer')
-    call dsm_sp_free_memory(sp, c_null_ptr, st)
+    wrong = c_null_ptr
+    call dsm_sp_free_memory(sp, wrong, st)
     call check(st == DSM_SUCCESS, 'dsm_sp_free_memory of c_null_ptr does nothing')
     call dsm_sp_alloc(sp, 64_c_int64_t, pin)
-    if (rank == nprocs - 1) then
-       call dsm_sp_free_memory(sp, c_loc(local), st)
-    else
-       call dsm_sp_free_memory(sp, pin, st)
-    end if
+    wrong = pin
+    if (rank == nprocs - 1) wrong = c_loc(local)
+    call dsm_sp_free_memory(sp, wrong, st)
     call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'was not returned by dsm_sp_alloc', &
          'a pointer not from dsm_sp_alloc on the last rank fails every rank')
+    call check(c_associated(pin), 'a failed free leaves the pointer')
     call dsm_sp_free_memory(sp, pin)
     call dsm_sp_free_memory(sp, z)
   end subroutine test_alloc

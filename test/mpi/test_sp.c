@@ -164,8 +164,10 @@ static void test_shared_inputs(void **state) {
             void *mid2 = malloc(nh * es + 1);
             ASSERT_OK(dsm_sp_seq_to_head(sp, &t, src, ns, mid2, nh));
             assert_memory_equal(mid, mid2, nh * es);
-            ASSERT_OK(dsm_sp_free_memory(sp, mid));
-            ASSERT_OK(dsm_sp_free_memory(sp, in));
+            ASSERT_OK(dsm_sp_free_memory(sp, &mid));
+            ASSERT_OK(dsm_sp_free_memory(sp, &in));
+            assert_null(mid);
+            assert_null(in);
             free(src);
             free(back);
             free(mid2);
@@ -177,13 +179,26 @@ static void test_shared_inputs(void **state) {
     ASSERT_FAILS(dsm_sp_alloc(sp, 8, r == 0 ? NULL : &b), DSM_ERR_NULL_POINTER, "ptr is NULL");
     assert_null(r == 0 ? NULL : b); /* outputs are NULL after a failure */
     int local = 0;
-    ASSERT_FAILS(dsm_sp_free_memory(sp, r == P - 1 ? (void *)&local : a), DSM_ERR_INVALID_ARGUMENT,
-                 "was not returned by dsm_sp_alloc()");
-    if (P > 1)
-        ASSERT_FAILS(dsm_sp_free_memory(sp, r == 0 ? NULL : a), DSM_ERR_MISMATCH, "some ranks passed NULL");
-    ASSERT_OK(dsm_sp_free_memory(sp, NULL));
-    ASSERT_OK(dsm_sp_free_memory(sp, a));
-    ASSERT_FAILS(dsm_sp_free_memory(sp, a), DSM_ERR_INVALID_ARGUMENT, "freed already");
+    void *wrong = r == P - 1 ? (void *)&local : a, *none = NULL;
+    ASSERT_FAILS(dsm_sp_free_memory(sp, &wrong), DSM_ERR_INVALID_ARGUMENT, "was not returned by dsm_sp_alloc()");
+    assert_ptr_equal(wrong, r == P - 1 ? (void *)&local : a); /* left as it was after a failure */
+    if (P > 1) {
+        void *some = r == 0 ? NULL : a;
+        ASSERT_FAILS(dsm_sp_free_memory(sp, &some), DSM_ERR_MISMATCH, "some ranks passed NULL");
+    }
+    ASSERT_FAILS(dsm_sp_free_memory(sp, r == 0 ? NULL : &none), DSM_ERR_NULL_POINTER, "ptr is NULL");
+    ASSERT_OK(dsm_sp_free_memory(sp, &none));
+    /* What users do: free through the variable, which is NULL afterwards,
+       so that a second free (a cleanup path that frees everything) does
+       nothing. */
+    void *copy = a;
+    ASSERT_OK(dsm_sp_free_memory(sp, &a));
+    assert_null(a);
+    ASSERT_OK(dsm_sp_free_memory(sp, &a));
+    assert_null(a);
+    /* A copy of the pointer kept elsewhere is not nulled: freeing it is an
+       error on every rank, not a double free. */
+    ASSERT_FAILS(dsm_sp_free_memory(sp, &copy), DSM_ERR_INVALID_ARGUMENT, "freed already");
     (void)z; /* released by dsm_sp_free() */
     free_sp(&sp, &mesh);
 }

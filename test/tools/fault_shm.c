@@ -88,7 +88,7 @@ static int run_sp(size_t bytes, size_t part) {
     void *p = NULL;
     dsm_status_t st = dsm_sp_alloc(sp, rank == size - 1 ? bytes : 4096, &p);
     report("sp_alloc", st);
-    if (st == DSM_SUCCESS && dsm_sp_free_memory(sp, p) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
+    if (st == DSM_SUCCESS && dsm_sp_free_memory(sp, &p) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
 
     void *h1 = NULL, *h2 = NULL;
     st = dsm_sp_alloc(sp, part, &h1);
@@ -97,8 +97,8 @@ static int run_sp(size_t bytes, size_t part) {
     st = dsm_sp_alloc(sp, part, &h2);
     report("sp_alloc second part", st);
     if (h2 != NULL) memset(h2, 1, part);
-    if (h2 != NULL && dsm_sp_free_memory(sp, h2) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
-    if (h1 != NULL && dsm_sp_free_memory(sp, h1) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
+    if (h2 != NULL && dsm_sp_free_memory(sp, &h2) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
+    if (h1 != NULL && dsm_sp_free_memory(sp, &h1) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
 
     /* still usable: a small allocation and a round trip through it */
     dsm_sp_tensor_t t = {1, 2 * size, 2 * size, 4, DSM_SP_BATCH_FIRST, DSM_FLOAT32, 0};
@@ -112,7 +112,7 @@ static int run_sp(size_t bytes, size_t part) {
     if (dsm_sp_seq_to_head(sp, &t, in, ns, mid, nh) != DSM_SUCCESS) return fail("dsm_sp_seq_to_head");
     if (dsm_sp_head_to_seq(sp, &t, mid, nh, back, ns) != DSM_SUCCESS) return fail("dsm_sp_head_to_seq");
     if (memcmp(in, back, ns * sizeof(float)) != 0) return fail("round trip differs");
-    if (dsm_sp_free_memory(sp, in) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
+    if (dsm_sp_free_memory(sp, (void **)&in) != DSM_SUCCESS) return fail("dsm_sp_free_memory");
     printf("rank %d: small ok\n", rank);
     fflush(stdout);
     if (dsm_sp_free(&sp) != DSM_SUCCESS) return fail("dsm_sp_free");
