@@ -9,6 +9,7 @@
 
 #include "comm/common.hpp"
 #include "comm/reduce.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 
 namespace dsm {
@@ -92,7 +93,7 @@ void check_bcast(int size, const void *buf, size_t count, size_t esize, int root
 
 size_t check_allreduce(const void *send, const void *recv, size_t count, dsm_dtype_t dtype, Op op) {
     check_reduce(dtype, op);
-    const size_t bytes = checked_bytes(count, dtype_size(dtype), "allreduce count");
+    const size_t bytes = checked_bytes(count, require_dtype_size(dtype), "allreduce count");
     require_buffer(send, bytes, "send");
     require_buffer(recv, bytes, "recv");
     return bytes;
@@ -105,7 +106,7 @@ namespace {
 std::vector<size_t> check_blocks(int size, int rank, const void *send, const void *recv,
                                  const std::vector<size_t> &counts, dsm_dtype_t dtype, bool send_holds_all,
                                  size_t *total, size_t *mine) {
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     std::vector<size_t> offs = block_offsets(counts, size, esize, "counts", total);
     *mine = counts[static_cast<size_t>(rank)];
     require_buffer(send, (send_holds_all ? *total : *mine) * esize, "send");

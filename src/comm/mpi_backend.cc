@@ -9,6 +9,7 @@
 
 #include "comm/mpi_backend.hpp"
 #include "comm/reduce.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "cuda/device.hpp"
 
@@ -57,7 +58,7 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(Comm::dup(comm)) {
 void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
     const size_t bytes = check_allreduce(send, recv, count, dtype, op);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
         void *hs = device_.send(bytes), *hr = device_.recv(bytes);
         device_.copy(hs, send, bytes);
@@ -75,7 +76,7 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     if (device_.on_device(send, recv) && (!device_.cuda_aware() || (dtype != DSM_FLOAT32 && dtype != DSM_FLOAT64))) {
         void *hs = device_.send(total * esize), *hr = device_.recv(mine * esize);
         device_.copy(hs, send, total * esize);
@@ -108,7 +109,7 @@ void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     if (device_.on_device(send, recv) && !device_.cuda_aware()) {
         void *hs = device_.send(mine * esize), *hr = device_.recv(total * esize);
         device_.copy(hs, send, mine * esize);
@@ -128,7 +129,7 @@ void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
                            const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
                            const std::vector<size_t> &recv_displs, dsm_dtype_t dtype, Queue queue) {
     drain(queue);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     if (device_.on_device(send, recv) && !device_.cuda_aware()) {
         const size_t sb = extent(send_counts, send_displs) * esize, rb = extent(recv_counts, recv_displs) * esize;
@@ -147,7 +148,7 @@ void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
 
 void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
     drain(queue);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     if (device_.on_device(buf) && !device_.cuda_aware()) {
         void *h = device_.send(count * esize);

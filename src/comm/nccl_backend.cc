@@ -26,6 +26,7 @@
 
 #include "comm/reduce.hpp"
 #include "core/agree.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "cuda/device.hpp"
@@ -394,7 +395,7 @@ void NcclBackend::synchronize(Queue queue) {
 
 void NcclBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     check_reduce(dtype, op);
-    const size_t bytes = checked_bytes(count, dtype_size(dtype), "allreduce count");
+    const size_t bytes = checked_bytes(count, require_dtype_size(dtype), "allreduce count");
     impl_->require_usable();
     require_device(send, bytes, "send");
     require_device(recv, bytes, "recv");
@@ -409,7 +410,7 @@ void NcclBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtyp
 void NcclBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
                                   dsm_dtype_t dtype, Op op, Queue queue) {
     check_reduce(dtype, op);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     size_t total = 0;
     const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
     const size_t mine = counts[static_cast<size_t>(rank_)];
@@ -440,7 +441,7 @@ void NcclBackend::reduce_scatterv(const void *send, void *recv, const std::vecto
 
 void NcclBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                              Queue queue) {
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     size_t total = 0;
     const std::vector<size_t> offs = block_offsets(counts, size_, esize, "counts", &total);
     const size_t mine = counts[static_cast<size_t>(rank_)];
@@ -473,7 +474,7 @@ void NcclBackend::alltoallv(const void *send, const std::vector<size_t> &send_co
                             const std::vector<size_t> &send_displs, void *recv,
                             const std::vector<size_t> &recv_counts, const std::vector<size_t> &recv_displs,
                             dsm_dtype_t dtype, Queue queue) {
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     const size_t me = static_cast<size_t>(rank_);
     DSM_REQUIRE(send_counts[me] == recv_counts[me], DSM_ERR_INVALID_ARGUMENT, "alltoallv sends ", send_counts[me],
@@ -571,7 +572,7 @@ void NcclBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const s
 }
 
 void NcclBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     impl_->require_usable();
     require_device(buf, count * esize, "buf");

@@ -25,14 +25,6 @@
 namespace dsm {
 namespace comm {
 
-size_t dtype_size(dsm_dtype_t dtype) {
-    const size_t bytes = dsm::dtype_size(dtype);
-    if (bytes == 0) DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "dtype ", static_cast<int>(dtype), " is not a dsm_dtype_t");
-    return bytes;
-}
-
-const char *dtype_label(dsm_dtype_t dtype) noexcept { return dsm::dtype_name(dtype); }
-
 const char *op_label(Op op) noexcept {
     switch (op) {
     case Op::SUM: return "sum";
@@ -43,9 +35,9 @@ const char *op_label(Op op) noexcept {
 }
 
 void check_reduce(dsm_dtype_t dtype, Op op) {
-    dtype_size(dtype); // names an unknown value
+    require_dtype_size(dtype); // names an unknown value
     DSM_REQUIRE(dtype == DSM_FLOAT32 || dtype == DSM_FLOAT64 || dtype == DSM_FLOAT16 || dtype == DSM_BFLOAT16,
-                DSM_ERR_INVALID_ARGUMENT, "reductions of dtype ", dtype_label(dtype), " (",
+                DSM_ERR_INVALID_ARGUMENT, "reductions of dtype ", dtype_name(dtype), " (",
                 static_cast<int>(dtype), ") are not supported: use float32, float64, float16 or bfloat16");
     DSM_REQUIRE(op == Op::SUM || op == Op::MAX || op == Op::MIN, DSM_ERR_INVALID_ARGUMENT, "reduction op ",
                 static_cast<int>(op), " is not SUM, MAX or MIN");

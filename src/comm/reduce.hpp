@@ -12,13 +12,6 @@
 namespace dsm {
 namespace comm {
 
-// Bytes of one element; DSM_ERR_INVALID_ARGUMENT naming the value for an
-// unknown dtype.
-size_t dtype_size(dsm_dtype_t dtype);
-
-// "float32", "int8", ...; "invalid" for an unknown value.
-const char *dtype_label(dsm_dtype_t dtype) noexcept;
-
 // "sum", "max", "min"; "invalid" for a value outside Op.
 const char *op_label(Op op) noexcept;
 

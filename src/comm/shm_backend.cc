@@ -14,6 +14,7 @@
 #include "comm/net.hpp"
 #include "comm/reduce.hpp"
 #include "core/agree.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 
 namespace dsm {
@@ -287,7 +288,7 @@ NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool 
 void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
     drain(queue);
     const size_t bytes = check_allreduce(send, recv, count, dtype, op);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     ++stats_.calls;
     stats_.bytes_sent += ring_share(2 * bytes, size_);
     if (count == 0) return;
@@ -352,7 +353,7 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
-    const size_t esize = dtype_size(dtype), me = static_cast<size_t>(rank_);
+    const size_t esize = require_dtype_size(dtype), me = static_cast<size_t>(rank_);
     ++stats_.calls;
     stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
@@ -407,7 +408,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
-    const size_t esize = dtype_size(dtype), me = static_cast<size_t>(rank_);
+    const size_t esize = require_dtype_size(dtype), me = static_cast<size_t>(rank_);
     ++stats_.calls;
     stats_.bytes_sent += (total - mine) * esize;
     if (total == 0) return;
@@ -453,7 +454,7 @@ void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
                            const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
                            const std::vector<size_t> &recv_displs, dsm_dtype_t dtype, Queue queue) {
     drain(queue);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
     ++stats_.calls;
     for (int r = 0; r < size_; ++r) {
@@ -575,7 +576,7 @@ bool ShmBackend::alltoall_pieces(const std::vector<Exposed> &exposed, const Plan
 
 void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
     drain(queue);
-    const size_t esize = dtype_size(dtype);
+    const size_t esize = require_dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
     ++stats_.calls;
     if (rank_ == root && size_ > 1) stats_.bytes_sent += count * esize;

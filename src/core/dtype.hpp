@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "core/error.hpp"
 #include "dsm.h"
 
 namespace dsm {
@@ -36,6 +37,14 @@ constexpr const char *dtype_name(dsm_dtype_t dtype) noexcept {
     case DSM_INT64: return "int64";
     }
     return "invalid";
+}
+
+// dtype_size() of a value that must be a dsm_dtype_t: DSM_ERR_INVALID_ARGUMENT
+// naming the value otherwise.
+inline size_t require_dtype_size(dsm_dtype_t dtype) {
+    const size_t bytes = dtype_size(dtype);
+    if (bytes == 0) DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "dtype ", static_cast<int>(dtype), " is not a dsm_dtype_t");
+    return bytes;
 }
 
 } // namespace dsm

@@ -35,6 +35,7 @@
 #include "comm/pipeline.hpp"
 #include "comm/shm_backend.hpp"
 #include "comm/reduce.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/hash.hpp"
@@ -70,7 +71,7 @@ double value(Mode m, uint64_t seed, int r, size_t i) {
     return static_cast<double>(u >> 11) * 0x1p-52 - 1.0;
 }
 
-size_t esize(dsm_dtype_t t) { return dsm::comm::dtype_size(t); }
+size_t esize(dsm_dtype_t t) { return dsm::require_dtype_size(t); }
 
 void put(dsm_dtype_t t, void *buf, size_t i, double v) {
     char *p = static_cast<char *>(buf) + i * esize(t);
@@ -281,7 +282,7 @@ std::function<bool(size_t)> off_node_of(const Backend &be, const Config &c) {
 std::vector<unsigned char> run_allreduce(Backend &be, const char *label, Place pl, dsm_dtype_t t, Op op,
                                          size_t count, Mode m, uint64_t seed) {
     const size_t bytes = count * esize(t);
-    const std::string what = dsm::cat(label, " allreduce ", dsm::comm::dtype_label(t), " ",
+    const std::string what = dsm::cat(label, " allreduce ", dsm::dtype_name(t), " ",
                                       dsm::comm::op_label(op), " count ", count, " ", place_name(pl),
                                       m == Mode::EXACT ? " exact" : " random");
     const size_t off = place_offset(pl);
@@ -345,7 +346,7 @@ void allreduce_suite(Backend &be, Backend &ref, const char *label) {
                     ++seed;
                     const auto got = run_allreduce(be, label, pl, t, op, count, Mode::RANDOM, seed);
                     const auto want = run_allreduce(ref, "mpi", Place::HEAP, t, op, count, Mode::RANDOM, seed);
-                    compare_results(dsm::cat(label, " allreduce ", dsm::comm::dtype_label(t), " ",
+                    compare_results(dsm::cat(label, " allreduce ", dsm::dtype_name(t), " ",
                                              dsm::comm::op_label(op), " count ", count),
                                     t, op, Mode::RANDOM, seed, 0, got, want);
                 }
@@ -388,7 +389,7 @@ std::vector<unsigned char> run_reduce_scatterv(Backend &be, const char *label, P
         total += counts[r];
         most = std::max(most, counts[r]);
     }
-    const std::string what = dsm::cat(label, " reduce_scatter", equal_form ? "" : "v", " ", dsm::comm::dtype_label(t),
+    const std::string what = dsm::cat(label, " reduce_scatter", equal_form ? "" : "v", " ", dsm::dtype_name(t),
                                       " ", dsm::comm::op_label(op), " counts [", join(counts), "] ",
                                       place_name(pl), m == Mode::EXACT ? " exact" : " random");
     const size_t off = place_offset(pl);
@@ -428,7 +429,7 @@ void reduce_scatter_suite(Backend &be, Backend &ref, const char *label) {
                 ++seed;
                 const auto got = run_reduce_scatterv(be, label, Place::HEAP, t, op, counts, Mode::RANDOM, seed, false);
                 const auto want = run_reduce_scatterv(ref, "mpi", Place::HEAP, t, op, counts, Mode::RANDOM, seed, false);
-                compare_results(dsm::cat(label, " reduce_scatterv ", dsm::comm::dtype_label(t), " counts [",
+                compare_results(dsm::cat(label, " reduce_scatterv ", dsm::dtype_name(t), " counts [",
                                          join(counts), "]"),
                                 t, op, Mode::RANDOM, seed, first, got, want);
             }
@@ -452,7 +453,7 @@ void run_allgatherv(Backend &be, const char *label, Place pl, dsm_dtype_t t, con
         total += counts[r];
         most = std::max(most, counts[r]);
     }
-    const std::string what = dsm::cat(label, " allgather", equal_form ? "" : "v", " ", dsm::comm::dtype_label(t),
+    const std::string what = dsm::cat(label, " allgather", equal_form ? "" : "v", " ", dsm::dtype_name(t),
                                       " counts [", join(counts), "] ", place_name(pl));
     const size_t off = place_offset(pl);
     // recv is "b" (allocated first on every rank, so alloc_shared calls line up).

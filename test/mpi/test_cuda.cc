@@ -41,6 +41,7 @@
 #include "comm/nccl_backend.hpp"
 #include "comm/shm_backend.hpp"
 #include "comm/reduce.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "cuda/device.hpp"
@@ -348,7 +349,7 @@ const dsm_dtype_t kAllTypes[] = {DSM_FLOAT32, DSM_FLOAT64, DSM_FLOAT16, DSM_BFLO
                                  DSM_INT8,    DSM_UINT8,   DSM_INT32,   DSM_INT64};
 const Op kOps[] = {Op::SUM, Op::MAX, Op::MIN};
 
-size_t esize(dsm_dtype_t t) { return dsm::comm::dtype_size(t); }
+size_t esize(dsm_dtype_t t) { return dsm::require_dtype_size(t); }
 
 uint64_t mix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ull;
@@ -433,7 +434,7 @@ Pair make_pair() {
 }
 
 std::string label(const char *what, dsm_dtype_t t, size_t count) {
-    return dsm::cat(what, " ", dsm::comm::dtype_label(t), " count ", count);
+    return dsm::cat(what, " ", dsm::dtype_name(t), " count ", count);
 }
 
 #endif // DSM_HAVE_NCCL_BACKEND

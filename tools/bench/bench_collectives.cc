@@ -23,6 +23,7 @@
 #include "comm/nccl_backend.hpp"
 #include "comm/shm_backend.hpp"
 #include "comm/reduce.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 
@@ -54,7 +55,7 @@ void usage(FILE *out) {
 void fill(void *p, size_t count, dsm_dtype_t t, int rank) {
     for (size_t i = 0; i < count; ++i) {
         const float v = static_cast<float>((i * 7 + static_cast<size_t>(rank) * 13) % 101) / 101.0f;
-        char *at = static_cast<char *>(p) + i * comm::dtype_size(t);
+        char *at = static_cast<char *>(p) + i * require_dtype_size(t);
         if (t == DSM_FLOAT32) std::memcpy(at, &v, 4);
         else if (t == DSM_FLOAT64) {
             const double d = v;
@@ -95,7 +96,7 @@ private:
 int run(const Harness &h, const Options &o) {
     MPI_Comm world = MPI_COMM_WORLD;
     const int rank = h.rank(), size = h.size();
-    const size_t es = comm::dtype_size(o.dtype);
+    const size_t es = require_dtype_size(o.dtype);
     const size_t n = o.count, bytes = n * es;
     const size_t block = n / static_cast<size_t>(size); // reduce-scatter and allgather blocks
 
@@ -214,7 +215,7 @@ int run_collectives(int argc, char **argv) {
     }
     // Six buffers of COUNT elements per rank: the bound's two, the mpi and raw
     // calls' two, the shm backend's two.
-    const double need = 6.0 * static_cast<double>(o.count) * static_cast<double>(comm::dtype_size(o.dtype));
+    const double need = 6.0 * static_cast<double>(o.count) * static_cast<double>(require_dtype_size(o.dtype));
     if (!h.fits_memory("--count " + std::to_string(o.count) + " --dtype " + o.dtype_name, need)) return 2;
     return h.guard([&] { return run(h, o); });
 }
