@@ -33,7 +33,7 @@ double Engine::zero_formula_bytes_per_param() const {
     // The ZeRO paper's bytes per parameter: K = 12 for fp16 with fp32 Adam
     // (master 4 + two moments 8); with fp32 the master is the parameter.
     const double dp = dp_size_;
-    const int nstate = optim::state_count(cfg_.optimizer.type);
+    const int nstate = optim::state_count(optimizer_->hyper());
     const double pw = static_cast<double>(esize_);
     const double K = (dtype_ == DSM_FLOAT32 ? 0.0 : 4.0) + 4.0 * nstate;
     return stage_->formula(pw, K, dp);

@@ -279,12 +279,12 @@ void lamb_step(const Kernels &kern, const Hyper &h, const StepArgs &a, float *p,
 
 // ---------------------------------------------------------------- types
 
-int state_count(OptimizerType type) {
+int state_count(OptimizerType type, double momentum) {
     switch (type) {
     case OptimizerType::ADAM:
     case OptimizerType::ADAMW:
     case OptimizerType::LAMB: return 2;
-    case OptimizerType::SGD:
+    case OptimizerType::SGD: return momentum != 0.0 ? 1 : 0; // torch.optim.SGD: no buffer without momentum
     case OptimizerType::LION:
     case OptimizerType::ADAGRAD: return 1;
     case OptimizerType::NONE: return 0;
@@ -292,10 +292,12 @@ int state_count(OptimizerType type) {
     return 0;
 }
 
+int state_count(const Hyper &hyper) { return state_count(hyper.type, hyper.momentum); }
+
 const char *state_name(OptimizerType type, int index) {
-    DSM_REQUIRE(index >= 0 && index < state_count(type), DSM_ERR_INVALID_ARGUMENT, "state index ", index,
-                " out of range for optimizer ", optimizer_name(type), " (", state_count(type),
-                " states)");
+    const int most = state_count(type, 1.0);
+    DSM_REQUIRE(index >= 0 && index < most, DSM_ERR_INVALID_ARGUMENT, "state index ", index,
+                " out of range for optimizer ", optimizer_name(type), " (", most, " states)");
     switch (type) {
     case OptimizerType::SGD: return "momentum_buffer";
     case OptimizerType::ADAGRAD: return "sum";
@@ -340,9 +342,9 @@ int num_threads() noexcept {
 static void fill_device(device::Space &space, float *d, size_t n, float v); // below
 
 Optimizer::Optimizer(const Hyper &hyper, size_t n, device::Space &space) : hyper_(hyper), n_(n), space_(&space) {
-    const int count = state_count(hyper.type);
-    DSM_REQUIRE(count > 0, DSM_ERR_INVALID_ARGUMENT, "optimizer type ", optimizer_name(hyper.type),
-                " has no update rule");
+    const int count = state_count(hyper);
+    DSM_REQUIRE(hyper.type != OptimizerType::NONE, DSM_ERR_INVALID_ARGUMENT, "optimizer type ",
+                optimizer_name(hyper.type), " has no update rule");
     DSM_REQUIRE(n <= (SIZE_MAX - 64) / sizeof(float), DSM_ERR_INVALID_ARGUMENT, "optimizer size ", n,
                 " elements is too large");
     const size_t bytes = std::max<size_t>(n, 1) * sizeof(float);
@@ -421,7 +423,7 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
         DSM_ARG_NOT_NULL(g);
     }
     const Kernels &kern = kernels();
-    float *s0 = state(0);
+    float *s0 = states_.empty() ? nullptr : state(0); // none: SGD without momentum
     switch (hyper_.type) {
     case OptimizerType::ADAM:
     case OptimizerType::ADAMW: {
@@ -437,7 +439,7 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
         const Pair<SgdK> k = pair(sgd_k, hyper_, args);
         for_items(items.size(), [&](size_t i) {
             const Item &it = items[i];
-            kern.sgd(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, it.count);
+            kern.sgd(k.of(*it.seg), p + it.begin, g + it.begin, s0 ? s0 + it.begin : nullptr, it.count);
         });
         break;
     }
@@ -492,7 +494,7 @@ void Optimizer::cuda_step(float *p, const float *g, const std::vector<Segment> &
         f.n = sg.count;
         return f;
     };
-    float *s0 = state(0);
+    float *s0 = states_.empty() ? nullptr : state(0); // none: SGD without momentum
     float *s1 = states_.size() > 1 ? state(1) : nullptr;
     switch (hyper_.type) {
     case OptimizerType::ADAM:
@@ -503,7 +505,7 @@ void Optimizer::cuda_step(float *p, const float *g, const std::vector<Segment> &
     }
     case OptimizerType::SGD: {
         const Pair<SgdK> k = pair(sgd_k, hyper_, args);
-        for (const Segment &sg : segments) cuda::sgd(k.of(sg), flat(sg), s0 + sg.offset, stream);
+        for (const Segment &sg : segments) cuda::sgd(k.of(sg), flat(sg), s0 ? s0 + sg.offset : nullptr, stream);
         break;
     }
     case OptimizerType::LION: {

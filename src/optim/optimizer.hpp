@@ -61,8 +61,11 @@ struct Hyper {
 };
 
 // Number of fp32 state arrays per element and their names (PyTorch's state
-// names: "exp_avg", "exp_avg_sq", "momentum_buffer", "sum").
-int state_count(OptimizerType type);
+// names: "exp_avg", "exp_avg_sq", "momentum_buffer", "sum"). SGD keeps its
+// momentum_buffer only with momentum != 0, as torch.optim.SGD does; state_name
+// names the states a type can have.
+int state_count(OptimizerType type, double momentum);
+int state_count(const Hyper &hyper);
 const char *state_name(OptimizerType type, int index);
 
 // A piece of one parameter inside the partition: elements

@@ -240,6 +240,72 @@ static void test_flags(void **state) {
 }
 
 /* A copy of `from` with its first `bytes` bytes only (rank 0). */
+/* SGD keeps a momentum_buffer only with momentum, as torch.optim.SGD does:
+   without it the engine neither allocates nor saves one, and a checkpoint
+   saved with momentum still loads (its buffer is not needed). */
+static dsm_engine_t sgd_engine(double momentum) {
+    char opt[128], cfg[1024];
+    snprintf(opt, sizeof opt, "{\"type\": \"SGD\", \"params\": {\"lr\": 0.01, \"momentum\": %g}}", momentum);
+    config_with(cfg, sizeof cfg, 1, opt, FP32, "");
+    dsm_param_desc_t d[NP];
+    float bias = 0.5f;
+    params(d, &bias);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NP, &e));
+    return e;
+}
+
+/* Whether the checkpoint file of `tag` has the HDF5 link `path` (rank 0
+   reads, every rank gets the answer). */
+static int ckpt_has(const char *tag, const char *path) {
+    int rank = 0, has = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0) {
+        char file[512];
+        snprintf(file, sizeof file, "%s/%s.h5", dir, tag);
+        const hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+        assert_true(f >= 0);
+        has = H5Lexists(f, "/optimizer", H5P_DEFAULT) > 0 && H5Lexists(f, path, H5P_DEFAULT) > 0;
+        H5Fclose(f);
+    }
+    MPI_Bcast(&has, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    return has;
+}
+
+static void test_sgd_without_momentum(void **state) {
+    (void)state;
+    dsm_engine_t with = sgd_engine(0.9), without = sgd_engine(0.0);
+    char *text = NULL;
+    ASSERT_OK(dsm_engine_describe(without, DSM_FORMAT_JSON, &text));
+    if (strstr(text, "\"optimizer_state\"") != NULL) fail_msg("SGD without momentum holds optimizer state: %s", text);
+    dsm_free(text);
+    ASSERT_OK(dsm_engine_describe(with, DSM_FORMAT_JSON, &text));
+    assert_non_null(strstr(text, "\"optimizer_state\""));
+    dsm_free(text);
+
+    train(with, MPI_COMM_WORLD, 2);
+    ASSERT_OK(dsm_engine_save_checkpoint(with, dir, "momentum", NULL, 0));
+    assert_true(ckpt_has("momentum", "/optimizer/momentum_buffer"));
+    float saved[TOTAL], got[TOTAL];
+    snapshot(with, saved);
+    /* A checkpoint with a momentum_buffer loads without momentum. */
+    ASSERT_OK(dsm_engine_load_checkpoint(without, dir, "momentum", 0, NULL, NULL));
+    snapshot(without, got);
+    assert_memory_equal(got, saved, sizeof got);
+
+    train(without, MPI_COMM_WORLD, 1);
+    ASSERT_OK(dsm_engine_save_checkpoint(without, dir, "plain", NULL, 0));
+    assert_false(ckpt_has("plain", "/optimizer/momentum_buffer"));
+    snapshot(without, saved);
+    ASSERT_OK(dsm_engine_free(&without));
+    without = sgd_engine(0.0);
+    ASSERT_OK(dsm_engine_load_checkpoint(without, dir, "plain", 0, NULL, NULL));
+    snapshot(without, got);
+    assert_memory_equal(got, saved, sizeof got);
+    ASSERT_OK(dsm_engine_free(&without));
+    ASSERT_OK(dsm_engine_free(&with));
+}
+
 static void copy_prefix(const char *from, const char *to, long bytes) {
     FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
     assert_non_null(in);
@@ -621,6 +687,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test_setup_teardown(test_reshard, setup, teardown),
         cmocka_unit_test_setup_teardown(test_latest_and_client_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flags, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sgd_without_momentum, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hostile_files, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_arguments, setup, teardown),

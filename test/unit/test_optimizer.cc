@@ -306,7 +306,9 @@ void check_case(const Case &c, const char *name) {
             Result r = run_opt(c, in);
             if (threads == 1) {
                 expect_close("p", r.p, ref.p, &ref.skip, ctx);
-                expect_close("state 0", r.states[0], ref.s0, nullptr, ctx);
+                // SGD without momentum keeps no state at all.
+                assert_int_equal(r.states.size(), dsm::optim::state_count(c.h));
+                if (!r.states.empty()) expect_close("state 0", r.states[0], ref.s0, nullptr, ctx);
                 if (r.states.size() > 1) expect_close("state 1", r.states[1], ref.s1, nullptr, ctx);
                 for (size_t i = 0; i < c.n; ++i) {
                     if (covered[i]) continue;
@@ -400,6 +402,11 @@ static void test_sgd_plain(void **) {
     Hyper h = hyper(OptimizerType::SGD);
     h.weight_decay = 0.0;
     check_all_sizes(h, ref_sgd, "sgd plain", 0.1);
+    // No momentum: no momentum_buffer (torch.optim.SGD keeps none either).
+    assert_true(h.momentum == 0.0);
+    assert_int_equal(Optimizer(h, 100).num_states(), 0);
+    h.momentum = 0.5;
+    assert_int_equal(Optimizer(h, 100).num_states(), 1);
 }
 
 static void test_sgd_momentum_dampening(void **) {
@@ -563,10 +570,11 @@ static void test_adagrad_lr_decay_initial_accumulator(void **) {
 // ---------------------------------------------------------------- the rest
 
 static void test_states_and_alignment(void **) {
-    assert_int_equal(dsm::optim::state_count(OptimizerType::ADAMW), 2);
-    assert_int_equal(dsm::optim::state_count(OptimizerType::LAMB), 2);
-    assert_int_equal(dsm::optim::state_count(OptimizerType::SGD), 1);
-    assert_int_equal(dsm::optim::state_count(OptimizerType::NONE), 0);
+    assert_int_equal(dsm::optim::state_count(OptimizerType::ADAMW, 0.0), 2);
+    assert_int_equal(dsm::optim::state_count(OptimizerType::LAMB, 0.0), 2);
+    assert_int_equal(dsm::optim::state_count(OptimizerType::SGD, 0.9), 1);
+    assert_int_equal(dsm::optim::state_count(OptimizerType::SGD, 0.0), 0); /* no momentum: no buffer */
+    assert_int_equal(dsm::optim::state_count(OptimizerType::NONE, 0.0), 0);
     assert_string_equal(dsm::optim::state_name(OptimizerType::ADAM, 0), "exp_avg");
     assert_string_equal(dsm::optim::state_name(OptimizerType::ADAM, 1), "exp_avg_sq");
     assert_string_equal(dsm::optim::state_name(OptimizerType::SGD, 0), "momentum_buffer");
