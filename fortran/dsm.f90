@@ -247,7 +247,8 @@ module dsm
   public :: dsm_param_init_fn
   public :: dsm_free, dsm_convert
   public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_init_with_options
-  public :: dsm_engine_param_acquire
+  public :: dsm_engine_param_acquire, dsm_engine_param_shape
+  public :: dsm_report_error
   public :: dsm_engine_grad_acquire, dsm_step
   public :: dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
   public :: dsm_sp_seq_to_head, dsm_sp_head_to_seq, dsm_sp_seq_to_head_n, dsm_sp_head_to_seq_n
@@ -503,19 +504,32 @@ contains
     call stop_program(int(status), where, dsm_last_error())
   end subroutine finish
 
-  ! A failure found by the bindings themselves (no C call made it): into
-  ! ierr when present, else the program stops, printing why.
+  ! A failure found by the bindings themselves (no C call made it),
+  ! recorded as the library records its own (dsm_last_error() gives
+  ! "where: why"): into ierr when present, else the program stops, printing it.
   subroutine fail_local(status, where, why, ierr)
     integer, intent(in) :: status
     character(len=*), intent(in) :: where, why
     integer, intent(out), optional :: ierr
 
+    call dsm_report_error(status, where, why)
     if (present(ierr)) then
        ierr = status
        return
     end if
-    call stop_program(status, where, where // ': ' // why)
+    call stop_program(status, where, dsm_last_error())
   end subroutine fail_local
+
+  !> Record an error found outside the library (by a layer over module dsm)
+  !> the way the library records its own: dsm_last_error() then gives
+  !> "where: message" in this thread. Not collective.
+  subroutine dsm_report_error(status, where, message)
+    integer, intent(in) :: status
+    character(len=*), intent(in) :: where, message
+    integer(c_int) :: st
+
+    st = c_dsm_report_error(int(status, c_int), trim(where) // c_null_char, message // c_null_char)
+  end subroutine dsm_report_error
 
   ! Print "where failed (status)" and detail on standard error and stop: with
   ! MPI_Abort(MPI_COMM_WORLD, status) while MPI is initialized and not
@@ -997,23 +1011,38 @@ contains
     call finish(st, 'dsm_engine_init_comm', ierr)
   end subroutine engine_init_comm_i
 
-  ! Whether the engine's dtype is known and not DSM_FLOAT32: then the
-  ! real(c_float) forms refuse it, reported through fail_local as the C
-  ! function `where`.
-  logical function not_float32(engine, where, ierr)
+  ! Whether the real(c_float) forms must refuse the engine, reported through
+  ! fail_local as the C function `where`: its buffers are device memory
+  ! (dsm_engine_device is not DSM_DEVICE_HOST), which a Fortran pointer
+  ! cannot view, or its dtype is not DSM_FLOAT32. Both are the same on
+  ! every rank (the engine agreed them): all ranks refuse together.
+  logical function not_host_float32(engine, where, ierr)
     type(dsm_engine_t), intent(in) :: engine
     character(len=*), intent(in) :: where
     integer, intent(out), optional :: ierr
-    integer(c_int) :: d
+    integer(c_int) :: d, device
+    character(len=:), allocatable :: name
 
     d = -1
-    not_float32 = .false.
+    device = -1
+    not_host_float32 = .false.
+    if (c_dsm_engine_device(engine%ptr, device) == DSM_SUCCESS) then
+       if (device /= DSM_DEVICE_HOST) then
+          name = 'simulated'
+          if (device == DSM_DEVICE_CUDA) name = 'CUDA'
+          not_host_float32 = .true.
+          call fail_local(DSM_ERR_INVALID_ARGUMENT, where, 'the engine is device-resident (' // name // &
+               ' device): its buffers are device memory, which a real(c_float) pointer cannot view; use the ' // &
+               'type(c_ptr) form, ' // where // '(engine, index, ptr), and device code or copies', ierr)
+          return
+       end if
+    end if
     if (c_dsm_engine_dtype(engine%ptr, d) /= DSM_SUCCESS) return
     if (d == DSM_FLOAT32) return
-    not_float32 = .true.
+    not_host_float32 = .true.
     call fail_local(DSM_ERR_INVALID_ARGUMENT, where, 'the engine''s dtype is ' // dsm_dtype_name(int(d)) // &
          ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert', ierr)
-  end function not_float32
+  end function not_host_float32
 
   ! dsm_engine_param_acquire (grad false) or dsm_engine_grad_acquire (grad
   ! true) of parameter index: its address in p and, after a success, its
@@ -1052,19 +1081,27 @@ contains
     ! The dtype is the same on every rank: all refuse together, before the
     ! (possibly collective) parameter acquire; grad_acquire is local, and
     ! refusing before it acquires nothing.
-    if (not_float32(engine, where, ierr)) return
+    if (not_host_float32(engine, where, ierr)) return
     st = acquire_numel(engine, index, grad, p, n)
     if (st == DSM_SUCCESS) call c_f_pointer(p, values, [n])
     call finish(st, where, ierr)
   end subroutine acquire_r1
 
-  ! What is wrong with `shape` for a rank-2 pointer to n elements; '' when
-  ! nothing is.
-  function shape_problem(shape, n) result(why)
+  ! What is wrong with `shape` for a rank-2 pointer to parameter index of n
+  ! elements; '' when nothing is. A parameter declared with two dimensions
+  ! is viewed with its declared shape (Fortran order): another shape of the
+  ! same product, the transposed one above all, would be a silently wrong
+  ! view. A parameter of another rank may be viewed as any matrix of n
+  ! elements (a reshape the caller chose).
+  function shape_problem(engine, index, shape, n) result(why)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
     integer, dimension(:), intent(in) :: shape
     integer(c_int64_t), intent(in) :: n
     character(len=:), allocatable :: why
-    character(len=64) :: detail
+    character(len=160) :: detail
+    integer(c_int64_t), dimension(DSM_PARAM_MAX_DIMS) :: cshape
+    integer(c_int) :: nd
 
     why = ''
     if (size(shape) /= 2) then
@@ -1072,8 +1109,43 @@ contains
     else if (product(int(shape, c_int64_t)) /= n .or. any(shape < 0)) then
        write(detail, '(a,i0,a,i0,a,i0)') 'shape ', shape(1), ' x ', shape(2), ' is not numel ', n
        why = trim(detail)
+    else
+       nd = 0
+       cshape = 0
+       if (c_dsm_engine_param_shape(engine%ptr, int(index, c_int), int(DSM_PARAM_MAX_DIMS, c_int), nd, &
+            cshape) /= DSM_SUCCESS) return
+       ! C order reversed: the declared Fortran shape is [cshape(2), cshape(1)].
+       if (nd == 2 .and. (shape(1) /= cshape(2) .or. shape(2) /= cshape(1))) then
+          write(detail, '(a,i0,a,i0,a,i0,a,i0,a,i0,a)') 'shape ', shape(1), ' x ', shape(2), &
+               ' is not the shape ', cshape(2), ' x ', cshape(1), ' parameter ', index, &
+               ' was declared with (Fortran order; another shape would be a transposed or scrambled view)'
+          why = trim(detail)
+       end if
     end if
   end function shape_problem
+
+  !> The shape parameter index was declared with, in Fortran order (C's
+  !> reversed), as the shape of its type(dsm_param_desc_t): size(shape) is
+  !> its number of dimensions (0: a scalar). Not collective.
+  subroutine dsm_engine_param_shape(engine, index, shape, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    integer, dimension(:), allocatable, intent(out) :: shape
+    integer, intent(out), optional :: ierr
+    integer(c_int64_t), dimension(DSM_PARAM_MAX_DIMS) :: cshape
+    integer(c_int) :: st, nd
+    integer :: m
+
+    cshape = 0
+    nd = 0
+    st = c_dsm_engine_param_shape(engine%ptr, int(index, c_int), int(DSM_PARAM_MAX_DIMS, c_int), nd, cshape)
+    if (st /= DSM_SUCCESS) nd = 0
+    allocate(shape(nd))
+    do m = 1, nd
+       shape(m) = int(cshape(nd + 1 - m))
+    end do
+    call finish(st, 'dsm_engine_param_shape', ierr)
+  end subroutine dsm_engine_param_shape
 
   subroutine param_acquire_r1(engine, index, values, ierr)
     type(dsm_engine_t), intent(in) :: engine
@@ -1096,12 +1168,12 @@ contains
     integer(c_int) :: st
 
     nullify(values)
-    if (not_float32(engine, 'dsm_engine_param_acquire', ierr)) return
+    if (not_host_float32(engine, 'dsm_engine_param_acquire', ierr)) return
     ! Acquire first (collective under ZeRO-3 whatever the shape argument
     ! says on this rank), then check the shape and release locally.
     st = acquire_numel(engine, index, .false., p, n)
     if (st == DSM_SUCCESS) then
-       why = shape_problem(shape, n)
+       why = shape_problem(engine, index, shape, n)
        if (len(why) > 0) then
           st = c_dsm_engine_param_release(engine%ptr, int(index, c_int))
           call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire', why, ierr)
@@ -1133,15 +1205,15 @@ contains
     integer(c_int) :: st
 
     nullify(grad)
-    if (not_float32(engine, 'dsm_engine_grad_acquire', ierr)) return
+    if (not_host_float32(engine, 'dsm_engine_grad_acquire', ierr)) return
     ! With a good index, check the shape before acquiring; with a bad one,
     ! the acquire below reports it (a shape of the wrong size is refused first).
     n = 0
     why = ''
     if (size(shape) /= 2) then
-       why = shape_problem(shape, n)
+       why = shape_problem(engine, index, shape, n)
     else if (c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n) == DSM_SUCCESS) then
-       why = shape_problem(shape, n)
+       why = shape_problem(engine, index, shape, n)
     end if
     if (len(why) > 0) then
        call fail_local(DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire', why, ierr)

@@ -114,11 +114,11 @@ WRAP_OPTIONS = {
 
 # The functions whose wrappers fortran/dsm.f90 writes by hand.
 HAND_WRITTEN = {
-    'dsm_free', 'dsm_convert',
+    'dsm_free', 'dsm_convert', 'dsm_report_error',
     'dsm_mesh_create', 'dsm_mesh_create_with_options', 'dsm_mesh_create_dp_sp', 'dsm_mesh_create_for_config',
     'dsm_mesh_shape', 'dsm_mesh_coords', 'dsm_mesh_comm', 'dsm_mesh_group_ranks',
     'dsm_mesh_slice', 'dsm_mesh_flatten', 'dsm_config_load',
-    'dsm_engine_init', 'dsm_engine_init_comm', 'dsm_engine_init_with_options',
+    'dsm_engine_init', 'dsm_engine_init_comm', 'dsm_engine_init_with_options', 'dsm_engine_param_shape',
     'dsm_step',
     'dsm_engine_save_checkpoint', 'dsm_engine_load_checkpoint',
     'dsm_sp_seq_to_head_n', 'dsm_sp_head_to_seq_n',

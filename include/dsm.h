@@ -93,6 +93,19 @@ DSM_API const char *dsm_status_string(dsm_status_t status);
  */
 DSM_API const char *dsm_last_error(void);
 
+/**
+ * @brief Record an error found outside the library, by a language binding
+ * or a layer over libdsm, the way the library records its own: afterwards
+ * dsm_last_error() returns "function: message" in this thread, as after a
+ * failed libdsm call.
+ *
+ * Not collective. Thread safe (thread-local). A NULL @p function or
+ * @p message counts as "".
+ * @return @p status, so that a wrapper can end with
+ * `return dsm_report_error(DSM_ERR_INVALID_ARGUMENT, "my_call", why);`.
+ */
+DSM_API dsm_status_t dsm_report_error(dsm_status_t status, const char *function, const char *message);
+
 /** @} */
 
 /**
@@ -893,6 +906,25 @@ DSM_API dsm_status_t dsm_engine_param_index(dsm_engine_t engine, const char *nam
  * DSM_ERR_INVALID_ARGUMENT for an index out of range.
  */
 DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int64_t *numel);
+
+/**
+ * @brief The shape parameter @p index was declared with (dsm_param_desc_t
+ * ndims and shape): its number of dimensions and the size of each,
+ * outermost first (row-major, the last dimension varies fastest).
+ *
+ * Not collective. Thread safe with other readers. @p len is the capacity of
+ * @p shape; DSM_PARAM_MAX_DIMS is always enough. With @p len 0 and @p shape
+ * NULL only @p ndims is set.
+ * @param engine the engine
+ * @param index  the parameter, 0-based
+ * @param len    the number of elements @p shape has room for
+ * @param[out] ndims 0 (a scalar) .. DSM_PARAM_MAX_DIMS
+ * @param[out] shape @p ndims sizes
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (engine, ndims, or shape with
+ * @p len > 0); DSM_ERR_INVALID_ARGUMENT for an index out of range or a
+ * @p len below the parameter's ndims (naming both; @p ndims is set then).
+ */
+DSM_API dsm_status_t dsm_engine_param_shape(dsm_engine_t engine, int index, int len, int *ndims, int64_t shape[]);
 
 /**
  * @brief The engine's compute dtype: FLOAT32, FLOAT16 (fp16.enabled) or

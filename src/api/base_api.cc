@@ -28,6 +28,10 @@ DSM_API const char *dsm_status_string(dsm_status_t status) { return dsm::status_
 
 DSM_API const char *dsm_last_error(void) { return dsm::last_error().c_str(); }
 
+DSM_API dsm_status_t dsm_report_error(dsm_status_t status, const char *function, const char *message) {
+    return dsm::api::report(function != nullptr ? function : "", status, message != nullptr ? message : "");
+}
+
 DSM_API dsm_status_t dsm_library_version(int *major, int *minor, int *patch) {
     if (major != nullptr) *major = DSM_VERSION_MAJOR;
     if (minor != nullptr) *minor = DSM_VERSION_MINOR;

@@ -2,6 +2,7 @@
 // handle <-> object; the work is in src/engine/.
 #include "dsm_config.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -233,6 +234,19 @@ DSM_API dsm_status_t dsm_engine_param_index(dsm_engine_t engine, const char *nam
 DSM_API dsm_status_t dsm_engine_param_numel(dsm_engine_t engine, int index, int64_t *numel) {
     DSM_API_BEGIN
     dsm::api::read_into(impl(engine), numel, "numel", [&](auto &e) { return static_cast<int64_t>(e.numel(index)); });
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_param_shape(dsm_engine_t engine, int index, int len, int *ndims, int64_t shape[]) {
+    DSM_API_BEGIN
+    const std::vector<int64_t> &dims = impl(engine).shape(index);
+    DSM_ARG_NOT_NULL(ndims);
+    const int n = static_cast<int>(dims.size());
+    *ndims = n;
+    DSM_REQUIRE(len >= n, DSM_ERR_INVALID_ARGUMENT, "len is ", len, ", parameter ", index, " has ", n,
+                " dimensions");
+    DSM_REQUIRE(shape != nullptr || len == 0, DSM_ERR_NULL_POINTER, "shape is NULL with len ", len);
+    std::copy(dims.begin(), dims.end(), shape);
     DSM_API_END
 }
 

@@ -313,10 +313,16 @@ void Engine::check_usable() const {
                 "a collective engine call failed earlier; the engine can only be freed");
 }
 
-Param &Engine::param(int index, const char *what) {
+// The C entry point names the call; Fortran users in particular need to
+// hear that indices start at 0.
+void Engine::check_index(int index) const {
+    DSM_REQUIRE(index >= 0 && index < num_params(), DSM_ERR_INVALID_ARGUMENT, "parameter index ", index,
+                " is out of range 0..", num_params() - 1, " (indices are 0-based)");
+}
+
+Param &Engine::param(int index) {
     check_usable();
-    DSM_REQUIRE(index >= 0 && index < num_params(), DSM_ERR_INVALID_ARGUMENT, what, ": parameter index ",
-                index, " is out of range 0..", num_params() - 1);
+    check_index(index);
     return params_[static_cast<size_t>(index)];
 }
 
@@ -328,9 +334,13 @@ int Engine::param_index(const char *name) const {
 }
 
 size_t Engine::numel(int index) const {
-    DSM_REQUIRE(index >= 0 && index < num_params(), DSM_ERR_INVALID_ARGUMENT, "parameter index ", index,
-                " is out of range 0..", num_params() - 1);
+    check_index(index);
     return params_[static_cast<size_t>(index)].numel;
+}
+
+const std::vector<int64_t> &Engine::shape(int index) const {
+    check_index(index);
+    return params_[static_cast<size_t>(index)].shape;
 }
 
 // How long the offload's device copy of a parameter stays valid: a frozen
@@ -342,7 +352,7 @@ DeviceMirror::Keep Engine::mirror_keep(const Param &p) {
 }
 
 const void *Engine::param_acquire(int index) {
-    Param &p = param(index, "param_acquire");
+    Param &p = param(index);
     DSM_REQUIRE(!p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is already acquired");
     const void *values = p.frozen.data();
     if (p.trainable) {
@@ -360,7 +370,7 @@ const void *Engine::param_acquire(int index) {
 }
 
 void Engine::param_release(int index) {
-    Param &p = param(index, "param_release");
+    Param &p = param(index);
     DSM_REQUIRE(p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is not acquired");
     p.param_acquired = false;
     compute_->param_release(index, mirror_keep(p));
@@ -368,7 +378,7 @@ void Engine::param_release(int index) {
 }
 
 void *Engine::grad_acquire(int index) {
-    Param &p = param(index, "grad_acquire");
+    Param &p = param(index);
     DSM_REQUIRE(p.trainable, DSM_ERR_INVALID_ARGUMENT, "parameter '", p.name,
                 "' is frozen (trainable = 0): it has no gradient");
     DSM_REQUIRE(!p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is already acquired");
@@ -381,7 +391,7 @@ void *Engine::grad_acquire(int index) {
 }
 
 void Engine::grad_release(int index) {
-    Param &p = param(index, "grad_release");
+    Param &p = param(index);
     DSM_REQUIRE(p.grad_acquired, DSM_ERR_STATE, "the gradient of '", p.name, "' is not acquired");
     compute_->grad_release(index); // ZeRO-Offload: into the host gradient the engine gave
     p.grad_acquired = false;

@@ -102,6 +102,8 @@ public:
     int num_params() const noexcept { return static_cast<int>(params_.size()); }
     int param_index(const char *name) const;
     size_t numel(int index) const;
+    // The shape the parameter was declared with (row-major, outermost first).
+    const std::vector<int64_t> &shape(int index) const;
     dsm_dtype_t dtype() const noexcept { return dtype_; }
     double loss_scale() const noexcept { return scaler_->scale(); }
     Mesh &mesh() noexcept { return *mesh_; }
@@ -200,7 +202,8 @@ private:
     // step runs inside, slice by slice (zero::Stage::publish).
     void publish(const zero::Stage::Update &update = zero::Stage::Update());
     double current_lr() const;
-    Param &param(int index, const char *what);
+    Param &param(int index);
+    void check_index(int index) const;
     void check_usable() const;
     static DeviceMirror::Keep mirror_keep(const Param &p);
 

@@ -24,7 +24,7 @@ void check_count(const Param &p, int64_t count) {
 } // namespace
 
 void Engine::param_read_f32(int index, float *out, int64_t count) {
-    Param &p = param(index, "param_read_f32");
+    Param &p = param(index);
     check_count(p, count);
     DSM_REQUIRE(out != nullptr || p.numel == 0, DSM_ERR_NULL_POINTER, "values is NULL");
     const void *v = param_acquire(index); // collective under ZeRO-3, as the acquire
@@ -45,7 +45,7 @@ void Engine::param_read_f32(int index, float *out, int64_t count) {
 }
 
 void Engine::grad_add_f32(int index, const float *grad, int64_t count) {
-    Param &p = param(index, "grad_add_f32");
+    Param &p = param(index);
     DSM_REQUIRE(p.trainable, DSM_ERR_INVALID_ARGUMENT, "parameter '", p.name,
                 "' is frozen (trainable = 0): it has no gradient");
     check_count(p, count);

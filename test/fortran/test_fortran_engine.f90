@@ -46,6 +46,7 @@ program test_fortran_engine
   type(MPI_Comm) :: world08
   real(c_float), dimension(:), pointer :: p1
   real(c_float), dimension(:,:), pointer :: p2
+  integer, dimension(:), allocatable :: dims
   type(c_ptr) :: cp
   character(len=:), allocatable :: text, cfg
   character(len=32) :: what
@@ -536,18 +537,45 @@ contains
     call check_error(st, DSM_ERR_NOT_FOUND, 'nope', 'an unknown parameter name gives DSM_ERR_NOT_FOUND')
     call check(idx == -1, 'the index of an unknown name is -1')
     call dsm_engine_param_acquire(engine, 4, p1, st)
-    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'index 4 is out of range 0..3', &
-         'parameter index 4 of 4 is out of range (0-based)')
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, &
+         'dsm_engine_param_acquire: parameter index 4 is out of range 0..3 (indices are 0-based)', &
+         'parameter index 4 of 4 is out of range, named once, 0-based')
+    ! The declared shapes, in Fortran order.
+    call dsm_engine_param_shape(engine, IW, dims, st)
+    call check(st == DSM_SUCCESS .and. size(dims) == 2, 'dsm_engine_param_shape of the matrix: 2 dimensions')
+    if (size(dims) == 2) call check(all(dims == [NW1, NW2]), 'dsm_engine_param_shape: the Fortran shape [4, 3]')
+    call dsm_engine_param_shape(engine, IB, dims, st)
+    call check(st == DSM_SUCCESS .and. size(dims) == 1, 'dsm_engine_param_shape of the vector: 1 dimension')
+    if (size(dims) == 1) call check(dims(1) == NB, 'dsm_engine_param_shape of the vector: [4]')
+    call dsm_engine_param_shape(engine, IS, dims, st)
+    call check(st == DSM_SUCCESS .and. size(dims) == 0, 'dsm_engine_param_shape of the scalar: no dimensions')
+    call dsm_engine_param_shape(engine, 4, dims, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'indices are 0-based', 'dsm_engine_param_shape of index 4')
+    call check(size(dims) == 0, 'dsm_engine_param_shape of a bad index: no dimensions')
+    ! The transposed view of the 4 x 3 matrix has the right product but is refused.
+    call dsm_engine_param_acquire(engine, IW, p2, [NW2, NW1], st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, &
+         'dsm_engine_param_acquire: shape 3 x 4 is not the shape 4 x 3 parameter 0 was declared with', &
+         'a transposed rank-2 shape gives DSM_ERR_INVALID_ARGUMENT with dsm_last_error() set')
+    call check(.not. associated(p2), 'the transposed view is not given')
+    call dsm_engine_grad_acquire(engine, IW, p2, [NW2, NW1], st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, &
+         'dsm_engine_grad_acquire: shape 3 x 4 is not the shape 4 x 3 parameter 0 was declared with', &
+         'a transposed rank-2 gradient shape gives DSM_ERR_INVALID_ARGUMENT')
     call dsm_engine_param_numel(engine, -1, numel, st)
     call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'index -1', 'parameter index -1 is out of range')
     call dsm_engine_param_acquire(engine, IW, p2, [5, 3], st)
     call check(st == DSM_ERR_INVALID_ARGUMENT .and. .not. associated(p2), &
          'a rank-2 shape whose product is not numel gives DSM_ERR_INVALID_ARGUMENT')
+    ! An error the binding finds, caught with ierr, reads as the library's.
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire: shape 5 x 3 is not numel 12', &
+         'with ierr, the binding''s own error is in dsm_last_error()')
     call dsm_engine_param_acquire(engine, IW, p2, [12], st)
-    call check(st == DSM_ERR_INVALID_ARGUMENT, 'a rank-2 pointer with a 1-element shape gives DSM_ERR_INVALID_ARGUMENT')
-    call dsm_engine_param_acquire(engine, IW, p2, [3, 4], st)
-    call check(st == DSM_SUCCESS .and. all(shape(p2) == [3, 4]), &
-         'the refused acquires released the parameter: it can be acquired again')
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'shape must have 2 elements', &
+         'a rank-2 pointer with a 1-element shape gives DSM_ERR_INVALID_ARGUMENT')
+    call dsm_engine_param_acquire(engine, IW, p2, [NW1, NW2], st)
+    call check(st == DSM_SUCCESS .and. all(shape(p2) == [NW1, NW2]), &
+         'the refused acquires released the parameter: it can be acquired with its shape')
     call dsm_engine_param_acquire(engine, IW, p1, st)
     call check_error(st, DSM_ERR_STATE, 'already acquired', 'acquiring a parameter twice gives DSM_ERR_STATE')
     call dsm_engine_param_release(engine, IW)
@@ -559,6 +587,8 @@ contains
     call dsm_engine_grad_acquire(engine, IW, p2, [4, 4], st)
     call check(st == DSM_ERR_INVALID_ARGUMENT .and. .not. associated(p2), &
          'a gradient shape whose product is not numel gives DSM_ERR_INVALID_ARGUMENT')
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire: shape 4 x 4 is not numel 12', &
+         'the gradient shape error is in dsm_last_error()')
     call dsm_engine_grad_release(engine, IW, st)
     call check_error(st, DSM_ERR_STATE, 'not acquired', 'the refused gradient was not acquired')
     info = dsm_step_info_t()

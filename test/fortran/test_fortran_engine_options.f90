@@ -6,7 +6,9 @@
 ! mesh and on a mesh; a bad device, backend, cuda_device or size is
 ! DSM_ERR_INVALID_ARGUMENT on every rank naming the field and value, also
 ! when one rank alone passes it; a stream on a host engine is
-! DSM_ERR_NOT_SUPPORTED and its stream is null.
+! DSM_ERR_NOT_SUPPORTED and its stream is null; on the simulated device the
+! real(c_float) pointer forms are refused with a message naming the
+! type(c_ptr) form, which works.
 !
 ! Every check is made on every rank and agreed with MPI_Allreduce; rank 0
 ! prints "PASS: what" or "FAIL: what", and a failing rank prints its own
@@ -24,7 +26,9 @@ program test_fortran_engine_options
   type(dsm_engine_t) :: engine
   type(dsm_mesh_t) :: mesh
   type(dsm_step_info_t) :: info
-  type(c_ptr) :: stream
+  type(c_ptr) :: stream, ptr
+  real(c_float), dimension(:), pointer :: p1
+  real(c_float), dimension(:,:), pointer :: p2
   real(c_float), dimension(4, 3), target :: w0
   character(len=*), parameter :: CFG = '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": ' // &
        '{"stage": 2, "reduce_bucket_size": 8}, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}}'
@@ -64,6 +68,38 @@ program test_fortran_engine_options
   call check(st == DSM_SUCCESS .and. .not. c_associated(stream), 'dsm_engine_stream on a host engine: null')
   call dsm_engine_free(engine, st)
   call check(st == DSM_SUCCESS .and. .not. c_associated(engine%ptr), 'DSM_DEVICE_HOST: dsm_engine_free')
+
+  ! ---------------------------------------------------------- simulated device
+  ! A device-resident engine hands out device memory: the real(c_float)
+  ! pointer forms refuse it on every rank, with ierr as without it through
+  ! dsm_last_error(), naming the type(c_ptr) form, which works.
+  call dsm_mesh_create_for_config(MPI_COMM_WORLD, CFG, mesh)
+  call dsm_engine_init_with_options(mesh, CFG, params, dsm_engine_options_t(device=DSM_DEVICE_SIMULATED), engine, st)
+  call dsm_mesh_free(mesh)
+  call check(st == DSM_SUCCESS .and. c_associated(engine%ptr), 'DSM_DEVICE_SIMULATED: engine created')
+  call dsm_engine_param_acquire(engine, 0, p1, st)
+  call check_error(st, DSM_ERR_INVALID_ARGUMENT, &
+       'dsm_engine_param_acquire: the engine is device-resident (simulated device)', &
+       'DSM_DEVICE_SIMULATED: the rank-1 real(c_float) parameter form is refused')
+  call check(.not. associated(p1) .and. index(dsm_last_error(), 'use the type(c_ptr) form') > 0, &
+       'DSM_DEVICE_SIMULATED: the message names the type(c_ptr) form')
+  call dsm_engine_param_acquire(engine, 0, p2, shape(w0), st)
+  call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_acquire: the engine is device-resident', &
+       'DSM_DEVICE_SIMULATED: the rank-2 real(c_float) parameter form is refused')
+  call dsm_engine_grad_acquire(engine, 0, p1, st)
+  call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire: the engine is device-resident', &
+       'DSM_DEVICE_SIMULATED: the rank-1 real(c_float) gradient form is refused')
+  call dsm_engine_grad_acquire(engine, 0, p2, shape(w0), st)
+  call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_grad_acquire: the engine is device-resident', &
+       'DSM_DEVICE_SIMULATED: the rank-2 real(c_float) gradient form is refused')
+  ptr = c_null_ptr
+  call dsm_engine_param_acquire(engine, 0, ptr, st)
+  call check(st == DSM_SUCCESS .and. c_associated(ptr), 'DSM_DEVICE_SIMULATED: the type(c_ptr) form works')
+  call dsm_engine_param_release(engine, 0, st)
+  call check(st == DSM_SUCCESS, 'DSM_DEVICE_SIMULATED: nothing else was left acquired')
+  call one_step(engine, 'DSM_DEVICE_SIMULATED')
+  call dsm_engine_free(engine, st)
+  call check(st == DSM_SUCCESS, 'DSM_DEVICE_SIMULATED: dsm_engine_free')
 
   ! ---------------------------------------------------------- default, on a mesh
   call dsm_mesh_create(MPI_COMM_WORLD, [nprocs], ['data_parallel'], mesh)
