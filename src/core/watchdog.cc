@@ -56,6 +56,7 @@ struct alignas(64) Slot {
 struct State {
     Slot slots[kSlots];
     std::atomic<bool> running{false};
+    pid_t started_by = 0; // the process whose thread runs (a forked child has none)
     std::atomic<int64_t> timeout_s{0};
     std::atomic<bool> fired{false};
     std::atomic<int64_t> step{-1}, micro{-1};
@@ -287,8 +288,9 @@ void start() {
     if (r >= 0) g_world_rank.store(r, std::memory_order_relaxed);
     if (t <= 0) return;
     std::lock_guard<std::mutex> lock(st.mu);
-    if (st.running.load(std::memory_order_relaxed)) return;
+    if (st.running.load(std::memory_order_relaxed) && st.started_by == getpid()) return;
     std::thread(loop).detach();
+    st.started_by = getpid();
     st.running.store(true, std::memory_order_release);
 }
 
