@@ -26,6 +26,13 @@
 #    then save a checkpoint of that step and exit with status 3. Nothing
 #    trained is lost.
 #
+#  * A step that a stalled task or a dropped node would hang ends instead:
+#    libdsm's watchdog (DSM_COMM_TIMEOUT seconds in one wait) prints which
+#    wait and which ranks, and ends the step with MPI_Abort and exit status
+#    75. This script then requeues the job as after the time-limit signal
+#    (Slurm may place it on other nodes, or on fewer with a smaller
+#    --nodes range), and the requeued job resumes from the last checkpoint.
+#
 # The checkpoints are written every DSM_SAVE_EVERY steps and committed
 # atomically (a temporary file renamed, then `latest` replaced), so a step
 # killed in the middle of a save (a program that does not stop within
@@ -50,7 +57,8 @@
 #                     restarts, so a job that cannot progress stops [10]
 #
 # Exit status: the program's (0 trained, 2 the loss did not fall, 1 error,
-# 3 stopped on DSM_STOP_SIGNAL), or 0 after a requeue.
+# 3 stopped on DSM_STOP_SIGNAL), 75 when the watchdog ended the step and the
+# job may not requeue again, or 0 after a requeue.
 set -euo pipefail
 
 if [ "$#" -lt 1 ]; then
@@ -141,6 +149,20 @@ while :; do
   # `wait` returns early when the signal comes; then go round again.
   if [ "$interrupted" -eq 0 ]; then break; fi
 done
+
+# libdsm's watchdog ended the step: a stalled task or a lost node
+# (DSM_COMM_TIMEOUT, the status documented in doc/environment.md).
+watchdog_status=75
+if [ "$forwarded" -eq 0 ] && [ "$rc" -eq "$watchdog_status" ]; then
+  say "the step ended with status $rc: libdsm's watchdog found a rank that stopped answering (see the message above); last checkpoint: $(cat "$ckpt_dir/latest" 2> /dev/null || echo none)"
+  if [ "$restarts" -ge "$max_requeues" ]; then
+    say "restarted ${restarts} times already (DSM_MAX_REQUEUES=${max_requeues}): not requeueing"
+    exit "$rc"
+  fi
+  say "requeueing job ${SLURM_JOB_ID}"
+  scontrol requeue "$SLURM_JOB_ID"
+  exit 0
+fi
 
 if [ "$forwarded" -eq 0 ]; then
   # No signal, or it came after the step had ended: the job is done.

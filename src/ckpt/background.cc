@@ -7,6 +7,7 @@
 
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/watchdog.hpp"
 
 namespace dsm {
 namespace ckpt {
@@ -23,6 +24,8 @@ void BackgroundSave::run() noexcept {
     const double start = MPI_Wtime();
     try {
 #if DSM_HAVE_HDF5
+        const watchdog::Context ctx("dsm_engine_save_checkpoint (decoupled writer)");
+        const watchdog::WaitScope wait("checkpoint write in the background (collective HDF5)", nullptr);
         save_write(comm_.get(), dir_, tag_, content_, client_.empty() ? nullptr : client_.data(), client_size_,
                    keep_last_);
 #else

@@ -25,6 +25,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/param.hpp"
+#include "core/watchdog.hpp"
 #include "cuda/device.hpp"
 
 namespace dsm {
@@ -39,13 +40,6 @@ DSM_PARAM(comm, COMM_BACKEND, param::Choice({"auto", "mpi", "shm", "nccl"}), "au
           "stage over MPI point-to-point across nodes, even at one rank per node), else mpi. nccl takes device "
           "memory only, shm host memory only; a backend that cannot "
           "serve the buffers fails with DSM_ERR_NOT_SUPPORTED on every rank.");
-
-// Declared here, where every build compiles it, so that dsm-info lists it
-// also where the nccl backend is not built.
-DSM_PARAM(comm, NCCL_TIMEOUT, param::Int(0, 999999999, "a number of seconds (0 for no limit)"), "1800",
-          "Seconds an operation of the nccl backend (communicator creation, a collective, the final "
-          "release) may take before the rank aborts its NCCL communicator and fails with DSM_ERR_NCCL; "
-          "0 waits for ever.");
 
 } // namespace
 
@@ -87,6 +81,7 @@ void Backend::drain(Queue queue) {
 }
 
 void Backend::barrier_mpi(Queue queue) {
+    const watchdog::WaitScope wait("barrier", &watch_);
     drain(queue);
     ++stats_.calls;
     DSM_CHECK_MPI(MPI_Barrier(comm()));
@@ -94,6 +89,7 @@ void Backend::barrier_mpi(Queue queue) {
 
 void Backend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                               const PackFn &pack, const UnpackFn &unpack, Queue queue) {
+    const watchdog::WaitScope wait("alltoall_packed", &watch_);
     drain(queue);
     check_packed(size(), rank(), send_bytes, recv_bytes, pack, unpack);
     ++stats_.calls;
@@ -324,9 +320,11 @@ Kind kind_from_param() { return kind_from_name(param_COMM_BACKEND().value()); }
 
 bool nccl_built() noexcept { return DSM_HAVE_NCCL_BACKEND != 0; }
 
-int nccl_timeout_param() { return static_cast<int>(param_NCCL_TIMEOUT().value()); }
+int nccl_timeout_param() { return static_cast<int>(watchdog::timeout_seconds()); }
 
-std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color) {
+namespace {
+
+std::unique_ptr<Backend> create_kind(MPI_Comm comm, Kind kind, int node_color) {
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "the communicator is MPI_COMM_NULL");
     switch (kind) {
     case Kind::MPI: return std::make_unique<MpiBackend>(comm);
@@ -357,6 +355,15 @@ std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color
     }
     }
     DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "backend kind ", static_cast<int>(kind), " is not AUTO, MPI, SHM or NCCL");
+}
+
+} // namespace
+
+std::unique_ptr<Backend> create_backend(MPI_Comm comm, Kind kind, int node_color) {
+    watchdog::start();
+    std::unique_ptr<Backend> b = create_kind(comm, kind, node_color);
+    b->watch().describe(b->comm(), "a group of " + std::to_string(b->size()) + " ranks", b->name());
+    return b;
 }
 
 namespace {

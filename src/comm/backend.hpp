@@ -47,6 +47,7 @@
 
 #include <mpi.h>
 
+#include "core/watchdog.hpp"
 #include "device/queue.hpp"
 #include "dsm.h"
 
@@ -267,6 +268,13 @@ public:
     // must not be used for communication afterwards.
     virtual void abandon() noexcept = 0;
 
+    // The group as the watchdog's messages name it (core/watchdog.hpp):
+    // described by create_backend() (members, backend); the caller may
+    // name it (the engine: "data_parallel"). Every collective call is a
+    // watchdog::WaitScope on it.
+    watchdog::Group &watch() noexcept { return watch_; }
+    const watchdog::Group &watch() const noexcept { return watch_; }
+
     const Stats &stats() const noexcept { return stats_; }
     void reset_stats() noexcept { stats_ = Stats{}; }
     // The alltoall_pieces() calls that moved data so far (for the tests and
@@ -303,6 +311,7 @@ protected:
 
     Stats stats_;
     uint64_t pieces_calls_ = 0;
+    watchdog::Group watch_;
 
 private:
     struct PackedBuffers; // alltoall_packed_mpi's send and receive buffers, kept between calls
@@ -335,7 +344,8 @@ Kind kind_from_param();
 // Whether this build has the nccl backend (configured with CUDA and NCCL).
 bool nccl_built() noexcept;
 
-// DSM_NCCL_TIMEOUT: seconds an operation of the nccl backend may take (0: no limit).
+// DSM_COMM_TIMEOUT (or its former name DSM_NCCL_TIMEOUT): seconds an
+// operation of the nccl backend may take (0: no limit; watchdog.hpp).
 int nccl_timeout_param();
 
 // Collective: whether every rank of `comm` sees a CUDA device (the same

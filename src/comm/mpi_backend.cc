@@ -56,6 +56,7 @@ MpiBackend::MpiBackend(MPI_Comm comm) : comm_(Comm::dup(comm)) {
 }
 
 void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
+    const watchdog::WaitScope wait("allreduce", &watch_);
     drain(queue);
     const size_t bytes = check_allreduce(send, recv, count, dtype, op);
     const size_t esize = require_dtype_size(dtype);
@@ -73,6 +74,7 @@ void MpiBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
 
 void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
                                  dsm_dtype_t dtype, Op op, Queue queue) {
+    const watchdog::WaitScope wait("reduce_scatterv", &watch_);
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
@@ -106,6 +108,7 @@ void MpiBackend::reduce_scatterv(const void *send, void *recv, const std::vector
 
 void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                             Queue queue) {
+    const watchdog::WaitScope wait("allgatherv", &watch_);
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
@@ -128,6 +131,7 @@ void MpiBackend::allgatherv(const void *send, void *recv, const std::vector<size
 void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_counts,
                            const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
                            const std::vector<size_t> &recv_displs, dsm_dtype_t dtype, Queue queue) {
+    const watchdog::WaitScope wait("alltoallv", &watch_);
     drain(queue);
     const size_t esize = require_dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
@@ -147,6 +151,7 @@ void MpiBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
 }
 
 void MpiBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
+    const watchdog::WaitScope wait("bcast", &watch_);
     drain(queue);
     const size_t esize = require_dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
@@ -185,6 +190,7 @@ void MpiBackend::abandon() noexcept { (void)comm_.release(); }
 
 bool MpiBackend::alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan,
                                  const PlanFn &recv_plan, Queue queue) {
+    const watchdog::WaitScope wait("alltoall_pieces", &watch_);
     drain(queue);
     if (size_ == 1) return false; // the caller's packed path copies once
     return alltoall_pieces_mpi(exposed, send_plan, recv_plan, [](int) { return true; });

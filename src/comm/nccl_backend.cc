@@ -29,6 +29,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/watchdog.hpp"
 #include "cuda/device.hpp"
 
 namespace dsm {
@@ -70,7 +71,6 @@ std::string nccl_text(ncclResult_t r, ncclComm_t comm) {
     return cat(ncclGetErrorString(r), last != nullptr && *last != '\0' ? cat(" (", last, ")") : std::string());
 }
 
-// DSM_NCCL_TIMEOUT: whole seconds, 0 for no limit.
 bool all_equal(const std::vector<size_t> &v) {
     return std::all_of(v.begin(), v.end(), [&](size_t c) { return c == v[0]; });
 }
@@ -150,8 +150,8 @@ struct NcclBackend::Impl {
     }
     // Wait until NCCL has processed the calls of one operation (`issued`: the
     // result of the last) and, when `stream_too`, until the stream has run
-    // them. Fails (aborting the communicator) on an NCCL or CUDA error or
-    // after DSM_NCCL_TIMEOUT.
+    // them. Fails (aborting the communicator) on an NCCL or CUDA error; after
+    // DSM_COMM_TIMEOUT aborts the communicator and ends the job (watchdog).
     void wait(ncclResult_t issued, const char *what, bool stream_too, cudaStream_t s);
     // The stream of `q`: the backend's own for the host queue.
     cudaStream_t on(Queue q) const noexcept {
@@ -194,6 +194,8 @@ void NcclBackend::Impl::init(const ncclUniqueId &id, int size, int rank) {
 
 void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_too, cudaStream_t s) {
     if (!issued_ok(issued)) fail_nccl(issued, what);
+    // Timed here (the watchdog only steps in should this loop not end).
+    const watchdog::WaitScope scope(what, nullptr, true);
     const Clock::time_point start = Clock::now();
     for (;;) {
         // The communicator's state: ncclInProgress while the calls are being
@@ -211,23 +213,30 @@ void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_
             if (e == cudaSuccess) return;
             if (e != cudaErrorNotReady) fail_cuda(e, what);
         }
-        if (timeout_s > 0 && Clock::now() - start >= std::chrono::seconds(timeout_s))
-            fail(DSM_ERR_NCCL, cat(what, " did not complete within DSM_NCCL_TIMEOUT=", timeout_s,
-                                   " seconds (a member did not make the same call, or failed)"));
+        if (timeout_s > 0 && Clock::now() - start >= std::chrono::seconds(timeout_s)) {
+            abort();
+            watchdog::expire(cat(what, " did not complete within DSM_COMM_TIMEOUT=", timeout_s,
+                                 " seconds (a member did not make the same call, stalled or failed); the NCCL "
+                                 "communicator is aborted"));
+        }
         std::this_thread::yield();
     }
 }
 
 void NcclBackend::Impl::wait_for_split(ncclComm_t *out) {
+    const watchdog::WaitScope scope("ncclCommSplit", nullptr, true);
     const Clock::time_point start = Clock::now();
     while (__atomic_load_n(out, __ATOMIC_ACQUIRE) == nullptr) {
         ncclResult_t state = ncclSuccess;
         const ncclResult_t q = ncclCommGetAsyncError(nccl, &state);
         if (q != ncclSuccess) fail_nccl(q, "ncclCommGetAsyncError");
         if (!issued_ok(state)) fail_nccl(state, "ncclCommSplit");
-        if (timeout_s > 0 && Clock::now() - start >= std::chrono::seconds(timeout_s))
-            fail(DSM_ERR_NCCL, cat("ncclCommSplit did not complete within DSM_NCCL_TIMEOUT=", timeout_s,
-                                   " seconds (a member did not make the same call, or failed)"));
+        if (timeout_s > 0 && Clock::now() - start >= std::chrono::seconds(timeout_s)) {
+            abort();
+            watchdog::expire(cat("ncclCommSplit did not complete within DSM_COMM_TIMEOUT=", timeout_s,
+                                 " seconds (a member did not make the same call, stalled or failed); the NCCL "
+                                 "communicator is aborted"));
+        }
         std::this_thread::yield();
     }
 }

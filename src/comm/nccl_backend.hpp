@@ -62,11 +62,14 @@ namespace comm {
 // default (false: the caller packs).
 //
 // Failures: every wait polls ncclCommGetAsyncError and the stream; after an
-// NCCL or CUDA error, or when an operation has not completed within
-// DSM_NCCL_TIMEOUT seconds, the member aborts its NCCL communicator
-// (ncclCommAbort, so nothing of it waits on the peers any more; the peers
-// fail by their own error or timeout) and throws DSM_ERR_NCCL (NCCL's error
-// string and last error) or DSM_ERR_CUDA; later calls throw DSM_ERR_STATE.
+// NCCL or CUDA error the member aborts its NCCL communicator (ncclCommAbort,
+// so nothing of it waits on the peers any more; the peers fail by their own
+// error or timeout) and throws DSM_ERR_NCCL (NCCL's error string and last
+// error) or DSM_ERR_CUDA; later calls throw DSM_ERR_STATE. When an operation
+// has not completed within DSM_COMM_TIMEOUT seconds (formerly
+// DSM_NCCL_TIMEOUT, still read), the member aborts its communicator the same
+// way and then ends the job as the watchdog does (core/watchdog.hpp: one
+// message naming the operation, MPI_Abort with exit status 75).
 // Argument errors are thrown before anything is enqueued, and the backend
 // stays usable. The destructor finalizes the communicator (collective, with
 // the same timeout, then an abort); abandon() aborts it.

@@ -48,7 +48,7 @@ Pipeline::Ticket Pipeline::submit(Task task, size_t limit) {
         else
             finished_.wait(lock, [&] { return last_ - done_ < limit; });
     }
-    queue_.push_back(std::move(task));
+    queue_.push_back(Entry{std::move(task), watchdog::Context::current()});
     const Ticket t = ++last_;
     lock.unlock();
     more_.notify_one();
@@ -77,12 +77,14 @@ void Pipeline::wait(Ticket t) {
 // Runs the oldest task with the lock released; false when none is queued.
 bool Pipeline::run_one(std::unique_lock<std::mutex> &lock) {
     if (queue_.empty()) return false;
-    Task task = std::move(queue_.front());
+    Task task = std::move(queue_.front().task);
+    const watchdog::Context::Saved context = queue_.front().context;
     queue_.pop_front();
     const bool skip = static_cast<bool>(error_);
     lock.unlock();
     std::exception_ptr e;
     if (!skip) {
+        const watchdog::Context named(context);
         try {
             task();
         } catch (...) {

@@ -27,6 +27,9 @@
 // Errors: the first exception of a task is kept; the tasks after it are
 // dropped (they would make collective calls the failed one did not finish);
 // the next wait rethrows it, once.
+//
+// The watchdog (core/watchdog.hpp) names a wait inside a task with the
+// contexts of the thread that submitted it.
 #pragma once
 
 #include <condition_variable>
@@ -37,6 +40,8 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+
+#include "core/watchdog.hpp"
 
 namespace dsm {
 namespace comm {
@@ -77,7 +82,13 @@ private:
     Mode mode_;
     std::mutex mu_;
     std::condition_variable more_, finished_;
-    std::deque<Task> queue_;
+    // Each task with the watchdog contexts it was submitted under, so that a
+    // wait inside it is named as the submitter's would be.
+    struct Entry {
+        Task task;
+        watchdog::Context::Saved context;
+    };
+    std::deque<Entry> queue_;
     Ticket last_ = 0, done_ = 0;
     std::exception_ptr error_;
     bool stop_ = false;

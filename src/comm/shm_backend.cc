@@ -110,7 +110,7 @@ ShmBackend::ShmBackend(MPI_Comm comm, int node_color) : comm_(Comm::dup(comm)) {
     // to "mpi" everywhere or nowhere.
     std::string failure;
     try {
-        control_ = SharedWindow(node_.get(), sizeof(Slot));
+        control_ = SharedWindow(node_.get(), kControlBytes);
     } catch (const Error &e) {
         failure = e.message();
     }
@@ -119,6 +119,7 @@ ShmBackend::ShmBackend(MPI_Comm comm, int node_color) : comm_(Comm::dup(comm)) {
     DSM_REQUIRE(all_ok == 1, DSM_ERR_NOT_SUPPORTED, "MPI_Win_allocate_shared failed",
                 failure.empty() ? std::string(" on another rank") : ": " + failure);
     peers_.resize(static_cast<size_t>(local_size_));
+    watch_.arrivals = [this](std::vector<int> *missing, std::string *note) { return arrivals(missing, note); };
 }
 
 ShmBackend::~ShmBackend() = default;
@@ -149,6 +150,11 @@ char *ShmBackend::peer_ptr(int p, Where w) const {
 
 void ShmBackend::node_sync() {
     if (local_size_ == 1) return;
+    // The arrival counter (for the watchdog's message: a plain store into
+    // this rank's own cache line of the control window) and a mark of
+    // progress for the watchdog (a store into this thread's record).
+    __atomic_store_n(arrival(local_rank_), ++arrivals_, __ATOMIC_RELAXED);
+    watchdog::WaitScope::progress();
     // Make this rank's stores visible before the barrier and see the peers'
     // after it (the MPI-3 shared-memory model: sync, barrier, sync).
     control_.sync();
@@ -160,6 +166,29 @@ void ShmBackend::node_sync() {
     scratch_.sync();
     direct_sync();
     for (const auto &a : allocs_) a.second.sync();
+}
+
+// On the watchdog thread, while this rank's thread waits in node_sync():
+// the node's ranks whose counter is behind this rank's have not arrived.
+bool ShmBackend::arrivals(std::vector<int> *missing, std::string *note) const {
+    const char *across = nodes_ > 1 ? "; the ranks of the other nodes are waited for over MPI, which does not say "
+                                      "which did not arrive"
+                                    : "";
+    if (local_size_ == 1 || control_.bytes() < kControlBytes) {
+        *note = std::string("this rank is alone on its node in this group") + across;
+        return false;
+    }
+    const uint64_t mine = __atomic_load_n(arrival(local_rank_), __ATOMIC_RELAXED);
+    for (int p = 0; p < local_size_; ++p)
+        if (__atomic_load_n(arrival(p), __ATOMIC_RELAXED) < mine)
+            missing->push_back(members_[static_cast<size_t>(node_index_)][static_cast<size_t>(p)]);
+    if (missing->empty()) {
+        *note = std::string("every rank of this node reached the node's synchronization (a rank may have stopped "
+                            "inside it, or the wait is between nodes)") + across;
+        return false;
+    }
+    *note = std::string("known from the shm backend's arrival counters in node-shared memory") + across;
+    return true;
 }
 
 void ShmBackend::ensure_scratch(size_t bytes) {
@@ -286,6 +315,7 @@ NetAlgo ShmBackend::lane_algo(const std::vector<size_t> &lc, size_t esize, bool 
 // ---------------------------------------------------------------- collectives
 
 void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype_t dtype, Op op, Queue queue) {
+    const watchdog::WaitScope wait("allreduce", &watch_);
     drain(queue);
     const size_t bytes = check_allreduce(send, recv, count, dtype, op);
     const size_t esize = require_dtype_size(dtype);
@@ -350,6 +380,7 @@ void ShmBackend::allreduce(const void *send, void *recv, size_t count, dsm_dtype
 
 void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector<size_t> &counts,
                                  dsm_dtype_t dtype, Op op, Queue queue) {
+    const watchdog::WaitScope wait("reduce_scatterv", &watch_);
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_reduce_scatterv(size_, rank_, send, recv, counts, dtype, op, &total, &mine);
@@ -405,6 +436,7 @@ void ShmBackend::reduce_scatterv(const void *send, void *recv, const std::vector
 
 void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                             Queue queue) {
+    const watchdog::WaitScope wait("allgatherv", &watch_);
     drain(queue);
     size_t total = 0, mine = 0;
     const std::vector<size_t> offs = check_allgatherv(size_, rank_, send, recv, counts, dtype, &total, &mine);
@@ -453,6 +485,7 @@ void ShmBackend::allgatherv(const void *send, void *recv, const std::vector<size
 void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_counts,
                            const std::vector<size_t> &send_displs, void *recv, const std::vector<size_t> &recv_counts,
                            const std::vector<size_t> &recv_displs, dsm_dtype_t dtype, Queue queue) {
+    const watchdog::WaitScope wait("alltoallv", &watch_);
     drain(queue);
     const size_t esize = require_dtype_size(dtype);
     check_alltoallv(size_, send, send_counts, send_displs, recv, recv_counts, recv_displs, esize);
@@ -468,6 +501,7 @@ void ShmBackend::alltoallv(const void *send, const std::vector<size_t> &send_cou
 
 void ShmBackend::alltoall_packed(const std::vector<size_t> &send_bytes, const std::vector<size_t> &recv_bytes,
                                  const PackFn &pack, const UnpackFn &unpack, Queue queue) {
+    const watchdog::WaitScope wait("alltoall_packed", &watch_);
     drain(queue);
     check_packed(size_, rank_, send_bytes, recv_bytes, pack, unpack);
     ++stats_.calls;
@@ -568,6 +602,7 @@ void ShmBackend::alltoall_packed_node(const std::vector<size_t> &send_bytes, con
 
 bool ShmBackend::alltoall_pieces(const std::vector<Exposed> &exposed, const PlanFn &send_plan,
                                  const PlanFn &recv_plan, Queue queue) {
+    const watchdog::WaitScope wait("alltoall_pieces", &watch_);
     drain(queue);
     if (nodes_ == 1) return false;
     return alltoall_pieces_mpi(exposed, send_plan, recv_plan,
@@ -575,6 +610,7 @@ bool ShmBackend::alltoall_pieces(const std::vector<Exposed> &exposed, const Plan
 }
 
 void ShmBackend::bcast(void *buf, size_t count, dsm_dtype_t dtype, int root, Queue queue) {
+    const watchdog::WaitScope wait("bcast", &watch_);
     drain(queue);
     const size_t esize = require_dtype_size(dtype);
     check_bcast(size_, buf, count, esize, root);
@@ -589,6 +625,7 @@ void ShmBackend::barrier(Queue queue) { barrier_mpi(queue); }
 // ---------------------------------------------------------------- allocations
 
 void *ShmBackend::alloc_shared(size_t bytes) {
+    const watchdog::WaitScope wait("alloc_shared (window allocation)", &watch_);
     // Agreed over the group: a node without room fails every rank.
     SharedWindow w(node_.get(), bytes, comm_.get());
     char *mine = w.base(local_rank_);
@@ -599,6 +636,7 @@ void *ShmBackend::alloc_shared(size_t bytes) {
 
 void ShmBackend::free_shared(void *ptr) {
     if (ptr == nullptr) return;
+    const watchdog::WaitScope wait("free_shared (window release)", &watch_);
     for (auto it = allocs_.begin(); it != allocs_.end(); ++it)
         if (it->second.base(local_rank_) == ptr) {
             allocs_.erase(it); // collective over the node, like the allocation

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <mpi.h>
@@ -246,6 +247,7 @@ public:
         int32_t packed;
         int32_t status;
     };
+    static_assert(sizeof(Slot) <= 64, "the arrival counter follows the slot in its window");
 
 private:
     struct Lane {
@@ -253,6 +255,15 @@ private:
         Comm comm;
     };
 
+    // The control window: each rank's Slot, then (its own cache line) its
+    // arrival counter: how many node_sync() it has entered.
+    static constexpr size_t kArrivalOffset = 64;
+    static constexpr size_t kControlBytes = 128;
+    uint64_t *arrival(int p) const noexcept {
+        return reinterpret_cast<uint64_t *>(control_.base(p) + kArrivalOffset);
+    }
+    // The watchdog's view of the wait in node_sync() (watchdog::Group::arrivals).
+    bool arrivals(std::vector<int> *missing, std::string *note) const;
     Where locate(const void *p, size_t bytes) const;
     char *peer_ptr(int p, Where w) const;
     void node_sync();
@@ -301,6 +312,7 @@ private:
     SharedWindow control_, scratch_;
     std::map<int64_t, SharedWindow> allocs_;
     int64_t next_id_ = 0;
+    uint64_t arrivals_ = 0; // node_sync() calls so far
     std::vector<Slot> peers_; // the slots read at the start of the current call
     ScratchBuffer partial_, net_b_, net_c_;
     NetAlgo net_algo_ = NetAlgo::AUTO, last_algo_ = NetAlgo::AUTO;

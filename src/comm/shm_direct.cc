@@ -425,6 +425,7 @@ bool should_push(const std::vector<Backend::Piece> &pieces) {
 } // namespace
 
 bool ShmBackend::alltoall_direct(const std::vector<Exposed> &exposed, const PlanFn &plan, Queue queue) {
+    const watchdog::WaitScope wait("alltoall_direct", &watch_);
     drain(queue);
     if (nodes_ > 1) return false;
     std::string why;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/watchdog.hpp"
 
 namespace dsm {
 
@@ -43,6 +44,7 @@ void Agreement::run(dsm_status_t status, std::string message) {
         mine[1 + 2 * i + 1] = ~values_[i];
     }
     result_.assign(mine.size(), 0);
+    const watchdog::WaitScope wait("agreement of the ranks (allreduce)", nullptr);
     DSM_CHECK_MPI(MPI_Allreduce(mine.data(), result_.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_MAX,
                                 comm_));
     if (result_[0] < 0) return;

@@ -92,6 +92,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         dp_comm_ = std::move(roles.data_parallel);
         sp_comm_ = std::move(roles.sequence_parallel);
         world_ = world_comm_.get();
+        world_watch_.describe(world_, "the engine's ranks", "");
         std::vector<const char *> names;
         std::vector<std::string> keep = mesh_->dim_names();
         for (const std::string &n : keep) names.push_back(n.c_str());
@@ -215,6 +216,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     make_hpz_group(options);
     // Local allocations may fail on one rank: agree before anything collective uses them.
     allocate_or_fall_back(mesh_->node());
+    name_groups();
     if (offloads(cfg_)) {
         // Every rank checked for a device while loading the configuration;
         // a failure here (a device that cannot be set) is agreed below.
@@ -355,6 +357,7 @@ const void *Engine::param_acquire(int index) {
     Param &p = param(index);
     DSM_REQUIRE(!p.param_acquired, DSM_ERR_STATE, "parameter '", p.name, "' is already acquired");
     const void *values = p.frozen.data();
+    const watchdog::Context ctx("dsm_engine_param_acquire", "parameter", index);
     if (p.trainable) {
         try {
             values = stage_->acquire_param(index, at_point(SyncPoint::GATHER));
@@ -396,6 +399,7 @@ void Engine::grad_release(int index) {
     compute_->grad_release(index); // ZeRO-Offload: into the host gradient the engine gave
     p.grad_acquired = false;
     stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
+    const watchdog::Context ctx("dsm_engine_grad_release", "parameter", index);
     try {
         stage_->release_grad(index, at_point(SyncPoint::FLUSH));
     } catch (...) {

@@ -48,6 +48,7 @@
 #include "comm/backend.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
+#include "core/watchdog.hpp"
 #include "device/space.hpp"
 #include "engine/compute.hpp"
 #include "engine/monitor.hpp"
@@ -191,6 +192,7 @@ private:
     static bool offloads(const config::Config &c); // ZeRO-Offload is configured
     void choose_space(const Options &options);  // engine_init.cc
     void make_backends(const Options &options); // engine_init.cc
+    void name_groups();                         // engine_init.cc: the watchdog's names of the groups
     void make_hpz_group(const Options &options); // engine_init.cc
     // Before a pointer goes to the user: the space's queued work is done
     // (unless the user's stream orders it).
@@ -249,6 +251,7 @@ private:
     bool user_stream_ = false; // dsm_engine_set_stream gave the stream
     Comm world_comm_;                         // the ranks of the mesh view
     MPI_Comm world_ = MPI_COMM_NULL;          // world_comm_.get()
+    watchdog::Group world_watch_;             // world_ as the watchdog names it
     Comm dp_comm_, sp_comm_;
     std::unique_ptr<comm::Backend> dp_, sp_;
     std::unique_ptr<comm::Backend> world_backend_; // nccl: the communicator dp_ and sp_ were split from

@@ -223,6 +223,7 @@ void Engine::check_checkpoint_point(SyncPoint point) {
 }
 
 void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const void *client, size_t client_size) {
+    const watchdog::Context ctx("dsm_engine_save_checkpoint");
     check_usable();
     const std::string dir = dir_arg != nullptr ? dir_arg : "";
     std::string tag = tag_arg != nullptr ? tag_arg : cat("global_step", global_steps_);
@@ -325,7 +326,10 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
             std::vector<unsigned char> blob;
             if (world_rank_ == 0 && client_size)
                 blob.assign(static_cast<const unsigned char *>(client), static_cast<const unsigned char *>(client) + client_size);
-            ckpt::save_prepare(world_, dir, tag, content, static_cast<size_t>(csize));
+            {
+                const watchdog::WaitScope wait("checkpoint file creation (collective HDF5)", &world_watch_);
+                ckpt::save_prepare(world_, dir, tag, content, static_cast<size_t>(csize));
+            }
             saver_ = std::make_unique<ckpt::BackgroundSave>(world_, dir, tag, std::move(content), std::move(frozen32),
                                                             std::move(blob), static_cast<size_t>(csize),
                                                             cfg_.checkpoint.keep_last);
@@ -335,8 +339,11 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
                          dir.c_str(), tag.c_str(), MPI_Wtime() - start);
             return;
         }
-        ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize),
-                   cfg_.checkpoint.keep_last);
+        {
+            const watchdog::WaitScope wait("checkpoint write (collective HDF5)", &world_watch_);
+            ckpt::save(world_, dir, tag, content, world_rank_ == 0 ? client : nullptr, static_cast<size_t>(csize),
+                       cfg_.checkpoint.keep_last);
+        }
         if (world_rank_ == 0) log_done("saved", dir, tag, MPI_Wtime() - start);
     } catch (...) {
         // A failure every rank met in this save leaves the engine as it was:
@@ -445,6 +452,7 @@ void Engine::load_weights(const char *path_arg, unsigned flags) {
 std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, unsigned flags,
                                     std::vector<unsigned char> *client) {
     check_usable();
+    const watchdog::Context ctx("dsm_engine_load_checkpoint");
     const std::string dir = dir_arg != nullptr ? dir_arg : "";
     const unsigned known = DSM_CKPT_LOAD_MODULE_ONLY | DSM_CKPT_LOAD_NO_OPTIMIZER | DSM_CKPT_LOAD_NO_LR_SCHEDULE |
                            DSM_CKPT_LOAD_NON_STRICT | DSM_CKPT_LOAD_FALLBACK;
@@ -501,6 +509,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
             DSM_INFO(ENGINE, "checkpoint load '%s/%s.h5': %zu tensors, %.1f MB of values, starting", dir.c_str(),
                      queue[k].c_str(), content.tensors.size(), tensor_megabytes(content.tensors));
         try {
+            const watchdog::WaitScope wait("checkpoint read (collective HDF5)", &world_watch_);
             ckpt::load(world_, dir, queue[k], content, &blob);
             tag = queue[k];
         } catch (const Error &e) {

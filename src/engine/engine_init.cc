@@ -263,6 +263,21 @@ const comm::Kind *backend_choice(const Options &options, comm::Kind &kind) {
 
 } // namespace
 
+// The engine's groups as the watchdog's messages name them (a backend made
+// by an nccl split is described here).
+void Engine::name_groups() {
+    const auto name = [](comm::Backend *b, const char *label) {
+        if (b == nullptr) return;
+        if (b->watch().world.empty())
+            b->watch().describe(b->comm(), label, b->name());
+        else
+            b->watch().label = label;
+    };
+    name(dp_.get(), "data_parallel");
+    name(sp_.get(), "sequence_parallel");
+    name(hpz_.get(), "hpZ secondary partition group");
+}
+
 void Engine::make_backends(const Options &options) {
     const int node = mesh_->node();
     comm::Kind kind = comm::Kind::AUTO;

@@ -15,6 +15,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/watchdog.hpp"
 #include "engine/engine.hpp"
 #include "engine/stop_signal.hpp"
 
@@ -58,6 +59,11 @@ void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_erro
     const size_t at = a.add(static_cast<int64_t>(point)), value = a.add(detail),
                  saving = a.add(saver_ && !saver_->done()), stopped = a.add(stop);
     try {
+        const watchdog::Context ctx(point == SyncPoint::FLUSH    ? "gradient bucket flush"
+                                    : point == SyncPoint::GATHER ? "ZeRO-3 gather"
+                                                                 : nullptr,
+                                    point == SyncPoint::FLUSH ? "bucket" : "parameter", detail);
+        const watchdog::WaitScope wait("agreement of the engine's ranks", &world_watch_);
         a.run(local_status, local_error);
     } catch (...) {
         broken_ = true; // the ranks' states are unknown
@@ -162,13 +168,18 @@ std::string Engine::first_nonfinite(const float *g) {
     int first = INT_MAX;
     for (const optim::Segment &s : segments_)
         if (s.param < first && math_->has_nonfinite(g + s.offset, DSM_FLOAT32, s.count)) first = s.param;
-    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world_));
+    {
+        const watchdog::WaitScope wait("non-finite gradient check (allreduce)", &world_watch_);
+        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world_));
+    }
     if (first == INT_MAX) return std::string();
     return cat(" (first in parameter '", params_[static_cast<size_t>(first)].name, "')");
 }
 
 void Engine::step(dsm_step_info_t *info) {
     check_usable();
+    watchdog::set_step(global_steps_, micro_steps_);
+    const watchdog::Context ctx("dsm_step");
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
     if (info != nullptr && info->size < sizeof(dsm_step_info_t)) {
@@ -225,7 +236,10 @@ void Engine::step(dsm_step_info_t *info) {
             // gradients are; one small result comes back to the host.
             const amp::NormPart np = math_->inspect(g, layout_.part_size(), static_cast<float>(inv));
             double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
-            DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
+            {
+                const watchdog::WaitScope wait("gradient norm and overflow check (allreduce)", &world_watch_);
+                DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
+            }
             // Every copy of a partition was counted: one partition (stage 0)
             // has world_size copies, the others one per SP rank.
             const double copies = layout_.parts() == 1 ? world_size_ : sp_size_;
@@ -288,6 +302,7 @@ void Engine::step(dsm_step_info_t *info) {
                         // Lamb's per-parameter sums: one slot pair per parameter
                         // on every rank, whatever this rank's partition holds.
                         x.resize(2 * static_cast<size_t>(num_params()), 0.0);
+                        const watchdog::WaitScope wait("Lamb's per-parameter sums (allreduce)", &dp_->watch());
                         DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE,
                                                     MPI_SUM, dp_comm_.get()));
                     };

@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "core/log.hpp"
 #include "core/param.hpp"
+#include "core/watchdog.hpp"
 #include "topo/bind.hpp"
 
 namespace dsm {
@@ -199,6 +200,7 @@ std::unique_ptr<Mesh> Mesh::create(MPI_Comm comm, int ndims, const int shape[],
     agree(parent, [&] {
         DSM_REQUIRE(have_output, DSM_ERR_NULL_POINTER, "mesh (the output) is NULL");
         r = resolve(size, ndims, shape, names, options);
+        watchdog::start(); // DSM_COMM_TIMEOUT: a malformed value fails every rank here
     });
     agree_same(parent, "mesh arguments",
                cat("shape [", join(std::vector<int>(shape, shape + ndims)), "] names [", join(r.names),
@@ -210,6 +212,14 @@ std::unique_ptr<Mesh> Mesh::create(MPI_Comm comm, int ndims, const int shape[],
     st->bind_mode = r.bind;
 
     st->ranks = topo::discover(parent);
+    {
+        // The hosts, for the watchdog's messages about these ranks.
+        watchdog::Group g;
+        g.describe(parent, std::string(), std::string());
+        std::vector<std::string> hosts;
+        for (const topo::RankInfo &ri : st->ranks) hosts.push_back(ri.host);
+        watchdog::note_hosts(g.world, hosts);
+    }
     st->placement = topo::place(st->ranks, r.placement == DSM_PLACEMENT_NODE);
     st->position = st->placement.position_of_rank[static_cast<size_t>(st->rank)];
     st->mesh_comm = Comm::split(parent, 0, st->position);

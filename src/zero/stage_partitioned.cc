@@ -38,6 +38,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/watchdog.hpp"
 #include "mpi.h"
 #include "zero/plan.hpp"
 #include "zero/stage.hpp"
@@ -353,6 +354,7 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
             const std::vector<size_t> counts = src.layout->counts(s->offset, s->offset + s->numel);
             const size_t lo = std::max(s->offset, src.layout->part_begin(src.part));
             const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
+            const watchdog::Context ctx("ZeRO-3 parameter gather", "parameter", s->param);
             src.group->allgatherv(mine, to, counts, s_.dtype, queue());
             if (src.keep) keep_secondary(s->param, to);
             timers_->gather += MPI_Wtime() - t0;
@@ -379,6 +381,7 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
                              src.base + (jp.second.flat_offset - src.begin) * esize_, jp.second.count * esize_);
                 at += jp.second.count;
             }
+        const watchdog::Context ctx("ZeRO-3 parameter gather", "first parameter", list.empty() ? -1 : list.front());
         src.group->allgatherv(send.data(), recv.data(), plan.counts, s_.dtype, queue());
         at = 0;
         for (const auto &jp : plan.pieces) {
@@ -473,6 +476,7 @@ void Partitioned::publish(const float *master, const Update &update) {
     size_t done = 0;
     if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
         advance(master, part, update, &done, P);
+        const watchdog::Context ctx("parameter allgather after the update");
         if (s_.stage == 2) {
             dp_->allgather(part, param_flat_.data(), P, s_.dtype, queue());
         } else if (persist_end_ > 0) {
@@ -498,6 +502,7 @@ void Partitioned::publish(const float *master, const Update &update) {
         const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, flat, send] {
             const double t0 = MPI_Wtime();
             const std::vector<size_t> counts = layout_->counts(a, b);
+            const watchdog::Context ctx("parameter allgather after the update", "from element", static_cast<int64_t>(a));
             dp_->allgatherv(send, flat + a * esize_, counts, s_.dtype, queue());
             timers_->gather += MPI_Wtime() - t0;
         });
@@ -561,6 +566,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
     for (auto &p : pending) {
         const size_t n = layout_->slot_of(p.param)->numel;
         if (s_.pre != 1.0) math_->scale(p.data, dt, n, s_.pre);
+        const watchdog::Context ctx("gradient sum over sequence parallel", "parameter", p.param);
         if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue());
         released.push_back(p.param);
     }
@@ -607,6 +613,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         size_t mine = 0;
         for (int q = 0; q < part_; ++q) mine += r.counts[static_cast<size_t>(q)];
         char *recv = buf + mine * csize_;
+        const watchdog::Context ctx("gradient reduce-scatter", "bucket", static_cast<int64_t>(k));
         dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM, queue()); // in place
         // Unpack this rank's pieces in the same order, adding into the partition.
         size_t at = 0;

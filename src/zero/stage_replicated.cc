@@ -14,6 +14,7 @@
 // an error (DSM_ERR_STATE): the reduction cannot take it in.
 
 #include "core/error.hpp"
+#include "core/watchdog.hpp"
 #include "mpi.h"
 #include "zero/plan.hpp"
 #include "zero/stage.hpp"
@@ -92,6 +93,8 @@ public:
                 const std::vector<size_t> counts = layout_->counts(a, b);
                 size_t mine = 0;
                 for (int q = 0; q < part_; ++q) mine += counts[static_cast<size_t>(q)];
+                const watchdog::Context ctx("parameter allgather after the update", "from element",
+                                            static_cast<int64_t>(a));
                 dp_->allgatherv(flat + (a + mine) * esize_, flat + a * esize_, counts, s_.dtype, queue());
                 timers_->gather += MPI_Wtime() - t0;
             }));
@@ -172,6 +175,8 @@ private:
             math_->convert(g, s_.dtype, buf, cd, n);
         }
         if (s_.pre != 1.0) math_->scale(buf, cd, n, s_.pre);
+        const watchdog::Context ctx(s_.stage == 0 ? "gradient allreduce" : "gradient reduce-scatter", "from element",
+                                    static_cast<int64_t>(begin));
         if (sp_) sp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue());
         if (s_.stage == 0) {
             dp_->allreduce(buf, buf, n, cd, comm::Op::SUM, queue());

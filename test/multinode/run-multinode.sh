@@ -10,7 +10,12 @@
 #   1+2+1    3 nodes, uneven
 # The last four run the tests whose behaviour depends on where the ranks
 # are (NODE_TESTS below). Then ckpt_node_local: a checkpoint into a
-# node-local TMPDIR at 2 nodes x 1 fails on every rank with the reason.
+# node-local TMPDIR at 2 nodes x 1 fails on every rank with the reason; and
+# link_down: at 2x2, node1's link set down during training (ip link set mn0
+# down in its namespace) ends the job within DSM_COMM_TIMEOUT + 10 s with the
+# watchdog's message and exit status 75, and the job resumes at the step
+# `latest` names on both nodes, then on node0 alone (the node that dropped
+# left out).
 #
 # Environment (make passes the first four):
 #   top_builddir, top_srcdir  the build and source trees
@@ -126,6 +131,58 @@ if wanted ckpt_node_local && [ -x "$build/tools/dsm-ckpt" ]; then # (built with 
         failed=$((failed + 1))
         echo "FAIL: 2x1 ckpt_node_local (exit $rc after ${took} s, expected the shared-directory error; log: $log)"
         failures+="2x1 ckpt_node_local $log"$'\n'
+    fi
+fi
+# A node that drops off the network during training: the watchdog ends the
+# job (never a silent hang), and the restart loses nothing before `latest`.
+if wanted link_down && [ -x "$build/test/tools/make_checkpoint" ]; then # (built with HDF5 and CMocka)
+    log=$out/link_down.log
+    ckdir=$out/link_down-ckpt
+    limit=5
+    rm -rf "$ckdir" && mkdir -p "$ckdir"
+    DSM_COMM_TIMEOUT=$limit MN_MAP=slot MN_TIMEOUT=120 "$mn/run.sh" 2 2 "$build/test/tools/make_checkpoint" "$ckdir" \
+        --rows 2000 --steps 1000000 --save-every 10 >"$log" 2>&1 &
+    job=$!
+    tries=0
+    while [ ! -s "$ckdir/latest" ] && [ $tries -lt 600 ] && kill -0 $job 2>/dev/null; do
+        sleep 0.2
+        tries=$((tries + 1))
+    done
+    sleep 1
+    # mpiexec, once the watchdog's MPI_Abort reached it, waits for the lost
+    # node's daemon as long as TCP retransmits to it (net.ipv4.tcp_retries2:
+    # 15, some 15 minutes, by default); a cluster that wants a lost node
+    # noticed soon lowers it, as here (per node namespace: nothing outside
+    # the simulated nodes changes).
+    for i in 0 1; do ip netns exec "${MN_NS_PREFIX:-mn-}node$i" sysctl -qw net.ipv4.tcp_retries2=2; done
+    t0=$(date +%s)
+    ip netns exec "${MN_NS_PREFIX:-mn-}node1" ip link set mn0 down
+    rc=0
+    wait $job || rc=$?
+    took=$(($(date +%s) - t0))
+    ip netns exec "${MN_NS_PREFIX:-mn-}node1" ip link set mn0 up
+    why=""
+    [ "$rc" = 75 ] || why="exit $rc, expected 75 (the watchdog's)"
+    [ "$took" -le $((limit + 10)) ] || why="${why:+$why; }ended ${took} s after the link went down (bound $((limit + 10)) s)"
+    grep -q "dsm watchdog: rank .* has waited [0-9]* s (DSM_COMM_TIMEOUT=$limit)" "$log" || why="${why:+$why; }no watchdog message"
+    if [ -z "$why" ]; then
+        tag=$(cat "$ckdir/latest")
+        step=${tag#global_step}
+        for layout in "2 2" "1 2"; do
+            read -r rn rr <<<"$layout"
+            MN_MAP=slot "$mn/run.sh" "$rn" "$rr" "$build/test/tools/make_checkpoint" "$ckdir" --resume --rows 2000 \
+                --steps 0 >>"$log" 2>&1 || { why="the resume on $rn node(s) x $rr failed"; break; }
+            tail -n 5 "$log" | grep -q "resumed step $step at step $step\$" ||
+                { why="the resume on $rn node(s) x $rr did not start at step $step ($tag)"; break; }
+        done
+    fi
+    if [ -z "$why" ]; then
+        passed=$((passed + 1))
+        echo "PASS: 2x2 link_down (ended in ${took} s with status 75; resumed at step $step on 2x2 and 1x2)"
+    else
+        failed=$((failed + 1))
+        echo "FAIL: 2x2 link_down ($why; log: $log)"
+        failures+="2x2 link_down $log"$'\n'
     fi
 fi
 took=$(($(date +%s) - start))

@@ -14,8 +14,14 @@
 #     written a checkpoint; it must stop, requeue itself, resume from the
 #     checkpoint and complete;
 #  4. when BUILDDIR/examples/fortran/train_mlp exists, 1 and 2 for
-#     train_mlp_fortran.sbatch (skipped with a message otherwise).
+#     train_mlp_fortran.sbatch (skipped with a message otherwise);
+#  5. the watchdog: one task of a running job stopped with SIGSTOP must end
+#     the step within DSM_COMM_TIMEOUT + 10 s with status 75; dsm-job.sh then
+#     requeues the job, which resumes at exactly the step `latest` named and
+#     completes; one task killed with SIGKILL still ends the step at once,
+#     and a job on 2 tasks (fewer) resumes at exactly latest's step.
 #
+# DSM_SLURM_ONLY=watchdog runs 5 alone.
 # Every wait has a time limit (DSM_SLURM_JOB_TIMEOUT seconds per job,
 # default 180); on a failure the job's output, scontrol's view of the job
 # and the daemons' logs are printed. DSM_SLURM_KEEP=1 keeps the cluster
@@ -71,7 +77,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_mpi_yield_when_idle=1
 # The environment must not choose for the scripts under test.
 unset DSM_CONFIG DSM_CKPT_DIR DSM_STEPS DSM_SAVE_EVERY DSM_JOB_SH DSM_SRUN_MPI \
-  DSM_SRUN_ARGS DSM_STOP_SIGNAL DSM_STOP_TIMEOUT DSM_MAX_REQUEUES DSM_EXAMPLE
+  DSM_SRUN_ARGS DSM_STOP_SIGNAL DSM_STOP_TIMEOUT DSM_MAX_REQUEUES DSM_EXAMPLE DSM_COMM_TIMEOUT DSM_NCCL_TIMEOUT
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dsm-slurm-test.XXXXXX")
 status=1
@@ -240,16 +246,79 @@ requeue_test() {
   check_ckpt "$id" "$out" "$ckpt" "$steps"
 }
 
+# The task of job $1 whose checkpoint directory is $2 (the last found), once it runs.
+task_pid() {
+  pgrep -f "^[^ ]*train_mlp .*--checkpoint $2 " | tail -n 1
+}
+
+watchdog_test() {
+  local script=$srcdir/examples/slurm/train_mlp.sbatch dir=$work/watchdog out ckpt steps=600 limit=5 pid tag start took
+  mkdir -p "$dir"
+  ckpt=$dir/ckpt
+  say "watchdog: a job of $steps steps with DSM_COMM_TIMEOUT=$limit, one task stopped once it has a checkpoint"
+  submit "$dir" "$script" DSM_EXAMPLE="$c_example" DSM_STEPS=$steps DSM_SAVE_EVERY=20 DSM_CKPT_DIR="$ckpt" \
+    DSM_COMM_TIMEOUT=$limit
+  out=$dir/dsm-train-mlp-$id.out
+  wait_for "$id" "$out" "the job's first checkpoint" has_checkpoint "$ckpt"
+  pid=$(task_pid "$id" "$ckpt")
+  [ -n "$pid" ] || fail "$id" "$out" "no task of job $id found running"
+  start=$SECONDS
+  kill -STOP "$pid"
+  wait_for "$id" "$out" "the end of the stopped step" grep -q 'the step ended with status 75' "$out"
+  took=$((SECONDS - start))
+  tag=$(sed -n "s|.*libdsm's watchdog.*last checkpoint: \(global_step[0-9]*\)\$|\1|p" "$out" | head -n 1)
+  [ "$took" -le $((limit + 10)) ] || fail "$id" "$out" "the step took ${took}s to end after SIGSTOP (bound $((limit + 10))s)"
+  grep -q "dsm watchdog: rank .* has waited [0-9]* s (DSM_COMM_TIMEOUT=$limit)" "$out" ||
+    fail "$id" "$out" "no watchdog message"
+  say "watchdog: job $id: the step ended ${took}s after SIGSTOP with status 75 at $tag"
+  wait_job "$id" "$out" 1
+  check_ok "$id" "$out"
+  grep -q "^resumed from $ckpt/latest at step ${tag#global_step}\$" "$out" ||
+    fail "$id" "$out" "the requeued job did not resume at ${tag#global_step} ($tag)"
+  say "watchdog: job $id: requeued, $(grep '^resumed from' "$out" | tail -n 1)"
+
+  say "watchdog: a task killed with SIGKILL still ends the step at once"
+  submit "$dir" "$script" DSM_EXAMPLE="$c_example" DSM_STEPS=100000 DSM_SAVE_EVERY=20 DSM_CKPT_DIR="$ckpt" \
+    DSM_COMM_TIMEOUT=$limit DSM_MAX_REQUEUES=0
+  out=$dir/dsm-train-mlp-$id.out
+  local before
+  before=$(cat "$ckpt/latest")
+  wait_for "$id" "$out" "a new checkpoint" sh -c "[ \"\$(cat '$ckpt/latest')\" != '$before' ]"
+  pid=$(task_pid "$id" "$ckpt")
+  [ -n "$pid" ] || fail "$id" "$out" "no task of job $id found running"
+  start=$SECONDS
+  kill -KILL "$pid"
+  wait_job "$id" "$out"
+  took=$((SECONDS - start))
+  [ "$took" -le 5 ] || fail "$id" "$out" "the step took ${took}s to end after SIGKILL"
+  grep -q 'requeueing' "$out" && fail "$id" "$out" "a job killed outright requeued itself"
+  tag=$(cat "$ckpt/latest")
+  say "watchdog: job $id: ended ${took}s after SIGKILL ($state) at $tag"
+  say "watchdog: a job on 2 tasks resumes at ${tag#global_step}"
+  id=$(cd "$dir" && env DSM_EXAMPLE="$c_example" DSM_STEPS=$((${tag#global_step} + 20)) DSM_SAVE_EVERY=20 \
+    DSM_CKPT_DIR="$ckpt" sbatch --parsable --ntasks=2 "$script") || fail "" "" "sbatch --ntasks=2 was refused"
+  id=${id%%;*}
+  submitted+=("$id")
+  out=$dir/dsm-train-mlp-$id.out
+  wait_job "$id" "$out"
+  grep -q "^resumed from $ckpt/latest at step ${tag#global_step}\$" "$out" ||
+    fail "$id" "$out" "the job on 2 tasks did not resume at ${tag#global_step} ($tag)"
+  say "watchdog: job $id (2 tasks): $(grep '^resumed from' "$out")"
+}
+
 say "cluster: $(sinfo -h -N -o '%N %t cpus=%c') (SLURM_CONF=$SLURM_CONF)"
 say "srun MPI plugins: $(srun --mpi=list 2>&1 | sed -n 's/^[[:space:]]\+//p' | tr '\n' ' ')"
 
-first_and_resume c "$srcdir/examples/slurm/train_mlp.sbatch" "$c_example"
-requeue_test
-if [ -x "$f_example" ]; then
-  first_and_resume fortran "$srcdir/examples/slurm/train_mlp_fortran.sbatch" "$f_example"
-else
-  say "fortran: skipped, $f_example is not built"
+if [ "${DSM_SLURM_ONLY:-}" != watchdog ]; then
+  first_and_resume c "$srcdir/examples/slurm/train_mlp.sbatch" "$c_example"
+  requeue_test
+  if [ -x "$f_example" ]; then
+    first_and_resume fortran "$srcdir/examples/slurm/train_mlp_fortran.sbatch" "$f_example"
+  else
+    say "fortran: skipped, $f_example is not built"
+  fi
 fi
+watchdog_test
 
 say "PASS"
 status=0

@@ -4,7 +4,7 @@
  * AdamW under ZeRO-1, trained on fixed data.
  *
  *   make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R]
- *                       [--rank-dir] [--nonfinite] [--large]
+ *                       [--rank-dir] [--nonfinite] [--large] [--stage Z] [--overlap]
  *
  * Trains N steps (default 4), saving DIR/global_step<S>.h5 every K steps
  * (default 2) with the client state "step S". --resume first loads the
@@ -14,7 +14,10 @@
  * ranks disagree on the directory). --nonfinite: the frozen embedding
  * starts as [x, NaN, x, +inf, x] (and stays so, being frozen), for the
  * tools' non-finite checks. --large: its element 2 is 70000 (beyond the fp16
- * range), for the checks of an fp16 export. Prints "final step S" and exits 0; on an error
+ * range), for the checks of an fp16 export. --stage: the ZeRO stage (default
+ * 1); --overlap: zero_optimization.overlap_comm on, with MPI at
+ * MPI_THREAD_MULTIPLE (so that a progress thread runs the collectives).
+ * Prints "final step S" and exits 0; on an error
  * prints "rank R: " and the error on every rank that has one and exits 1.
  */
 #include <math.h>
@@ -53,10 +56,13 @@ static int init_fn(void *user, int index, const char *name, int64_t offset, int6
 static int rank = 0;
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
+    int overlap = 0, stage = 1, provided = 0;
+    for (int a = 2; a < argc; ++a)
+        if (!strcmp(argv[a], "--overlap")) overlap = 1;
+    MPI_Init_thread(&argc, &argv, overlap ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     if (argc < 2) {
-        fprintf(stderr, "usage: make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R] [--rank-dir] [--nonfinite] [--large]\n");
+        fprintf(stderr, "usage: make_checkpoint DIR [--steps N] [--save-every K] [--resume] [--rows R] [--rank-dir] [--nonfinite] [--large] [--stage Z] [--overlap]\n");
         MPI_Finalize();
         return 2;
     }
@@ -72,6 +78,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[a], "--rank-dir")) rank_dir = 1;
         else if (!strcmp(argv[a], "--nonfinite")) nonfinite |= 1;
         else if (!strcmp(argv[a], "--large")) nonfinite |= 2;
+        else if (!strcmp(argv[a], "--overlap")) overlap = 1;
+        else if (!strcmp(argv[a], "--stage") && a + 1 < argc) stage = atoi(argv[++a]);
         else {
             fprintf(stderr, "make_checkpoint: unknown argument '%s'\n", argv[a]);
             MPI_Finalize();
@@ -105,9 +113,12 @@ int main(int argc, char **argv) {
         d[i].init_fn = init_fn;
         d[i].init_user_data = &nonfinite;
     }
-    const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000,"
-                      " \"zero_optimization\": {\"stage\": 1},"
-                      " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}";
+    char cfg[512];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000,"
+             " \"zero_optimization\": {\"stage\": %d, \"overlap_comm\": %s},"
+             " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01}}}",
+             stage, overlap ? "true" : "false");
     dsm_engine_t e;
     CHECK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, 3, &e));
     dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
