@@ -10,6 +10,7 @@
 #include <new>
 
 #include "core/error.hpp"
+#include "core/memstat.hpp"
 
 namespace dsm {
 namespace device {
@@ -149,11 +150,15 @@ Buffer::Buffer(Space &space, size_t bytes, bool zero) : space_(&space), bytes_(b
     if (bytes == 0) return;
     capacity_ = (bytes + 63) / 64 * 64;
     ptr_ = space.alloc(capacity_);
+    memstat::add(stat_kind(space), capacity_);
     if (zero) space.zero(ptr_, capacity_);
 }
 
 void Buffer::reset() noexcept {
-    if (ptr_ != nullptr) space_->free(ptr_);
+    if (ptr_ != nullptr) {
+        space_->free(ptr_);
+        memstat::sub(stat_kind(*space_), capacity_);
+    }
     ptr_ = nullptr;
     bytes_ = capacity_ = 0;
 }
@@ -165,7 +170,18 @@ void Buffer::swap(Buffer &o) noexcept {
     std::swap(capacity_, o.capacity_);
 }
 
-Staging::Staging(Space &space, size_t bytes) : space_(&space), ptr_(space.alloc_host(bytes)) {}
+Staging::Staging(Space &space, size_t bytes) : space_(&space), ptr_(space.alloc_host(bytes)), bytes_(bytes) {
+    memstat::add(memstat::Kind::HOST, bytes_);
+}
+
+Staging::~Staging() {
+    space_->free_host(ptr_);
+    memstat::sub(memstat::Kind::HOST, bytes_);
+}
+
+memstat::Kind stat_kind(const Space &space) noexcept {
+    return space.kind() == Kind::HOST ? memstat::Kind::HOST : memstat::Kind::DEVICE;
+}
 
 } // namespace device
 } // namespace dsm

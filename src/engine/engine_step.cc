@@ -178,10 +178,10 @@ void Engine::step(dsm_step_info_t *info) {
     }
     for (const Param &p : params_) {
         if (status != DSM_SUCCESS) break;
-        if (p.grad_acquired || p.param_acquired) {
+        const std::string held = p.held();
+        if (!held.empty()) {
             status = DSM_ERR_STATE;
-            why = cat(p.grad_acquired ? "the gradient of '" : "parameter '", p.name,
-                      "' is still acquired at dsm_step (release it first)");
+            why = cat(held, " is still acquired at dsm_step (release it first)");
             break;
         }
     }

@@ -165,6 +165,22 @@ public:
     virtual const void *grad_partition() const = 0;
     virtual void zero_grads() = 0;
 
+    // Element ranges [offset, offset + count) of a trainable parameter
+    // (dsm_engine_param_acquire_range and the others; the engine checked the
+    // range, and releases each acquired range once with the same offset and
+    // count). The values of a parameter held whole are a pointer into it
+    // (local); a partitioned one's range is gathered alone (ZeRO-3:
+    // collective, `before` first with a detail that names the range), into a
+    // buffer of `count` elements that its release gives back. A gradient
+    // range is a pointer into the whole gradient (stages 0/1, reduced at
+    // dsm_step) or a zeroed buffer of `count` elements (stages 2/3) that the
+    // release puts into the bucket as a released gradient, so that a stacked
+    // tensor is reduced slice by slice.
+    virtual const void *acquire_param_range(int index, size_t offset, size_t count, const Before &before) = 0;
+    virtual void release_param_range(int index, size_t offset, size_t count) = 0;
+    virtual void *acquire_grad_range(int index, size_t offset, size_t count) = 0;
+    virtual void release_grad_range(int index, size_t offset, size_t count, const Before &before) = 0;
+
     virtual StageMemory memory() const = 0;
 
     // Wait for every collective in flight (overlap_comm) and rethrow its
