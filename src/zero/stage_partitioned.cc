@@ -133,6 +133,7 @@ public:
     }
     const void *grad_partition() const override { return grad_part_.data(); }
     void zero_grads() override { space_->zero(grad_part_.data(), layout_->part_size() * esize_); }
+    void zero_grads_outside_partition() override {} // the stage holds its partition alone
 
     StageMemory memory() const override;
 

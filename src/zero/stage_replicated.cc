@@ -155,6 +155,12 @@ public:
         return static_cast<const char *>(grad_flat_.data()) + layout_->part_begin(part_) * esize_;
     }
     void zero_grads() override { space_->zero(grad_flat_.data(), layout_->total() * esize_); }
+    void zero_grads_outside_partition() override {
+        char *g = static_cast<char *>(grad_flat_.data());
+        const size_t a = layout_->part_begin(part_), b = a + layout_->part_size();
+        space_->zero(g, a * esize_);
+        space_->zero(g + b * esize_, (layout_->total() - b) * esize_);
+    }
 
     StageMemory memory() const override {
         StageMemory m;
