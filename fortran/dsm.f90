@@ -247,6 +247,7 @@ module dsm
   public :: dsm_param_init_fn
   public :: dsm_free, dsm_convert
   public :: dsm_engine_init, dsm_engine_init_comm, dsm_engine_init_with_options
+  public :: dsm_engine_init_comm_with_options
   public :: dsm_engine_param_acquire, dsm_engine_param_shape
   public :: dsm_report_error
   public :: dsm_engine_grad_acquire, dsm_step
@@ -334,6 +335,15 @@ module dsm
   interface dsm_engine_init_comm
      module procedure engine_init_comm_i, engine_init_comm_f08
   end interface dsm_engine_init_comm
+
+  !> dsm_engine_init_comm with explicit options (type(dsm_engine_options_t),
+  !> as dsm_engine_init_with_options): a host program passes
+  !> dsm_engine_options_t(device=DSM_DEVICE_HOST) without building a mesh.
+  !> call dsm_engine_init_comm_with_options(comm, config, params, options, engine [, ierr]).
+  !> comm: integer (use mpi) or type(MPI_Comm) (use mpi_f08). Collective.
+  interface dsm_engine_init_comm_with_options
+     module procedure engine_init_comm_with_options_i, engine_init_comm_with_options_f08
+  end interface dsm_engine_init_comm_with_options
 
   !> Get the values of parameter index (0-based) until
   !> dsm_engine_param_release; collective over the data-parallel group
@@ -1010,6 +1020,24 @@ contains
          int(size(params), c_int), engine%ptr)
     call finish(st, 'dsm_engine_init_comm', ierr)
   end subroutine engine_init_comm_i
+
+  subroutine engine_init_comm_with_options_i(comm, config, params, options, engine, ierr)
+    integer, intent(in) :: comm
+    character(len=*), intent(in) :: config
+    type(dsm_param_desc_t), dimension(:), intent(in) :: params
+    type(dsm_engine_options_t), intent(in) :: options
+    type(dsm_engine_t), intent(out) :: engine
+    integer, intent(out), optional :: ierr
+    type(c_param_desc), dimension(:), allocatable, target :: cdesc
+    character(kind=c_char), dimension(:), allocatable, target :: names
+    integer(c_int64_t), dimension(:), allocatable, target :: shapes
+    integer(c_int) :: st
+
+    call build_params(params, cdesc, names, shapes)
+    st = c_dsm_f_engine_init_comm_with_options(comm, trim(config) // c_null_char, c_loc(cdesc(1)), &
+         int(size(params), c_int), options, engine%ptr)
+    call finish(st, 'dsm_engine_init_comm_with_options', ierr)
+  end subroutine engine_init_comm_with_options_i
 
   ! Whether the real(c_float) forms must refuse the engine, reported through
   ! fail_local as the C function `where`: its buffers are device memory

@@ -28,6 +28,9 @@ dsm_status_t dsm_f_config_load(const MPI_Fint *comm, const char *config, unsigne
 dsm_status_t dsm_f_engine_init_comm(const MPI_Fint *comm, const char *config,
                                     const dsm_param_desc_t *params, int nparams,
                                     dsm_engine_t *engine);
+dsm_status_t dsm_f_engine_init_comm_with_options(const MPI_Fint *comm, const char *config,
+                                                 const dsm_param_desc_t *params, int nparams,
+                                                 const dsm_engine_options_t *options, dsm_engine_t *engine);
 
 /* Collective over comm: dsm_mesh_create_with_options(), with the options
  * given as their two fields (DSM_PLACEMENT_*, DSM_BIND_*). */
@@ -80,4 +83,11 @@ dsm_status_t dsm_f_engine_init_comm(const MPI_Fint *comm, const char *config,
                                     const dsm_param_desc_t *params, int nparams,
                                     dsm_engine_t *engine) {
     return dsm_engine_init_comm(MPI_Comm_f2c(*comm), config, params, nparams, engine);
+}
+
+/* Collective over comm: dsm_engine_init_comm_with_options(). */
+dsm_status_t dsm_f_engine_init_comm_with_options(const MPI_Fint *comm, const char *config,
+                                                 const dsm_param_desc_t *params, int nparams,
+                                                 const dsm_engine_options_t *options, dsm_engine_t *engine) {
+    return dsm_engine_init_comm_with_options(MPI_Comm_f2c(*comm), config, params, nparams, options, engine);
 }

@@ -118,7 +118,8 @@ HAND_WRITTEN = {
     'dsm_mesh_create', 'dsm_mesh_create_with_options', 'dsm_mesh_create_dp_sp', 'dsm_mesh_create_for_config',
     'dsm_mesh_shape', 'dsm_mesh_coords', 'dsm_mesh_comm', 'dsm_mesh_group_ranks',
     'dsm_mesh_slice', 'dsm_mesh_flatten', 'dsm_config_load',
-    'dsm_engine_init', 'dsm_engine_init_comm', 'dsm_engine_init_with_options', 'dsm_engine_param_shape',
+    'dsm_engine_init', 'dsm_engine_init_comm', 'dsm_engine_init_with_options', 'dsm_engine_init_comm_with_options',
+    'dsm_engine_param_shape',
     'dsm_step',
     'dsm_engine_save_checkpoint', 'dsm_engine_load_checkpoint',
     'dsm_sp_seq_to_head_n', 'dsm_sp_head_to_seq_n',
@@ -129,7 +130,7 @@ HAND_WRITTEN = {
 # type(MPI_Comm) twins (NAME_f08) are generated.
 F08_TWINS = ['mesh_create_i', 'mesh_create_with_options_i', 'mesh_create_dp_sp_i', 'mesh_create_for_config_i',
              'mesh_comm_i',
-             'mesh_flatten_i', 'config_load_i', 'engine_init_comm_i']
+             'mesh_flatten_i', 'config_load_i', 'engine_init_comm_i', 'engine_init_comm_with_options_i']
 
 # C integer types that cross as integer(c_int): unsigned (the flags) has the
 # size of int and only ever holds small non-negative values.

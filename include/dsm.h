@@ -825,6 +825,20 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config,
                                           dsm_engine_t *engine);
 
 /**
+ * @brief dsm_engine_init_comm() with explicit options (as
+ * dsm_engine_init_with_options()): a program that computes on the host
+ * passes DSM_DEVICE_HOST without building a mesh of its own.
+ *
+ * Collective over @p comm. @p options may be NULL for the defaults; the
+ * options are checked and agreed as dsm_engine_init_with_options() does.
+ * @return as dsm_engine_init_with_options().
+ */
+DSM_API dsm_status_t dsm_engine_init_comm_with_options(MPI_Comm comm, const char *config,
+                                                       const dsm_param_desc_t *params, int nparams,
+                                                       const dsm_engine_options_t *options,
+                                                       dsm_engine_t *engine);
+
+/**
  * @brief dsm_engine_init() with explicit options: where the model state lives
  * (dsm_engine_options_t::device), the collectives' backend and the CUDA
  * device.
@@ -1155,6 +1169,90 @@ DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, voi
 DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index);
 
 /**
+ * @brief Get the values of @p count elements of parameter @p index from
+ * element @p offset (flat, row-major: a layer's slice of a tensor that stacks
+ * the layers) until dsm_engine_param_release_range() with the same offset
+ * and count.
+ *
+ * Under ZeRO-3 a parameter with more than stage3_param_persistence_threshold
+ * elements is not held whole: only the range is gathered from the
+ * partitions, into a buffer of @p count elements that the release frees.
+ * Then the call is collective over the data-parallel group (every rank
+ * acquires the same ranges in the same order), and its arguments are agreed:
+ * a bad range, a NULL @p values or a range already acquired on any rank
+ * fails every rank with that rank's status and message, and the engine stays
+ * usable. Otherwise it is local (a pointer into the parameter; with
+ * overlap_comm at stages 1 and 2 it waits for the slice of the allgather
+ * after the last step that holds it) and a bad argument is this rank's
+ * error. Ranges do not prefetch. Several ranges of a parameter, overlapping
+ * or not, and the whole parameter may be acquired at once; the same range
+ * twice is DSM_ERR_STATE. ZeRO-Offload: DSM_ERR_NOT_SUPPORTED.
+ *
+ * @param engine the engine
+ * @param index  the parameter
+ * @param offset first element, 0 <= offset
+ * @param count  elements, 1 <= count, offset + count <= numel
+ * @param[out] values the range's @p count values (compute dtype, host or
+ *               device memory as dsm_engine_param_acquire())
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (the
+ * index; a range outside the parameter, naming offset, count and numel);
+ * DSM_ERR_STATE (the range is already acquired); DSM_ERR_NOT_SUPPORTED;
+ * DSM_ERR_MISMATCH (ranks acquiring different ranges); DSM_ERR_OUT_OF_MEMORY;
+ * DSM_ERR_MPI; DSM_ERR_CUDA.
+ */
+DSM_API dsm_status_t dsm_engine_param_acquire_range(dsm_engine_t engine, int index, int64_t offset,
+                                                    int64_t count, const void **values);
+
+/**
+ * @brief Give back a range from dsm_engine_param_acquire_range() (the same
+ * @p offset and @p count); a gathered range's buffer is freed. Not
+ * collective.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (the
+ * index); DSM_ERR_STATE when that range is not acquired.
+ */
+DSM_API dsm_status_t dsm_engine_param_release_range(dsm_engine_t engine, int index, int64_t offset,
+                                                    int64_t count);
+
+/**
+ * @brief Get the buffer to add the gradient of @p count elements of
+ * parameter @p index from element @p offset into, until
+ * dsm_engine_grad_release_range() with the same offset and count.
+ *
+ * As dsm_engine_grad_acquire() for a part of the parameter: under ZeRO-0
+ * and 1 a pointer into the whole gradient (the window's sum so far); under
+ * ZeRO-2 and 3 a buffer of @p count elements that starts at zero, reduced
+ * at its release, so that the gradient of a stacked tensor is reduced layer
+ * by layer and never held whole. Ranges of one parameter may be acquired one
+ * after the other, overlapping or not (what is added is summed); the same
+ * range twice at once is DSM_ERR_STATE. Not collective: a bad range is this
+ * rank's error (and a rank that then releases different gradients fails
+ * every rank with DSM_ERR_MISMATCH at the next bucket reduction).
+ * ZeRO-Offload: DSM_ERR_NOT_SUPPORTED.
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (the
+ * index, a frozen parameter, a range outside the parameter);
+ * DSM_ERR_STATE; DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_CUDA.
+ */
+DSM_API dsm_status_t dsm_engine_grad_acquire_range(dsm_engine_t engine, int index, int64_t offset,
+                                                   int64_t count, void **grad);
+
+/**
+ * @brief Hand a gradient range from dsm_engine_grad_acquire_range() (the
+ * same @p offset and @p count) back to the engine.
+ *
+ * Under ZeRO-2 and 3 the range joins the current bucket as a gradient of
+ * its own (@p count elements), and the call is collective when the bucket
+ * then holds reduce_bucket_size elements, as dsm_engine_grad_release() is.
+ * Under ZeRO-0 and 1 it is local and the range is reduced at dsm_step()
+ * (with overlap_comm, a bucket whose gradients were released by ranges
+ * starts its reduction there, not at the release).
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT (the
+ * index); DSM_ERR_STATE when that range is not acquired; DSM_ERR_MISMATCH;
+ * DSM_ERR_MPI; DSM_ERR_CUDA.
+ */
+DSM_API dsm_status_t dsm_engine_grad_release_range(dsm_engine_t engine, int index, int64_t offset,
+                                                   int64_t count);
+
+/**
  * @brief One micro-step.
  *
  * Collective over the engine's ranks. Every gradient and parameter must be
@@ -1212,6 +1310,13 @@ DSM_API dsm_status_t dsm_engine_borrow_mesh(dsm_engine_t engine, dsm_mesh_t *mes
  * @brief Describe the engine: ZeRO stage, dtypes, optimizer, the flat layout
  * and this rank's memory by buffer next to the ZeRO paper's bytes per
  * parameter, and the communication counters.
+ *
+ * The memory part also gives what libdsm holds on this rank by kind (host
+ * memory, device memory, node-shared memory), now and at its high-water mark
+ * since the engine was created (memory.rank_bytes_now, rank_bytes_peak): the
+ * peak of a micro-step with gathered parameters, gradient buffers and
+ * ranges in flight. The counts are the process's: with several engines
+ * alive at once, the peaks restart at each engine's creation.
  *
  * Not collective. The JSON form is specified in doc/engine.md. Free the
  * text with dsm_free().

@@ -303,6 +303,9 @@ bool nonfinite_f64(const double *x, size_t n) {
 // order (vector registers, with enough independent sums to hide the add
 // latency), then a fixed pairwise combination. The fp64 product of two floats
 // is exact.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
 double sumsq_block(const float *x, size_t n, double scale) {
     constexpr size_t L = 16;
     double lane[L] = {};
@@ -453,6 +456,31 @@ NormPart norm_part(const float *x, size_t n, float scale) {
     // of at most 2^64 squares of fp32 values stays far below the fp64 range:
     // the sum is finite exactly when every element is.
     out.nonfinite = std::isfinite(scale) ? !std::isfinite(out.sumsq) : has_nonfinite(x, DSM_FLOAT32, n);
+    return out;
+}
+
+NormPart norm_part(const void *x, dsm_dtype_t type, size_t n, float scale) {
+    if (type == DSM_FLOAT32) return norm_part(static_cast<const float *>(x), n, scale);
+    DSM_REQUIRE(type == DSM_FLOAT16 || type == DSM_BFLOAT16, DSM_ERR_INVALID_ARGUMENT, "norm_part: dtype ",
+                dtype_name(type), " is not float32, float16 or bfloat16");
+    NormPart out;
+    if (n == 0) return out;
+    DSM_ARG_NOT_NULL(x);
+    // Each block converted into the thread's buffer (exact), then summed as
+    // norm_part() sums the same block of fp32 values.
+    const size_t nb = (n + kBlock - 1) / kBlock;
+    std::vector<double> part(nb);
+    double *p = part.data();
+    const auto *h = static_cast<const uint16_t *>(x);
+    blocks(n, [=](size_t at, size_t len) {
+        thread_local std::vector<float> buf;
+        if (buf.size() < kBlock) buf.resize(kBlock);
+        if (type == DSM_BFLOAT16) convert_range<BF16, F32>(h + at, buf.data(), len);
+        else convert_range<F16, F32>(h + at, buf.data(), len);
+        p[at / kBlock] = sumsq_block(buf.data(), len, scale);
+    });
+    for (size_t b = 0; b < nb; ++b) out.sumsq += p[b];
+    out.nonfinite = std::isfinite(scale) ? !std::isfinite(out.sumsq) : has_nonfinite(x, type, n);
     return out;
 }
 

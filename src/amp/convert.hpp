@@ -33,6 +33,9 @@ struct NormPart {
     bool nonfinite = false;
 };
 NormPart norm_part(const float *x, size_t n, float scale);
+// The same of 16-bit (or fp32) x, converted exactly block by block: the bits
+// of norm_part() of x's fp32 conversion, without a pass that writes it.
+NormPart norm_part(const void *x, dsm_dtype_t type, size_t n, float scale);
 
 // Whether any element is Inf or NaN.
 bool has_nonfinite(const void *x, dsm_dtype_t dtype, size_t n);

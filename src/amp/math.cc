@@ -26,6 +26,10 @@ public:
         space_.synchronize();
         return norm_part(x, n, scale);
     }
+    NormPart inspect(const void *x, dsm_dtype_t t, size_t n, float scale) override {
+        space_.synchronize();
+        return norm_part(x, t, n, scale);
+    }
     bool has_nonfinite(const void *x, dsm_dtype_t t, size_t n) override {
         space_.synchronize();
         return amp::has_nonfinite(x, t, n);

@@ -27,6 +27,9 @@ public:
     virtual void accumulate(const void *src, dsm_dtype_t src_type, float *dst, size_t n, float scale) = 0;
     // norm_part(): the fp32 x's sum of (scale * x)^2 and whether some element is Inf or NaN.
     virtual NormPart inspect(const float *x, size_t n, float scale) = 0;
+    // The same of x in `type` (fp32, fp16 or bf16) read in place: 16-bit
+    // gradients inspected without their fp32 conversion.
+    virtual NormPart inspect(const void *x, dsm_dtype_t type, size_t n, float scale) = 0;
     virtual bool has_nonfinite(const void *x, dsm_dtype_t type, size_t n) = 0;
 
     // dst (any float dtype) += scale * src; a 16-bit dst is added in fp32

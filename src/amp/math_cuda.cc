@@ -43,6 +43,13 @@ public:
         np.nonfinite = r.nonfinite != 0;
         return np;
     }
+    NormPart inspect(const void *x, dsm_dtype_t t, size_t n, float scale) override {
+        const cuda::ReduceResult r = reduce(x, t, n, scale);
+        NormPart np;
+        np.sumsq = r.sum[0];
+        np.nonfinite = r.nonfinite != 0;
+        return np;
+    }
     bool has_nonfinite(const void *x, dsm_dtype_t t, size_t n) override {
         return reduce(x, t, n, 1.0f).nonfinite != 0;
     }

@@ -212,6 +212,14 @@ DSM_API dsm_status_t dsm_engine_init_comm(MPI_Comm comm, const char *config, con
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_init_comm_with_options(MPI_Comm comm, const char *config,
+                                                       const dsm_param_desc_t *params, int nparams,
+                                                       const dsm_engine_options_t *options, dsm_engine_t *engine) {
+    DSM_API_BEGIN
+    init_over_comm(comm, config, params, nparams, options, engine);
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_engine_free(dsm_engine_t *engine) {
     DSM_API_BEGIN
     auto h = dsm::api::take_handle(engine);
@@ -338,6 +346,35 @@ DSM_API dsm_status_t dsm_engine_grad_acquire(dsm_engine_t engine, int index, voi
 DSM_API dsm_status_t dsm_engine_grad_release(dsm_engine_t engine, int index) {
     DSM_API_BEGIN
     impl(engine).grad_release(index);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_param_acquire_range(dsm_engine_t engine, int index, int64_t offset, int64_t count,
+                                                    const void **values) {
+    DSM_API_BEGIN
+    if (values != nullptr) *values = nullptr;
+    const void *v = impl(engine).param_acquire_range(index, offset, count, values != nullptr);
+    if (values != nullptr) *values = v;
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_param_release_range(dsm_engine_t engine, int index, int64_t offset, int64_t count) {
+    DSM_API_BEGIN
+    impl(engine).param_release_range(index, offset, count);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_grad_acquire_range(dsm_engine_t engine, int index, int64_t offset, int64_t count,
+                                                   void **grad) {
+    DSM_API_BEGIN
+    dsm::api::read_into_cleared(impl(engine), grad, "grad",
+                                [&](auto &e) { return e.grad_acquire_range(index, offset, count); });
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_grad_release_range(dsm_engine_t engine, int index, int64_t offset, int64_t count) {
+    DSM_API_BEGIN
+    impl(engine).grad_release_range(index, offset, count);
     DSM_API_END
 }
 

@@ -10,6 +10,7 @@
 #include <new>
 
 #include "core/error.hpp"
+#include "core/memstat.hpp"
 
 namespace dsm {
 namespace device {
@@ -23,6 +24,24 @@ void *aligned_host(size_t bytes, const char *what) {
     return p;
 }
 
+// memset, on the OpenMP threads in blocks of 1 MiB when there are 8 MiB or
+// more (the gradients zeroed after a step: one thread does not reach the
+// memory bandwidth).
+void zero_bytes(void *p, size_t bytes) {
+    constexpr size_t kBlock = size_t(1) << 20;
+    if (bytes < 8 * kBlock) {
+        std::memset(p, 0, bytes);
+        return;
+    }
+    const long long nb = static_cast<long long>((bytes + kBlock - 1) / kBlock);
+    char *c = static_cast<char *>(p);
+#pragma omp parallel for schedule(static)
+    for (long long b = 0; b < nb; ++b) {
+        const size_t at = static_cast<size_t>(b) * kBlock;
+        std::memset(c + at, 0, std::min(kBlock, bytes - at));
+    }
+}
+
 // Every call of the base runs through run(): the host runs it now, the
 // simulated device queues it.
 class HostAddressable : public Space {
@@ -30,7 +49,7 @@ public:
     void *alloc_host(size_t bytes) override { return aligned_host(bytes, "host staging"); }
     void free_host(void *p) noexcept override { std::free(p); }
     void zero(void *p, size_t bytes) override {
-        if (bytes > 0) run([=] { std::memset(p, 0, bytes); });
+        if (bytes > 0) run([=] { zero_bytes(p, bytes); });
     }
     void copy(void *dst, const void *src, size_t bytes) override {
         if (bytes > 0 && dst != src) run([=] { std::memmove(dst, src, bytes); });
@@ -149,11 +168,15 @@ Buffer::Buffer(Space &space, size_t bytes, bool zero) : space_(&space), bytes_(b
     if (bytes == 0) return;
     capacity_ = (bytes + 63) / 64 * 64;
     ptr_ = space.alloc(capacity_);
+    memstat::add(stat_kind(space), capacity_);
     if (zero) space.zero(ptr_, capacity_);
 }
 
 void Buffer::reset() noexcept {
-    if (ptr_ != nullptr) space_->free(ptr_);
+    if (ptr_ != nullptr) {
+        space_->free(ptr_);
+        memstat::sub(stat_kind(*space_), capacity_);
+    }
     ptr_ = nullptr;
     bytes_ = capacity_ = 0;
 }
@@ -165,7 +188,18 @@ void Buffer::swap(Buffer &o) noexcept {
     std::swap(capacity_, o.capacity_);
 }
 
-Staging::Staging(Space &space, size_t bytes) : space_(&space), ptr_(space.alloc_host(bytes)) {}
+Staging::Staging(Space &space, size_t bytes) : space_(&space), ptr_(space.alloc_host(bytes)), bytes_(bytes) {
+    memstat::add(memstat::Kind::HOST, bytes_);
+}
+
+Staging::~Staging() {
+    space_->free_host(ptr_);
+    memstat::sub(memstat::Kind::HOST, bytes_);
+}
+
+memstat::Kind stat_kind(const Space &space) noexcept {
+    return space.kind() == Kind::HOST ? memstat::Kind::HOST : memstat::Kind::DEVICE;
+}
 
 } // namespace device
 } // namespace dsm

@@ -40,6 +40,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/memstat.hpp"
 #include "device/queue.hpp"
 
 namespace dsm {
@@ -146,7 +147,7 @@ private:
 class Staging {
 public:
     Staging(Space &space, size_t bytes);
-    ~Staging() { space_->free_host(ptr_); }
+    ~Staging();
     Staging(const Staging &) = delete;
     Staging &operator=(const Staging &) = delete;
     void *data() const noexcept { return ptr_; }
@@ -154,7 +155,12 @@ public:
 private:
     Space *space_;
     void *ptr_;
+    size_t bytes_;
 };
+
+// Where a space's allocations count in core/memstat.hpp: the host's as host
+// memory, a device's (CUDA or simulated) as device memory.
+memstat::Kind stat_kind(const Space &space) noexcept;
 
 } // namespace device
 } // namespace dsm

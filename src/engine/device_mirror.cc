@@ -48,8 +48,20 @@ void DeviceMirror::ensure(Block &b, size_t &have, size_t bytes, bool host) {
     b.reset();
     have = 0;
     device::Space *sp = memory_.get();
-    if (host) b = Block(sp->alloc_host(bytes), [sp](void *p) { sp->free_host(p); });
-    else b = Block(sp->alloc(bytes), [sp](void *p) { sp->free(p); });
+    // Counted in core/memstat.hpp: page-locked host staging, or device memory.
+    if (host) {
+        b = Block(sp->alloc_host(bytes), [sp, bytes](void *p) {
+            sp->free_host(p);
+            memstat::sub(memstat::Kind::HOST, bytes);
+        });
+        memstat::add(memstat::Kind::HOST, bytes);
+    } else {
+        b = Block(sp->alloc(bytes), [sp, bytes](void *p) {
+            sp->free(p);
+            memstat::sub(device::stat_kind(*sp), bytes);
+        });
+        memstat::add(device::stat_kind(*sp), bytes);
+    }
     have = bytes;
 }
 

@@ -24,6 +24,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/memstat.hpp"
 #include "core/param.hpp"
 #include "cuda/device.hpp"
 #include "optim/optimizer.hpp"
@@ -247,6 +248,9 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
              offloads(cfg_) ? ", offload: parameters and gradients on " : "", compute_->device().c_str(),
              comm::Pipeline::mode_name(stage_->overlap()));
     use_stop_signal(env_stop, "DSM_STOP_SIGNAL");
+    // The high-water marks (dsm_engine_describe, the metrics) count from the
+    // engine's buffers on.
+    memstat::reset_peaks();
 }
 
 void Engine::build_params(const dsm_param_desc_t *params, int nparams) {

@@ -74,6 +74,11 @@ struct Param {
     bool persistent = true;     // ZeRO-3: held whole on every rank (small); always true below stage 3
     bool param_acquired = false;
     bool grad_acquired = false;
+    // The element ranges acquired now (offset, count): dsm_engine_*_range.
+    std::vector<std::pair<size_t, size_t>> param_ranges, grad_ranges;
+    // Whether anything of the parameter or its gradient is acquired (what
+    // dsm_step and the checkpoints refuse): "" or what is.
+    std::string held() const;
     Buffer frozen;              // a frozen parameter's values (compute dtype, the engine's space)
 };
 
@@ -134,6 +139,14 @@ public:
     void param_release(int index);
     void *grad_acquire(int index);
     void grad_release(int index);
+    // Element ranges of a parameter (engine_range.cc): `count` elements from
+    // `offset`. The acquire of a ZeRO-3 partitioned parameter's range is
+    // collective and agrees its arguments (have_output: the caller's output
+    // is not NULL), so a bad range on one rank fails every rank.
+    const void *param_acquire_range(int index, int64_t offset, int64_t count, bool have_output);
+    void param_release_range(int index, int64_t offset, int64_t count);
+    void *grad_acquire_range(int index, int64_t offset, int64_t count);
+    void grad_release_range(int index, int64_t offset, int64_t count);
     // dsm_engine_param_read_f32 / dsm_engine_grad_add_f32 (engine_f32.cc):
     // acquire, copy as fp32 to or add from host memory, release.
     void param_read_f32(int index, float *out, int64_t count);
@@ -206,6 +219,8 @@ private:
     double current_lr() const;
     Param &param(int index);
     void check_index(int index) const;
+    // "" when [offset, offset + count) is a range of `p`, else why not.
+    static std::string range_error(const Param &p, int64_t offset, int64_t count);
     void check_usable() const;
     static DeviceMirror::Keep mirror_keep(const Param &p);
 

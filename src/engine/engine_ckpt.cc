@@ -205,13 +205,14 @@ void Engine::check_checkpoint_point(SyncPoint point) {
     const char *what = sync_point_name(point);
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
-    for (const Param &p : params_)
-        if (p.grad_acquired || p.param_acquired) {
+    for (const Param &p : params_) {
+        const std::string held = p.held();
+        if (!held.empty()) {
             status = DSM_ERR_STATE;
-            why = cat(p.grad_acquired ? "the gradient of '" : "parameter '", p.name, "' is still acquired at ", what,
-                      " (release it first)");
+            why = cat(held, " is still acquired at ", what, " (release it first)");
             break;
         }
+    }
     if (status == DSM_SUCCESS && micro_steps_ % cfg_.gradient_accumulation_steps != 0) {
         status = DSM_ERR_STATE;
         why = cat(what, " between accumulation boundaries (micro-step ", micro_steps_, ", ",

@@ -11,6 +11,7 @@
 
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/memstat.hpp"
 
 namespace dsm {
 namespace engine {
@@ -69,6 +70,14 @@ std::string Engine::describe(dsm_format_t format) const {
     add("gathered_and_staging", m.live); // gathered parameters and gradient staging held now
     add("idle_reuse_pool", m.idle);
     const size_t model_state = model_state_bytes();
+    // This rank's memory by kind now and at its high-water mark since the
+    // engine was created (core/memstat.hpp).
+    json now = json::object(), peak = json::object();
+    for (int k = 0; k < memstat::kKinds; ++k) {
+        const auto kind = static_cast<memstat::Kind>(k);
+        now[memstat::kind_name(kind)] = memstat::current(kind);
+        peak[memstat::kind_name(kind)] = memstat::peak(kind);
+    }
     size_t total = 0;
     for (auto &kv : buffers.items()) total += kv.value().get<size_t>();
     json j = {
@@ -93,7 +102,9 @@ std::string Engine::describe(dsm_format_t format) const {
           {"model_state_bytes", model_state},
           {"total_bytes", total},
           {"bytes_per_parameter", N > 0 ? static_cast<double>(model_state) / N : 0.0},
-          {"zero_formula_bytes_per_parameter", formula}}},
+          {"zero_formula_bytes_per_parameter", formula},
+          {"rank_bytes_now", now},
+          {"rank_bytes_peak", peak}}},
         {"communication",
          {{"bytes_sent", bytes_sent()},
           {"bytes_off_node", bytes_off_node()},
@@ -130,6 +141,13 @@ std::string Engine::describe(dsm_format_t format) const {
     std::snprintf(line, sizeof line, "  model state: %.2f bytes per parameter (ZeRO formula %.2f)\n",
                   N > 0 ? static_cast<double>(model_state) / N : 0.0, formula);
     os << line;
+    os << "  this rank now / peak since the engine's creation:";
+    for (int k = 0; k < memstat::kKinds; ++k) {
+        const auto kind = static_cast<memstat::Kind>(k);
+        os << (k ? "," : "") << " " << memstat::kind_name(kind) << " " << memstat::current(kind) << " / "
+           << memstat::peak(kind) << " bytes";
+    }
+    os << "\n";
     return os.str();
 }
 

@@ -10,6 +10,7 @@
 #include "core/agree.hpp"
 #include "core/error.hpp"
 #include "core/log.hpp"
+#include "core/memstat.hpp"
 #include "engine/engine.hpp"
 
 namespace dsm {
@@ -83,6 +84,10 @@ void Engine::record_step(double norm) {
         monitor_->write("Train/Samples/elapsed_time_ms_backward_allreduce", 1e3 * dt.reduce, step);
         monitor_->write("Train/Samples/elapsed_time_ms_step", 1e3 * dt.optimizer, step);
         monitor_->write("Train/Samples/elapsed_time_ms_allgather", 1e3 * dt.gather, step);
+        // This rank's (the first's) memory high-water marks since the engine's creation.
+        monitor_->write("Memory/host_peak_bytes", static_cast<double>(memstat::peak(memstat::Kind::HOST)), step);
+        monitor_->write("Memory/device_peak_bytes", static_cast<double>(memstat::peak(memstat::Kind::DEVICE)), step);
+        monitor_->write("Memory/shared_peak_bytes", static_cast<double>(memstat::peak(memstat::Kind::SHARED)), step);
         if (flops_per_sample_ > 0 && secs > 0) {
             // Per rank: the model's FLOPs of the batch spread over the ranks.
             const double flops = flops_per_sample_ * samples / secs / static_cast<double>(world_size_);

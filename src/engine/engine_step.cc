@@ -189,10 +189,10 @@ void Engine::step(dsm_step_info_t *info) {
     }
     for (const Param &p : params_) {
         if (status != DSM_SUCCESS) break;
-        if (p.grad_acquired || p.param_acquired) {
+        const std::string held = p.held();
+        if (!held.empty()) {
             status = DSM_ERR_STATE;
-            why = cat(p.grad_acquired ? "the gradient of '" : "parameter '", p.name,
-                      "' is still acquired at dsm_step (release it first)");
+            why = cat(held, " is still acquired at dsm_step (release it first)");
             break;
         }
     }
@@ -231,10 +231,19 @@ void Engine::step(dsm_step_info_t *info) {
 
             // Unscale, check, norm, clip.
             const double inv = 1.0 / (scaler_->scale() * static_cast<double>(cfg_.gradient_accumulation_steps));
-            float *g = fp32_grads();
+            // The fused host step (optim::Fused): 16-bit gradients are
+            // inspected and read by the update in place (no fp32 copy), the
+            // update writes the 16-bit parameters and zeroes the gradients it
+            // read, all in one pass per work item.
+            const bool fused = optimizer_->fuses();
+            const bool half = dtype_ != DSM_FLOAT32;
+            const void *graw = stage_->grad_partition();
+            float *g = fused && half ? nullptr : fp32_grads();
             // Unscale, overflow check and norm in one pass where the
             // gradients are; one small result comes back to the host.
-            const amp::NormPart np = math_->inspect(g, layout_.part_size(), static_cast<float>(inv));
+            const amp::NormPart np = fused && half
+                                         ? math_->inspect(graw, dtype_, layout_.part_size(), static_cast<float>(inv))
+                                         : math_->inspect(g, layout_.part_size(), static_cast<float>(inv));
             double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
             {
                 const watchdog::WaitScope wait("gradient norm and overflow check (allreduce)", &world_watch_);
@@ -253,7 +262,7 @@ void Engine::step(dsm_step_info_t *info) {
             const bool fp32_nonfinite = dtype_ == DSM_FLOAT32 && nonfinite;
             std::string culprit;
             if (fp32_nonfinite && (policy != config::NonfiniteGrads::WARN || !warned_nonfinite_))
-                culprit = first_nonfinite(g);
+                culprit = first_nonfinite(g); // fp32: g is the gradient partition
             if (fp32_nonfinite && policy == config::NonfiniteGrads::FAIL)
                 DSM_FAIL(DSM_ERR_NUMERIC, "step ", global_steps_ + 1, ": non-finite (Inf or NaN) fp32 gradients",
                          culprit, "; fp32_nonfinite_gradients is \"fail\" (the step was not applied)");
@@ -311,18 +320,33 @@ void Engine::step(dsm_step_info_t *info) {
                     // slice's allgather leaving while the next is updated
                     // (overlap_comm), with the bits of one whole step.
                     size_t updated = 0;
-                    publish([&](size_t upto) {
-                        timers_.optimizer -= now();
-                        optimizer_->step_upto(master_, g, segments_, args, &updated, upto);
-                        timers_.optimizer += now();
-                    });
+                    optim::Fused f;
+                    if (half) {
+                        f.grad16 = graw;
+                        f.param16 = stage_->param_partition();
+                        f.dtype = dtype_;
+                    }
+                    f.zero_grads = true;
+                    stage_->set_update_writes_params(fused && half);
+                    try {
+                        publish([&](size_t upto) {
+                            timers_.optimizer -= now();
+                            optimizer_->step_upto(master_, g, segments_, args, &updated, upto, fused ? &f : nullptr);
+                            timers_.optimizer += now();
+                        });
+                    } catch (...) {
+                        stage_->set_update_writes_params(false);
+                        throw;
+                    }
+                    stage_->set_update_writes_params(false);
                 } else {
                     timers_.optimizer -= now();
                     optimizer_->step(master_, g, segments_, args, sum);
                     timers_.optimizer += now();
                     publish();
                 }
-                zero_grads();
+                if (fused && optimizer_->piecewise()) stage_->zero_grads_outside_partition();
+                else zero_grads();
                 scaler_->update(false);
                 if (schedule_) {
                     schedule_->step();

@@ -20,6 +20,8 @@
 #endif
 
 #include "core/error.hpp"
+#include "core/half.hpp"
+#include "dsm.h"
 #include "dsm_config.h"
 #include "optim/kernels.hpp"
 #if DSM_HAVE_CUDA_KERNELS
@@ -389,17 +391,26 @@ std::vector<Segment> within(const std::vector<Segment> &segments, size_t lo, siz
 }
 
 void Optimizer::step_upto(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-                          size_t *done, size_t upto) {
+                          size_t *done, size_t upto, const Fused *fused) {
     DSM_REQUIRE(piecewise(), DSM_ERR_INTERNAL, "the optimizer's update cannot run in pieces");
     const size_t end = std::min(n_, (upto + kChunk - 1) / kChunk * kChunk);
     if (end <= *done) return;
-    if (*done == 0 && end == n_) step(p, g, segments, args); // the whole update at once
-    else step(p, g, within(segments, *done, end), args);
+    if (*done == 0 && end == n_) step(p, g, segments, args, SumFn(), fused); // the whole update at once
+    else step(p, g, within(segments, *done, end), args, SumFn(), fused);
     *done = end;
 }
 
+bool Optimizer::fuses() const noexcept { return space_->kind() == device::Kind::HOST && piecewise(); }
+
 void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-                     const SumFn &sum) {
+                     const SumFn &sum, const Fused *fused) {
+    if (fused != nullptr) {
+        DSM_REQUIRE(fuses(), DSM_ERR_INTERNAL, "a fused step on ", space_->name(), " with ",
+                    optimizer_name(hyper_.type));
+        DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");
+        host_step(p, g, segments, args, sum, fused);
+        return;
+    }
     DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");
     // On the host, and Lamb anywhere host-addressable (its sums come back to
     // the host between its passes): now, checked once by host_step.
@@ -415,15 +426,52 @@ void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segme
 }
 
 void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-                          const SumFn &sum) {
+                          const SumFn &sum, const Fused *fused) {
     const std::vector<Item> items = items_of(segments, n_);
     if (items.empty() && hyper_.type != OptimizerType::LAMB) return;
+    const Fused none;
+    const Fused &f = fused != nullptr ? *fused : none;
     if (!items.empty()) {
         DSM_ARG_NOT_NULL(p);
-        DSM_ARG_NOT_NULL(g);
+        if (f.grad16 == nullptr) DSM_ARG_NOT_NULL(g);
     }
+    DSM_REQUIRE((f.grad16 == nullptr && f.param16 == nullptr) || f.dtype == DSM_BFLOAT16 || f.dtype == DSM_FLOAT16,
+                DSM_ERR_INTERNAL, "fused step: 16-bit dtype ", f.dtype);
     const Kernels &kern = kernels();
     float *s0 = states_.empty() ? nullptr : state(0); // none: SGD without momentum
+    // One work item: the gradient it reads (g's, or grad16's converted into
+    // the thread's buffer), the kernel, then the 16-bit parameters and the
+    // zeroing while the item's elements are in the cache.
+    const bool bf16 = f.dtype == DSM_BFLOAT16;
+    auto item = [&](const Item &it, auto &&kernel) {
+        const float *gi = g != nullptr ? g + it.begin : nullptr;
+        if (f.grad16 != nullptr) {
+            thread_local std::vector<float> buf;
+            if (buf.size() < kChunk) buf.resize(kChunk);
+            const auto *h = static_cast<const uint16_t *>(f.grad16) + it.begin;
+            float *b = buf.data();
+            if (bf16)
+                for (size_t i = 0; i < it.count; ++i) b[i] = bf16_to_fp32(h[i]);
+            else
+                for (size_t i = 0; i < it.count; ++i) b[i] = fp16_to_fp32(h[i]);
+            gi = b;
+        }
+        kernel(gi);
+        if (f.param16 != nullptr) {
+            auto *h = static_cast<uint16_t *>(f.param16) + it.begin;
+            const float *x = p + it.begin;
+            if (bf16)
+                for (size_t i = 0; i < it.count; ++i) h[i] = fp32_to_bf16(x[i]);
+            else
+                for (size_t i = 0; i < it.count; ++i) h[i] = fp32_to_fp16(x[i]);
+        }
+        if (f.zero_grads) {
+            if (f.grad16 != nullptr)
+                std::memset(static_cast<uint16_t *>(const_cast<void *>(f.grad16)) + it.begin, 0, it.count * 2);
+            else
+                std::memset(const_cast<float *>(g) + it.begin, 0, it.count * sizeof(float));
+        }
+    };
     switch (hyper_.type) {
     case OptimizerType::ADAM:
     case OptimizerType::ADAMW: {
@@ -431,7 +479,9 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
         float *s1 = state(1);
         for_items(items.size(), [&](size_t i) {
             const Item &it = items[i];
-            kern.adam(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, s1 + it.begin, it.count);
+            item(it, [&](const float *gi) {
+                kern.adam(k.of(*it.seg), p + it.begin, gi, s0 + it.begin, s1 + it.begin, it.count);
+            });
         });
         break;
     }
@@ -439,7 +489,7 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
         const Pair<SgdK> k = pair(sgd_k, hyper_, args);
         for_items(items.size(), [&](size_t i) {
             const Item &it = items[i];
-            kern.sgd(k.of(*it.seg), p + it.begin, g + it.begin, s0 ? s0 + it.begin : nullptr, it.count);
+            item(it, [&](const float *gi) { kern.sgd(k.of(*it.seg), p + it.begin, gi, s0 ? s0 + it.begin : nullptr, it.count); });
         });
         break;
     }
@@ -447,7 +497,7 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
         const Pair<LionK> k = pair(lion_k, hyper_, args);
         for_items(items.size(), [&](size_t i) {
             const Item &it = items[i];
-            kern.lion(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, it.count);
+            item(it, [&](const float *gi) { kern.lion(k.of(*it.seg), p + it.begin, gi, s0 + it.begin, it.count); });
         });
         break;
     }
@@ -455,7 +505,9 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
         const Pair<AdagradK> k = pair(adagrad_k, hyper_, args);
         for_items(items.size(), [&](size_t i) {
             const Item &it = items[i];
-            kern.adagrad(k.of(*it.seg), p + it.begin, g + it.begin, s0 + it.begin, it.count);
+            item(it, [&](const float *gi) {
+                kern.adagrad(k.of(*it.seg), p + it.begin, gi, s0 + it.begin, it.count);
+            });
         });
         break;
     }

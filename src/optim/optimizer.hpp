@@ -101,6 +101,24 @@ struct StepArgs {
 // are an error.
 using SumFn = std::function<void(std::vector<double> &)>;
 
+// The host step's fused pass (Optimizer::step's `fused`): what each work
+// item does besides the update, while its elements are in the cache, so the
+// step makes one pass over memory instead of one per operation. Offsets are
+// the partition's, as p's and g's.
+struct Fused {
+    // 16-bit gradients (bf16 or fp16, `dtype`) read in place of g: each work
+    // item converts its own into a buffer of the thread (exact) and updates
+    // from that, with the bits of an update from their fp32 conversion.
+    const void *grad16 = nullptr;
+    // 16-bit parameters (`dtype`) written from the updated fp32 p, rounded to
+    // nearest even as amp's conversion (the partition of the compute dtype).
+    void *param16 = nullptr;
+    int dtype = 0; // dsm_dtype_t of grad16 and param16
+    // The gradients the items read (g, or grad16) are zeroed after their
+    // item: the next window starts from zero.
+    bool zero_grads = false;
+};
+
 // Which kernel runs: "avx512", "avx2" or "generic".
 const char *active_isa() noexcept;
 // Force a kernel set (benchmarks, tests): "avx512", "avx2", "generic" or
@@ -145,18 +163,24 @@ public:
     // One update of p[0..n) from g[0..n) * args.grad_scale over `segments`.
     // `sum` is used by Lamb only (may be empty: one rank). Segments must lie
     // inside [0, n) and not overlap; step >= 1.
+    // `fused` (host space, not Lamb): the pass of each work item also reads
+    // 16-bit gradients, writes 16-bit parameters and zeroes the gradients
+    // (Fused); g may then be null when grad16 is set.
     void step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-              const SumFn &sum = {});
+              const SumFn &sum = {}, const Fused *fused = nullptr);
+    // Whether step() takes a Fused here (host memory, an optimizer that
+    // updates element by element: not Lamb).
+    bool fuses() const noexcept;
     // One piece of an update that runs in pieces (piecewise()): the step
     // over the parts of `segments` in [*done, upto rounded up to grain()),
     // then *done is that end (at most n). Called with *done = 0 first and
     // increasing `upto`, the pieces give the bits of one step().
     void step_upto(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-                   size_t *done, size_t upto);
+                   size_t *done, size_t upto, const Fused *fused = nullptr);
 
 private:
     void host_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-                   const SumFn &sum);
+                   const SumFn &sum, const Fused *fused = nullptr);
     void cuda_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
                    const SumFn &sum);
 

@@ -52,6 +52,9 @@ SharedBuffer::SharedBuffer(comm::Backend *backend, device::Space &space, size_t 
     if (space.kind() == device::Kind::HOST) {
         backend_ = backend;
         ptr_ = backend->alloc_shared(bytes);
+        // Node-shared memory with the shm backend, private memory otherwise.
+        stat_ = std::strcmp(backend->name(), "shm") == 0 ? memstat::Kind::SHARED : memstat::Kind::HOST;
+        memstat::add(stat_, bytes_);
     } else {
         own_ = Buffer(space, bytes);
         ptr_ = own_.data();
@@ -66,6 +69,7 @@ void SharedBuffer::reset() noexcept {
         } catch (...) {
             // Destructors never throw; close() reports errors.
         }
+        memstat::sub(stat_, bytes_);
     }
     backend_ = nullptr;
     ptr_ = nullptr;
@@ -77,6 +81,7 @@ void SharedBuffer::swap(SharedBuffer &o) noexcept {
     std::swap(backend_, o.backend_);
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
+    std::swap(stat_, o.stat_);
 }
 
 } // namespace zero

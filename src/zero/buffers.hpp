@@ -71,6 +71,7 @@ private:
     comm::Backend *backend_ = nullptr;
     void *ptr_ = nullptr;
     size_t bytes_ = 0;
+    memstat::Kind stat_ = memstat::Kind::HOST; // where the backend's memory counts
 };
 
 } // namespace zero

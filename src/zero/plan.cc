@@ -23,13 +23,19 @@ size_t Round::elements() const noexcept {
 }
 
 std::vector<Round> plan_rounds(const Layout &layout, const std::vector<int> &released, size_t cap) {
+    std::vector<Released> whole;
+    for (int j : released) whole.push_back(Released{j, 0, layout.slot_of(j)->numel});
+    return plan_range_rounds(layout, whole, cap);
+}
+
+std::vector<Round> plan_range_rounds(const Layout &layout, const std::vector<Released> &released, size_t cap) {
     struct Chunk {
         int entry;
-        size_t begin, end; // element range of the parameter
+        size_t begin, end; // element range of the released range
     };
     std::vector<Chunk> chunks;
     for (size_t e = 0; e < released.size(); ++e) {
-        const size_t n = layout.slot_of(released[e])->numel;
+        const size_t n = released[e].count;
         for (size_t b = 0; b < n; b += cap) chunks.push_back({static_cast<int>(e), b, std::min(n, b + cap)});
     }
     const size_t parts = static_cast<size_t>(layout.parts());
@@ -43,7 +49,8 @@ std::vector<Round> plan_rounds(const Layout &layout, const std::vector<int> &rel
         r.counts.assign(parts, 0);
         std::vector<SendPiece> pcs;
         for (size_t k = c; k < c_end; ++k) {
-            const size_t off = layout.slot_of(released[static_cast<size_t>(chunks[k].entry)])->offset;
+            const Released &rel = released[static_cast<size_t>(chunks[k].entry)];
+            const size_t off = layout.slot_of(rel.param)->offset + rel.offset;
             for (const auto &piece : layout.pieces(off + chunks[k].begin, off + chunks[k].end)) {
                 pcs.push_back({chunks[k].entry, piece.part, piece.flat_offset - off, piece.flat_offset, piece.count});
                 r.counts[static_cast<size_t>(piece.part)] += piece.count;

@@ -41,6 +41,19 @@ struct Round {
     size_t elements() const noexcept;
 };
 
+// A released gradient: `count` elements of parameter `param` from element
+// `offset` (a whole parameter: offset 0, count numel).
+struct Released {
+    int param = 0;
+    size_t offset = 0, count = 0;
+};
+
+// The rounds that reduce `released` (in release order; SendPiece::src is
+// relative to the range's first element): every range split into chunks of
+// at most `cap` elements, consecutive chunks packed into a round while they
+// fit in `cap`.
+std::vector<Round> plan_range_rounds(const Layout &layout, const std::vector<Released> &released, size_t cap);
+
 // The rounds that reduce `released` (parameter indices, in release order):
 // every gradient split into chunks of at most `cap` elements, consecutive
 // chunks packed into a round while they fit in `cap`.

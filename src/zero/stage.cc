@@ -36,7 +36,7 @@ void Stage::advance(const float *master, void *part, const Update &update, size_
     upto = std::min(upto, layout_->part_size());
     if (upto <= *done) return;
     if (update) update(upto);
-    if (s_.dtype != DSM_FLOAT32)
+    if (s_.dtype != DSM_FLOAT32 && !(update && update_writes_))
         math_->convert(master + *done, DSM_FLOAT32, static_cast<char *>(part) + *done * esize_, s_.dtype, upto - *done);
     *done = upto;
 }

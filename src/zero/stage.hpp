@@ -164,6 +164,29 @@ public:
     // This rank's partition of the reduced gradients (compute dtype, P).
     virtual const void *grad_partition() const = 0;
     virtual void zero_grads() = 0;
+    // The gradients less this rank's partition, which the fused host step
+    // zeroed item by item (optim::Fused): nothing where the stage holds the
+    // partition alone (stages 2/3), the other ranks' parts at stages 0/1.
+    virtual void zero_grads_outside_partition() = 0;
+    // publish() with an update that writes the partition's compute-dtype
+    // parameters itself (the fused host step): no conversion after it.
+    void set_update_writes_params(bool on) noexcept { update_writes_ = on; }
+
+    // Element ranges [offset, offset + count) of a trainable parameter
+    // (dsm_engine_param_acquire_range and the others; the engine checked the
+    // range, and releases each acquired range once with the same offset and
+    // count). The values of a parameter held whole are a pointer into it
+    // (local); a partitioned one's range is gathered alone (ZeRO-3:
+    // collective, `before` first with a detail that names the range), into a
+    // buffer of `count` elements that its release gives back. A gradient
+    // range is a pointer into the whole gradient (stages 0/1, reduced at
+    // dsm_step) or a zeroed buffer of `count` elements (stages 2/3) that the
+    // release puts into the bucket as a released gradient, so that a stacked
+    // tensor is reduced slice by slice.
+    virtual const void *acquire_param_range(int index, size_t offset, size_t count, const Before &before) = 0;
+    virtual void release_param_range(int index, size_t offset, size_t count) = 0;
+    virtual void *acquire_grad_range(int index, size_t offset, size_t count) = 0;
+    virtual void release_grad_range(int index, size_t offset, size_t count, const Before &before) = 0;
 
     virtual StageMemory memory() const = 0;
 
@@ -193,6 +216,7 @@ protected:
     int part_ = 0;
     comm::Backend *dp_ = nullptr, *sp_ = nullptr;
     comm::Backend *hpz_ = nullptr; // hpZ: the secondary partition group
+    bool update_writes_ = false;   // set_update_writes_params
     device::Space *space_ = &device::host();
     amp::Math *math_ = nullptr;
     // The queue of the space now (dsm_engine_set_stream may change it).

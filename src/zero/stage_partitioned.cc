@@ -35,6 +35,8 @@
 #include <algorithm>
 #include <cstring>
 #include <deque>
+#include <map>
+#include <tuple>
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
@@ -99,7 +101,30 @@ public:
         Buffer &b = staging_[static_cast<size_t>(index)];
         const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
-        pending_.push_back(Pending{index, std::move(b), data, in_bucket});
+        pending_.push_back(Pending{index, std::move(b), data, in_bucket, 0, layout_->slot_of(index)->numel});
+        if (bucket_elems_ >= bucket_cap_) flush(before);
+    }
+    const void *acquire_param_range(int index, size_t offset, size_t count, const Before &before) override;
+    void release_param_range(int index, size_t offset, size_t count) override {
+        auto it = range_params_.find(RangeKey{index, offset, count});
+        if (it == range_params_.end()) return; // a pointer into a parameter held whole
+        pool_.give(std::move(it->second));
+        range_params_.erase(it);
+    }
+    void *acquire_grad_range(int index, size_t offset, size_t count) override {
+        Buffer &b = range_grads_[RangeKey{index, offset, count}];
+        b = pool_.take(count * esize_, true);
+        return b.data();
+    }
+    void release_grad_range(int index, size_t offset, size_t count, const Before &before) override {
+        auto it = range_grads_.find(RangeKey{index, offset, count});
+        DSM_REQUIRE(it != range_grads_.end(), DSM_ERR_INTERNAL, "no gradient range of parameter ", index, " at ",
+                    offset, "+", count);
+        Buffer b = std::move(it->second);
+        range_grads_.erase(it);
+        char *data = static_cast<char *>(b.data());
+        bucket_elems_ += count;
+        pending_.push_back(Pending{index, std::move(b), data, false, offset, count});
         if (bucket_elems_ >= bucket_cap_) flush(before);
     }
     void reduce(bool, const Before &before) override {
@@ -109,6 +134,7 @@ public:
     }
     const void *grad_partition() const override { return grad_part_.data(); }
     void zero_grads() override { space_->zero(grad_part_.data(), layout_->part_size() * esize_); }
+    void zero_grads_outside_partition() override {} // the stage holds its partition alone
 
     StageMemory memory() const override;
 
@@ -181,13 +207,19 @@ private:
     // Per parameter index: the gathered copy (stage 3, while acquired or
     // prefetched) and the gradient buffer while acquired.
     std::vector<Buffer> gathered_, staging_;
-    // Gradients released since the last flush, in release order.
+    // Gradients released since the last flush, in release order: a whole
+    // parameter's (offset 0, count numel) or a range's.
     struct Pending {
         int param;
         Buffer grad; // empty when the gradient is in the bucket
         char *data;
         bool in_bucket;
+        size_t offset, count;
     };
+    // The acquired ranges (parameter, offset, count): gathered values
+    // (ZeRO-3, partitioned parameters) and gradient buffers.
+    using RangeKey = std::tuple<int, size_t, size_t>;
+    std::map<RangeKey, Buffer> range_params_, range_grads_;
     std::vector<Pending> pending_;
     size_t bucket_elems_ = 0;
     BufferPool pool_;
@@ -255,6 +287,8 @@ void Partitioned::free() noexcept {
     flushes_.clear();
     published_.clear();
     pending_.clear();
+    range_params_.clear();
+    range_grads_.clear();
     pool_.clear();
     for (auto &b : gathered_) b = Buffer();
     for (auto &b : staging_) b = Buffer();
@@ -276,6 +310,8 @@ StageMemory Partitioned::memory() const {
     for (const auto &b : gathered_) m.live += b.capacity();
     for (const auto &b : staging_) m.live += b.capacity();
     for (const Pending &pe : pending_) m.live += pe.grad.capacity();
+    for (const auto &kv : range_params_) m.live += kv.second.capacity();
+    for (const auto &kv : range_grads_) m.live += kv.second.capacity();
     m.idle = pool_.idle_bytes();
     return m;
 }
@@ -309,6 +345,37 @@ const void *Partitioned::acquire_param(int index, const Before &before) {
     trace_.push_back(index);
     if (arena_ == Arena::PARAM && arena_param_ == index) return bucket_send_.data();
     return gathered_[static_cast<size_t>(index)].data();
+}
+
+// A range of a parameter: held whole, a pointer into it; else gathered
+// alone from the primary partitions (hpZ's secondary copies keep whole
+// parameters only) into a buffer of its own.
+const void *Partitioned::acquire_param_range(int index, size_t offset, size_t count, const Before &before) {
+    const zero::Slot *s = layout_->slot_of(index);
+    const size_t a = s->offset + offset, b = a + count;
+    if (persistent(s->numel)) {
+        wait_published(b);
+        return static_cast<const char *>(param_flat_.data()) + a * esize_;
+    }
+    uint64_t h = kFnv1aOffset;
+    h = fnv1a(&index, sizeof index, h);
+    h = fnv1a(&offset, sizeof offset, h);
+    h = fnv1a(&count, sizeof count, h);
+    before(static_cast<int64_t>(h >> 2));
+    Buffer &buf = range_params_[RangeKey{index, offset, count}];
+    buf = pool_.take(count * esize_, false);
+    char *to = static_cast<char *>(buf.data());
+    Source src = primary();
+    const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, src, to] {
+        const double t0 = MPI_Wtime();
+        const std::vector<size_t> counts = src.layout->counts(a, b);
+        const size_t lo = std::max(a, src.layout->part_begin(src.part));
+        const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
+        src.group->allgatherv(mine, to, counts, s_.dtype, queue());
+        timers_->gather += MPI_Wtime() - t0;
+    });
+    pipe_->wait(t);
+    return to;
 }
 
 // Gather whole parameters: with hpZ, those whose secondary slices are
@@ -529,7 +596,11 @@ void Partitioned::new_micro_step(bool forget) {
 void Partitioned::flush(const Before &before) {
     // The bucket's parameters, in order, must be the same on every rank.
     uint64_t h = kFnv1aOffset;
-    for (const auto &p : pending_) h = fnv1a(&p.param, sizeof p.param, h);
+    for (const auto &p : pending_) {
+        h = fnv1a(&p.param, sizeof p.param, h);
+        h = fnv1a(&p.offset, sizeof p.offset, h);
+        h = fnv1a(&p.count, sizeof p.count, h);
+    }
     before(static_cast<int64_t>(h >> 2));
     if (pending_.empty()) return;
     auto job = std::make_shared<std::vector<Pending>>(std::move(pending_));
@@ -562,15 +633,15 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
     const double t0 = MPI_Wtime();
     const dsm_dtype_t dt = s_.dtype, cd = s_.comm_dtype;
     const float post = static_cast<float>(s_.post);
-    std::vector<int> released;
+    std::vector<Released> released;
     for (auto &p : pending) {
-        const size_t n = layout_->slot_of(p.param)->numel;
+        const size_t n = p.count;
         if (s_.pre != 1.0) math_->scale(p.data, dt, n, s_.pre);
         const watchdog::Context ctx("gradient sum over sequence parallel", "parameter", p.param);
         if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue());
-        released.push_back(p.param);
+        released.push_back(Released{p.param, p.offset, p.count});
     }
-    const std::vector<Round> rounds = plan_rounds(*layout_, released, bucket_cap_);
+    const std::vector<Round> rounds = plan_range_rounds(*layout_, released, bucket_cap_);
     // A gradient in the bucket that makes the first round alone is reduced
     // in place; one that shares its round moves out first, so that the
     // rounds can be packed into the bucket.
@@ -580,7 +651,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         for (const SendPiece &pc : rounds.front().pieces) in_place = in_place && pc.entry == 0;
         if (!in_place) {
             Pending &pe = pending[static_cast<size_t>(resident)];
-            const size_t bytes = layout_->slot_of(pe.param)->numel * esize_;
+            const size_t bytes = pe.count * esize_;
             pe.grad = pool_.take(bytes, false);
             space_->copy(pe.grad.data(), pe.data, bytes);
             pe.data = static_cast<char *>(pe.grad.data());

@@ -110,16 +110,22 @@ public:
 
     void *acquire_grad(int index) override {
         const Slot *s = layout_->slot_of(index);
-        if (early()) {
-            prepare_regions();
-            for (size_t k = region_of(s->offset); k < regions_.size() && regions_[k].first < s->offset + s->numel; ++k)
-                DSM_REQUIRE(!started_[k], DSM_ERR_STATE, "the gradient of parameter ", index,
-                            " is acquired again after its bucket's reduction started (overlap_comm at ZeRO stage ",
-                            s_.stage, " reduces a bucket when its last gradient is released; release each gradient "
-                            "once per boundary micro-step, or set overlap_comm false)");
-        }
+        check_not_started(index, s->offset, s->offset + s->numel);
         return static_cast<char *>(grad_flat_.data()) + s->offset * esize_;
     }
+    // Ranges: pointers into the whole buffers. A range's release starts no
+    // region early (a region waits for whole releases): what ranges wrote is
+    // reduced at dsm_step with the regions their parameters lie in.
+    const void *acquire_param_range(int index, size_t offset, size_t, const Before &before) override {
+        return static_cast<const char *>(acquire_param(index, before)) + offset * esize_;
+    }
+    void release_param_range(int, size_t, size_t) override {}
+    void *acquire_grad_range(int index, size_t offset, size_t count) override {
+        const Slot *s = layout_->slot_of(index);
+        check_not_started(index, s->offset + offset, s->offset + offset + count);
+        return static_cast<char *>(grad_flat_.data()) + (s->offset + offset) * esize_;
+    }
+    void release_grad_range(int, size_t, size_t, const Before &) override {}
     void release_grad(int index, const Before &before) override {
         if (!early()) return;
         prepare_regions();
@@ -152,6 +158,12 @@ public:
         return static_cast<const char *>(grad_flat_.data()) + layout_->part_begin(part_) * esize_;
     }
     void zero_grads() override { space_->zero(grad_flat_.data(), layout_->total() * esize_); }
+    void zero_grads_outside_partition() override {
+        char *g = static_cast<char *>(grad_flat_.data());
+        const size_t a = layout_->part_begin(part_), b = a + layout_->part_size();
+        space_->zero(g, a * esize_);
+        space_->zero(g + b * esize_, (layout_->total() - b) * esize_);
+    }
 
     StageMemory memory() const override {
         StageMemory m;
@@ -192,6 +204,18 @@ private:
         dp_->reduce_scatterv(buf, recv, counts, cd, comm::Op::SUM, queue());
         if (s_.post != 1.0) math_->scale(recv, cd, my_count, s_.post);
         if (buf != g) math_->convert(recv, cd, g + mine * esize_, s_.dtype, my_count);
+    }
+
+    // overlap_comm: flat elements [a, b) of parameter `index` may not be
+    // written once their region's reduction started.
+    void check_not_started(int index, size_t a, size_t b) {
+        if (!early()) return;
+        prepare_regions();
+        for (size_t k = region_of(a); k < regions_.size() && regions_[k].first < b; ++k)
+            DSM_REQUIRE(!started_[k], DSM_ERR_STATE, "the gradient of parameter ", index,
+                        " is acquired again after its bucket's reduction started (overlap_comm at ZeRO stage ",
+                        s_.stage, " reduces a bucket when its last gradient is released; release each gradient "
+                        "once per boundary micro-step, or set overlap_comm false)");
     }
 
     // overlap_comm's reductions during the boundary micro-step's backward.

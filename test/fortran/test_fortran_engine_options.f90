@@ -8,7 +8,11 @@
 ! when one rank alone passes it; a stream on a host engine is
 ! DSM_ERR_NOT_SUPPORTED and its stream is null; on the simulated device the
 ! real(c_float) pointer forms are refused with a message naming the
-! type(c_ptr) form, which works.
+! type(c_ptr) form, which works. dsm_engine_init_comm_with_options
+! gives a host engine over a communicator; on it (ZeRO-3, nothing persistent)
+! the element ranges of a parameter and its gradient: a range's values, a
+! bad range on the last rank failing every rank (the acquire is collective),
+! a release of a range that is not acquired.
 !
 ! Every check is made on every rank and agreed with MPI_Allreduce; rank 0
 ! prints "PASS: what" or "FAIL: what", and a failing rank prints its own
@@ -30,8 +34,14 @@ program test_fortran_engine_options
   real(c_float), dimension(:), pointer :: p1
   real(c_float), dimension(:,:), pointer :: p2
   real(c_float), dimension(4, 3), target :: w0
+  real(c_float), dimension(:), pointer :: slice
+  type(c_ptr) :: p
+  integer(c_int64_t) :: off
   character(len=*), parameter :: CFG = '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": ' // &
        '{"stage": 2, "reduce_bucket_size": 8}, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}}'
+  character(len=*), parameter :: CFG3 = '{"train_micro_batch_size_per_gpu": 1, "zero_optimization": ' // &
+       '{"stage": 3, "reduce_bucket_size": 4, "stage3_param_persistence_threshold": 0}, ' // &
+       '"optimizer": {"type": "SGD", "params": {"lr": 0.5}}}'
 
   failures = 0
   call MPI_Init(ierr)
@@ -100,6 +110,35 @@ program test_fortran_engine_options
   call one_step(engine, 'DSM_DEVICE_SIMULATED')
   call dsm_engine_free(engine, st)
   call check(st == DSM_SUCCESS, 'DSM_DEVICE_SIMULATED: dsm_engine_free')
+  ! ---------------------------------------------------------- over a communicator, ranges
+  call dsm_engine_init_comm_with_options(MPI_COMM_WORLD, CFG3, params, dsm_engine_options_t(device=DSM_DEVICE_HOST), &
+       engine, st)
+  call check(st == DSM_SUCCESS .and. c_associated(engine%ptr), 'dsm_engine_init_comm_with_options: engine created')
+  device = -1
+  call dsm_engine_device(engine, device, st)
+  call check(st == DSM_SUCCESS .and. device == DSM_DEVICE_HOST, 'dsm_engine_init_comm_with_options: a host engine')
+  call dsm_engine_param_acquire_range(engine, 0, 4_c_int64_t, 4_c_int64_t, p, st)
+  call check(st == DSM_SUCCESS .and. c_associated(p), 'dsm_engine_param_acquire_range')
+  if (st == DSM_SUCCESS) then
+     call c_f_pointer(p, slice, [4])
+     call check(all(slice == 1.0), 'dsm_engine_param_acquire_range: the values of the range')
+  end if
+  call dsm_engine_param_release_range(engine, 0, 4_c_int64_t, 4_c_int64_t, st)
+  call check(st == DSM_SUCCESS, 'dsm_engine_param_release_range')
+  call dsm_engine_param_release_range(engine, 0, 4_c_int64_t, 4_c_int64_t, st)
+  call check_error(st, DSM_ERR_STATE, 'is not acquired', 'dsm_engine_param_release_range twice')
+  off = 0
+  if (rank == nprocs - 1) off = 10
+  call dsm_engine_param_acquire_range(engine, 0, off, 4_c_int64_t, p, st)
+  call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'is not inside parameter', &
+       'a bad range on the last rank: DSM_ERR_INVALID_ARGUMENT on every rank')
+  call dsm_engine_grad_acquire_range(engine, 0, 8_c_int64_t, 4_c_int64_t, p, st)
+  call check(st == DSM_SUCCESS .and. c_associated(p), 'dsm_engine_grad_acquire_range')
+  call dsm_engine_grad_release_range(engine, 0, 8_c_int64_t, 4_c_int64_t, st)
+  call check(st == DSM_SUCCESS, 'dsm_engine_grad_release_range')
+  call dsm_step(engine, info, st)
+  call check(st == DSM_SUCCESS, 'dsm_step after ranges')
+  call dsm_engine_free(engine, st)
 
   ! ---------------------------------------------------------- default, on a mesh
   call dsm_mesh_create(MPI_COMM_WORLD, [nprocs], ['data_parallel'], mesh)

@@ -171,6 +171,45 @@ static void test_rounds(void **) {
     check_rounds(many, {0, 1, 2, 3, 4, 5}, 1000);
 }
 
+// Ranges of parameters (stacked tensors reduced slice by slice): every
+// element of every range is sent once, to the partition that owns its flat
+// offset, and `src` counts from the range's first element.
+static void test_range_rounds(void **) {
+    const Layout L = make({100, 37, 64}, 4);
+    const std::vector<dsm::zero::Released> rel{{0, 30, 40}, {2, 0, 64}, {1, 36, 1}, {0, 0, 30}};
+    for (size_t cap : {size_t(1), size_t(7), size_t(50), size_t(1000)}) {
+        const auto rounds = dsm::zero::plan_range_rounds(L, rel, cap);
+        std::vector<std::vector<int>> seen(rel.size());
+        for (size_t e = 0; e < rel.size(); ++e) seen[e].assign(rel[e].count, 0);
+        for (const auto &r : rounds) {
+            size_t elems = 0;
+            for (const auto &pc : r.pieces) {
+                const auto &x = rel[static_cast<size_t>(pc.entry)];
+                assert_true(pc.src + pc.count <= x.count);
+                assert_int_equal(pc.flat, L.slot_of(x.param)->offset + x.offset + pc.src);
+                assert_true(pc.flat >= L.part_begin(pc.part) && pc.flat + pc.count <= L.part_begin(pc.part) + L.part_size());
+                for (size_t k = 0; k < pc.count; ++k) ++seen[static_cast<size_t>(pc.entry)][pc.src + k];
+                elems += pc.count;
+            }
+            assert_true(elems <= cap);
+        }
+        for (const auto &v : seen)
+            for (int c : v) assert_int_equal(c, 1);
+    }
+    // A whole parameter as a range plans as plan_rounds does.
+    const auto a = dsm::zero::plan_rounds(L, std::vector<int>{1, 0}, 50);
+    const auto b = dsm::zero::plan_range_rounds(L, {{1, 0, 37}, {0, 0, 100}}, 50);
+    assert_int_equal(a.size(), b.size());
+    for (size_t k = 0; k < a.size(); ++k) {
+        assert_true(a[k].counts == b[k].counts);
+        assert_int_equal(a[k].pieces.size(), b[k].pieces.size());
+        for (size_t q = 0; q < a[k].pieces.size(); ++q) {
+            assert_int_equal(a[k].pieces[q].flat, b[k].pieces[q].flat);
+            assert_int_equal(a[k].pieces[q].src, b[k].pieces[q].src);
+        }
+    }
+}
+
 static void test_prefetch_and_gather(void **) {
     const Layout L = make({10, 20, 30, 40}, 3);
     auto numel = [&](int j) { return L.slot_of(j)->numel; };
@@ -207,6 +246,7 @@ int main(void) {
         cmocka_unit_test(test_empty_and_bad),
         cmocka_unit_test(test_regions),
         cmocka_unit_test(test_rounds),
+        cmocka_unit_test(test_range_rounds),
         cmocka_unit_test(test_prefetch_and_gather),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);

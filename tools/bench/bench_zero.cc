@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 
+#include "bench_model.hpp"
 #include "harness.hpp"
 #include "core/error.hpp"
 #include "cuda/device.hpp"
@@ -37,6 +38,7 @@ struct Options {
     bool torch = true;
     int hpz = 1;          // zero_hpz_partition_size (ZeRO-3)
     long long reuse = -1; // stage3_max_reuse_distance; -1: DeepSpeed's default
+    std::string model;    // --model: a real model's parameter list (bench_model.cc)
 };
 
 void usage(FILE *out) {
@@ -44,6 +46,8 @@ void usage(FILE *out) {
                  "usage: mpiexec -n N dsm-bench zero [--params N] [--steps N] [--stage S|all]\n"
                  "                                   [--dtype fp32|fp16|bf16] [--device host|cuda|sim]\n"
                  "                                   [--hpz N] [--reuse-distance N] [--no-torch] [--json]\n"
+                 "       mpiexec -n N dsm-bench zero --model gpt2|gpt2-medium|gpt2-large|gpt2-xl|llama-7b|FILE.json\n"
+                 "                                   [--steps N] [--stage S|all] [--dtype ...] [--device ...] [--no-torch]\n"
                  "  One parameter of N elements (default 16777216) trained with AdamW; a step reads\n"
                  "  the parameter twice (forward, backward), adds its gradient and calls dsm_step.\n"
                  "  Per stage the median step time split into reduce, optimizer and gather, the bytes each rank\n"
@@ -55,7 +59,15 @@ void usage(FILE *out) {
                  "  --hpz N: zero_hpz_partition_size (ZeRO++ hpZ, stage 3; N divides the ranks).\n"
                  "  --reuse-distance N: stage3_max_reuse_distance (0: the backward gathers the parameter\n"
                  "  again, as a model larger than the distance does). off/param: the bytes each rank sent\n"
-                 "  off its node in the last step over the parameter bytes.\n");
+                 "  off its node in the last step over the parameter bytes.\n"
+                 "  --model: the parameter list of a real model (names, shapes, weight decay on tensors of\n"
+                 "  two or more dimensions), or a JSON file {\"parameters\": [{\"name\", \"shape\", \"decay\"}]},\n"
+                 "  trained with AdamW and gradient clipping 1.0: per stage the step (every gradient\n"
+                 "  released, then dsm_step), its update part (less the reduction and gather), the bound\n"
+                 "  (a streaming kernel moving the bytes per updated element the step must move: 36 fp32,\n"
+                 "  32 with 16-bit gradients and parameters; same\n"
+                 "  threads, every rank at once) and torch's clip_grad_norm_ + AdamW (foreach on the host,\n"
+                 "  fused on a GPU) on the same tensors with the ranks' threads together.\n");
 }
 
 // A line of a /proc/self file ("VmHWM:" of status, "Pss:" of smaps_rollup)
@@ -231,6 +243,93 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     return r;
 }
 
+// --model: the model's list at each stage (bench_model.cc).
+int run_model(Harness &h, const Options &o, const ModelList &list) {
+    const int size = h.size();
+    const double n = static_cast<double>(list.numel());
+    // Stage 0 holds everything: fp32 parameter, gradient and two moments (16
+    // bytes), a 16-bit copy and gradient besides (20), and the bound's arrays.
+    const double need = (o.dtype == "fp32" ? 32.0 : 36.0) * n;
+    if (!h.fits_memory("--model " + o.model, need)) return 2;
+    std::vector<ModelStage> results;
+    const int rc = h.guard([&] {
+        for (int s : o.stages) results.push_back(run_model_stage(MPI_COMM_WORLD, s, o.dtype, o.device, list, o.steps));
+        return 0;
+    });
+    if (rc != 0) return rc;
+    TorchModel torch;
+    const int threads = results.empty() ? 1 : results.front().threads * size;
+    if (o.torch) model_torch(list, threads, o.steps, o.device, torch, MPI_COMM_WORLD);
+    if (h.rank() != 0) return 0;
+    auto ratio = [](double a, double b) { return a > 0 && b > 0 ? Json(a / b) : Json(nullptr); };
+    if (h.json()) {
+        Json rows = Json::array();
+        for (const ModelStage &r : results)
+            rows.push_back({{"stage", r.stage},
+                            {"step_seconds", r.step},
+                            {"update_seconds", r.update},
+                            {"bound_seconds", r.bound > 0 ? Json(r.bound) : Json(nullptr)},
+                            {"bound_bytes_per_element", r.bytes_per_element},
+                            {"elements_per_rank", r.elements},
+                            {"bound_over_update", ratio(r.bound, r.update)},
+                            {"bound_over_step", ratio(r.bound, r.step)},
+                            {"torch_over_step", ratio(torch.step, r.step)},
+                            {"torch_zero_grad_over_step", ratio(torch.step_zero_grad, r.step)},
+                            {"peak_host_bytes", r.peak_host},
+                            {"peak_device_bytes", r.peak_device}});
+        Json t = nullptr;
+        if (torch.step > 0)
+            t = {{"version", torch.version},
+                 {"what", torch.what},
+                 {"threads", torch.threads},
+                 {"step_seconds", torch.step},
+                 {"step_zero_grad_seconds", torch.step_zero_grad}};
+        h.print(h.result({{"model", list.name},
+                         {"tensors", list.tensors.size()},
+                         {"params", list.numel()},
+                         {"ranks", size},
+                         {"threads_per_rank", results.empty() ? 0 : results.front().threads},
+                         {"dtype", o.dtype},
+                         {"device", o.device},
+                         {"results", rows},
+                         {"torch", t}}));
+        return 0;
+    }
+    std::printf("dsm-bench zero --model %s: %zu tensors, %lld parameters, %s, AdamW + clipping 1.0, %d ranks x %d "
+                "threads, model state on %s (median of %d steps, slowest rank)\n",
+                list.name.c_str(), list.tensors.size(), static_cast<long long>(list.numel()), o.dtype.c_str(), size,
+                results.empty() ? 0 : results.front().threads, o.device.c_str(), o.steps);
+    std::printf("%5s %10s %10s %10s %12s %12s %10s %10s\n", "stage", "step ms", "update ms", "bound ms",
+                "bound/update", "bound/step", "torch/step", "+zero_grad");
+    for (const ModelStage &r : results) {
+        char b[32] = "-", bu[32] = "-", bs[32] = "-", ts[32] = "-", tz[32] = "-";
+        if (r.bound > 0) {
+            std::snprintf(b, sizeof b, "%.2f", 1e3 * r.bound);
+            std::snprintf(bu, sizeof bu, "%.2f", r.bound / r.update);
+            std::snprintf(bs, sizeof bs, "%.2f", r.bound / r.step);
+        }
+        if (torch.step > 0) {
+            std::snprintf(ts, sizeof ts, "%.2fx", torch.step / r.step);
+            std::snprintf(tz, sizeof tz, "%.2fx", torch.step_zero_grad / r.step);
+        }
+        std::printf("%5d %10.2f %10.2f %10s %12s %12s %10s %10s\n", r.stage, 1e3 * r.step, 1e3 * r.update, b, bu, bs,
+                    ts, tz);
+    }
+    std::printf("step: every gradient released, then dsm_step; update: the step less its reduction and gather;\n"
+                "bound: a streaming kernel moving the %.0f bytes per element the update must move (gradient read by\n"
+                "the clipping's norm; gradient, master and moments read, master and moments written; gradient\n"
+                "zeroed; the 16-bit parameter written) over the elements each rank updates, same threads, all\n"
+                "ranks at once; torch/step > 1: libdsm is faster.\n",
+                results.empty() ? 36.0 : results.front().bytes_per_element);
+    if (torch.step > 0)
+        std::printf("torch %s, %s, %d threads: %.2f ms per step, %.2f ms with zero_grad(set_to_none=False)\n",
+                    torch.version.c_str(), torch.what.c_str(), torch.threads, 1e3 * torch.step,
+                    1e3 * torch.step_zero_grad);
+    else
+        std::printf("torch: not measured (no python3 with torch, or --no-torch)\n");
+    return 0;
+}
+
 } // namespace
 
 int run_zero(int argc, char **argv) {
@@ -251,8 +350,19 @@ int run_zero(int argc, char **argv) {
     h.choice("device", {"host", "cuda", "sim"}, [&](const std::string &v) { o.device = v; });
     h.integer("hpz", 1, size, [&](long long x) { o.hpz = static_cast<int>(x); });
     h.integer("reuse-distance", 0, kMaxParams, [&](long long x) { o.reuse = x; });
+    ModelList list;
+    h.text("model", [&](const char *v) {
+        try {
+            list = model_list(v);
+        } catch (const Error &e) {
+            return h.refuse("%s", e.message().c_str());
+        }
+        o.model = v;
+        return true;
+    });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
+    if (!o.model.empty()) return run_model(h, o, list);
     // A rank's model state at stage 0, the most: the fp32 parameter, its
     // gradient and AdamW's two moments, plus a 16-bit copy and gradient.
     const double need = (o.dtype == "fp32" ? 16.0 : 20.0) * static_cast<double>(o.params);

@@ -1,0 +1,370 @@
+// dsm-bench zero --model: the engine's step on a real model's parameter list
+// (model_list.hpp) at each ZeRO stage, next to two figures measured in the
+// same run:
+//
+// - the bound: the bytes the step must move on this rank, moved by a
+//   streaming kernel with the same threads on the same device (every rank at
+//   once, as the step runs). Per element of the optimizer's share (all of
+//   the model at stage 0, this rank's partition above): the gradient
+//   clipping's inspection reads the gradient; AdamW reads the gradient, the
+//   fp32 master weight and the two moments and writes the three back; the
+//   gradient is zeroed for the next window; with a 16-bit compute dtype the
+//   16-bit parameter is written too. fp32: 4 + 16 read + 12 + 4 written = 36
+//   bytes; bf16/fp16 (2-byte gradients): 2 + 14 read + 12 + 2 + 2 written =
+//   32 bytes. The
+//   kernel runs the two passes the step needs (the norm before the update)
+//   with next to none of the arithmetic.
+// - PyTorch: torch.nn.utils.clip_grad_norm_ + torch.optim.AdamW on the same
+//   tensors (the same shapes, weight decay on the same ones), foreach on the
+//   host with the ranks' threads together, fused on a GPU, with and without
+//   zero_grad (set_to_none=False), run by $DSM_BENCH_PYTHON on rank 0.
+//
+// The step is dsm_step at the accumulation boundary with every gradient
+// released (the releases timed with it: under ZeRO-2/3 they reduce); its
+// "update" part is the step less the reduction and gather timers (the
+// inspection, the clipping, the optimizer, the conversions, the zeroing):
+// the part the bound bounds.
+#include "dsm_config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+#include <mpi.h>
+
+#include "bench_model.hpp"
+#include "core/error.hpp"
+#include "cuda/device.hpp"
+#include "engine/engine.hpp"
+#include "optim/optimizer.hpp"
+
+namespace dsm {
+namespace bench {
+
+namespace {
+
+constexpr size_t kChunk = 16384;
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// ---------------------------------------------------------------- the bound
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+float sum_chunk32(const float *__restrict g, size_t b, size_t e) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = b; i < e; ++i) s += g[i] * g[i];
+    return s;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+float sum_chunk16(const uint16_t *__restrict g, size_t b, size_t e) {
+    float s = 0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = b; i < e; ++i) {
+        uint32_t u = static_cast<uint32_t>(g[i]) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        s += f * f;
+    }
+    return s;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void update_chunk32(float *__restrict g, float *__restrict p, float *__restrict m, float *__restrict v, size_t b,
+                    size_t e) {
+#pragma omp simd
+    for (size_t i = b; i < e; ++i) {
+        const float gi = g[i];
+        p[i] += 1e-6f * gi;
+        m[i] = 0.9f * m[i] + gi;
+        v[i] = 0.9f * v[i] + gi * gi;
+        g[i] = 0.0f;
+    }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+void update_chunk16(uint16_t *__restrict g, float *__restrict p, float *__restrict m, float *__restrict v,
+                    uint16_t *__restrict p16, size_t b, size_t e) {
+#pragma omp simd
+    for (size_t i = b; i < e; ++i) {
+        uint32_t u = static_cast<uint32_t>(g[i]) << 16;
+        float gi;
+        std::memcpy(&gi, &u, 4);
+        const float pi = p[i] + 1e-6f * gi;
+        p[i] = pi;
+        m[i] = 0.9f * m[i] + gi;
+        v[i] = 0.9f * v[i] + gi * gi;
+        uint32_t w;
+        std::memcpy(&w, &pi, 4);
+        p16[i] = static_cast<uint16_t>(w >> 16);
+        g[i] = 0;
+    }
+}
+
+struct Free {
+    void operator()(void *p) const noexcept { std::free(p); }
+};
+
+void *aligned(size_t bytes) {
+    void *p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+    DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "the bound's arrays: ", bytes, " bytes");
+    return p;
+}
+
+// The bound on the host: the step's two passes over n elements with
+// `threads` threads (chunks as the optimizer's); seconds, median of `iters`,
+// every rank of `comm` at once, the slowest rank's time.
+double host_bound(size_t n, bool half, int threads, int iters, MPI_Comm comm) {
+    std::unique_ptr<void, Free> g(aligned(n * (half ? 2 : 4))), p(aligned(n * 4)), m(aligned(n * 4)),
+        v(aligned(n * 4)), p16(aligned(half ? n * 2 : 1));
+    const long long chunks = static_cast<long long>((n + kChunk - 1) / kChunk);
+    // First touch by the threads that stream the pages later.
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long long c = 0; c < chunks; ++c) {
+        const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+        std::memset(static_cast<char *>(g.get()) + b * (half ? 2 : 4), 0x11, (e - b) * (half ? 2 : 4));
+        std::memset(static_cast<float *>(p.get()) + b, 0, (e - b) * 4);
+        std::memset(static_cast<float *>(m.get()) + b, 0, (e - b) * 4);
+        std::memset(static_cast<float *>(v.get()) + b, 0, (e - b) * 4);
+        if (half) std::memset(static_cast<uint16_t *>(p16.get()) + b, 0, (e - b) * 2);
+    }
+    std::vector<double> times;
+    volatile float sink = 0;
+    for (int it = 0; it <= iters; ++it) {
+        MPI_Barrier(comm);
+        const double t0 = MPI_Wtime();
+        float total = 0;
+#pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : total)
+        for (long long c = 0; c < chunks; ++c) {
+            const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+            total += half ? sum_chunk16(static_cast<const uint16_t *>(g.get()), b, e)
+                          : sum_chunk32(static_cast<const float *>(g.get()), b, e);
+        }
+        sink = sink + total;
+#pragma omp parallel for schedule(static) num_threads(threads)
+        for (long long c = 0; c < chunks; ++c) {
+            const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+            if (half)
+                update_chunk16(static_cast<uint16_t *>(g.get()), static_cast<float *>(p.get()),
+                               static_cast<float *>(m.get()), static_cast<float *>(v.get()),
+                               static_cast<uint16_t *>(p16.get()), b, e);
+            else
+                update_chunk32(static_cast<float *>(g.get()), static_cast<float *>(p.get()),
+                               static_cast<float *>(m.get()), static_cast<float *>(v.get()), b, e);
+        }
+        double t = MPI_Wtime() - t0;
+        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+        if (it > 0) times.push_back(t);
+    }
+    return median_of(times);
+}
+
+// ---------------------------------------------------------------- PyTorch
+
+const char *kTorchScript = R"PY(
+import json, sys, time
+import torch
+spec = json.load(open(sys.argv[1]))
+threads, steps, device = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+torch.set_num_threads(threads)
+dev = torch.device("cuda" if device == "cuda" else "cpu")
+ps = [torch.nn.Parameter(torch.zeros(t["shape"], device=dev)) for t in spec]
+for p in ps:
+    p.grad = torch.full_like(p, 1e-3)
+decay = [p for p, t in zip(ps, spec) if t["decay"]]
+nodecay = [p for p, t in zip(ps, spec) if not t["decay"]]
+groups = [{"params": decay, "weight_decay": 0.1}, {"params": nodecay, "weight_decay": 0.0}]
+what = []
+try:
+    opt = torch.optim.AdamW(groups, lr=1e-4, fused=True) if dev.type == "cuda" else torch.optim.AdamW(groups, lr=1e-4, foreach=True)
+    what.append("AdamW(fused=True)" if dev.type == "cuda" else "AdamW(foreach=True)")
+except TypeError:
+    opt = torch.optim.AdamW(groups, lr=1e-4, foreach=True)
+    what.append("AdamW(foreach=True)")
+def clip():
+    try:
+        return torch.nn.utils.clip_grad_norm_(ps, 1.0, foreach=True)
+    except TypeError:
+        return torch.nn.utils.clip_grad_norm_(ps, 1.0)
+try:
+    torch.nn.utils.clip_grad_norm_(ps, 1.0, foreach=True)
+    what.append("clip_grad_norm_(foreach=True)")
+except TypeError:
+    what.append("clip_grad_norm_")
+def sync():
+    if dev.type == "cuda": torch.cuda.synchronize()
+def run(zero):
+    times = []
+    for s in range(steps + 2):
+        if zero:
+            for p in ps: p.grad.fill_(1e-3)
+        sync()
+        t = time.perf_counter()
+        clip()
+        opt.step()
+        if zero: opt.zero_grad(set_to_none=False)
+        sync()
+        times.append(time.perf_counter() - t)
+    times = sorted(times[2:])
+    return times[len(times) // 2]
+a = run(False)
+b = run(True)
+print("TORCH " + json.dumps({"version": torch.__version__, "what": " + ".join(reversed(what)), "threads": torch.get_num_threads(), "step": a, "step_zero_grad": b}))
+)PY";
+
+// Rank 0 runs the script while the others sleep; every rank gets the result.
+void torch_model(const ModelList &list, int threads, int steps, const std::string &device, TorchModel &out,
+                 MPI_Comm comm) {
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    char buf[512] = {0};
+    if (rank == 0) {
+        char script[] = "/tmp/dsm-bench-model-XXXXXX", spec[] = "/tmp/dsm-bench-spec-XXXXXX";
+        const int fs = mkstemp(script), fj = mkstemp(spec);
+        if (fs >= 0 && fj >= 0) {
+            std::string j = "[";
+            for (size_t i = 0; i < list.tensors.size(); ++i) {
+                const ModelTensor &t = list.tensors[i];
+                j += i ? "," : "";
+                j += "{\"shape\": [";
+                for (size_t d = 0; d < t.shape.size(); ++d) j += (d ? "," : "") + std::to_string(t.shape[d]);
+                j += std::string("], \"decay\": ") + (t.decay ? "true" : "false") + "}";
+            }
+            j += "]";
+            bool ok = write(fs, kTorchScript, std::strlen(kTorchScript)) >= 0;
+            ok = ok && write(fj, j.data(), j.size()) >= 0;
+            close(fs);
+            close(fj);
+            const std::string cmd = cat(python_command(), " ", script, " ", spec, " ", threads, " ", steps, " ",
+                                        device, " 2>/dev/null");
+            if (ok)
+                if (FILE *p = popen(cmd.c_str(), "r")) {
+                    char line[512];
+                    while (std::fgets(line, sizeof line, p))
+                        if (std::strncmp(line, "TORCH ", 6) == 0) std::snprintf(buf, sizeof buf, "%s", line + 6);
+                    pclose(p);
+                }
+        }
+        if (fs >= 0) unlink(script);
+        if (fj >= 0) unlink(spec);
+    }
+    MPI_Request req;
+    MPI_Ibcast(buf, sizeof buf, MPI_CHAR, 0, comm, &req);
+    int done = 0;
+    while (!done) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) usleep(20000);
+    }
+    if (buf[0] == 0) return;
+    try {
+        const auto j = nlohmann::json::parse(buf);
+        out.version = j["version"].get<std::string>();
+        out.what = j["what"].get<std::string>();
+        out.threads = j["threads"].get<int>();
+        out.step = j["step"].get<double>();
+        out.step_zero_grad = j["step_zero_grad"].get<double>();
+    } catch (...) {
+    }
+}
+
+} // namespace
+
+// ---------------------------------------------------------------- the engine
+
+ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, const std::string &device,
+                           const ModelList &list, int steps) {
+    std::vector<dsm_param_desc_t> d(list.tensors.size());
+    for (size_t i = 0; i < d.size(); ++i) {
+        d[i] = dsm_param_desc_t{};
+        d[i].name = list.tensors[i].name.c_str();
+        d[i].ndims = static_cast<int>(list.tensors[i].shape.size());
+        d[i].shape = list.tensors[i].shape.data();
+        d[i].dtype = DSM_FLOAT32;
+        d[i].trainable = 1;
+        d[i].no_weight_decay = list.tensors[i].decay ? 0 : 1;
+    }
+    const std::string prec = dtype == "fp16" ? ", \"fp16\": {\"enabled\": true}"
+                             : dtype == "bf16" ? ", \"bf16\": {\"enabled\": true}" : "";
+    const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
+                                " \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": ", stage,
+                                "}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4,"
+                                " \"weight_decay\": 0.1}}", prec, "}");
+    auto mesh = data_parallel_mesh(world);
+    engine::Options eo;
+    eo.device = device == "cuda" ? DSM_DEVICE_CUDA : device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
+    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), d.data(), static_cast<int>(d.size()), true, eo);
+    const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
+    std::vector<unsigned char> host_grad;
+    std::vector<double> total, update;
+    for (int s = 0; s <= steps; ++s) {
+        // The backward's gradients (untimed: the model's own work).
+        std::vector<void *> grads(d.size());
+        for (size_t i = 0; i < d.size(); ++i) {
+            grads[i] = eng->grad_acquire(static_cast<int>(i));
+            const size_t bytes = static_cast<size_t>(list.tensors[i].numel()) * esize;
+            if (eo.device == DSM_DEVICE_CUDA) {
+                host_grad.assign(bytes, 0x11);
+                cuda::copy_bytes(grads[i], host_grad.data(), bytes);
+            } else {
+                std::memset(grads[i], 0x11, bytes); // 16-bit: ~1.1e-28 (bf16) / ~5e-4 (fp16); fp32 ~1.1e-28
+            }
+        }
+        eng->synchronize();
+        const engine::Timers before = eng->timers();
+        MPI_Barrier(world);
+        const double t0 = now_seconds();
+        for (size_t i = 0; i < d.size(); ++i) eng->grad_release(static_cast<int>(i));
+        eng->step(nullptr);
+        eng->synchronize();
+        const double t = now_seconds() - t0;
+        const engine::Timers after = eng->timers();
+        if (s == 0) continue;
+        total.push_back(t);
+        update.push_back(t - (after.reduce - before.reduce) - (after.gather - before.gather));
+    }
+    ModelStage r;
+    r.stage = stage;
+    r.step = median_of(total);
+    r.update = median_of(update);
+    double v[2] = {r.step, r.update};
+    MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, world);
+    r.step = v[0];
+    r.update = v[1];
+    // The elements this rank's optimizer updates: its share of the flat layout.
+    const std::string js = eng->describe(DSM_FORMAT_JSON);
+    const auto j = nlohmann::json::parse(js);
+    r.elements = stage == 0 ? j["trainable_elements"].get<size_t>() : j["partition_elements"].get<size_t>();
+    r.peak_host = j["memory"]["rank_bytes_peak"]["host"].get<size_t>() + j["memory"]["rank_bytes_peak"]["shared"].get<size_t>();
+    r.peak_device = j["memory"]["rank_bytes_peak"]["device"].get<size_t>();
+    r.threads = optim::num_threads();
+    eng->close();
+    r.bound = device == "host" ? host_bound(r.elements, esize == 2, r.threads, steps, world) : -1.0;
+    r.bytes_per_element = esize == 2 ? 32.0 : 36.0;
+    return r;
+}
+
+void model_torch(const ModelList &list, int threads, int steps, const std::string &device, TorchModel &out,
+                 MPI_Comm comm) {
+    torch_model(list, threads, steps, device, out, comm);
+}
+
+} // namespace bench
+} // namespace dsm
