@@ -96,6 +96,8 @@ struct ZeroConfig {
     bool ignore_unused_parameters = true;
     bool round_robin_gradients = false;
     int64_t zero_hpz_partition_size = 1;              // ZeRO-3 hpZ group size (0, 1: off)
+    bool zero_quantized_weights = false;              // ZeRO++ qwZ (stage 3)
+    bool zero_quantized_gradients = false;            // ZeRO++ qgZ (stages 2 and 3)
     int64_t mics_shard_size = -1;                     // accepted only <= 0
     bool memory_efficient_linear = true;
     bool override_module_apply = true;

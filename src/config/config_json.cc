@@ -99,6 +99,8 @@ OJson zero_json(const ZeroConfig &z) {
     j["ignore_unused_parameters"] = z.ignore_unused_parameters;
     j["round_robin_gradients"] = z.round_robin_gradients;
     j["zero_hpz_partition_size"] = z.zero_hpz_partition_size;
+    j["zero_quantized_weights"] = z.zero_quantized_weights;
+    j["zero_quantized_gradients"] = z.zero_quantized_gradients;
     j["mics_shard_size"] = z.mics_shard_size;
     j["memory_efficient_linear"] = z.memory_efficient_linear;
     j["override_module_apply"] = z.override_module_apply;

@@ -36,8 +36,7 @@ void read_offload(Node &zero, const char *key, OffloadConfig &out, bool optimize
 
 // Keys DeepSpeed has that libdsm accepts only in their default (off) state.
 void reject_enabled(Node &zero) {
-    static const char *bools[] = {"zero_quantized_weights", "zero_quantized_nontrainable_weights",
-                                  "zero_quantized_gradients", "mics_hierarchical_params_gather",
+    static const char *bools[] = {"zero_quantized_nontrainable_weights", "mics_hierarchical_params_gather",
                                   "legacy_stage1", "elastic_checkpoint", "pipeline_loading_checkpoint"};
     for (const char *k : bools)
         if (zero.get_bool(k, false)) unsupported(zero.key_path(k), cat("\"", k, "\": true"));
@@ -107,6 +106,9 @@ void read_zero(Node &root, Config &cfg) {
     // ZeRO++ hpZ; the engine checks it against the data-parallel size
     // (stage 3) or ignores it with a warning (stages 0-2), as DeepSpeed does.
     z.zero_hpz_partition_size = zero.get_int("zero_hpz_partition_size", 1, 0);
+    // ZeRO++ qwZ and qgZ; the engine checks them against the stage.
+    z.zero_quantized_weights = zero.get_bool("zero_quantized_weights", false);
+    z.zero_quantized_gradients = zero.get_bool("zero_quantized_gradients", false);
     z.mics_shard_size = zero.get_int("mics_shard_size", -1);
     if (z.mics_shard_size > 0)
         unsupported(zero.key_path("mics_shard_size"), cat("MiCS sharding (", z.mics_shard_size, ")"));

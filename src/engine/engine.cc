@@ -150,6 +150,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
                     "zero_optimization.zero_hpz_partition_size: ", hpz, " does not divide the data-parallel size ",
                     dp_size_, " (hpZ's secondary partition groups are that many consecutive data-parallel ranks: "
                     "use a divisor, normally the ranks per node)");
+        check_quantized(c); // ZeRO++ qwZ, qgZ
     };
     cfg_ = config::load_collective(world_, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
     agree(world_, [&] { check(cfg_); });
@@ -205,6 +206,8 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         ss.max_reuse_distance = cfg_.zero.max_reuse_distance;
         ss.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
         ss.hpz = cfg_.zero.stage == 3 ? static_cast<int>(std::max<int64_t>(cfg_.zero.zero_hpz_partition_size, 1)) : 1;
+        ss.qwz_block = qwz_block_;
+        ss.qgz_block = qgz_block_;
         stage_ = zero::Stage::create(ss);
     }
     build_params(params, nparams);
@@ -215,6 +218,7 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     choose_space(options);
     make_backends(options);
     make_hpz_group(options);
+    bind_quantized();
     // Local allocations may fail on one rank: agree before anything collective uses them.
     allocate_or_fall_back(mesh_->node());
     name_groups();

@@ -189,6 +189,11 @@ public:
     // group lies inside one node.
     int hpz_size() const noexcept { return hpz_size_; }
     bool hpz_within_node() const noexcept { return hpz_one_node_; }
+    // ZeRO++ qwZ/qgZ (engine_quant.cc): the block sizes (0: off) and the
+    // bytes of the quantized exchanges over the last global step.
+    size_t qwz_block() const noexcept { return qwz_block_; }
+    size_t qgz_block() const noexcept { return qgz_block_; }
+    const zero::QuantStats &last_step_quant() const noexcept { return last_quant_; }
     // Bytes of the model state on this rank, and the ZeRO paper's bytes per parameter.
     size_t model_state_bytes() const;
     double zero_formula_bytes_per_param() const;
@@ -207,6 +212,14 @@ private:
     void make_backends(const Options &options); // engine_init.cc
     void name_groups();                         // engine_init.cc: the watchdog's names of the groups
     void make_hpz_group(const Options &options); // engine_init.cc
+    // qwZ/qgZ (engine_quant.cc): the block sizes from the configuration and
+    // the environment (in the configuration's agreed checks), then, with
+    // the backends made, the checks against the space and the nodes of the
+    // data-parallel ranks for the stage; the report in describe().
+    void check_quantized(const config::Config &c);
+    void bind_quantized();
+    void mark_quant_step();
+    nlohmann::json quant_json() const;
     // Before a pointer goes to the user: the space's queued work is done
     // (unless the user's stream orders it).
     void hand_out();
@@ -280,6 +293,10 @@ private:
     // Bytes sent and sent off the node, at the end of the last global step
     // and during it.
     uint64_t step_mark_sent_ = 0, step_mark_off_ = 0, last_step_sent_ = 0, last_step_off_ = 0;
+    // qwZ/qgZ: values per block (0: off); the quantized bytes at the end of
+    // the last global step and during it.
+    size_t qwz_block_ = 0, qgz_block_ = 0;
+    zero::QuantStats quant_mark_, last_quant_;
     int dp_size_ = 1, dp_rank_ = 0, sp_size_ = 1, world_size_ = 1, world_rank_ = 0;
 
     config::Config cfg_;

@@ -114,6 +114,7 @@ std::string Engine::describe(dsm_format_t format) const {
          {{"partition_size", hpz_size_},
           {"group_within_node", hpz_one_node_},
           {"secondary_partition_bytes", m.secondary}}},
+        {"zeropp_quantization", quant_json()},
         {"timers_seconds",
          {{"reduce", timers_.reduce}, {"optimizer", timers_.optimizer}, {"gather", timers_.gather}}},
     };
@@ -133,6 +134,16 @@ std::string Engine::describe(dsm_format_t format) const {
     if (hpz_size_ > 1)
         os << "hpZ: secondary partitions over " << hpz_size_ << " data-parallel ranks ("
            << (hpz_one_node_ ? "inside one node" : "spanning nodes") << "), " << m.secondary << " bytes here\n";
+    if (qwz_block_ > 0 || qgz_block_ > 0) {
+        const zero::QuantStats &q = last_quant_;
+        os << "ZeRO++ quantized communication:" << (qwz_block_ ? " weights int8 in blocks of " : "")
+           << (qwz_block_ ? std::to_string(qwz_block_) : "") << (qwz_block_ && qgz_block_ ? "," : "")
+           << (qgz_block_ ? " gradients int4 in blocks of " : "") << (qgz_block_ ? std::to_string(qgz_block_) : "")
+           << "; last step quantized " << q.gather.sent_on + q.reduce.sent_on << " bytes on the node ("
+           << q.gather.full_on + q.reduce.full_on << " at full precision), "
+           << q.gather.sent_off + q.reduce.sent_off << " off the node (" << q.gather.full_off + q.reduce.full_off
+           << " at full precision)\n";
+    }
     os << "communication: " << bytes_sent() << " bytes sent, " << bytes_off_node() << " off the node; last step "
        << last_step_sent_ << " sent, " << last_step_off_ << " off the node\n";
     os << "memory on this rank:\n";

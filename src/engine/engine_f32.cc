@@ -27,6 +27,13 @@ void Engine::param_read_f32(int index, float *out, int64_t count) {
     Param &p = param(index);
     check_count(p, count);
     DSM_REQUIRE(out != nullptr || p.numel == 0, DSM_ERR_NULL_POINTER, "values is NULL");
+    // qwZ: a read gathers at full precision (a parameter gathered already
+    // gives the values the forward sees).
+    struct Exact {
+        zero::Stage *s;
+        ~Exact() { s->set_exact_gathers(false); }
+    } exact{stage_.get()};
+    stage_->set_exact_gathers(true);
     const void *v = param_acquire(index); // collective under ZeRO-3, as the acquire
     try {
         device::Space &s = user_space();

@@ -228,6 +228,7 @@ void Engine::step(dsm_step_info_t *info) {
             last_step_off_ = off - step_mark_off_;
             step_mark_sent_ = sent;
             step_mark_off_ = off;
+            mark_quant_step();
 
             // Unscale, check, norm, clip.
             const double inv = 1.0 / (scaler_->scale() * static_cast<double>(cfg_.gradient_accumulation_steps));

@@ -55,6 +55,7 @@
 #include "amp/math.hpp"
 #include "comm/backend.hpp"
 #include "comm/pipeline.hpp"
+#include "comm/qgz.hpp"
 #include "dsm.h"
 #include "zero/buffers.hpp"
 #include "zero/layout.hpp"
@@ -88,6 +89,23 @@ struct StageSettings {
     // ZeRO-3, zero_hpz_partition_size: ranks per secondary partition group
     // (1: none). The group's backend comes with bind_hpz().
     int hpz = 1;
+    // ZeRO++ qwZ (stage 3, zero_quantized_weights): the gathers from the
+    // primary partitions travel as int8 blocks of this many values,
+    // dequantized into the compute dtype (0: off). With hpZ the gathers
+    // from the secondary partitions stay at full precision; the secondary
+    // partition holds the values the first gather brought (so the backward
+    // computes with the forward's weights).
+    size_t qwz_block = 0;
+    // ZeRO++ qgZ (stages 2 and 3, zero_quantized_gradients): the gradient
+    // reduce-scatter is comm::QuantizedReduce over int4 blocks of this many
+    // values, reduced in fp32 (0: off). Needs bind_nodes().
+    size_t qgz_block = 0;
+};
+
+// Bytes of the quantized exchanges (comm::QuantBytes): the gathers (qwZ)
+// and the gradient reductions (qgZ), since the stage was allocated.
+struct QuantStats {
+    comm::QuantBytes gather, reduce;
 };
 
 // The memory a stage holds, by kind (Engine::describe()).
@@ -124,6 +142,13 @@ public:
     // group rank = data-parallel rank % hpz). Stages that do not partition
     // parameters ignore it.
     void bind_hpz(comm::Backend *group) noexcept { hpz_ = group; }
+    // qwZ/qgZ, before allocate(): the node of each data-parallel rank (the
+    // same on every rank), so that the exchanges know what crosses nodes.
+    void bind_nodes(std::vector<int> nodes) { nodes_ = std::move(nodes); }
+    virtual QuantStats quant_bytes() const { return QuantStats{}; }
+    // qwZ: while on, the gathers this rank starts are at full precision (a
+    // read of the values, dsm_engine_param_read_f32, rather than a forward).
+    void set_exact_gathers(bool on) noexcept { exact_ = on; }
     // Collective over the data-parallel group: shared allocations in the
     // same order on every rank, then private ones.
     virtual void allocate() = 0;
@@ -217,6 +242,8 @@ protected:
     comm::Backend *dp_ = nullptr, *sp_ = nullptr;
     comm::Backend *hpz_ = nullptr; // hpZ: the secondary partition group
     bool update_writes_ = false;   // set_update_writes_params
+    std::vector<int> nodes_;       // qwZ/qgZ: the node of each data-parallel rank
+    bool exact_ = false;           // qwZ: gathers at full precision for now
     device::Space *space_ = &device::host();
     amp::Math *math_ = nullptr;
     // The queue of the space now (dsm_engine_set_stream may change it).

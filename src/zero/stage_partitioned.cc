@@ -32,12 +32,23 @@
 // parameter (secondary_ok_); a gather of marked parameters is the same
 // allgatherv over the group's backend, from secondary_. publish() clears the
 // marks: the copies hold the values before the update.
+//
+// ZeRO++ qwZ (StageSettings::qwz_block): a gather from the primary
+// partitions quantizes each piece it sends into int8 blocks where it would
+// have copied it (the pack), moves the bytes with one allgatherv, and
+// dequantizes each piece into its parameter where it would have copied it
+// (the unpack); the partitions, the master weights and the optimizer never
+// see quantized values. qgZ (StageSettings::qgz_block): each round's
+// reduce-scatter is comm::QuantizedReduce, whose fp32 result is added into
+// the gradient partition with the same scaling.
 #include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <tuple>
 
+#include "comm/quantize.hpp"
+#include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/watchdog.hpp"
@@ -137,6 +148,7 @@ public:
     void zero_grads_outside_partition() override {} // the stage holds its partition alone
 
     StageMemory memory() const override;
+    QuantStats quant_bytes() const override { return QuantStats{qwz_bytes_, qgz_bytes_}; }
 
 private:
     bool held_whole(int index) const { return persistent(layout_->slot_of(index)->numel); }
@@ -171,6 +183,10 @@ private:
                       hpz_->rank(), false};
     }
     comm::Pipeline::Ticket gather_from(const std::vector<int> &list, const Source &src);
+    // qwZ: one gather of `list` into `dst` (one buffer per parameter) over
+    // src's group, the pieces quantized on the way.
+    void gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
+    bool qwz_on() const noexcept { return s_.stage == 3 && s_.qwz_block > 0 && !exact_; }
     // hpZ: this rank's slice of parameter `j` from its whole values.
     void keep_secondary(int j, const char *whole);
     bool hpz_on() const noexcept { return s_.stage == 3 && s_.hpz > 1 && hpz_ != nullptr; }
@@ -185,6 +201,10 @@ private:
         } catch (...) {
         }
     }
+
+    // qwZ/qgZ: the quantized reduction and the bytes moved quantized.
+    std::unique_ptr<comm::QuantizedReduce> qgz_;
+    comm::QuantBytes qwz_bytes_, qgz_bytes_;
 
     SharedBuffer param_flat_;  // stage 2: T; stage 3: the persistent region
     SharedBuffer param_part_;  // stage 3: P
@@ -271,6 +291,11 @@ void Partitioned::allocate() {
         secondary_ = Buffer(*space_, (end - secondary_begin_) * esize_);
     }
     secondary_ok_.assign(static_cast<size_t>(max_param + 1), 0);
+    if (s_.qgz_block > 0) {
+        DSM_REQUIRE(static_cast<int>(nodes_.size()) == dp_->size(), DSM_ERR_INTERNAL, "qgZ: ", nodes_.size(),
+                    " node colors for ", dp_->size(), " data-parallel ranks");
+        qgz_ = std::make_unique<comm::QuantizedReduce>(dp_, nodes_, s_.qgz_block, comm::quant::kGradientBits);
+    }
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
@@ -416,8 +441,14 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
             to = static_cast<char *>(gathered_[static_cast<size_t>(j)].data());
         }
         const bool arena = to == bucket_send_.data();
-        t = pipe_->submit([this, s, src, to] {
+        const bool quantized = qwz_on() && src.group == dp_; // decided now: exact_ may change before the task runs
+        t = pipe_->submit([this, s, src, to, quantized] {
             const double t0 = MPI_Wtime();
+            if (quantized) {
+                gather_quantized({s->param}, src, {to});
+                timers_->gather += MPI_Wtime() - t0;
+                return;
+            }
             const std::vector<size_t> counts = src.layout->counts(s->offset, s->offset + s->numel);
             const size_t lo = std::max(s->offset, src.layout->part_begin(src.part));
             const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
@@ -434,8 +465,14 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
         gathered_[static_cast<size_t>(j)] = pool_.take(numel_of(j) * esize_, false);
         dst->push_back(static_cast<char *>(gathered_[static_cast<size_t>(j)].data()));
     }
-    return pipe_->submit([this, list, dst, src] {
+    const bool quantized = qwz_on() && src.group == dp_;
+    return pipe_->submit([this, list, dst, src, quantized] {
         const double t0 = MPI_Wtime();
+        if (quantized) {
+            gather_quantized(list, src, *dst);
+            timers_->gather += MPI_Wtime() - t0;
+            return;
+        }
         const GatherPlan plan = plan_gather(*src.layout, list);
         size_t total = 0;
         for (size_t c : plan.counts) total += c;
@@ -472,6 +509,52 @@ void Partitioned::keep_secondary(int j, const char *whole) {
         if (pc.part == g)
             space_->copy(static_cast<char *>(secondary_.data()) + (pc.flat_offset - secondary_begin_) * esize_,
                          whole + (pc.flat_offset - s->offset) * esize_, pc.count * esize_);
+}
+
+// qwZ: the allgatherv of gather_from() with each piece quantized into its
+// owner's block of bytes in place of the pack's copy, and dequantized into
+// its parameter in place of the unpack's copy. Each piece is quantized on
+// its own (its blocks start with it), so a rank packs its pieces without
+// reading another's and each piece dequantizes where it lands.
+void Partitioned::gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst) {
+    namespace q = comm::quant;
+    const size_t block = s_.qwz_block;
+    const int bits = q::kWeightBits;
+    const GatherPlan plan = plan_gather(*src.layout, list);
+    const int n = src.group->size();
+    std::vector<size_t> bytes(static_cast<size_t>(n), 0), full(static_cast<size_t>(n), 0);
+    for (const auto &jp : plan.pieces) {
+        bytes[static_cast<size_t>(jp.second.part)] += q::packed_bytes(jp.second.count, bits, block);
+        full[static_cast<size_t>(jp.second.part)] += jp.second.count * esize_;
+    }
+    size_t total = 0;
+    for (size_t b : bytes) total += b;
+    Buffer send(*space_, bytes[static_cast<size_t>(src.part)] + 64, false), recv(*space_, total + 64, false);
+    char *w = static_cast<char *>(send.data());
+    for (const auto &jp : plan.pieces)
+        if (jp.second.part == src.part) {
+            q::quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count, bits, block,
+                        w);
+            w += q::packed_bytes(jp.second.count, bits, block);
+        }
+    src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
+    const char *r = static_cast<const char *>(recv.data());
+    for (const auto &jp : plan.pieces) {
+        const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
+        q::dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype, false);
+        r += q::packed_bytes(jp.second.count, bits, block);
+    }
+    if (src.keep)
+        for (size_t k = 0; k < list.size(); ++k) keep_secondary(list[k], dst[k]);
+    // This rank's block goes to every other rank of the group.
+    const int me = src.group->rank();
+    const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];
+    for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        const bool on = nodes_.size() == static_cast<size_t>(n) && nodes_[static_cast<size_t>(p)] == nodes_[static_cast<size_t>(me)];
+        (on ? qwz_bytes_.sent_on : qwz_bytes_.sent_off) += mine;
+        (on ? qwz_bytes_.full_on : qwz_bytes_.full_off) += mine_full;
+    }
 }
 
 // overlap_comm, ZeRO-3: gather now the parameters of the recorded trace
@@ -666,7 +749,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         send = static_cast<char *>(spare.data());
     }
     const size_t my_begin = layout_->part_begin(part_);
-    Buffer scratch;
+    Buffer scratch, qsum;
     if (dt != DSM_FLOAT32) scratch = pool_.take(bucket_cap_ * sizeof(float), false);
     for (size_t k = 0; k < rounds.size(); ++k) {
         const Round &r = rounds[k];
@@ -685,20 +768,31 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         for (int q = 0; q < part_; ++q) mine += r.counts[static_cast<size_t>(q)];
         char *recv = buf + mine * csize_;
         const watchdog::Context ctx("gradient reduce-scatter", "bucket", static_cast<int64_t>(k));
-        dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM, queue()); // in place
+        dsm_dtype_t rd = cd; // the dtype of the reduced values at recv
+        if (qgz_) {
+            // qgZ: the sums in fp32, added into the partition below as the plain path's are.
+            if (!qsum.data()) qsum = pool_.take(bucket_cap_ * sizeof(float), false);
+            qgz_->reduce_scatter(buf, r.counts, cd, static_cast<float *>(qsum.data()), &qgz_bytes_);
+            recv = static_cast<char *>(qsum.data());
+            rd = DSM_FLOAT32;
+        } else {
+            dp_->reduce_scatterv(buf, recv, r.counts, cd, comm::Op::SUM, queue()); // in place
+        }
+        const size_t rsize = dtype_size(rd);
         // Unpack this rank's pieces in the same order, adding into the partition.
         size_t at = 0;
         for (const SendPiece &pc : r.pieces) {
             if (pc.part != part_) continue;
             const size_t dst = pc.flat - my_begin;
             // A 16-bit partition adds in fp32 through the scratch buffer, rounded once.
-            math_->accumulate_into(recv + at * csize_, cd, static_cast<char *>(grad_part_.data()) + dst * esize_, dt,
+            math_->accumulate_into(recv + at * rsize, rd, static_cast<char *>(grad_part_.data()) + dst * esize_, dt,
                                     pc.count, post, static_cast<float *>(scratch.data()));
             at += pc.count;
         }
     }
     pool_.give(std::move(spare));
     pool_.give(std::move(scratch));
+    pool_.give(std::move(qsum));
     for (Pending &pe : pending) pool_.give(std::move(pe.grad));
     timers_->reduce += MPI_Wtime() - t0;
 }

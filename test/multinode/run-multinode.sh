@@ -35,7 +35,7 @@ mn=${MULTINODE_DIR:-$src/../shared/multinode}
 out=$build/test/multinode/logs
 summary=$build/test/multinode/test-suite.log
 
-NODE_TESTS="test_comm test_mesh test_mesh_placement test_mesh_roles test_engine test_checkpoint test_sp test_engine_errors test_engine_hpz"
+NODE_TESTS="test_comm test_mesh test_mesh_placement test_mesh_roles test_engine test_checkpoint test_sp test_engine_errors test_engine_hpz test_engine_quant"
 LAYOUTS=${MN_LAYOUTS:-"2x2 2x2-rr 4x1 3+1 1+2+1"}
 
 skip() {

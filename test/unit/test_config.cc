@@ -549,6 +549,16 @@ static void test_zero(void **) {
                            "\"zero_hpz_partition_size\": 3}}").zero.zero_hpz_partition_size, 3);
     expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_hpz_partition_size\": -2}}",
                  DSM_ERR_CONFIG, "zero_optimization.zero_hpz_partition_size: expected an integer >= 0, got -2");
+    // ZeRO++ qwZ and qgZ: read here, checked against the stage by the engine.
+    {
+        const Config q = parse("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, "
+                               "\"zero_quantized_weights\": true, \"zero_quantized_gradients\": true}}");
+        assert_true(q.zero.zero_quantized_weights);
+        assert_true(q.zero.zero_quantized_gradients);
+        assert_false(parse("{\"train_batch_size\": 8}").zero.zero_quantized_weights);
+        expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": 1}}",
+                     DSM_ERR_CONFIG, "zero_optimization.zero_quantized_weights");
+    }
     // Legacy boolean form.
     Config c = parse("{\"train_batch_size\": 8, \"zero_optimization\": true, \"allgather_size\": 1000}");
     assert_int_equal(c.zero.stage, 1);
@@ -710,7 +720,8 @@ static void test_not_supported(void **) {
         {"\"zero_optimization\": {\"stage\": 2, \"offload_optimizer\": {\"device\": \"nvme\", \"nvme_path\": \"/x\"}}",
          "zero_optimization.offload_optimizer.device"},
         {"\"zero_optimization\": {\"stage\": 3, \"mics_shard_size\": 8}", "zero_optimization.mics_shard_size"},
-        {"\"zero_optimization\": {\"stage\": 3, \"zero_quantized_weights\": true}", "zero_optimization.zero_quantized_weights"},
+        {"\"zero_optimization\": {\"stage\": 3, \"zero_quantized_nontrainable_weights\": true}",
+         "zero_optimization.zero_quantized_nontrainable_weights"},
         {"\"amp\": {\"enabled\": true, \"opt_level\": \"O1\"}", "amp"},
         {"\"flops_profiler\": {\"enabled\": true}", "flops_profiler"},
         {"\"autotuning\": {\"enabled\": true}", "autotuning"},

@@ -39,13 +39,16 @@ struct Options {
     int hpz = 1;          // zero_hpz_partition_size (ZeRO-3)
     long long reuse = -1; // stage3_max_reuse_distance; -1: DeepSpeed's default
     std::string model;    // --model: a real model's parameter list (bench_model.cc)
+    bool qwz = false, qgz = false; // zero_quantized_weights, zero_quantized_gradients
+    bool zeropp = false;           // plain ZeRO-3, then hpZ + qwZ + qgZ, in the same run
 };
 
 void usage(FILE *out) {
     std::fprintf(out,
                  "usage: mpiexec -n N dsm-bench zero [--params N] [--steps N] [--stage S|all]\n"
                  "                                   [--dtype fp32|fp16|bf16] [--device host|cuda|sim]\n"
-                 "                                   [--hpz N] [--reuse-distance N] [--no-torch] [--json]\n"
+                 "                                   [--hpz N] [--reuse-distance N] [--qwz] [--qgz] [--zeropp]\n"
+                 "                                   [--no-torch] [--json]\n"
                  "       mpiexec -n N dsm-bench zero --model gpt2|gpt2-medium|gpt2-large|gpt2-xl|llama-7b|FILE.json\n"
                  "                                   [--steps N] [--stage S|all] [--dtype ...] [--device ...] [--no-torch]\n"
                  "  One parameter of N elements (default 16777216) trained with AdamW; a step reads\n"
@@ -57,6 +60,9 @@ void usage(FILE *out) {
                  "  --device: where the engine keeps the model state (host; cuda: device-resident on\n"
                  "  the rank's GPU with NCCL; sim: the device-resident engine on the simulated device).\n"
                  "  --hpz N: zero_hpz_partition_size (ZeRO++ hpZ, stage 3; N divides the ranks).\n"
+                 "  --qwz, --qgz: zero_quantized_weights (stage 3), zero_quantized_gradients (stages 2, 3).\n"
+                 "  --zeropp: stage 3 twice in the same run: plain ZeRO-3, then ZeRO++ (hpZ of --hpz ranks,\n"
+                 "  qwZ and qgZ), with the speedup and the ratio of the off-node bytes.\n"
                  "  --reuse-distance N: stage3_max_reuse_distance (0: the backward gathers the parameter\n"
                  "  again, as a model larger than the distance does). off/param: the bytes each rank sent\n"
                  "  off its node in the last step over the parameter bytes.\n"
@@ -158,6 +164,7 @@ double torch_reference(int world, long long n, int steps, std::string &version, 
 }
 
 struct Result {
+    std::string variant;
     int stage;
     double step, reduce, optimizer, gather;
     double bytes_ratio; // bytes sent per step / parameter bytes
@@ -180,6 +187,8 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
                                 " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", stage,
                                 ", \"stage3_param_persistence_threshold\": 0, \"zero_hpz_partition_size\": ", o.hpz,
+                                ", \"zero_quantized_weights\": ", o.qwz ? "true" : "false",
+                                ", \"zero_quantized_gradients\": ", o.qgz ? "true" : "false",
                                 o.reuse >= 0 ? cat(", \"stage3_max_reuse_distance\": ", o.reuse) : std::string(),
                                 "}, \"optimizer\": {\"type\": \"AdamW\"}", prec, "}");
     const size_t rss0 = current_rss();
@@ -227,6 +236,10 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
         return v.empty() ? 0.0 : v[v.size() / 2];
     };
     Result r;
+    r.variant = o.hpz > 1 || o.qwz || o.qgz
+                    ? cat(o.hpz > 1 ? cat("hpZ", o.hpz) : std::string(), o.qwz ? (o.hpz > 1 ? "+qwZ" : "qwZ") : "",
+                          o.qgz ? (o.hpz > 1 || o.qwz ? "+qgZ" : "qgZ") : "")
+                    : "plain";
     r.stage = stage;
     r.step = median(total);
     r.reduce = median(red);
@@ -360,6 +373,9 @@ int run_zero(int argc, char **argv) {
         o.model = v;
         return true;
     });
+    h.flag("qwz", [&] { o.qwz = true; });
+    h.flag("qgz", [&] { o.qgz = true; });
+    h.flag("zeropp", [&] { o.zeropp = true; });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
     if (!o.model.empty()) return run_model(h, o, list);
@@ -369,6 +385,15 @@ int run_zero(int argc, char **argv) {
     if (!h.fits_memory("--params " + std::to_string(o.params), need)) return 2;
     std::vector<Result> results;
     const int rc = h.guard([&] {
+        if (o.zeropp) {
+            Options plain = o, pp = o;
+            plain.hpz = 1;
+            plain.qwz = plain.qgz = false;
+            pp.qwz = pp.qgz = true;
+            results.push_back(run_stage(MPI_COMM_WORLD, 3, plain));
+            results.push_back(run_stage(MPI_COMM_WORLD, 3, pp));
+            return 0;
+        }
         for (int s : o.stages) results.push_back(run_stage(MPI_COMM_WORLD, s, o));
         return 0;
     });
@@ -388,7 +413,8 @@ int run_zero(int argc, char **argv) {
     if (h.json()) {
         Json rows = Json::array();
         for (const Result &r : results)
-            rows.push_back({{"stage", r.stage},
+            rows.push_back({{"variant", r.variant},
+                            {"stage", r.stage},
                             {"step_seconds", r.step},
                             {"reduce_seconds", r.reduce},
                             {"optimizer_seconds", r.optimizer},
@@ -417,19 +443,24 @@ int run_zero(int argc, char **argv) {
     }
     std::printf("dsm-bench zero: %d ranks, %lld parameters, %s, AdamW, model state on %s (median of %d steps, "
                 "slowest rank)\n", size, o.params, o.dtype.c_str(), o.device.c_str(), o.steps);
-    std::printf("%5s %9s %9s %9s %9s %11s %7s %10s %14s %8s %11s %9s\n", "stage", "step s", "reduce s", "optim s",
+    std::printf("%-16s %5s %9s %9s %9s %9s %11s %7s %10s %14s %8s %11s %9s\n", "variant", "stage", "step s", "reduce s", "optim s",
                 "gather s", "sent/param", "volume", "off/param", "state B/param", "formula", "PSS B/param",
                 "vs torch");
     for (const Result &r : results) {
         char vs[32] = "-";
         if (torch_t > 0) std::snprintf(vs, sizeof vs, "%.1fx", torch_t / r.step);
-        std::printf("%5d %9.4f %9.4f %9.4f %9.4f %11.3f %6.2fx %10.3f %14.2f %8.2f %11.2f %9s\n", r.stage, r.step,
+        std::printf("%-16s %5d %9.4f %9.4f %9.4f %9.4f %11.3f %6.2fx %10.3f %14.2f %8.2f %11.2f %9s\n",
+                    r.variant.c_str(), r.stage, r.step,
                     r.reduce, r.optimizer, r.gather, r.bytes_ratio, volume(r.bytes_ratio), r.off_ratio, r.state_per_param,
                     r.formula, r.rss_per_param, vs);
     }
     std::printf("sent/param: bytes each rank sent per step / parameter bytes; volume: the same in the ZeRO\n"
                 "paper's units (a reduce-scatter or allgather of the parameters = 1x); PSS: growth of this\n"
                 "rank's proportional resident memory while the stage's engine lived, per parameter.\n");
+    if (o.zeropp && results.size() == 2 && results[1].step > 0 && results[0].off_ratio > 0)
+        std::printf("ZeRO++ (%s) vs plain ZeRO-3: %.2fx the step speed, %.3fx the off-node bytes\n",
+                    results[1].variant.c_str(), results[0].step / results[1].step,
+                    results[1].off_ratio / results[0].off_ratio);
     if (torch_t > 0)
         std::printf("torch %s allreduce + ZeroRedundancyOptimizer(Adam) on gloo: %.4f s per step\n",
                     torch_version.c_str(), torch_t);

@@ -203,6 +203,9 @@ const Subcommand kSubcommands[] = {
     {"alltoall", run_alltoall, false,
      "the sequence-parallel (Ulysses) all-to-alls next to a raw MPI_Alltoall\n"
      "                of the same bytes"},
+    {"quantize", run_quantize, false,
+     "the ZeRO++ blockwise int8/int4 quantization kernels next to the memory-bandwidth\n"
+     "                bound (one thread)"},
     {"overlap", run_overlap, true,
      "overlap_comm on a synthetic model: the step with overlap on and off next to\n"
      "                the ideal max(compute, communication)"},

@@ -1,0 +1,216 @@
+// The blockwise quantization kernels (quantize.hpp), written once over a
+// vector-traits type V that works on 16 values at a time and compiled per
+// instruction set: quantize_generic.cc (default flags), quantize_avx2.cc
+// (-mavx2 -mfma) and quantize_avx512.cc (-mavx512*). As with the optimizer's
+// kernels (optim/kernels.hpp), everything here is in an unnamed namespace and
+// calls builtins, so that no function compiled for one instruction set is
+// shared by name with another file.
+//
+// V provides:
+//   Acc, acc0(), acc(Acc, const float *x16), fin(Acc, float *amax, bool *bad)
+//       the block's largest magnitude, and whether it holds an inf or a NaN
+//   q8(const float *x16, float inv, float qmax, int8_t *q16)
+//       q = round-to-nearest-even(clamp(x * inv, -qmax, qmax))
+//   d8(const int8_t *q16, float s, float *out16, bool accumulate)
+//       out = q * s, or out += q * s (a multiply, then an add: no FMA, so that
+//       every instruction set gives the same bits)
+// The 4-bit forms pack and unpack two values per byte around q8 and d8.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "comm/quantize.hpp"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace dsm {
+namespace comm {
+namespace quant {
+namespace {
+
+// Sixteen 8-bit values (in [-7, 7]) into eight bytes, the even-indexed one in
+// the low nibble; and back, sign-extended.
+inline void pack4(const int8_t *t, uint8_t *out) {
+#if defined(__SSE2__)
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i *>(t));
+    const __m128i lo = _mm_and_si128(v, _mm_set1_epi16(0x000F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi16(0x00F0));
+    const __m128i w = _mm_or_si128(lo, hi);
+    _mm_storel_epi64(reinterpret_cast<__m128i *>(out), _mm_packus_epi16(w, w));
+#else
+    for (int j = 0; j < 8; ++j)
+        out[j] = static_cast<uint8_t>((t[2 * j] & 0x0F) | ((t[2 * j + 1] & 0x0F) << 4));
+#endif
+}
+
+inline int8_t nibble(unsigned v) { return static_cast<int8_t>(static_cast<int>(v ^ 8u) - 8); }
+
+inline void unpack4(const uint8_t *in, int8_t *t) {
+#if defined(__SSE2__)
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(in));
+    const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m128i lo = _mm_and_si128(b, m), hi = _mm_and_si128(_mm_srli_epi16(b, 4), m);
+    const __m128i v = _mm_unpacklo_epi8(lo, hi);
+    _mm_storeu_si128(reinterpret_cast<__m128i *>(t), _mm_sub_epi8(_mm_xor_si128(v, eight), eight));
+#else
+    for (int j = 0; j < 8; ++j) {
+        t[2 * j] = nibble(in[j] & 0x0Fu);
+        t[2 * j + 1] = nibble(in[j] >> 4);
+    }
+#endif
+}
+
+// One value, for the tails (and the whole generic kernel).
+inline int8_t q1(float x, float inv, float qmax) {
+    float v = x * inv;
+    v = v > -qmax ? v : -qmax;
+    v = v < qmax ? v : qmax;
+    return static_cast<int8_t>(static_cast<int>(__builtin_nearbyintf(v)));
+}
+
+// Sixteen values one at a time: the generic kernel, left to the compiler.
+struct Scalar16 {
+    struct Acc {
+        float m[16];
+        float z[16];
+    };
+    static Acc acc0() {
+        Acc a;
+        for (int j = 0; j < 16; ++j) a.m[j] = a.z[j] = 0.0f;
+        return a;
+    }
+    static Acc acc(Acc a, const float *x) {
+        for (int j = 0; j < 16; ++j) {
+            const float v = __builtin_fabsf(x[j]);
+            a.m[j] = v > a.m[j] ? v : a.m[j];
+            a.z[j] += x[j] * 0.0f;
+        }
+        return a;
+    }
+    static void fin(const Acc &a, float *amax, bool *bad) {
+        float m = 0.0f, z = 0.0f;
+        for (int j = 0; j < 16; ++j) {
+            m = a.m[j] > m ? a.m[j] : m;
+            z += a.z[j];
+        }
+        *amax = m;
+        *bad = !(z == 0.0f);
+    }
+    static void q8(const float *x, float inv, float qmax, int8_t *q) {
+        for (int j = 0; j < 16; ++j) q[j] = q1(x[j], inv, qmax);
+    }
+    static void d8(const int8_t *q, float s, float *out, bool accumulate) {
+        if (accumulate)
+            for (int j = 0; j < 16; ++j) out[j] = out[j] + static_cast<float>(q[j]) * s;
+        else
+            for (int j = 0; j < 16; ++j) out[j] = static_cast<float>(q[j]) * s;
+    }
+};
+
+template <class V>
+void quantize_segment(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
+    const float qmax = bits == 8 ? 127.0f : 7.0f;
+    size_t k = 0;
+    for (size_t b0 = 0; b0 < n; b0 += block, ++k) {
+        const size_t m = n - b0 < block ? n - b0 : block;
+        const float *xb = x + b0;
+        typename V::Acc a = V::acc0();
+        size_t i = 0;
+        for (; i + 16 <= m; i += 16) a = V::acc(a, xb + i);
+        float amax = 0.0f;
+        bool bad = false;
+        V::fin(a, &amax, &bad);
+        for (; i < m; ++i) {
+            const float v = __builtin_fabsf(xb[i]);
+            amax = v > amax ? v : amax;
+            bad = bad || !(xb[i] * 0.0f == 0.0f);
+        }
+        float s = 0.0f, inv = 0.0f;
+        if (bad) s = __builtin_nanf("");
+        else if (amax > 0.0f) {
+            s = amax / qmax;
+            inv = qmax / amax;
+        }
+        std::memcpy(scales + k, &s, sizeof s);
+        if (bits == 8) {
+            int8_t *q = reinterpret_cast<int8_t *>(data) + b0;
+            if (bad) {
+                std::memset(q, 0, m);
+                continue;
+            }
+            for (i = 0; i + 16 <= m; i += 16) V::q8(xb + i, inv, qmax, q + i);
+            for (; i < m; ++i) q[i] = q1(xb[i], inv, qmax);
+        } else {
+            uint8_t *q = data + b0 / 2; // blocks hold an even number of values
+            if (bad) {
+                std::memset(q, 0, (m + 1) / 2);
+                continue;
+            }
+            alignas(16) int8_t t[16];
+            for (i = 0; i + 16 <= m; i += 16) {
+                V::q8(xb + i, inv, qmax, t);
+                pack4(t, q + i / 2);
+            }
+            for (; i < m; i += 2) {
+                const int8_t lo = q1(xb[i], inv, qmax), hi = i + 1 < m ? q1(xb[i + 1], inv, qmax) : 0;
+                q[i / 2] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+            }
+        }
+    }
+}
+
+template <class V>
+void dequantize_segment(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
+                        bool accumulate) {
+    size_t k = 0;
+    for (size_t b0 = 0; b0 < n; b0 += block, ++k) {
+        const size_t m = n - b0 < block ? n - b0 : block;
+        float s;
+        std::memcpy(&s, scales + k, sizeof s);
+        float *ob = out + b0;
+        size_t i = 0;
+        if (bits == 8) {
+            const int8_t *q = reinterpret_cast<const int8_t *>(data) + b0;
+            for (; i + 16 <= m; i += 16) V::d8(q + i, s, ob + i, accumulate);
+            for (; i < m; ++i) {
+                const float v = static_cast<float>(q[i]) * s;
+                ob[i] = accumulate ? ob[i] + v : v;
+            }
+        } else {
+            const uint8_t *q = data + b0 / 2;
+            alignas(16) int8_t t[16];
+            for (; i + 16 <= m; i += 16) {
+                unpack4(q + i / 2, t);
+                V::d8(t, s, ob + i, accumulate);
+            }
+            for (; i < m; ++i) {
+                const uint8_t byte = q[i / 2];
+                const float v = static_cast<float>(nibble(i % 2 ? byte >> 4 : byte & 0x0Fu)) * s;
+                ob[i] = accumulate ? ob[i] + v : v;
+            }
+        }
+    }
+}
+
+template <class V> struct KernelSet {
+    static void quantize(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
+        quantize_segment<V>(x, n, bits, block, scales, data);
+    }
+    static void dequantize(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
+                           bool accumulate) {
+        dequantize_segment<V>(scales, data, n, bits, block, out, accumulate);
+    }
+    static const Kernels *table(const char *name) {
+        static const Kernels k{name, &quantize, &dequantize};
+        return &k;
+    }
+};
+
+} // namespace
+} // namespace quant
+} // namespace comm
+} // namespace dsm

@@ -1,0 +1,13 @@
+// The portable quantization kernels, compiled with the default flags (the
+// compiler vectorizes the loops of sixteen where it can). Always available.
+#include "comm/quantize_body.hpp"
+
+namespace dsm {
+namespace comm {
+namespace quant {
+namespace generic {
+const Kernels *kernels() noexcept { return KernelSet<Scalar16>::table("generic"); }
+} // namespace generic
+} // namespace quant
+} // namespace comm
+} // namespace dsm

@@ -1,0 +1,229 @@
+// Blockwise quantization (comm/quantize.hpp): round trips within the bound
+// of every block on every instruction set this CPU runs, the same bits from
+// every instruction set, the 16-bit forms, the fused accumulate, overflow
+// reaching the output as NaN, and bad block sizes, bits and buffers.
+#include "dsm_config.h"
+
+#include "comm/quantize.hpp"
+#include "comm/quantize_cuda.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/half.hpp"
+
+#if DSM_HAVE_CUDA_KERNELS
+#include <cuda_runtime.h>
+#endif
+
+#include "cxx_test.h"
+
+using namespace dsm::comm;
+
+namespace {
+
+// Values with magnitudes that vary from block to block (so that one scale
+// per block matters), a zero block, and a short tail.
+std::vector<float> sample(size_t n, unsigned seed) {
+    std::mt19937 g(seed);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> x(n);
+    for (size_t i = 0; i < n; ++i) x[i] = d(g) * std::ldexp(1.0f, static_cast<int>((i / 100) % 20) - 10);
+    for (size_t i = 2 * 64; i < 3 * 64 && i < n; ++i) x[i] = 0.0f;
+    return x;
+}
+
+// Every value within the bound of its block.
+void check_round_trip(const std::vector<float> &x, const std::vector<float> &y, int bits, size_t block,
+                      const char *ctx) {
+    for (size_t b0 = 0; b0 < x.size(); b0 += block) {
+        const size_t m = std::min(block, x.size() - b0);
+        float amax = 0.0f;
+        for (size_t i = 0; i < m; ++i) amax = std::max(amax, std::fabs(x[b0 + i]));
+        const float bound = quant::error_bound(amax, bits);
+        for (size_t i = 0; i < m; ++i)
+            if (!(std::fabs(x[b0 + i] - y[b0 + i]) <= bound))
+                fail_msg("%s: value %zu: %.9g became %.9g (block max %.9g, bound %.9g)", ctx, b0 + i, x[b0 + i],
+                         y[b0 + i], amax, bound);
+    }
+}
+
+} // namespace
+
+static void test_round_trip_every_isa(void **) {
+    const std::vector<std::string> isas = quant::available_isas();
+    print_message("[          ] instruction sets here:");
+    for (const auto &i : isas) print_message(" %s", i.c_str());
+    print_message("\n");
+    assert_true(!isas.empty() && isas.back() == "generic");
+    for (int bits : {8, 4})
+        for (size_t block : {size_t(16), size_t(64), size_t(1024), size_t(4096)})
+            for (size_t n : {size_t(1), size_t(15), size_t(16), size_t(17), size_t(1000), size_t(8195)}) {
+                const std::vector<float> x = sample(n, static_cast<unsigned>(n * 31 + block + bits));
+                const size_t bytes = quant::packed_bytes(n, bits, block);
+                assert_int_equal(bytes % 4, 0);
+                std::vector<uint8_t> ref;
+                for (const std::string &isa : isas) {
+                    quant::set_isa(isa);
+                    std::vector<uint8_t> q(bytes + 8, 0xAB);
+                    quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data());
+                    for (size_t i = bytes; i < q.size(); ++i) assert_int_equal(q[i], 0xAB); // no overrun
+                    q.resize(bytes);
+                    std::vector<float> y(n + 1, -7.0f);
+                    quant::dequantize(q.data(), n, bits, block, y.data(), DSM_FLOAT32, false);
+                    assert_true(y[n] == -7.0f);
+                    y.resize(n);
+                    const std::string ctx = isa + " bits=" + std::to_string(bits) + " block=" + std::to_string(block) +
+                                            " n=" + std::to_string(n);
+                    check_round_trip(x, y, bits, block, ctx.c_str());
+                    // Packed bits alike on every instruction set (the padding aside).
+                    if (ref.empty()) ref = q;
+                    else if (std::memcmp(ref.data(), q.data(), bytes) != 0)
+                        fail_msg("%s: packed bytes differ from %s's", ctx.c_str(), isas.front().c_str());
+                    // The fused accumulate: z + x'.
+                    std::vector<float> z(n, 0.5f);
+                    quant::dequantize(q.data(), n, bits, block, z.data(), DSM_FLOAT32, true);
+                    for (size_t i = 0; i < n; ++i)
+                        if (z[i] != 0.5f + y[i]) fail_msg("%s: accumulate at %zu", ctx.c_str(), i);
+                }
+            }
+    quant::set_isa("auto");
+}
+
+static void test_sixteen_bit(void **) {
+    const size_t n = 3000, block = 256;
+    const std::vector<float> x = sample(n, 7);
+    for (dsm_dtype_t dt : {DSM_FLOAT16, DSM_BFLOAT16}) {
+        std::vector<uint16_t> h(n), back(n);
+        std::vector<float> xr(n), y(n);
+        for (size_t i = 0; i < n; ++i) {
+            h[i] = dt == DSM_FLOAT16 ? dsm::fp32_to_fp16(x[i]) : dsm::fp32_to_bf16(x[i]);
+            xr[i] = dt == DSM_FLOAT16 ? dsm::fp16_to_fp32(h[i]) : dsm::bf16_to_fp32(h[i]);
+        }
+        std::vector<uint8_t> q(quant::packed_bytes(n, 8, block)), q32(q.size());
+        quant::quantize(h.data(), dt, n, 8, block, q.data());
+        quant::quantize(xr.data(), DSM_FLOAT32, n, 8, block, q32.data());
+        assert_memory_equal(q.data(), q32.data(), q.size()); // the same as from the widened values
+        quant::dequantize(q.data(), n, 8, block, back.data(), dt, false);
+        quant::dequantize(q.data(), n, 8, block, y.data(), DSM_FLOAT32, false);
+        for (size_t i = 0; i < n; ++i) {
+            const uint16_t want = dt == DSM_FLOAT16 ? dsm::fp32_to_fp16(y[i]) : dsm::fp32_to_bf16(y[i]);
+            assert_int_equal(back[i], want);
+        }
+        check_round_trip(xr, y, 8, block, dt == DSM_FLOAT16 ? "fp16" : "bf16");
+    }
+}
+
+static void test_overflow_becomes_nan(void **) {
+    for (const std::string &isa : quant::available_isas()) {
+        quant::set_isa(isa);
+        for (int bits : {8, 4}) {
+            for (float bad : {INFINITY, -INFINITY, NAN}) {
+                std::vector<float> x(64, 1.0f);
+                x[37] = bad;
+                std::vector<uint8_t> q(quant::packed_bytes(64, bits, 32));
+                quant::quantize(x.data(), DSM_FLOAT32, 64, bits, 32, q.data());
+                std::vector<float> y(64);
+                quant::dequantize(q.data(), 64, bits, 32, y.data(), DSM_FLOAT32, false);
+                for (size_t i = 0; i < 32; ++i) assert_true(std::fabs(y[i] - 1.0f) <= quant::error_bound(1.0f, bits));
+                for (size_t i = 32; i < 64; ++i)
+                    if (!std::isnan(y[i])) fail_msg("%s bits=%d: value %zu is %g, expected NaN", isa.c_str(), bits, i, y[i]);
+            }
+        }
+    }
+    quant::set_isa("auto");
+}
+
+static void test_bad_arguments(void **) {
+    float x[32] = {0};
+    uint8_t q[256];
+    for (size_t block : {size_t(0), size_t(8), size_t(24), size_t(100), (size_t(1) << 20) + 16})
+        expect_error_at([&] { quant::quantize(x, DSM_FLOAT32, 32, 8, block, q); }, DSM_ERR_INVALID_ARGUMENT,
+                        {"block size " + std::to_string(block), "multiple of 16"}, __LINE__);
+    expect_error_at([&] { quant::dequantize(q, 32, 8, 100, x, DSM_FLOAT32, false); }, DSM_ERR_INVALID_ARGUMENT,
+                    {"block size 100"}, __LINE__);
+    expect_error_at([&] { quant::quantize(x, DSM_FLOAT32, 32, 3, 16, q); }, DSM_ERR_INVALID_ARGUMENT,
+                    {"3 bits"}, __LINE__);
+    expect_error_at([&] { quant::quantize(x, DSM_INT32, 32, 8, 16, q); }, DSM_ERR_INVALID_ARGUMENT, {"dtype"},
+                    __LINE__);
+    expect_error_at([&] { quant::quantize(nullptr, DSM_FLOAT32, 32, 8, 16, q); }, DSM_ERR_NULL_POINTER, {"NULL"},
+                    __LINE__);
+    expect_error_at([&] { quant::dequantize(q, 32, 8, 16, x, DSM_FLOAT16, true); }, DSM_ERR_INVALID_ARGUMENT,
+                    {"FLOAT32"}, __LINE__);
+    expect_error_at([] { quant::set_isa("bogus"); }, DSM_ERR_INVALID_ARGUMENT, {"\"bogus\""}, __LINE__);
+    // The environment's block sizes.
+    setenv("DSM_QWZ_BLOCK", "1000", 1);
+    expect_error_at([] { quant::weight_block(); }, DSM_ERR_INVALID_ARGUMENT, {"DSM_QWZ_BLOCK", "1000"}, __LINE__);
+    setenv("DSM_QWZ_BLOCK", "2048", 1);
+    assert_int_equal(quant::weight_block(), 2048);
+    unsetenv("DSM_QWZ_BLOCK");
+    assert_int_equal(quant::weight_block(), quant::kWeightBlock);
+    setenv("DSM_QGZ_BLOCK", "0", 1);
+    expect_error_at([] { quant::gradient_block(); }, DSM_ERR_INVALID_ARGUMENT, {"DSM_QGZ_BLOCK", "block size 0"},
+                    __LINE__);
+    unsetenv("DSM_QGZ_BLOCK");
+    assert_int_equal(quant::gradient_block(), quant::kGradientBlock);
+    // Sizes.
+    assert_int_equal(quant::packed_bytes(0, 8, 16), 0);
+    assert_int_equal(quant::packed_bytes(17, 8, 16), 2 * 4 + 20);
+    assert_int_equal(quant::packed_bytes(17, 4, 16), 2 * 4 + 12);
+    assert_int_equal(quant::packed_bytes(4096, 4, 1024), 4 * 4 + 2048);
+}
+
+// The CUDA kernels against the host's, bit for bit (skipped without a device).
+static void test_device_kernels(void **) {
+#if DSM_HAVE_CUDA_KERNELS
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+        print_message("[          ] no CUDA device: the device kernels are not run\n");
+        skip();
+        return;
+    }
+    for (int bits : {8, 4})
+        for (size_t n : {size_t(1), size_t(17), size_t(5000), size_t(1) << 20}) {
+            const size_t block = bits == 8 ? 4096 : 1024;
+            const std::vector<float> x = sample(n, static_cast<unsigned>(n + bits));
+            const size_t bytes = quant::packed_bytes(n, bits, block);
+            std::vector<uint8_t> host(bytes, 0), dev(bytes, 0);
+            quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, host.data());
+            float *dx = nullptr, *dy = nullptr;
+            void *dq = nullptr;
+            assert_int_equal(cudaMalloc(reinterpret_cast<void **>(&dx), n * 4), cudaSuccess);
+            assert_int_equal(cudaMalloc(reinterpret_cast<void **>(&dy), n * 4), cudaSuccess);
+            assert_int_equal(cudaMalloc(&dq, bytes), cudaSuccess);
+            cudaMemset(dq, 0, bytes);
+            cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice);
+            quant::cuda::quantize(dx, n, bits, block, dq, nullptr);
+            cudaMemcpy(dev.data(), dq, bytes, cudaMemcpyDeviceToHost);
+            assert_memory_equal(host.data(), dev.data(), bytes);
+            std::vector<float> y(n, 0.25f), yd(n, 0.25f);
+            cudaMemcpy(dy, yd.data(), n * 4, cudaMemcpyHostToDevice);
+            quant::dequantize(host.data(), n, bits, block, y.data(), DSM_FLOAT32, true);
+            quant::cuda::dequantize(dq, n, bits, block, dy, true, nullptr);
+            cudaMemcpy(yd.data(), dy, n * 4, cudaMemcpyDeviceToHost);
+            assert_memory_equal(y.data(), yd.data(), n * 4);
+            cudaFree(dx);
+            cudaFree(dy);
+            cudaFree(dq);
+        }
+    float *p = nullptr;
+    expect_error_at([&] { quant::cuda::quantize(p, 16, 8, 24, p, nullptr); }, DSM_ERR_INVALID_ARGUMENT,
+                    {"block size 24"}, __LINE__);
+#else
+    print_message("[          ] built without the CUDA kernels\n");
+    skip();
+#endif
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_every_isa),
+        cmocka_unit_test(test_sixteen_bit),
+        cmocka_unit_test(test_overflow_becomes_nan),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_device_kernels),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
