@@ -1,0 +1,641 @@
+/*
+ * The CUDA path's kernels against plain fp32 C references on small sizes,
+ * and (--bench) their times at GPT-2 124M sizes.
+ *
+ * Each check runs the kernel on bf16 inputs and the reference on the same
+ * values widened to fp32, then compares: the error of a tensor is
+ * max|gpu - ref| / max(max|ref|, 1e-6) (relative to the tensor's scale),
+ * and must stay below TOL_OP = 1.6e-2 (two bf16 roundings, 2^-8 each, with
+ * margin) for a single kernel, TOL_CHAIN = 4e-2 where bf16 intermediates
+ * are rounded on the way (attention: probabilities and head products in
+ * bf16; backward GEMMs fed by them). fp32 gradient buffers get the same
+ * tolerance: their inputs (dout, activations) are bf16 anyway.
+ *
+ * Without a usable GPU it prints a line saying so and exits 77 (automake's
+ * skip).
+ *
+ *   test_gpt_kernels            correctness checks, exit 0 / 1 / 77
+ *   test_gpt_kernels --bench [B T]  times per kernel (default B 4, T 1024)
+ */
+#include "gpt_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+typedef std::vector<float> vec;
+
+static const float TOL_OP = 1.6e-2f, TOL_CHAIN = 4e-2f;
+static int failures = 0;
+
+/* ------------------------------------------------------------- utilities */
+
+static uint16_t f2bf(float f) { /* round to nearest even (no NaN input here) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float bfround(float f) { return bf2f(f2bf(f)); }
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand() { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / (1ull << 24))) * 2.f - 1.f;
+}
+/* Random values already rounded to bf16, so host and device agree on them. */
+static vec rnd(size_t n, float scale = 1.f) {
+    vec v(n);
+    for (auto &x : v) x = bfround(frand() * scale);
+    return v;
+}
+
+#define CK(call)                                                                           \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
+                    cudaGetErrorString(e_));                                               \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+#define GK(call)                                                                           \
+    do {                                                                                   \
+        if ((call) != 0) {                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
+                    gpt_cuda_error(ctx));                                                  \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+/* Device buffers: bf16 (from fp32 values) or fp32, freed at exit of scope. */
+struct Dev {
+    void *p = nullptr;
+    size_t n = 0;
+    bool f32 = false;
+    Dev(const vec &v, bool as_f32 = false) : n(v.size()), f32(as_f32) {
+        CK(cudaMalloc(&p, n * (f32 ? 4 : 2) + 16));
+        put(v);
+    }
+    explicit Dev(size_t bytes) : n(bytes) { CK(cudaMalloc(&p, bytes + 16)); }
+    ~Dev() { cudaFree(p); }
+    Dev(const Dev &) = delete;
+    Dev &operator=(const Dev &) = delete;
+    void put(const vec &v) {
+        if (f32) {
+            CK(cudaMemcpy(p, v.data(), n * 4, cudaMemcpyHostToDevice));
+        } else {
+            std::vector<uint16_t> h(n);
+            for (size_t i = 0; i < n; ++i) h[i] = f2bf(v[i]);
+            CK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+        }
+    }
+    vec get() const {
+        vec v(n);
+        CK(cudaDeviceSynchronize());
+        if (f32) {
+            CK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
+        } else {
+            std::vector<uint16_t> h(n);
+            CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; ++i) v[i] = bf2f(h[i]);
+        }
+        return v;
+    }
+};
+static int *dev_ints(const std::vector<int> &v) {
+    int *p;
+    CK(cudaMalloc(&p, v.size() * sizeof(int)));
+    CK(cudaMemcpy(p, v.data(), v.size() * sizeof(int), cudaMemcpyHostToDevice));
+    return p;
+}
+
+static void compare(const char *what, const vec &got, const vec &ref, float tol) {
+    float scale = 1e-6f, err = 0.f;
+    size_t worst = 0;
+    bool finite = true;
+    for (size_t i = 0; i < ref.size(); ++i) scale = fmaxf(scale, fabsf(ref[i]));
+    for (size_t i = 0; i < ref.size(); ++i) {
+        if (!std::isfinite(got[i])) finite = false;
+        float e = fabsf(got[i] - ref[i]);
+        if (e > err) {
+            err = e;
+            worst = i;
+        }
+    }
+    float rel = err / scale;
+    bool ok = finite && rel <= tol;
+    printf("%-44s %s  max err %.3e of scale %.3e (%.2e, tol %.1e)%s\n", what, ok ? "ok  " : "FAIL",
+           err, scale, rel, tol, finite ? "" : " non-finite values");
+    if (!ok) {
+        printf("    worst at %zu: got %g want %g\n", worst, got[worst], ref[worst]);
+        ++failures;
+    }
+}
+
+/* ------------------------------------------------------ fp32 references */
+
+static void ref_encoder_fwd(vec &out, const std::vector<int> &inp, const vec &wte, const vec &wpe,
+                            int B, int T, int C) {
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t)
+            for (int c = 0; c < C; ++c)
+                out[((size_t)b * T + t) * C + c] =
+                    wte[(size_t)inp[b * T + t] * C + c] + wpe[(size_t)t * C + c];
+}
+static void ref_encoder_bwd(vec &dwte, vec &dwpe, const vec &dout, const std::vector<int> &inp,
+                            int B, int T, int C) {
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t)
+            for (int c = 0; c < C; ++c) {
+                float d = dout[((size_t)b * T + t) * C + c];
+                dwte[(size_t)inp[b * T + t] * C + c] += d;
+                dwpe[(size_t)t * C + c] += d;
+            }
+}
+static void ref_layernorm_fwd(vec &out, vec &mean, vec &rstd, const vec &x, const vec &w,
+                              const vec &b, int N, int C) {
+    for (int r = 0; r < N; ++r) {
+        const float *xr = &x[(size_t)r * C];
+        double m = 0, v = 0;
+        for (int i = 0; i < C; ++i) m += xr[i];
+        m /= C;
+        for (int i = 0; i < C; ++i) v += (xr[i] - m) * (xr[i] - m);
+        v /= C;
+        float rs = (float)(1.0 / sqrt(v + 1e-5));
+        for (int i = 0; i < C; ++i)
+            out[(size_t)r * C + i] = (float)((xr[i] - m) * rs) * w[i] + b[i];
+        mean[r] = (float)m;
+        rstd[r] = rs;
+    }
+}
+static void ref_layernorm_bwd(vec &dx, vec &dw, vec &db, const vec &dout, const vec &x,
+                              const vec &w, const vec &mean, const vec &rstd, int N, int C) {
+    for (int r = 0; r < N; ++r) {
+        const float *d = &dout[(size_t)r * C], *xr = &x[(size_t)r * C];
+        double s1 = 0, s2 = 0;
+        for (int i = 0; i < C; ++i) {
+            float xh = (xr[i] - mean[r]) * rstd[r];
+            s1 += d[i] * w[i];
+            s2 += d[i] * w[i] * xh;
+            dw[i] += d[i] * xh;
+            db[i] += d[i];
+        }
+        s1 /= C;
+        s2 /= C;
+        for (int i = 0; i < C; ++i) {
+            float xh = (xr[i] - mean[r]) * rstd[r];
+            dx[(size_t)r * C + i] += (float)((d[i] * w[i] - s1 - xh * s2) * rstd[r]);
+        }
+    }
+}
+/* W element (i = in, o = out) in either layout */
+static float wat(const vec &W, bool in_out, int IC, int OC, int i, int o) {
+    return in_out ? W[(size_t)i * OC + o] : W[(size_t)o * IC + i];
+}
+static void ref_matmul_fwd(vec &out, const vec &x, const vec &W, bool in_out, const vec *bias,
+                           int N, int IC, int OC) {
+    for (int n = 0; n < N; ++n)
+        for (int o = 0; o < OC; ++o) {
+            double s = bias ? (*bias)[o] : 0.0;
+            for (int i = 0; i < IC; ++i) s += x[(size_t)n * IC + i] * wat(W, in_out, IC, OC, i, o);
+            out[(size_t)n * OC + o] = (float)s;
+        }
+}
+static void ref_matmul_bwd(vec &dx, vec &dW, vec &db, const vec &dout, const vec &x,
+                           const vec &W, bool in_out, int N, int IC, int OC) {
+    for (int n = 0; n < N; ++n)
+        for (int i = 0; i < IC; ++i) {
+            double s = 0;
+            for (int o = 0; o < OC; ++o)
+                s += dout[(size_t)n * OC + o] * wat(W, in_out, IC, OC, i, o);
+            dx[(size_t)n * IC + i] = (float)s;
+        }
+    for (int i = 0; i < IC; ++i)
+        for (int o = 0; o < OC; ++o) {
+            double s = 0;
+            for (int n = 0; n < N; ++n) s += (double)dout[(size_t)n * OC + o] * x[(size_t)n * IC + i];
+            (in_out ? dW[(size_t)i * OC + o] : dW[(size_t)o * IC + i]) += (float)s;
+        }
+    for (int o = 0; o < OC; ++o)
+        for (int n = 0; n < N; ++n) db[o] += dout[(size_t)n * OC + o];
+}
+/* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) saved */
+static void ref_attention_fwd(vec &out, vec &att, const vec &qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    float sc = 1.f / sqrtf((float)HS);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < NH; ++h)
+            for (int t = 0; t < T; ++t) {
+                const float *q = &qkv[((size_t)b * T + t) * 3 * C + h * HS];
+                float *a = &att[(((size_t)b * NH + h) * T + t) * T];
+                float m = -INFINITY;
+                for (int j = 0; j <= t; ++j) {
+                    const float *k = &qkv[((size_t)b * T + j) * 3 * C + C + h * HS];
+                    float s = 0;
+                    for (int d = 0; d < HS; ++d) s += q[d] * k[d];
+                    a[j] = s * sc;
+                    m = fmaxf(m, a[j]);
+                }
+                float z = 0;
+                for (int j = 0; j <= t; ++j) z += (a[j] = expf(a[j] - m));
+                for (int j = 0; j < T; ++j) a[j] = j <= t ? a[j] / z : 0.f;
+                float *o = &out[((size_t)b * T + t) * C + h * HS];
+                for (int d = 0; d < HS; ++d) {
+                    float s = 0;
+                    for (int j = 0; j <= t; ++j) s += a[j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS + d];
+                    o[d] = s;
+                }
+            }
+}
+static void ref_attention_bwd(vec &dqkv, const vec &dout, const vec &qkv, const vec &att, int B,
+                              int T, int C, int NH) {
+    int HS = C / NH;
+    float sc = 1.f / sqrtf((float)HS);
+    std::fill(dqkv.begin(), dqkv.end(), 0.f);
+    vec da(T), dp(T);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < NH; ++h)
+            for (int t = 0; t < T; ++t) {
+                const float *a = &att[(((size_t)b * NH + h) * T + t) * T];
+                const float *dy = &dout[((size_t)b * T + t) * C + h * HS];
+                for (int j = 0; j <= t; ++j) {
+                    const float *v = &qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS];
+                    float *dv = &dqkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS];
+                    float s = 0;
+                    for (int d = 0; d < HS; ++d) {
+                        s += dy[d] * v[d];
+                        dv[d] += a[j] * dy[d];
+                    }
+                    da[j] = s;
+                }
+                float dot = 0;
+                for (int j = 0; j <= t; ++j) dot += a[j] * da[j];
+                for (int j = 0; j <= t; ++j) dp[j] = a[j] * (da[j] - dot) * sc;
+                const float *q = &qkv[((size_t)b * T + t) * 3 * C + h * HS];
+                float *dq = &dqkv[((size_t)b * T + t) * 3 * C + h * HS];
+                for (int j = 0; j <= t; ++j) {
+                    const float *k = &qkv[((size_t)b * T + j) * 3 * C + C + h * HS];
+                    float *dk = &dqkv[((size_t)b * T + j) * 3 * C + C + h * HS];
+                    for (int d = 0; d < HS; ++d) {
+                        dq[d] += dp[j] * k[d];
+                        dk[d] += dp[j] * q[d];
+                    }
+                }
+            }
+}
+static float gelu(float x) {
+    return 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+static float gelu_grad(float x) {
+    float u = 0.7978845608f * (x + 0.044715f * x * x * x), t = tanhf(u);
+    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * 0.7978845608f * (1.f + 3.f * 0.044715f * x * x);
+}
+static void ref_classifier(vec &dlogits, vec &losses, const vec &logits,
+                           const std::vector<int> &tg, float dloss, int N, int V, int Vp) {
+    for (int r = 0; r < N; ++r) {
+        const float *x = &logits[(size_t)r * Vp];
+        double m = -INFINITY, z = 0;
+        for (int j = 0; j < V; ++j) m = fmax(m, x[j]);
+        for (int j = 0; j < V; ++j) z += exp(x[j] - m);
+        losses[r] = tg[r] < 0 ? 0.f : (float)(m + log(z) - x[tg[r]]);
+        for (int j = 0; j < Vp; ++j)
+            dlogits[(size_t)r * Vp + j] =
+                (tg[r] < 0 || j >= V) ? 0.f
+                                      : dloss * (float)(exp(x[j] - m) / z - (j == tg[r] ? 1 : 0));
+    }
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static const char *gname(gpt_grad_dtype_t g) { return g == GPT_GRAD_BF16 ? "bf16" : "fp32"; }
+
+static void check_encoder(gpt_cuda_t ctx, gpt_grad_dtype_t gdt) {
+    const int B = 3, T = 7, C = 40, V = 11;
+    std::vector<int> inp(B * T);
+    for (int i = 0; i < B * T; ++i) inp[i] = (i * 7 + i / 5) % V; /* repeats */
+    vec wte = rnd((size_t)V * C), wpe = rnd((size_t)T * C), dout = rnd((size_t)B * T * C);
+    vec dwte = rnd((size_t)V * C, 0.5f), dwpe = rnd((size_t)T * C, 0.5f);
+    int *dinp = dev_ints(inp);
+    Dev Dwte(wte), Dwpe(wpe), Dout{vec((size_t)B * T * C)}, Ddout(dout);
+    Dev Gwte(dwte, gdt == GPT_GRAD_F32), Gwpe(dwpe, gdt == GPT_GRAD_F32);
+    GK(gpt_encoder_forward(ctx, Dout.p, dinp, Dwte.p, Dwpe.p, B, T, C));
+    GK(gpt_encoder_backward(ctx, Gwte.p, Gwpe.p, gdt, Ddout.p, inp.data(), B, T, C, V));
+    vec out((size_t)B * T * C);
+    ref_encoder_fwd(out, inp, wte, wpe, B, T, C);
+    ref_encoder_bwd(dwte, dwpe, dout, inp, B, T, C);
+    char w[80];
+    compare("encoder_forward out", Dout.get(), out, TOL_OP);
+    snprintf(w, sizeof w, "encoder_backward dwte (%s, +=)", gname(gdt));
+    compare(w, Gwte.get(), dwte, TOL_OP);
+    snprintf(w, sizeof w, "encoder_backward dwpe (%s, +=)", gname(gdt));
+    compare(w, Gwpe.get(), dwpe, TOL_OP);
+    /* a bad token is an error naming it, and nothing is written */
+    inp[5] = V;
+    if (gpt_encoder_backward(ctx, Gwte.p, nullptr, gdt, Ddout.p, inp.data(), B, T, C, V) == 0 ||
+        !strstr(gpt_cuda_error(ctx), "token 11")) {
+        printf("encoder_backward bad token: FAIL (no error or message without the token: %s)\n",
+               gpt_cuda_error(ctx));
+        ++failures;
+    } else {
+        printf("%-44s ok    (%s)\n", "encoder_backward bad token", gpt_cuda_error(ctx));
+    }
+    cudaFree(dinp);
+}
+
+static void check_layernorm(gpt_cuda_t ctx, gpt_grad_dtype_t gdt) {
+    const int N = 37, C = 72;
+    vec x = rnd((size_t)N * C, 2.f), w = rnd(C), b = rnd(C), dout = rnd((size_t)N * C);
+    for (auto &v : x) v = bfround(v + 0.5f); /* a mean away from 0 */
+    vec dx = rnd((size_t)N * C), dw = rnd(C, 0.5f), db = rnd(C, 0.5f);
+    Dev Dx(x), Dw(w), Db(b), Dout(x), Ddout(dout), Ddx(dx);
+    Dev Gw(dw, gdt == GPT_GRAD_F32), Gb(db, gdt == GPT_GRAD_F32);
+    Dev Dmean(vec(N), true), Drstd(vec(N), true);
+    GK(gpt_layernorm_forward(ctx, Dout.p, (float *)Dmean.p, (float *)Drstd.p, Dx.p, Dw.p, Db.p, N, C));
+    GK(gpt_layernorm_backward(ctx, Ddx.p, Gw.p, Gb.p, gdt, Ddout.p, Dx.p, Dw.p, (const float *)Dmean.p,
+                              (const float *)Drstd.p, N, C));
+    vec out((size_t)N * C), mean(N), rstd(N);
+    ref_layernorm_fwd(out, mean, rstd, x, w, b, N, C);
+    ref_layernorm_bwd(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    char s[80];
+    compare("layernorm_forward out", Dout.get(), out, TOL_OP);
+    compare("layernorm_forward mean (fp32)", Dmean.get(), mean, 1e-5f);
+    compare("layernorm_forward rstd (fp32)", Drstd.get(), rstd, 1e-4f);
+    compare("layernorm_backward dinp (+=)", Ddx.get(), dx, TOL_OP);
+    snprintf(s, sizeof s, "layernorm_backward dweight (%s, +=)", gname(gdt));
+    compare(s, Gw.get(), dw, TOL_OP);
+    snprintf(s, sizeof s, "layernorm_backward dbias (%s, +=)", gname(gdt));
+    compare(s, Gb.get(), db, TOL_OP);
+}
+
+static void check_matmul(gpt_cuda_t ctx, gpt_grad_dtype_t gdt, gpt_wlayout_t wl, bool with_bias) {
+    const int N = 24, IC = 64, OC = 40;
+    bool in_out = wl == GPT_W_IN_OUT;
+    vec x = rnd((size_t)N * IC), W = rnd((size_t)IC * OC, 0.2f), bias = rnd(OC);
+    vec dout = rnd((size_t)N * OC), dW = rnd((size_t)IC * OC, 0.5f), db = rnd(OC, 0.5f);
+    vec dx((size_t)N * IC);
+    Dev Dx(x), DW(W), Db(bias), Dout(vec((size_t)N * OC)), Ddout(dout), Ddx(dx);
+    Dev GW(dW, gdt == GPT_GRAD_F32), Gb(db, gdt == GPT_GRAD_F32);
+    GK(gpt_matmul_forward(ctx, Dout.p, Dx.p, DW.p, wl, with_bias ? Db.p : nullptr, N, IC, OC));
+    GK(gpt_matmul_backward(ctx, Ddx.p, GW.p, with_bias ? Gb.p : nullptr, gdt, Ddout.p, Dx.p, DW.p,
+                           wl, N, IC, OC));
+    vec out((size_t)N * OC), db0 = db;
+    ref_matmul_fwd(out, x, W, in_out, with_bias ? &bias : nullptr, N, IC, OC);
+    ref_matmul_bwd(dx, dW, db, dout, x, W, in_out, N, IC, OC);
+    char s[96];
+    const char *l = in_out ? "in_out" : "out_in";
+    snprintf(s, sizeof s, "matmul_forward %s%s", l, with_bias ? " +bias" : "");
+    compare(s, Dout.get(), out, TOL_OP);
+    snprintf(s, sizeof s, "matmul_backward %s dinp", l);
+    compare(s, Ddx.get(), dx, TOL_OP);
+    snprintf(s, sizeof s, "matmul_backward %s dweight (%s, +=)", l, gname(gdt));
+    compare(s, GW.get(), dW, TOL_OP);
+    snprintf(s, sizeof s, "matmul_backward %s dbias (%s, +=)%s", l, gname(gdt),
+             with_bias ? "" : " untouched");
+    compare(s, Gb.get(), with_bias ? db : db0, TOL_OP);
+}
+
+static void check_attention(gpt_cuda_t ctx) {
+    const int B = 2, T = 19, C = 32, NH = 4;
+    vec qkv = rnd((size_t)B * T * 3 * C, 1.5f), dout = rnd((size_t)B * T * C);
+    Dev Dqkv(qkv), Dout(vec((size_t)B * T * C)), Dqkvr(vec((size_t)3 * B * T * C)),
+        Datt(vec((size_t)B * NH * T * T)), Dscr(gpt_attention_scratch_bytes(B, T, C, NH)),
+        Ddout(dout), Ddqkv(vec((size_t)B * T * 3 * C, 7.f));
+    GK(gpt_attention_forward(ctx, Dout.p, Dqkvr.p, Datt.p, Dscr.p, Dqkv.p, B, T, C, NH));
+    GK(gpt_attention_backward(ctx, Ddqkv.p, Dscr.p, Ddout.p, Dqkvr.p, Datt.p, B, T, C, NH));
+    vec out((size_t)B * T * C), att((size_t)B * NH * T * T), dqkv((size_t)B * T * 3 * C);
+    ref_attention_fwd(out, att, qkv, B, T, C, NH);
+    ref_attention_bwd(dqkv, dout, qkv, att, B, T, C, NH);
+    compare("attention_forward att (zeros above diagonal)", Datt.get(), att, TOL_OP);
+    compare("attention_forward out", Dout.get(), out, TOL_CHAIN);
+    compare("attention_backward dqkv", Ddqkv.get(), dqkv, TOL_CHAIN);
+}
+
+static void check_elementwise(gpt_cuda_t ctx) {
+    const size_t n = 3001;
+    vec x = rnd(n, 4.f), y = rnd(n), dout = rnd(n);
+    Dev Dx(x), Dy(y), Dout{vec(n)}, Ddout(dout), Dres{vec(n)};
+    GK(gpt_gelu_forward(ctx, Dout.p, Dx.p, n));
+    vec g(n), dg(n), r(n);
+    for (size_t i = 0; i < n; ++i) {
+        g[i] = gelu(x[i]);
+        dg[i] = dout[i] * gelu_grad(x[i]);
+        r[i] = x[i] + y[i];
+    }
+    compare("gelu_forward", Dout.get(), g, TOL_OP);
+    GK(gpt_gelu_backward(ctx, Ddout.p, Dx.p, Ddout.p, n)); /* in place */
+    compare("gelu_backward (in place)", Ddout.get(), dg, TOL_OP);
+    GK(gpt_residual_forward(ctx, Dres.p, Dx.p, Dy.p, n));
+    compare("residual_forward", Dres.get(), r, TOL_OP);
+}
+
+static void check_classifier(gpt_cuda_t ctx) {
+    const int N = 9, V = 1000, Vp = 1024;
+    vec logits = rnd((size_t)N * Vp, 6.f);
+    std::vector<int> tg(N);
+    for (int i = 0; i < N; ++i) tg[i] = (i * 397) % V;
+    tg[3] = -1; /* ignored row */
+    int *dtg = dev_ints(tg);
+    float dloss = 1.f / (N - 1);
+    Dev Dl(logits), Dloss(vec(N), true);
+    GK(gpt_fused_classifier(ctx, Dl.p, (float *)Dloss.p, dtg, dloss, N, V, Vp));
+    vec dl((size_t)N * Vp), losses(N);
+    ref_classifier(dl, losses, logits, tg, dloss, N, V, Vp);
+    compare("fused_classifier losses (fp32)", Dloss.get(), losses, 1e-4f);
+    compare("fused_classifier dlogits (padding zero)", Dl.get(), dl, TOL_OP);
+    /* loss only: logits untouched */
+    Dl.put(logits);
+    GK(gpt_fused_classifier(ctx, Dl.p, (float *)Dloss.p, dtg, 0.f, N, V, Vp));
+    compare("fused_classifier dloss 0: logits untouched", Dl.get(), logits, 0.f);
+    cudaFree(dtg);
+}
+
+static void check_bad_arguments(gpt_cuda_t ctx) {
+    struct {
+        const char *what;
+        int rc;
+        const char *needle;
+    } cases[] = {
+        {"matmul_forward N 0", gpt_matmul_forward(ctx, nullptr, nullptr, nullptr, GPT_W_IN_OUT, nullptr, 0, 8, 8), "N 0"},
+        {"attention C % NH", gpt_attention_forward(ctx, nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 30, 4), "NH 4"},
+        {"classifier V > Vp", gpt_fused_classifier(ctx, nullptr, nullptr, nullptr, 1.f, 4, 65, 64), "V 65"},
+        {"layernorm C -1", gpt_layernorm_forward(ctx, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, -1), "C -1"},
+    };
+    for (auto &c : cases) {
+        bool ok = c.rc != 0;
+        /* the message is the last call's; each case is checked right after it */
+        (void)c.needle;
+        printf("bad argument: %-30s %s\n", c.what, ok ? "ok" : "FAIL (accepted)");
+        if (!ok) ++failures;
+    }
+    if (gpt_layernorm_forward(ctx, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, -1) == 0 ||
+        !strstr(gpt_cuda_error(ctx), "C -1")) {
+        printf("bad argument message: FAIL (%s)\n", gpt_cuda_error(ctx));
+        ++failures;
+    }
+}
+
+/* ----------------------------------------------------------------- bench */
+
+struct Timer {
+    cudaEvent_t a, b;
+    Timer() {
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+    }
+    ~Timer() {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+};
+
+/* Runs f reps times after 2 warm-ups; returns ms per call. */
+template <typename F> static float time_ms(F f, int reps) {
+    Timer t;
+    f();
+    f();
+    CK(cudaEventRecord(t.a));
+    for (int i = 0; i < reps; ++i) f();
+    CK(cudaEventRecord(t.b));
+    CK(cudaEventSynchronize(t.b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, t.a, t.b));
+    return ms / reps;
+}
+
+static void row(const char *op, float ms, double flop, double bytes) {
+    printf("%-34s %9.3f %9.1f %9.1f\n", op, ms, flop > 0 ? flop / ms * 1e-9 : 0.0,
+           bytes > 0 ? bytes / ms * 1e-6 : 0.0);
+}
+
+static int bench(gpt_cuda_t ctx, int B, int T) {
+    const int C = 768, NH = 12, V = 50257, Vp = 50304, reps = 20;
+    const size_t BT = (size_t)B * T;
+    printf("GPT-2 124M layer sizes: B %d T %d C %d NH %d V %d (Vp %d), bf16, grads bf16\n", B, T,
+           C, NH, V, Vp);
+    printf("TFLOP/s: 2 * multiply-adds / time (attention: its four T x T products, full\n"
+           "squares as computed, not the causal half); GB/s: the bytes each kernel must\n"
+           "read and write once / time. Each row: mean of %d calls after 2 warm-ups.\n", reps);
+    printf("%-34s %9s %9s %9s\n", "op", "ms", "TFLOP/s", "GB/s");
+    Dev x(BT * 4 * C * 2), y(BT * 4 * C * 2), z(BT * 4 * C * 2), w(4 * C * C * 2),
+        bias(4 * C * 2), gw(4 * C * C * 2), gb(4 * C * 2), mean(BT * 4), rstd(BT * 4),
+        wte((size_t)Vp * C * 2), wpe((size_t)T * C * 2), gwte((size_t)Vp * C * 2),
+        gwpe((size_t)T * C * 2), logits(BT * Vp * 2), losses(BT * 4),
+        qkvr(3 * BT * C * 2), att((size_t)B * NH * T * T * 2),
+        scr(gpt_attention_scratch_bytes(B, T, C, NH));
+    CK(cudaMemset(x.p, 0, x.n));
+    CK(cudaMemset(w.p, 0, w.n));
+    CK(cudaMemset(wte.p, 0, wte.n));
+    CK(cudaMemset(wpe.p, 0, wpe.n));
+    CK(cudaMemset(gw.p, 0, gw.n));
+    CK(cudaMemset(gb.p, 0, gb.n));
+    CK(cudaMemset(gwte.p, 0, gwte.n));
+    CK(cudaMemset(gwpe.p, 0, gwpe.n));
+    CK(cudaMemset(logits.p, 0, logits.n));
+    std::vector<int> tok(BT);
+    for (size_t i = 0; i < BT; ++i) tok[i] = (int)((i * 2654435761u) % V);
+    int *dtok = dev_ints(tok);
+    double a = 2.0 * BT, c = C;
+    row("encoder_forward", time_ms([&] { GK(gpt_encoder_forward(ctx, y.p, dtok, wte.p, wpe.p, B, T, C)); }, reps),
+        0, BT * c * 2 * 3);
+    row("encoder_backward (host grouping)", time_ms([&] { GK(gpt_encoder_backward(ctx, gwte.p, gwpe.p, GPT_GRAD_BF16, x.p, tok.data(), B, T, C, Vp)); }, reps),
+        0, BT * c * 2 * 3);
+    row("layernorm_forward", time_ms([&] { GK(gpt_layernorm_forward(ctx, y.p, (float *)mean.p, (float *)rstd.p, x.p, w.p, bias.p, (int)BT, C)); }, reps),
+        0, BT * c * 2 * 2);
+    row("layernorm_backward", time_ms([&] { GK(gpt_layernorm_backward(ctx, z.p, gw.p, gb.p, GPT_GRAD_BF16, y.p, x.p, w.p, (float *)mean.p, (float *)rstd.p, (int)BT, C)); }, reps),
+        0, BT * c * 2 * 4);
+    const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    const char *names[4] = {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"};
+    for (int s = 0; s < 4; ++s) {
+        int IC = shapes[s][0], OC = shapes[s][1];
+        char n[64];
+        snprintf(n, sizeof n, "matmul_forward %s", names[s]);
+        row(n, time_ms([&] { GK(gpt_matmul_forward(ctx, y.p, x.p, w.p, GPT_W_IN_OUT, bias.p, (int)BT, IC, OC)); }, reps),
+            a * IC * OC, 0);
+        snprintf(n, sizeof n, "matmul_backward %s", names[s]);
+        row(n, time_ms([&] { GK(gpt_matmul_backward(ctx, z.p, gw.p, gb.p, GPT_GRAD_BF16, y.p, x.p, w.p, GPT_W_IN_OUT, (int)BT, IC, OC)); }, reps),
+            2 * a * IC * OC, 0);
+    }
+    double attf = 2.0 * B * NH * (double)T * T * (C / NH);
+    row("attention_forward", time_ms([&] { GK(gpt_attention_forward(ctx, y.p, qkvr.p, att.p, scr.p, x.p, B, T, C, NH)); }, reps),
+        2 * attf, 0);
+    row("attention_backward", time_ms([&] { GK(gpt_attention_backward(ctx, z.p, scr.p, y.p, qkvr.p, att.p, B, T, C, NH)); }, reps),
+        4 * attf, 0);
+    row("gelu_forward (4C)", time_ms([&] { GK(gpt_gelu_forward(ctx, y.p, x.p, BT * 4 * C)); }, reps),
+        0, BT * 4 * c * 2 * 2);
+    row("gelu_backward (4C)", time_ms([&] { GK(gpt_gelu_backward(ctx, z.p, x.p, y.p, BT * 4 * C)); }, reps),
+        0, BT * 4 * c * 2 * 3);
+    row("residual_forward", time_ms([&] { GK(gpt_residual_forward(ctx, z.p, x.p, y.p, BT * C)); }, reps),
+        0, BT * c * 2 * 3);
+    row("matmul_forward lm_head (wte)", time_ms([&] { GK(gpt_matmul_forward(ctx, logits.p, x.p, wte.p, GPT_W_OUT_IN, nullptr, (int)BT, C, Vp)); }, reps),
+        a * C * Vp, 0);
+    row("fused_classifier", time_ms([&] { GK(gpt_fused_classifier(ctx, logits.p, (float *)losses.p, dtok, 1.f / BT, (int)BT, V, Vp)); }, reps),
+        0, BT * (double)Vp * 2 * 3);
+    row("matmul_backward lm_head (wte)", time_ms([&] { GK(gpt_matmul_backward(ctx, x.p, gwte.p, nullptr, GPT_GRAD_BF16, logits.p, y.p, wte.p, GPT_W_OUT_IN, (int)BT, C, Vp)); }, reps),
+        2 * a * C * Vp, 0);
+    cudaFree(dtok);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    bool do_bench = argc > 1 && !strcmp(argv[1], "--bench");
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("SKIP: no usable CUDA device (%s); the GPT CUDA kernels are not checked\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount: 0 devices");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    cudaStream_t stream;
+    CK(cudaStreamCreate(&stream));
+    gpt_cuda_t ctx = nullptr;
+    if (gpt_cuda_create(stream, &ctx)) {
+        fprintf(stderr, "gpt_cuda_create: %s\n", gpt_cuda_error(nullptr));
+        return 1;
+    }
+    int rc;
+    if (do_bench) {
+        int B = argc > 2 ? atoi(argv[2]) : 4, T = argc > 3 ? atoi(argv[3]) : 1024;
+        if (B <= 0 || T <= 0) {
+            fprintf(stderr, "--bench B T: bad sizes B %s T %s\n", argc > 2 ? argv[2] : "",
+                    argc > 3 ? argv[3] : "");
+            return 2;
+        }
+        rc = bench(ctx, B, T);
+    } else {
+        for (gpt_grad_dtype_t g : {GPT_GRAD_BF16, GPT_GRAD_F32}) {
+            check_encoder(ctx, g);
+            check_layernorm(ctx, g);
+            for (gpt_wlayout_t wl : {GPT_W_OUT_IN, GPT_W_IN_OUT}) {
+                check_matmul(ctx, g, wl, true);
+                check_matmul(ctx, g, wl, false);
+            }
+        }
+        check_attention(ctx);
+        check_elementwise(ctx);
+        check_classifier(ctx);
+        check_bad_arguments(ctx);
+        CK(cudaDeviceSynchronize());
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        rc = failures ? 1 : 0;
+    }
+    gpt_cuda_free(&ctx);
+    cudaStreamDestroy(stream);
+    return rc;
+}
