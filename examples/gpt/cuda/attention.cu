@@ -5,42 +5,43 @@
  * softmax and its backward, one warp per row, in fp32.
  *
  * Scratch (gpt_attention_scratch_bytes): forward: scores fp32 (B,NH,T,T),
- * y bf16 (B,NH,T,HS); backward: datt fp32 (B,NH,T,T), dpreatt bf16
- * (B,NH,T,T), dy bf16 (B,NH,T,HS), dq dk dv bf16 (3, B,NH,T,HS).
+ * q k v y bf16 (B,NH,T,hs); backward: datt fp32 (B,NH,T,T), its softmax
+ * gradient bf16 (B,NH,T,T), q k v dy dq dk dv bf16 (B,NH,T,hs): q, k, v
+ * are rearranged again from the caller's tensors rather than kept.
  */
 #include "common.cuh"
 
 #include <cmath>
 
-/* dst(B,NH,T,HS)[b,h,t,d] = src[(b T + t) stride + off + h HS + d] */
-__global__ void to_heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH, int HS,
-                                int stride, int off) {
-    size_t n = (size_t)B * NH * T * HS;
+/* dst(B,NH,T,hs)[b,h,t,e] = src[(b T + t) stride + h hs + e] */
+__global__ void to_heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH, int hs,
+                                int stride) {
+    size_t n = (size_t)B * NH * T * hs;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % HS);
-        size_t r = i / HS;
+        int e = (int)(i % hs);
+        size_t r = i / hs;
         int t = (int)(r % T);
         r /= T;
         int h = (int)(r % NH);
         int b = (int)(r / NH);
-        dst[i] = src[((size_t)b * T + t) * stride + off + h * HS + d];
+        dst[i] = src[((size_t)b * T + t) * stride + h * hs + e];
     }
 }
 
-/* dst[(b T + t) stride + off + h HS + d] = src(B,NH,T,HS)[b,h,t,d] */
-__global__ void from_heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH, int HS,
-                                  int stride, int off) {
-    size_t n = (size_t)B * NH * T * HS;
+/* dst[(b T + t) stride + h hs + e] = src(B,NH,T,hs)[b,h,t,e] */
+__global__ void from_heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH, int hs,
+                                  int stride) {
+    size_t n = (size_t)B * NH * T * hs;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % HS);
-        size_t r = i / HS;
+        int e = (int)(i % hs);
+        size_t r = i / hs;
         int t = (int)(r % T);
         r /= T;
         int h = (int)(r % NH);
         int b = (int)(r / NH);
-        dst[((size_t)b * T + t) * stride + off + h * HS + d] = src[i];
+        dst[((size_t)b * T + t) * stride + h * hs + e] = src[i];
     }
 }
 
@@ -84,89 +85,115 @@ __global__ void causal_softmax_backward_kernel(bf16 *dpre, const float *datt, co
 /* Scratch pieces start at multiples of 256 bytes (cuBLAS's best alignment). */
 static size_t up256(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
-size_t gpt_attention_scratch_bytes(int B, int T, int C, int NH) {
-    size_t btt = (size_t)B * NH * T * T, btc = (size_t)B * T * C;
-    size_t fwd = up256(btt * sizeof(float)) + up256(btc * sizeof(bf16));
-    size_t bwd = up256(btt * sizeof(float)) + up256(btt * sizeof(bf16)) + 4 * up256(btc * sizeof(bf16));
+size_t gpt_attention_scratch_bytes(int B, int T, int NH, int hs) {
+    size_t btt = (size_t)B * NH * T * T, bth = up256((size_t)B * NH * T * hs * sizeof(bf16));
+    size_t fwd = up256(btt * sizeof(float)) + 4 * bth;                           /* pre, q k v y */
+    size_t bwd = up256(btt * sizeof(float)) + up256(btt * sizeof(bf16)) + 7 * bth; /* + dy dq dk dv */
     return fwd > bwd ? fwd : bwd;
 }
 
-static int check_sizes(gpt_cuda_t ctx, const char *fn, int B, int T, int C, int NH) {
-    if (B <= 0 || T <= 0 || C <= 0 || NH <= 0 || C % NH)
-        return gpt_fail(ctx, "%s: bad sizes B %d T %d C %d NH %d (C must be a multiple of NH)",
-                        fn, B, T, C, NH);
+static int check_sizes(gpt_cuda_t ctx, const char *fn, int B, int T, int NH, int hs, int stride,
+                       int ostride) {
+    if (B <= 0 || T <= 0 || NH <= 0 || hs <= 0 || stride < NH * hs || ostride < NH * hs)
+        return gpt_fail(ctx,
+                        "%s: bad sizes B %d T %d NH %d hs %d stride %d ostride %d (strides must "
+                        "be at least NH hs)",
+                        fn, B, T, NH, hs, stride, ostride);
     return 0;
 }
 
-int gpt_attention_forward(gpt_cuda_t ctx, void *out, void *qkvr, void *att, void *scratch,
-                          const void *qkv, int B, int T, int C, int NH) {
+/* The scratch's pieces: the scores (fp32, then their bf16 gradient in the
+ * backward) and n head-layout tensors of B NH T hs. */
+struct Pieces {
+    float *s;
+    bf16 *ds;
+    bf16 *h[7];
+};
+static Pieces cut(void *scratch, int B, int T, int NH, int hs, bool backward) {
+    size_t btt = (size_t)B * NH * T * T, bth = up256((size_t)B * NH * T * hs * sizeof(bf16));
+    char *p = (char *)scratch;
+    Pieces r{};
+    r.s = (float *)p;
+    p += up256(btt * sizeof(float));
+    if (backward) {
+        r.ds = (bf16 *)p;
+        p += up256(btt * sizeof(bf16));
+    }
+    for (int i = 0; i < (backward ? 7 : 4); ++i) r.h[i] = (bf16 *)(p + i * bth);
+    return r;
+}
+
+int gpt_attention_forward(gpt_cuda_t ctx, void *out, int ostride, void *att, const void *q,
+                          const void *k, const void *v, int stride, int B, int T, int NH, int hs,
+                          void *scratch) {
     GPT_CHECK_CTX(ctx);
-    if (check_sizes(ctx, "gpt_attention_forward", B, T, C, NH)) return -1;
-    int HS = C / NH;
-    size_t btc = (size_t)B * T * C, tt = (size_t)T * T;
-    bf16 *q = (bf16 *)qkvr, *k = q + btc, *v = k + btc;
-    float *pre = (float *)scratch;
-    bf16 *y = (bf16 *)((char *)scratch + up256((size_t)B * NH * tt * sizeof(float)));
-    unsigned blocks = gpt_elementwise_blocks(btc);
-    for (int part = 0; part < 3; ++part)
-        to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(q + part * btc, (const bf16 *)qkv, B, T,
-                                                         NH, HS, 3 * C, part * C);
+    if (check_sizes(ctx, "gpt_attention_forward", B, T, NH, hs, stride, ostride)) return -1;
+    size_t tt = (size_t)T * T;
+    long long sh = (long long)T * hs;
+    Pieces p = cut(scratch, B, T, NH, hs, false);
+    bf16 *qh = p.h[0], *kh = p.h[1], *vh = p.h[2], *y = p.h[3];
+    unsigned blocks = gpt_elementwise_blocks((size_t)B * NH * T * hs);
+    const void *src[3] = {q, k, v};
+    for (int i = 0; i < 3; ++i)
+        to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(p.h[i], (const bf16 *)src[i], B, T, NH, hs,
+                                                         stride);
     GPT_LAUNCHED(ctx);
-    /* pre(T,T) = q(T,HS) k(T,HS)^T per (b, h) */
-    if (gpt_gemm_batched(ctx, false, true, T, T, HS, 1.f, q, (long long)T * HS, k,
-                         (long long)T * HS, 0.f, pre, CUDA_R_32F, (long long)tt, B * NH))
+    /* s(T,T) = q(T,hs) k(T,hs)^T per (b, h) */
+    if (gpt_gemm_batched(ctx, false, true, T, T, hs, 1.f, qh, sh, kh, sh, 0.f, p.s, CUDA_R_32F,
+                         (long long)tt, B * NH))
         return -1;
     int rows = B * NH * T;
     causal_softmax_kernel<<<(rows + 7) / 8, 256, 0, ctx->stream>>>(
-        (bf16 *)att, pre, 1.f / sqrtf((float)HS), rows, T);
+        (bf16 *)att, p.s, 1.f / sqrtf((float)hs), rows, T);
     GPT_LAUNCHED(ctx);
-    /* y(T,HS) = att(T,T) v(T,HS) */
-    if (gpt_gemm_batched(ctx, false, false, T, HS, T, 1.f, att, (long long)tt, v,
-                         (long long)T * HS, 0.f, y, CUDA_R_16BF, (long long)T * HS, B * NH))
+    /* y(T,hs) = att(T,T) v(T,hs) */
+    if (gpt_gemm_batched(ctx, false, false, T, hs, T, 1.f, att, (long long)tt, vh, sh, 0.f, y,
+                         CUDA_R_16BF, sh, B * NH))
         return -1;
-    from_heads_kernel<<<blocks, 256, 0, ctx->stream>>>((bf16 *)out, y, B, T, NH, HS, C, 0);
+    from_heads_kernel<<<blocks, 256, 0, ctx->stream>>>((bf16 *)out, y, B, T, NH, hs, ostride);
     GPT_LAUNCHED(ctx);
     return 0;
 }
 
-int gpt_attention_backward(gpt_cuda_t ctx, void *dqkv, void *scratch, const void *dout,
-                           const void *qkvr, const void *att, int B, int T, int C, int NH) {
+int gpt_attention_backward(gpt_cuda_t ctx, void *dq, void *dk, void *dv, int stride,
+                           const void *dout, int ostride, const void *att, const void *q,
+                           const void *k, const void *v, int B, int T, int NH, int hs,
+                           void *scratch) {
     GPT_CHECK_CTX(ctx);
-    if (check_sizes(ctx, "gpt_attention_backward", B, T, C, NH)) return -1;
-    int HS = C / NH;
-    size_t btc = (size_t)B * T * C, tt = (size_t)T * T, btt = (size_t)B * NH * tt;
-    long long sh = (long long)T * HS;
-    const bf16 *q = (const bf16 *)qkvr, *k = q + btc, *v = k + btc;
-    char *p = (char *)scratch;
-    float *datt = (float *)p;
-    p += up256(btt * sizeof(float));
-    bf16 *dpre = (bf16 *)p;
-    p += up256(btt * sizeof(bf16));
-    bf16 *dy = (bf16 *)p, *dq = (bf16 *)(p + up256(btc * sizeof(bf16)));
-    bf16 *dk = (bf16 *)(p + 2 * up256(btc * sizeof(bf16))), *dv = (bf16 *)(p + 3 * up256(btc * sizeof(bf16)));
-    unsigned blocks = gpt_elementwise_blocks(btc);
-    to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(dy, (const bf16 *)dout, B, T, NH, HS, C, 0);
+    if (check_sizes(ctx, "gpt_attention_backward", B, T, NH, hs, stride, ostride)) return -1;
+    size_t tt = (size_t)T * T;
+    long long sh = (long long)T * hs;
+    Pieces p = cut(scratch, B, T, NH, hs, true);
+    bf16 *qh = p.h[0], *kh = p.h[1], *vh = p.h[2], *dy = p.h[3];
+    bf16 *dqh = p.h[4], *dkh = p.h[5], *dvh = p.h[6];
+    unsigned blocks = gpt_elementwise_blocks((size_t)B * NH * T * hs);
+    const void *src[3] = {q, k, v};
+    for (int i = 0; i < 3; ++i)
+        to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(p.h[i], (const bf16 *)src[i], B, T, NH, hs,
+                                                         stride);
+    to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(dy, (const bf16 *)dout, B, T, NH, hs, ostride);
     GPT_LAUNCHED(ctx);
-    /* datt(T,T) = dy(T,HS) v^T; dv(T,HS) = att^T dy */
-    if (gpt_gemm_batched(ctx, false, true, T, T, HS, 1.f, dy, sh, v, sh, 0.f, datt, CUDA_R_32F,
+    /* datt(T,T) = dy(T,hs) v^T; dv(T,hs) = att^T dy */
+    if (gpt_gemm_batched(ctx, false, true, T, T, hs, 1.f, dy, sh, vh, sh, 0.f, p.s, CUDA_R_32F,
                          (long long)tt, B * NH) ||
-        gpt_gemm_batched(ctx, true, false, T, HS, T, 1.f, att, (long long)tt, dy, sh, 0.f, dv,
+        gpt_gemm_batched(ctx, true, false, T, hs, T, 1.f, att, (long long)tt, dy, sh, 0.f, dvh,
                          CUDA_R_16BF, sh, B * NH))
         return -1;
     int rows = B * NH * T;
     causal_softmax_backward_kernel<<<(rows + 7) / 8, 256, 0, ctx->stream>>>(
-        dpre, datt, (const bf16 *)att, 1.f / sqrtf((float)HS), rows, T);
+        p.ds, p.s, (const bf16 *)att, 1.f / sqrtf((float)hs), rows, T);
     GPT_LAUNCHED(ctx);
-    /* dq(T,HS) = dpre k; dk(T,HS) = dpre^T q */
-    if (gpt_gemm_batched(ctx, false, false, T, HS, T, 1.f, dpre, (long long)tt, k, sh, 0.f, dq,
+    /* dq(T,hs) = ds k; dk(T,hs) = ds^T q */
+    if (gpt_gemm_batched(ctx, false, false, T, hs, T, 1.f, p.ds, (long long)tt, kh, sh, 0.f, dqh,
                          CUDA_R_16BF, sh, B * NH) ||
-        gpt_gemm_batched(ctx, true, false, T, HS, T, 1.f, dpre, (long long)tt, q, sh, 0.f, dk,
+        gpt_gemm_batched(ctx, true, false, T, hs, T, 1.f, p.ds, (long long)tt, qh, sh, 0.f, dkh,
                          CUDA_R_16BF, sh, B * NH))
         return -1;
-    const bf16 *dparts[3] = {dq, dk, dv};
-    for (int part = 0; part < 3; ++part)
-        from_heads_kernel<<<blocks, 256, 0, ctx->stream>>>((bf16 *)dqkv, dparts[part], B, T, NH,
-                                                           HS, 3 * C, part * C);
+    void *dst[3] = {dq, dk, dv};
+    const bf16 *dh[3] = {dqh, dkh, dvh};
+    for (int i = 0; i < 3; ++i)
+        from_heads_kernel<<<blocks, 256, 0, ctx->stream>>>((bf16 *)dst[i], dh[i], B, T, NH, hs,
+                                                           stride);
     GPT_LAUNCHED(ctx);
     return 0;
 }

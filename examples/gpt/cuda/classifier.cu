@@ -19,13 +19,13 @@ __device__ __forceinline__ void online_merge(float &m, float &s, float m2, float
 }
 
 __global__ void __launch_bounds__(CLS_THREADS)
-    fused_classifier_kernel(bf16 *logits, float *losses, const int *targets, float dloss, int V,
+    fused_classifier_kernel(bf16 *logits, float *losses, const int64_t *targets, float dloss, int V,
                             int Vp) {
     __shared__ float shm[CLS_THREADS / 32], shs[CLS_THREADS / 32];
     __shared__ float sh_xt;
     int row = blockIdx.x;
     bf16 *x = logits + (size_t)row * Vp;
-    int tgt = targets[row];
+    int64_t tgt = targets[row];
     float m = -INFINITY, s = 0.f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float v = to_f(x[j]);
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(CLS_THREADS)
     }
 }
 
-int gpt_fused_classifier(gpt_cuda_t ctx, void *logits, float *losses, const int *targets,
+int gpt_fused_classifier(gpt_cuda_t ctx, void *logits, float *losses, const int64_t *targets,
                          float dloss, int N, int V, int Vp) {
     GPT_CHECK_CTX(ctx);
     if (N <= 0 || V <= 0 || Vp < V)

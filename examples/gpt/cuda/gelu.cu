@@ -20,7 +20,7 @@ __global__ void gelu_backward_kernel(bf16 *dinp, const bf16 *inp, const bf16 *do
         float t = tanhf(u);
         float du = GELU_K * (1.f + 3.f * 0.044715f * x * x);
         float g = 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * du;
-        dinp[i] = from_f<bf16>(g * to_f(dout[i]));
+        dinp[i] = from_f<bf16>(to_f(dinp[i]) + g * to_f(dout[i]));
     }
 }
 

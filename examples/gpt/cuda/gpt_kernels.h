@@ -13,16 +13,30 @@
  *     (+=) into that buffer, as the engine's accumulation wants. Each
  *     addition sums its terms in fp32 and rounds once into the buffer.
  *   - LayerNorm statistics (mean, rstd) and per-token losses: fp32.
+ *   - Tokens, positions and labels: int64_t, as the host path (gpt.h).
+ *
+ * The functions mirror the host path's (../gpt.h) one for one, with the
+ * same arguments in the same order and the same rule: a backward ADDS
+ * (+=) into every gradient it is given, activation gradients included,
+ * except attention_backward, which overwrites dq, dk, dv. The host path's
+ * classifier_forward/backward (LM head + loss) is here
+ * gpt_matmul_forward(logits, x, wte, GPT_W_OUT_IN) + gpt_fused_classifier
+ * + gpt_matmul_backward(dx, dwte, ..., wte, GPT_W_OUT_IN), which adds into
+ * dx (zero it first where the host path overwrites it). Sizes: N = B T.
  *
  * Layouts (all row-major, C order)
- *   activations       (B, T, C); qkv (B, T, 3C) with q | k | v, each C
- *                     wide and split into NH heads of HS = C / NH
+ *   activations       (B, T, C) = (N, C) with N = B T tokens; qkv (B, T, 3C)
+ *                     with q | k | v, each C wide and split into NH heads
+ *                     of hs = C / NH (attention takes q, k, v pointers and
+ *                     a row stride: 3C on a fused qkv, NH hs on separate
+ *                     tensors such as Ulysses' head shards)
  *   wte               (Vp, C)   token embedding, also the LM head (tied)
  *   wpe               (maxT, C) position embedding
  *   ln*.weight/bias   (C)
  *   Linear weights    either layout, chosen per call (gpt_wlayout_t):
  *     GPT_W_IN_OUT    (IC, OC): GPT-2 checkpoints' Conv1D (c_attn, c_proj,
- *                     c_fc of the Hugging Face files), y = x W + b
+ *                     c_fc of the Hugging Face files, and of the example's
+ *                     parameters: gpt.h), y = x W + b
  *     GPT_W_OUT_IN    (OC, IC): torch.nn.Linear, and wte as the LM head,
  *                     y = x W^T + b
  *   biases            (OC)
@@ -39,6 +53,7 @@
 #define GPT_KERNELS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -69,19 +84,22 @@ const char *gpt_cuda_error(gpt_cuda_t ctx);
 
 /* ---------------------------------------------------------------- encoder */
 
-/** out(B,T,C) = wte[inp[b,t]] + wpe[t]. inp: int32 (B,T) on the device;
- *  token ids must be < Vp (not checked on the device). */
-int gpt_encoder_forward(gpt_cuda_t ctx, void *out, const int *inp, const void *wte,
-                        const void *wpe, int B, int T, int C);
-/** dwte[inp[b,t]] += dout[b,t]; dwpe[t] += sum_b dout[b,t] (either may be
- *  NULL to skip it). @p inp_host: the same tokens in host memory: the
- *  rows are grouped by token on the host and the grouping is copied to the
- *  device (cudaMemcpyAsync from pageable memory, which waits for the
- *  stream's earlier work before it returns), so that each dwte row is
- *  summed in a fixed order, in fp32, and rounded once (deterministic).
- *  Vp: rows of dwte (a token outside [0, Vp) is an error naming it). */
+/** out[n] = wte[tok[n]] + wpe[pos[n]] for the N tokens (tok, pos: int64_t
+ *  on the device; ids must be < Vp and positions < maxT: not checked on
+ *  the device, they are by the backward on the host). */
+int gpt_encoder_forward(gpt_cuda_t ctx, void *out, const int64_t *tok, const int64_t *pos,
+                        const void *wte, const void *wpe, int N, int C);
+/** dwte[tok[n]] += dout[n]; dwpe[pos[n]] += dout[n] (either may be NULL to
+ *  skip it). @p tok_host, @p pos_host: the same tokens and positions in
+ *  host memory: the rows are grouped by id on the host and the grouping is
+ *  copied to the device (cudaMemcpyAsync from pageable memory, which waits
+ *  for the stream's earlier work before it returns), so that each row of
+ *  dwte and dwpe is summed in a fixed order, in fp32, and rounded once
+ *  (deterministic). Vp, maxT: rows of dwte and dwpe (an id outside them is
+ *  an error naming it, before anything is written). */
 int gpt_encoder_backward(gpt_cuda_t ctx, void *dwte, void *dwpe, gpt_grad_dtype_t gdt,
-                         const void *dout, const int *inp_host, int B, int T, int C, int Vp);
+                         const void *dout, const int64_t *tok_host, const int64_t *pos_host,
+                         int N, int C, int Vp, int maxT);
 
 /* -------------------------------------------------------------- layernorm */
 
@@ -103,9 +121,9 @@ int gpt_layernorm_backward(gpt_cuda_t ctx, void *dinp, void *dweight, void *dbia
  *  with the bias fused in its epilogue. */
 int gpt_matmul_forward(gpt_cuda_t ctx, void *out, const void *inp, const void *weight,
                        gpt_wlayout_t wl, const void *bias, int N, int IC, int OC);
-/** dinp(N,IC) = dout W^T (OVERWRITES; NULL to skip), dweight += the
- *  weight's gradient in the weight's own layout (NULL to skip), dbias +=
- *  sum_rows dout (NULL to skip). */
+/** dinp(N,IC) += dout W^T (NULL to skip), dweight += the weight's
+ *  gradient in the weight's own layout (NULL to skip), dbias += sum_rows
+ *  dout (NULL to skip). */
 int gpt_matmul_backward(gpt_cuda_t ctx, void *dinp, void *dweight, void *dbias,
                         gpt_grad_dtype_t gdt, const void *dout, const void *inp,
                         const void *weight, gpt_wlayout_t wl, int N, int IC, int OC);
@@ -114,26 +132,32 @@ int gpt_matmul_backward(gpt_cuda_t ctx, void *dinp, void *dweight, void *dbias,
 
 /** Bytes of device scratch gpt_attention_forward/backward need (one
  *  buffer, shared by every layer; the caller allocates it). */
-size_t gpt_attention_scratch_bytes(int B, int T, int C, int NH);
-/** Causal multi-head self-attention: out(B,T,C) from qkv(B,T,3C). Saves
- *  qkvr (3*B*T*C bf16: q, k, v as (B,NH,T,HS)) and att (B,NH,T,T bf16:
- *  the softmax probabilities, zeros above the diagonal) for the backward.
- *  Scores are scaled by 1/sqrt(HS). */
-int gpt_attention_forward(gpt_cuda_t ctx, void *out, void *qkvr, void *att, void *scratch,
-                          const void *qkv, int B, int T, int C, int NH);
-/** dqkv(B,T,3C) (OVERWRITES) from dout(B,T,C) and the saved qkvr, att. */
-int gpt_attention_backward(gpt_cuda_t ctx, void *dqkv, void *scratch, const void *dout,
-                           const void *qkvr, const void *att, int B, int T, int C, int NH);
+size_t gpt_attention_scratch_bytes(int B, int T, int NH, int hs);
+/** Causal multi-head self-attention on B sequences of T tokens, NH heads
+ *  of hs channels: q, k, v and out address element (b, t, h, e) at
+ *  [(b T + t) stride + h hs + e] (out with ostride). Saves att (B,NH,T,T,
+ *  bf16: the probabilities, zeros above the diagonal) for the backward.
+ *  Scores are scaled by 1/sqrt(hs). */
+int gpt_attention_forward(gpt_cuda_t ctx, void *out, int ostride, void *att, const void *q,
+                          const void *k, const void *v, int stride, int B, int T, int NH, int hs,
+                          void *scratch);
+/** dq, dk, dv (OVERWRITTEN, with stride) from dout (ostride), the saved
+ *  att and the forward's q, k, v. */
+int gpt_attention_backward(gpt_cuda_t ctx, void *dq, void *dk, void *dv, int stride,
+                           const void *dout, int ostride, const void *att, const void *q,
+                           const void *k, const void *v, int B, int T, int NH, int hs,
+                           void *scratch);
 
 /* ------------------------------------------------------------ elementwise */
 
 /** out = GELU(inp), tanh approximation (GPT-2's); n elements. */
 int gpt_gelu_forward(gpt_cuda_t ctx, void *out, const void *inp, size_t n);
-/** dinp = dout * GELU'(inp) (OVERWRITES; dinp may alias dout). */
+/** dinp += dout * GELU'(inp) (dinp must not alias dout). */
 int gpt_gelu_backward(gpt_cuda_t ctx, void *dinp, const void *inp, const void *dout, size_t n);
-/** out = a + b, n elements (out may alias a or b). The residual's
- *  backward is the identity: the same gradient goes to both branches. */
+/** out = a + b, n elements (out may alias a or b). */
 int gpt_residual_forward(gpt_cuda_t ctx, void *out, const void *a, const void *b, size_t n);
+/** da += dout, db += dout (either may be NULL; neither may alias dout). */
+int gpt_residual_backward(gpt_cuda_t ctx, void *da, void *db, const void *dout, size_t n);
 
 /* ------------------------------------------------------------- classifier */
 
@@ -141,9 +165,9 @@ int gpt_residual_forward(gpt_cuda_t ctx, void *out, const void *a, const void *b
  *  logits, losses[i] = -log p[i][targets[i]] (fp32), and, when dloss !=
  *  0, the logits OVERWRITTEN by their gradient dloss * (p - onehot) (zero
  *  in the padded columns). A target < 0 ignores its row (loss 0, gradient
- *  0); a target >= V makes its row's loss NaN (so a bad id shows in the
+ *  0: the host path's -100 labels); a target >= V makes its row's loss NaN (so a bad id shows in the
  *  loss) and its gradient zero. dloss is the loss's weight per token (1/(B*T) for the batch mean). */
-int gpt_fused_classifier(gpt_cuda_t ctx, void *logits, float *losses, const int *targets,
+int gpt_fused_classifier(gpt_cuda_t ctx, void *logits, float *losses, const int64_t *targets,
                          float dloss, int N, int V, int Vp);
 
 #ifdef __cplusplus

@@ -1,7 +1,7 @@
 /*
  * Linear layers through cuBLASLt: out = inp W + bias with the bias fused in
  * the epilogue; the backward's two products (dinp, dweight) also through
- * cuBLASLt, dweight accumulated by beta = 1 in the gradient's dtype; dbias
+ * cuBLASLt, dinp and dweight accumulated by beta = 1 in the gradient's dtype; dbias
  * by a fixed-order column sum.
  */
 #include "common.cuh"
@@ -105,9 +105,9 @@ int gpt_matmul_backward(gpt_cuda_t ctx, void *dinp, void *dweight, void *dbias,
     if (N <= 0 || IC <= 0 || OC <= 0)
         return gpt_fail(ctx, "gpt_matmul_backward: bad sizes N %d IC %d OC %d", N, IC, OC);
     cudaDataType_t gt = gdt == GPT_GRAD_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    /* dinp(N,IC) = dout(N,OC) W^T: W^T is (OC,IC) as stored for OUT_IN. */
+    /* dinp(N,IC) += dout(N,OC) W^T: W^T is (OC,IC) as stored for OUT_IN. */
     if (dinp && lt_matmul(ctx, dinp, CUDA_R_16BF, dout, false, weight, wl == GPT_W_IN_OUT, N, IC,
-                          OC, false, nullptr))
+                          OC, true, nullptr))
         return -1;
     if (dweight) {
         int rc = wl == GPT_W_OUT_IN
