@@ -25,8 +25,10 @@ struct gpt_cuda_s {
     size_t lt_workspace_bytes;
     int *enc_scratch;            /* encoder_backward's token grouping (device) */
     size_t enc_scratch_ints;
-    int *enc_host;               /* its host staging (pageable) */
+    int *enc_host;               /* its host staging (page-locked) */
     size_t enc_host_ints;
+    cudaEvent_t enc_copied;      /* the staging's last copy to the device */
+    bool enc_pending;            /* enc_copied was recorded */
     float *red;                  /* partial column sums (device) */
     size_t red_floats;
     char err[512];

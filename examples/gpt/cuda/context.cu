@@ -49,6 +49,11 @@ int gpt_cuda_create(void *stream, gpt_cuda_t *out) {
                         cudaGetErrorString(e));
     }
     ctx->lt_workspace_bytes = LT_WORKSPACE;
+    if (cudaEventCreateWithFlags(&ctx->enc_copied, cudaEventDisableTiming) != cudaSuccess) {
+        ctx->enc_copied = nullptr;
+        gpt_cuda_free(&ctx);
+        return gpt_fail(nullptr, "cudaEventCreateWithFlags failed");
+    }
     if (cublasSetStream(ctx->blas, ctx->stream) != CUBLAS_STATUS_SUCCESS ||
         cublasSetWorkspace(ctx->blas, ctx->lt_workspace, ctx->lt_workspace_bytes) !=
             CUBLAS_STATUS_SUCCESS) {
@@ -66,7 +71,8 @@ void gpt_cuda_free(gpt_cuda_t *pctx) {
     cudaFree(ctx->lt_workspace);
     cudaFree(ctx->enc_scratch);
     cudaFree(ctx->red);
-    free(ctx->enc_host);
+    cudaFreeHost(ctx->enc_host);
+    if (ctx->enc_copied) cudaEventDestroy(ctx->enc_copied);
     cublasLtDestroy(ctx->lt);
     cublasDestroy(ctx->blas);
     free(ctx);

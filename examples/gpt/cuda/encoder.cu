@@ -90,10 +90,15 @@ int gpt_encoder_backward(gpt_cuda_t ctx, void *dwte, void *dwpe, gpt_grad_dtype_
         return gpt_fail(ctx, "gpt_encoder_backward: tok_host or pos_host is NULL");
     if (!dwte && !dwpe) return 0;
     size_t per = 2 * (size_t)N + 1, need = 2 * per; /* room for both groupings */
+    /* The staging is rewritten below: its previous copy must be done (it
+     * was enqueued a whole step ago: no wait in practice). */
+    if (ctx->enc_pending) GPT_CUDA(ctx, cudaEventSynchronize(ctx->enc_copied));
+    ctx->enc_pending = false;
     if (ctx->enc_host_ints < need) {
-        int *h = (int *)realloc(ctx->enc_host, need * sizeof(int));
-        if (!h) return gpt_fail(ctx, "gpt_encoder_backward: out of host memory (%zu ints)", need);
-        ctx->enc_host = h;
+        GPT_CUDA(ctx, cudaFreeHost(ctx->enc_host));
+        ctx->enc_host = nullptr;
+        ctx->enc_host_ints = 0;
+        GPT_CUDA(ctx, cudaMallocHost(&ctx->enc_host, need * sizeof(int)));
         ctx->enc_host_ints = need;
     }
     int Ut = 0, Up = 0;
@@ -107,10 +112,10 @@ int gpt_encoder_backward(gpt_cuda_t ctx, void *dwte, void *dwpe, gpt_grad_dtype_
         GPT_CUDA(ctx, cudaMalloc(&ctx->enc_scratch, need * sizeof(int)));
         ctx->enc_scratch_ints = need;
     }
-    /* Pageable source: returns once the bytes are staged, so the next call
-     * may rewrite enc_host. */
     GPT_CUDA(ctx, cudaMemcpyAsync(ctx->enc_scratch, ctx->enc_host, need * sizeof(int),
                                   cudaMemcpyHostToDevice, ctx->stream));
+    GPT_CUDA(ctx, cudaEventRecord(ctx->enc_copied, ctx->stream));
+    ctx->enc_pending = true;
     const bf16 *d = (const bf16 *)dout;
     bool f32 = gdt == GPT_GRAD_F32;
     if (dwte) {

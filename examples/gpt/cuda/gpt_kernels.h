@@ -91,11 +91,11 @@ int gpt_encoder_forward(gpt_cuda_t ctx, void *out, const int64_t *tok, const int
                         const void *wte, const void *wpe, int N, int C);
 /** dwte[tok[n]] += dout[n]; dwpe[pos[n]] += dout[n] (either may be NULL to
  *  skip it). @p tok_host, @p pos_host: the same tokens and positions in
- *  host memory: the rows are grouped by id on the host and the grouping is
- *  copied to the device (cudaMemcpyAsync from pageable memory, which waits
- *  for the stream's earlier work before it returns), so that each row of
- *  dwte and dwpe is summed in a fixed order, in fp32, and rounded once
- *  (deterministic). Vp, maxT: rows of dwte and dwpe (an id outside them is
+ *  host memory: the rows are grouped by id on the host (a sort of N ids)
+ *  and the grouping is copied to the device through the context's
+ *  page-locked staging (the call waits only for the previous call's copy),
+ *  so that each row of dwte and dwpe is summed in a fixed order, in fp32,
+ *  and rounded once (deterministic). Vp, maxT: rows of dwte and dwpe (an id outside them is
  *  an error naming it, before anything is written). */
 int gpt_encoder_backward(gpt_cuda_t ctx, void *dwte, void *dwpe, gpt_grad_dtype_t gdt,
                          const void *dout, const int64_t *tok_host, const int64_t *pos_host,
