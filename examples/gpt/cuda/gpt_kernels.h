@@ -118,7 +118,9 @@ int gpt_layernorm_backward(gpt_cuda_t ctx, void *dinp, void *dweight, void *dbia
 /* ----------------------------------------------------------------- matmul */
 
 /** out(N,OC) = inp(N,IC) W + bias (bias may be NULL), through cuBLASLt
- *  with the bias fused in its epilogue. */
+ *  with the bias fused in its epilogue (a bias not 16-byte aligned is
+ *  added by a kernel after; matrices of any alignment are accepted:
+ *  cuBLASLt is told theirs, and cuBLAS's GEMM takes those it refuses). */
 int gpt_matmul_forward(gpt_cuda_t ctx, void *out, const void *inp, const void *weight,
                        gpt_wlayout_t wl, const void *bias, int N, int IC, int OC);
 /** dinp(N,IC) += dout W^T (NULL to skip), dweight += the weight's

@@ -6,6 +6,24 @@
  */
 #include "common.cuh"
 
+#include <cstdint>
+
+/* The largest power of two up to 256 that divides the address. */
+static uint32_t alignment(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    uint32_t r = 1;
+    while (r < 256 && !(a & r)) r <<= 1;
+    return r;
+}
+
+/* out[n, o] += bias[o]: where the epilogue cannot take the bias. */
+__global__ void add_bias_kernel(bf16 *out, const bf16 *bias, int N, int OC) {
+    size_t n = (size_t)N * OC;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = from_f<bf16>(to_f(out[i]) + to_f(bias[i % OC]));
+}
+
 /* Row-major D(M,N) = op(A) op(B) (+ D when accumulate) (+ bias[N] when
  * bias), A and B bf16, D of dtype dt, fp32 compute. A is (M,K) row-major, or
  * (K,M) when ta; B is (K,N), or (N,K) when tb. cuBLASLt is column-major:
@@ -25,6 +43,7 @@ static int lt_matmul(gpt_cuda_t ctx, void *D, cudaDataType_t dt, const void *A, 
     float alpha = 1.f, beta = accumulate ? 1.f : 0.f;
     cublasLtMatmulHeuristicResult_t heur;
     int nheur = 0;
+    uint32_t align_a = alignment(B), align_b = alignment(A), align_d = alignment(D);
 #define LT(call)                                                                          \
     do {                                                                                  \
         s = (call);                                                                       \
@@ -52,10 +71,27 @@ static int lt_matmul(gpt_cuda_t ctx, void *D, cudaDataType_t dt, const void *A, 
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                             &ctx->lt_workspace_bytes,
                                             sizeof ctx->lt_workspace_bytes));
+    /* cuBLASLt assumes 256-byte aligned matrices unless told: a parameter
+     * may sit anywhere in the engine's flat buffers. */
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                            &align_a, sizeof align_a));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                            &align_b, sizeof align_b));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                            &align_d, sizeof align_d));
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                            &align_d, sizeof align_d));
     LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &nheur));
     if (nheur == 0) {
-        rc = gpt_fail(ctx, "cuBLASLt has no algorithm for M %d N %d K %d (ta %d tb %d bias %d)", M,
-                      N, K, (int)ta, (int)tb, bias != nullptr);
+        /* None for these alignments or shapes: cuBLAS's GEMM takes any
+         * (same arithmetic: fp32 compute, one rounding), then the bias. */
+        rc = gpt_gemm_batched(ctx, ta, tb, M, N, K, 1.f, A, 0, B, 0, beta, D, dt, 0, 1);
+        if (rc == 0 && bias) {
+            add_bias_kernel<<<gpt_elementwise_blocks((size_t)M * N), 256, 0, ctx->stream>>>(
+                (bf16 *)D, (const bf16 *)bias, M, N);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) rc = gpt_fail(ctx, "add_bias_kernel: %s", cudaGetErrorString(e));
+        }
         goto done;
     }
     LT(cublasLtMatmul(ctx->lt, op, &alpha, B, la, A, lb, &beta, D, ld, D, ld, &heur.algo,
@@ -75,9 +111,21 @@ int gpt_matmul_forward(gpt_cuda_t ctx, void *out, const void *inp, const void *w
     GPT_CHECK_CTX(ctx);
     if (N <= 0 || IC <= 0 || OC <= 0)
         return gpt_fail(ctx, "gpt_matmul_forward: bad sizes N %d IC %d OC %d", N, IC, OC);
+    if (!out || !inp || !weight)
+        return gpt_fail(ctx, "gpt_matmul_forward: out, inp or weight is NULL");
+    /* The epilogue reads the bias in 16-byte pieces (an unaligned bias, as
+     * a slice of a flat buffer may be, is added by a kernel instead). */
+    bool fuse = bias && alignment(bias) >= 16;
     /* out(N,OC) = inp(N,IC) W(IC,OC), or inp W^T for W stored (OC,IC). */
-    return lt_matmul(ctx, out, CUDA_R_16BF, inp, false, weight, wl == GPT_W_OUT_IN, N, OC, IC,
-                     false, bias);
+    if (lt_matmul(ctx, out, CUDA_R_16BF, inp, false, weight, wl == GPT_W_OUT_IN, N, OC, IC, false,
+                  fuse ? bias : nullptr))
+        return -1;
+    if (bias && !fuse) {
+        add_bias_kernel<<<gpt_elementwise_blocks((size_t)N * OC), 256, 0, ctx->stream>>>(
+            (bf16 *)out, (const bf16 *)bias, N, OC);
+        GPT_LAUNCHED(ctx);
+    }
+    return 0;
 }
 
 /* Partial column sums of dout (rows, cols): block (32, GPT_COL_ROWS),
@@ -104,6 +152,8 @@ int gpt_matmul_backward(gpt_cuda_t ctx, void *dinp, void *dweight, void *dbias,
     GPT_CHECK_CTX(ctx);
     if (N <= 0 || IC <= 0 || OC <= 0)
         return gpt_fail(ctx, "gpt_matmul_backward: bad sizes N %d IC %d OC %d", N, IC, OC);
+    if (!dout || (dinp && !weight) || (dweight && !inp))
+        return gpt_fail(ctx, "gpt_matmul_backward: dout, weight (for dinp) or inp (for dweight) is NULL");
     cudaDataType_t gt = gdt == GPT_GRAD_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     /* dinp(N,IC) += dout(N,OC) W^T: W^T is (OC,IC) as stored for OUT_IN. */
     if (dinp && lt_matmul(ctx, dinp, CUDA_R_16BF, dout, false, weight, wl == GPT_W_IN_OUT, N, IC,

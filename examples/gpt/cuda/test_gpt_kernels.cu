@@ -84,15 +84,25 @@ static vec rnd(size_t n, float scale = 1.f) {
 
 /* Device buffers: bf16 (from fp32 values) or fp32, freed at exit of scope. */
 struct Dev {
-    void *p = nullptr;
+    void *p = nullptr, *base = nullptr;
     size_t n = 0;
     bool f32 = false;
     Dev(const vec &v, bool as_f32 = false) : n(v.size()), f32(as_f32) {
-        CK(cudaMalloc(&p, n * (f32 ? 4 : 2) + 16));
+        CK(cudaMalloc(&base, n * (f32 ? 4 : 2) + 16));
+        p = base;
         put(v);
     }
-    explicit Dev(size_t bytes) : n(bytes) { CK(cudaMalloc(&p, bytes + 16)); }
-    ~Dev() { cudaFree(p); }
+    explicit Dev(size_t bytes) : n(bytes) {
+        CK(cudaMalloc(&base, bytes + 16));
+        p = base;
+    }
+    ~Dev() { cudaFree(base); }
+    /* Moves the data k elements up (into the 16 spare bytes). */
+    void shift(int k) {
+        vec v = get();
+        p = (char *)base + (size_t)k * (f32 ? 4 : 2);
+        put(v);
+    }
     Dev(const Dev &) = delete;
     Dev &operator=(const Dev &) = delete;
     void put(const vec &v) {
@@ -394,7 +404,11 @@ static void check_layernorm(gpt_cuda_t ctx, gpt_grad_dtype_t gdt) {
     compare(s, Gb.get(), db, TOL_OP);
 }
 
-static void check_matmul(gpt_cuda_t ctx, gpt_grad_dtype_t gdt, gpt_wlayout_t wl, bool with_bias) {
+/* skew: every pointer moved by that many bf16 elements (or fp32 for fp32
+ * gradients), as a parameter inside a flat buffer may be: 2-byte aligned
+ * matrices and an unaligned bias. */
+static void check_matmul(gpt_cuda_t ctx, gpt_grad_dtype_t gdt, gpt_wlayout_t wl, bool with_bias,
+                         int skew = 0) {
     const int N = 24, IC = 64, OC = 40;
     bool in_out = wl == GPT_W_IN_OUT;
     vec x = rnd((size_t)N * IC), W = rnd((size_t)IC * OC, 0.2f), bias = rnd(OC);
@@ -402,6 +416,9 @@ static void check_matmul(gpt_cuda_t ctx, gpt_grad_dtype_t gdt, gpt_wlayout_t wl,
     vec dx = rnd((size_t)N * IC, 0.5f);
     Dev Dx(x), DW(W), Db(bias), Dout(vec((size_t)N * OC)), Ddout(dout), Ddx(dx);
     Dev GW(dW, gdt == GPT_GRAD_F32), Gb(db, gdt == GPT_GRAD_F32);
+    if (skew) {
+        for (Dev *d : {&Dx, &DW, &Db, &Dout, &Ddout, &Ddx, &GW, &Gb}) d->shift(skew);
+    }
     GK(gpt_matmul_forward(ctx, Dout.p, Dx.p, DW.p, wl, with_bias ? Db.p : nullptr, N, IC, OC));
     GK(gpt_matmul_backward(ctx, Ddx.p, GW.p, with_bias ? Gb.p : nullptr, gdt, Ddout.p, Dx.p, DW.p,
                            wl, N, IC, OC));
@@ -409,7 +426,7 @@ static void check_matmul(gpt_cuda_t ctx, gpt_grad_dtype_t gdt, gpt_wlayout_t wl,
     ref_matmul_fwd(out, x, W, in_out, with_bias ? &bias : nullptr, N, IC, OC);
     ref_matmul_bwd(dx, dW, db, dout, x, W, in_out, N, IC, OC);
     char s[96];
-    const char *l = in_out ? "in_out" : "out_in";
+    const char *l = skew ? (in_out ? "in_out skewed" : "out_in skewed") : (in_out ? "in_out" : "out_in");
     snprintf(s, sizeof s, "matmul_forward %s%s", l, with_bias ? " +bias" : "");
     compare(s, Dout.get(), out, TOL_OP);
     snprintf(s, sizeof s, "matmul_backward %s dinp (+=)", l);
@@ -675,6 +692,7 @@ int main(int argc, char **argv) {
             for (gpt_wlayout_t wl : {GPT_W_OUT_IN, GPT_W_IN_OUT}) {
                 check_matmul(ctx, g, wl, true);
                 check_matmul(ctx, g, wl, false);
+                check_matmul(ctx, g, wl, true, 1);
             }
         }
         check_attention(ctx);
