@@ -128,6 +128,8 @@ int gpt_attention_forward(gpt_cuda_t ctx, void *out, int ostride, void *att, con
                           void *scratch) {
     GPT_CHECK_CTX(ctx);
     if (check_sizes(ctx, "gpt_attention_forward", B, T, NH, hs, stride, ostride)) return -1;
+    if (!out || !att || !q || !k || !v || !scratch)
+        return gpt_fail(ctx, "gpt_attention_forward: out, att, q, k, v or scratch is NULL");
     size_t tt = (size_t)T * T;
     long long sh = (long long)T * hs;
     Pieces p = cut(scratch, B, T, NH, hs, false);
@@ -161,6 +163,8 @@ int gpt_attention_backward(gpt_cuda_t ctx, void *dq, void *dk, void *dv, int str
                            void *scratch) {
     GPT_CHECK_CTX(ctx);
     if (check_sizes(ctx, "gpt_attention_backward", B, T, NH, hs, stride, ostride)) return -1;
+    if (!dq || !dk || !dv || !dout || !att || !q || !k || !v || !scratch)
+        return gpt_fail(ctx, "gpt_attention_backward: a tensor or the scratch is NULL");
     size_t tt = (size_t)T * T;
     long long sh = (long long)T * hs;
     Pieces p = cut(scratch, B, T, NH, hs, true);

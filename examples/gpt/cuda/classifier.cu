@@ -73,6 +73,8 @@ int gpt_fused_classifier(gpt_cuda_t ctx, void *logits, float *losses, const int6
     if (N <= 0 || V <= 0 || Vp < V)
         return gpt_fail(ctx, "gpt_fused_classifier: bad sizes N %d V %d Vp %d (need 0 < V <= Vp)",
                         N, V, Vp);
+    if (!logits || !losses || !targets)
+        return gpt_fail(ctx, "gpt_fused_classifier: logits, losses or targets is NULL");
     fused_classifier_kernel<<<N, CLS_THREADS, 0, ctx->stream>>>((bf16 *)logits, losses, targets,
                                                                 dloss, V, Vp);
     GPT_LAUNCHED(ctx);

@@ -25,6 +25,8 @@ int gpt_encoder_forward(gpt_cuda_t ctx, void *out, const int64_t *tok, const int
                         const void *wte, const void *wpe, int N, int C) {
     GPT_CHECK_CTX(ctx);
     if (N <= 0 || C <= 0) return gpt_fail(ctx, "gpt_encoder_forward: bad sizes N %d C %d", N, C);
+    if (!out || !tok || !pos || !wte || !wpe)
+        return gpt_fail(ctx, "gpt_encoder_forward: out, tok, pos, wte or wpe is NULL");
     encoder_forward_kernel<<<gpt_elementwise_blocks((size_t)N * C), 256, 0, ctx->stream>>>(
         (bf16 *)out, tok, pos, (const bf16 *)wte, (const bf16 *)wpe, N, C);
     GPT_LAUNCHED(ctx);
@@ -86,6 +88,7 @@ int gpt_encoder_backward(gpt_cuda_t ctx, void *dwte, void *dwpe, gpt_grad_dtype_
     if (N <= 0 || C <= 0 || Vp <= 0 || maxT <= 0)
         return gpt_fail(ctx, "gpt_encoder_backward: bad sizes N %d C %d Vp %d maxT %d", N, C, Vp,
                         maxT);
+    if (!dout) return gpt_fail(ctx, "gpt_encoder_backward: dout is NULL");
     if ((dwte && !tok_host) || (dwpe && !pos_host))
         return gpt_fail(ctx, "gpt_encoder_backward: tok_host or pos_host is NULL");
     if (!dwte && !dwpe) return 0;

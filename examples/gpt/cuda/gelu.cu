@@ -32,6 +32,7 @@ unsigned gpt_elementwise_blocks(size_t n) {
 int gpt_gelu_forward(gpt_cuda_t ctx, void *out, const void *inp, size_t n) {
     GPT_CHECK_CTX(ctx);
     if (!n) return 0;
+    if (!out || !inp) return gpt_fail(ctx, "gpt_gelu_forward: out or inp is NULL");
     gelu_forward_kernel<<<gpt_elementwise_blocks(n), 256, 0, ctx->stream>>>((bf16 *)out,
                                                                         (const bf16 *)inp, n);
     GPT_LAUNCHED(ctx);
@@ -41,6 +42,8 @@ int gpt_gelu_forward(gpt_cuda_t ctx, void *out, const void *inp, size_t n) {
 int gpt_gelu_backward(gpt_cuda_t ctx, void *dinp, const void *inp, const void *dout, size_t n) {
     GPT_CHECK_CTX(ctx);
     if (!n) return 0;
+    if (!dinp || !inp || !dout) return gpt_fail(ctx, "gpt_gelu_backward: dinp, inp or dout is NULL");
+    if (dinp == dout) return gpt_fail(ctx, "gpt_gelu_backward: dinp aliases dout (it adds into dinp)");
     gelu_backward_kernel<<<gpt_elementwise_blocks(n), 256, 0, ctx->stream>>>(
         (bf16 *)dinp, (const bf16 *)inp, (const bf16 *)dout, n);
     GPT_LAUNCHED(ctx);

@@ -46,8 +46,8 @@
  * without waiting (except where a comment says it copies from the host).
  * Pointers are device pointers unless named *_host. Return value: 0 on
  * success, else -1 with a message in gpt_cuda_error() (a CUDA or cuBLAS
- * error, or a bad argument, named with its value). Not thread safe per
- * context: one context per host thread.
+ * error, or a bad argument, named with its value; a NULL context gives -1
+ * alone). Not thread safe per context: one context per host thread.
  */
 #ifndef GPT_KERNELS_H
 #define GPT_KERNELS_H

@@ -35,6 +35,8 @@ int gpt_layernorm_forward(gpt_cuda_t ctx, void *out, float *mean, float *rstd, c
                           const void *weight, const void *bias, int N, int C) {
     GPT_CHECK_CTX(ctx);
     if (N <= 0 || C <= 0) return gpt_fail(ctx, "gpt_layernorm_forward: bad sizes N %d C %d", N, C);
+    if (!out || !inp || !weight || !bias)
+        return gpt_fail(ctx, "gpt_layernorm_forward: out, inp, weight or bias is NULL");
     const int warps = 8;
     layernorm_forward_kernel<<<(N + warps - 1) / warps, warps * 32, 0, ctx->stream>>>(
         (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)weight, (const bf16 *)bias, N, C);
@@ -100,6 +102,8 @@ int gpt_layernorm_backward(gpt_cuda_t ctx, void *dinp, void *dweight, void *dbia
     if (N <= 0 || C <= 0)
         return gpt_fail(ctx, "gpt_layernorm_backward: bad sizes N %d C %d", N, C);
     if (!mean || !rstd) return gpt_fail(ctx, "gpt_layernorm_backward: mean or rstd is NULL");
+    if (!dout || !inp || !weight)
+        return gpt_fail(ctx, "gpt_layernorm_backward: dout, inp or weight is NULL");
     if (dinp) {
         const int warps = 8;
         layernorm_dinp_kernel<<<(N + warps - 1) / warps, warps * 32, 0, ctx->stream>>>(

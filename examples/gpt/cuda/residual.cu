@@ -11,6 +11,7 @@ __global__ void residual_forward_kernel(bf16 *out, const bf16 *a, const bf16 *b,
 int gpt_residual_forward(gpt_cuda_t ctx, void *out, const void *a, const void *b, size_t n) {
     GPT_CHECK_CTX(ctx);
     if (!n) return 0;
+    if (!out || !a || !b) return gpt_fail(ctx, "gpt_residual_forward: out, a or b is NULL");
     residual_forward_kernel<<<gpt_elementwise_blocks(n), 256, 0, ctx->stream>>>(
         (bf16 *)out, (const bf16 *)a, (const bf16 *)b, n);
     GPT_LAUNCHED(ctx);
@@ -29,6 +30,9 @@ __global__ void residual_backward_kernel(bf16 *da, bf16 *db, const bf16 *dout, s
 int gpt_residual_backward(gpt_cuda_t ctx, void *da, void *db, const void *dout, size_t n) {
     GPT_CHECK_CTX(ctx);
     if (!n || (!da && !db)) return 0;
+    if (!dout) return gpt_fail(ctx, "gpt_residual_backward: dout is NULL");
+    if (da == dout || db == dout)
+        return gpt_fail(ctx, "gpt_residual_backward: da or db aliases dout (they add into it)");
     residual_backward_kernel<<<gpt_elementwise_blocks(n), 256, 0, ctx->stream>>>(
         (bf16 *)da, (bf16 *)db, (const bf16 *)dout, n);
     GPT_LAUNCHED(ctx);

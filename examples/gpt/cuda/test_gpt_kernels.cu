@@ -542,6 +542,14 @@ static void check_bad_arguments(gpt_cuda_t ctx) {
     bad(ctx, "layernorm C -1",
         gpt_layernorm_forward(ctx, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, -1),
         "C -1");
+    bad(ctx, "matmul_forward weight NULL",
+        gpt_matmul_forward(ctx, ctx /* any non-NULL */, ctx, nullptr, GPT_W_IN_OUT, nullptr, 4, 8,
+                           8),
+        "weight is NULL");
+    bad(ctx, "gelu_backward dinp == dout",
+        gpt_gelu_backward(ctx, ctx, ctx, ctx, 16), "dinp aliases dout");
+    bad(ctx, "encoder_forward tok NULL",
+        gpt_encoder_forward(ctx, ctx, nullptr, nullptr, ctx, ctx, 4, 8), "is NULL");
     bad(ctx, "layernorm_backward mean NULL",
         gpt_layernorm_backward(ctx, nullptr, nullptr, nullptr, GPT_GRAD_BF16, nullptr, nullptr,
                                nullptr, nullptr, nullptr, 4, 8),
