@@ -161,6 +161,11 @@ int gpt_residual_forward(gpt_cuda_t ctx, void *out, const void *a, const void *b
 /** da += dout, db += dout (either may be NULL; neither may alias dout). */
 int gpt_residual_backward(gpt_cuda_t ctx, void *da, void *db, const void *dout, size_t n);
 
+/** dst = src converted, n elements; *_f32: 1 for fp32, 0 for bf16 (rounded
+ *  to nearest even). For an fp32 engine, whose parameters these kernels
+ *  take as bf16 working copies. */
+int gpt_cast(gpt_cuda_t ctx, void *dst, int dst_f32, const void *src, int src_f32, size_t n);
+
 /* ------------------------------------------------------------- classifier */
 
 /** Softmax over the first V of Vp columns of each of the N rows of

@@ -504,6 +504,11 @@ static void check_elementwise(gpt_cuda_t ctx) {
     compare("gelu_backward (+=)", Ddx.get(), dg, TOL_OP);
     GK(gpt_residual_forward(ctx, Dres.p, Dx.p, Dy.p, n));
     compare("residual_forward", Dres.get(), r, TOL_OP);
+    Dev Dx32(x, true), Dc16{vec(n)}, Dc32(vec(n), true);
+    GK(gpt_cast(ctx, Dc16.p, 0, Dx32.p, 1, n));
+    GK(gpt_cast(ctx, Dc32.p, 1, Dc16.p, 0, n));
+    compare("cast fp32 -> bf16 (exact on bf16 values)", Dc16.get(), x, 0.f);
+    compare("cast bf16 -> fp32", Dc32.get(), x, 0.f);
     GK(gpt_residual_backward(ctx, Dda.p, Ddb.p, Ddout.p, n));
     compare("residual_backward da (+=)", Dda.get(), da, TOL_OP);
     compare("residual_backward db (+=)", Ddb.get(), db, TOL_OP);
