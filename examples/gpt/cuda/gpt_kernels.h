@@ -15,8 +15,10 @@
  *   - LayerNorm statistics (mean, rstd) and per-token losses: fp32.
  *   - Tokens, positions and labels: int64_t, as the host path (gpt.h).
  *
- * The functions mirror the host path's (../gpt.h) one for one, with the
- * same arguments in the same order and the same rule: a backward ADDS
+ * The functions mirror the host path's (../gpt.h) one for one: its
+ * arguments in its order, with the context first and, where they apply,
+ * the gradient dtype, the weight layout and the attention scratch added;
+ * and its rule: a backward ADDS
  * (+=) into every gradient it is given, activation gradients included,
  * except attention_backward, which overwrites dq, dk, dv. The host path's
  * classifier_forward/backward (LM head + loss) is here
@@ -43,7 +45,7 @@
  *   logits            (B*T, Vp); columns V..Vp-1 are padding
  *
  * Every function enqueues its work on the context's stream and returns
- * without waiting (except where a comment says it copies from the host).
+ * without waiting (encoder_backward: see its comment).
  * Pointers are device pointers unless named *_host. Return value: 0 on
  * success, else -1 with a message in gpt_cuda_error() (a CUDA or cuBLAS
  * error, or a bad argument, named with its value; a NULL context gives -1
