@@ -78,7 +78,10 @@ typedef enum { GPT_W_OUT_IN = 0, GPT_W_IN_OUT = 1 } gpt_wlayout_t;
 int gpt_cuda_create(void *stream, gpt_cuda_t *ctx);
 /** Frees the context and sets *ctx to NULL (NULL is accepted). */
 void gpt_cuda_free(gpt_cuda_t *ctx);
-/** Changes the stream of the context (and of its cuBLAS handles). */
+/** Changes the stream of the context (and of its cuBLAS handles). The
+ *  context's scratch (cuBLAS workspace, partial sums) is reused by every
+ *  call: work still pending on the old stream must be ordered before the
+ *  new stream's (an event, or a synchronization). */
 int gpt_cuda_set_stream(gpt_cuda_t ctx, void *stream);
 /** The last error message of this context (never NULL; "" when none).
  *  With ctx == NULL: the last error of gpt_cuda_create(). */
