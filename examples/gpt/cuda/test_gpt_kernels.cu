@@ -15,7 +15,10 @@
  * skip).
  *
  *   test_gpt_kernels            correctness checks, exit 0 / 1 / 77
- *   test_gpt_kernels --bench [B T]  times per kernel (default B 4, T 1024)
+ *   test_gpt_kernels --bench [B T [PEAK]]  times per kernel and of a whole
+ *       step's kernels at GPT-2 124M sizes (default B 4, T 1024; PEAK: the
+ *       device's bf16 dense TFLOP/s for the MFU, else H100/H200/B200/A100
+ *       SXM figures by name)
  */
 #include "gpt_kernels.h"
 
@@ -670,6 +673,100 @@ static int bench(gpt_cuda_t ctx, int B, int T) {
     return 0;
 }
 
+/* One training step's kernels of GPT-2 124M (L blocks on one set of
+ * buffers, as the trainer calls them: examples/gpt/gpt_device.c), without
+ * libdsm: the kernels' own ceiling for tokens/s and MFU. FLOPs per token:
+ * 6 P + 6 L C T (P parameters; attention's 12 L C T of PaLM's appendix B
+ * halved for the causal mask, as llm.c counts). */
+static void bench_step(gpt_cuda_t ctx, int B, int T, double peak_tflops) {
+    const int C = 768, NH = 12, hs = C / NH, L = 12, V = 50257, Vp = 50304, N = B * T, reps = 5;
+    const size_t n = (size_t)N, c = C, H = 2;
+    const gpt_grad_dtype_t g = GPT_GRAD_BF16;
+    Dev wte((size_t)Vp * c * H), wpe((size_t)T * c * H), gwte((size_t)Vp * c * H),
+        gwpe((size_t)T * c * H), lnw(c * H), lnb(c * H), glnw(c * H), glnb(c * H),
+        qkvw(3 * c * c * H), qkvb(3 * c * H), projw(c * c * H), projb(c * H), fcw(4 * c * c * H),
+        fcb(4 * c * H), fcpw(4 * c * c * H), fcpb(c * H), gqkvw(3 * c * c * H), gqkvb(3 * c * H),
+        gprojw(c * c * H), gprojb(c * H), gfcw(4 * c * c * H), gfcb(4 * c * H),
+        gfcpw(4 * c * c * H), gfcpb(c * H), enc(n * c * H), ln1(n * c * H), qkv(3 * n * c * H),
+        att((size_t)B * NH * T * T * H), atty(n * c * H), res2(n * c * H), ln2(n * c * H),
+        fch(4 * n * c * H), fchg(4 * n * c * H), res3(n * c * H), lnf(n * c * H),
+        logits(n * Vp * H), losses(n * 4), mean(n * 4), rstd(n * 4), dres(n * c * H),
+        dln(n * c * H), dqkv(3 * n * c * H), datty(n * c * H), dfch(4 * n * c * H),
+        dfchg(4 * n * c * H), dlnf(n * c * H), scr(gpt_attention_scratch_bytes(B, T, NH, hs));
+    for (Dev *d : {&wte, &wpe, &lnw, &lnb, &qkvw, &qkvb, &projw, &projb, &fcw, &fcb, &fcpw, &fcpb,
+                   &enc, &logits, &gwte, &gwpe, &glnw, &glnb, &gqkvw, &gqkvb, &gprojw, &gprojb,
+                   &gfcw, &gfcb, &gfcpw, &gfcpb})
+        CK(cudaMemset(d->p, 0, d->n));
+    ivec tok(n), pos(n);
+    for (size_t i = 0; i < n; ++i) {
+        tok[i] = (int64_t)((i * 2654435761u) % V);
+        pos[i] = (int64_t)(i % T);
+    }
+    int64_t *dtok = dev_ids(tok), *dpos = dev_ids(pos);
+    char *q = (char *)qkv.p, *dq = (char *)dqkv.p;
+    cudaStream_t st = nullptr; /* the context's stream is the caller's: sync all */
+    auto step = [&] {
+        GK(gpt_encoder_forward(ctx, enc.p, dtok, dpos, wte.p, wpe.p, N, C));
+        const void *x = enc.p;
+        for (int l = 0; l < L; ++l) {
+            GK(gpt_layernorm_forward(ctx, ln1.p, (float *)mean.p, (float *)rstd.p, x, lnw.p, lnb.p, N, C));
+            GK(gpt_matmul_forward(ctx, qkv.p, ln1.p, qkvw.p, GPT_W_IN_OUT, qkvb.p, N, C, 3 * C));
+            GK(gpt_attention_forward(ctx, atty.p, C, att.p, q, q + 2 * c, q + 4 * c, 3 * C, B, T, NH, hs, scr.p));
+            GK(gpt_matmul_forward(ctx, ln2.p, atty.p, projw.p, GPT_W_IN_OUT, projb.p, N, C, C));
+            GK(gpt_residual_forward(ctx, res2.p, x, ln2.p, n * c));
+            GK(gpt_layernorm_forward(ctx, ln2.p, (float *)mean.p, (float *)rstd.p, res2.p, lnw.p, lnb.p, N, C));
+            GK(gpt_matmul_forward(ctx, fch.p, ln2.p, fcw.p, GPT_W_IN_OUT, fcb.p, N, C, 4 * C));
+            GK(gpt_gelu_forward(ctx, fchg.p, fch.p, 4 * n * c));
+            GK(gpt_matmul_forward(ctx, res3.p, fchg.p, fcpw.p, GPT_W_IN_OUT, fcpb.p, N, 4 * C, C));
+            GK(gpt_residual_forward(ctx, res3.p, res2.p, res3.p, n * c));
+            x = enc.p; /* one set of buffers: every block reads the embeddings */
+        }
+        GK(gpt_layernorm_forward(ctx, lnf.p, (float *)mean.p, (float *)rstd.p, res3.p, lnw.p, lnb.p, N, C));
+        GK(gpt_matmul_forward(ctx, logits.p, lnf.p, wte.p, GPT_W_OUT_IN, nullptr, N, C, Vp));
+        GK(gpt_fused_classifier(ctx, logits.p, (float *)losses.p, dtok, 1.f / N, N, V, Vp));
+        CK(cudaMemsetAsync(dlnf.p, 0, dlnf.n, st));
+        GK(gpt_matmul_backward(ctx, dlnf.p, gwte.p, nullptr, g, logits.p, lnf.p, wte.p, GPT_W_OUT_IN, N, C, Vp));
+        CK(cudaMemsetAsync(dres.p, 0, dres.n, st));
+        GK(gpt_layernorm_backward(ctx, dres.p, glnw.p, glnb.p, g, dlnf.p, res3.p, lnw.p, (float *)mean.p, (float *)rstd.p, N, C));
+        for (int l = 0; l < L; ++l) {
+            for (Dev *d : {&dfchg, &dfch, &dln, &datty}) CK(cudaMemsetAsync(d->p, 0, d->n, st));
+            GK(gpt_matmul_backward(ctx, dfchg.p, gfcpw.p, gfcpb.p, g, dres.p, fchg.p, fcpw.p, GPT_W_IN_OUT, N, 4 * C, C));
+            GK(gpt_gelu_backward(ctx, dfch.p, fch.p, dfchg.p, 4 * n * c));
+            GK(gpt_matmul_backward(ctx, dln.p, gfcw.p, gfcb.p, g, dfch.p, ln2.p, fcw.p, GPT_W_IN_OUT, N, C, 4 * C));
+            GK(gpt_layernorm_backward(ctx, dres.p, glnw.p, glnb.p, g, dln.p, res2.p, lnw.p, (float *)mean.p, (float *)rstd.p, N, C));
+            GK(gpt_matmul_backward(ctx, datty.p, gprojw.p, gprojb.p, g, dres.p, atty.p, projw.p, GPT_W_IN_OUT, N, C, C));
+            GK(gpt_attention_backward(ctx, dq, dq + 2 * c, dq + 4 * c, 3 * C, datty.p, C, att.p, q, q + 2 * c, q + 4 * c, B, T, NH, hs, scr.p));
+            CK(cudaMemsetAsync(dln.p, 0, dln.n, st));
+            GK(gpt_matmul_backward(ctx, dln.p, gqkvw.p, gqkvb.p, g, dqkv.p, ln1.p, qkvw.p, GPT_W_IN_OUT, N, C, 3 * C));
+            GK(gpt_layernorm_backward(ctx, dres.p, glnw.p, glnb.p, g, dln.p, enc.p, lnw.p, (float *)mean.p, (float *)rstd.p, N, C));
+        }
+        GK(gpt_encoder_backward(ctx, gwte.p, gwpe.p, g, dres.p, tok.data(), pos.data(), N, C, Vp, T));
+        CK(cudaDeviceSynchronize()); /* as the trainer's loss read does */
+    };
+    step();
+    Timer t;
+    CK(cudaEventRecord(t.a));
+    for (int r = 0; r < reps; ++r) step();
+    CK(cudaEventRecord(t.b));
+    CK(cudaEventSynchronize(t.b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, t.a, t.b));
+    ms /= reps;
+    double P = (double)Vp * C + (double)T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    double flops = (6 * P + 6.0 * L * C * T) * N;
+    printf("\nstep of GPT-2 124M (L %d, %.1fM parameters, B %d T %d, kernels only, no libdsm):\n",
+           L, P / 1e6, B, T);
+    printf("  %.2f ms, %.0f tokens/s, %.1f TFLOP/s (FLOPs/token 6P + 6LCT)", ms, N / (ms * 1e-3),
+           flops / (ms * 1e-3) / 1e12);
+    if (peak_tflops > 0)
+        printf(", MFU %.1f%% of %.0f TFLOP/s bf16 dense\n",
+               100.0 * flops / (ms * 1e-3) / (peak_tflops * 1e12), peak_tflops);
+    else
+        printf(" (no MFU: pass the device's bf16 dense peak in TFLOP/s as the 4th argument)\n");
+    cudaFree(dtok);
+    cudaFree(dpos);
+}
+
 int main(int argc, char **argv) {
     bool do_bench = argc > 1 && !strcmp(argv[1], "--bench");
     int ndev = 0;
@@ -697,7 +794,14 @@ int main(int argc, char **argv) {
                     argc > 3 ? argv[3] : "");
             return 2;
         }
+        /* bf16 dense peaks of the data-center parts (SXM), unless given */
+        double peak = argc > 4 ? atof(argv[4])
+                      : strstr(prop.name, "H100") || strstr(prop.name, "H200") ? 989.4
+                      : strstr(prop.name, "B200")                              ? 2250.0
+                      : strstr(prop.name, "A100")                              ? 312.0
+                                                                               : 0.0;
         rc = bench(ctx, B, T);
+        bench_step(ctx, B, T, peak);
     } else {
         for (gpt_grad_dtype_t g : {GPT_GRAD_BF16, GPT_GRAD_F32}) {
             check_encoder(ctx, g);
