@@ -11,6 +11,11 @@
  * bf16; backward GEMMs fed by them). fp32 gradient buffers get the same
  * tolerance: their inputs (dout, activations) are bf16 anyway.
  *
+ * Then a whole tiny GPT-2 (2 blocks) forward and backward, called as the
+ * trainer calls the kernels, against the same model composed of the
+ * references: the loss within 1e-2, each parameter gradient within
+ * TOL_MODEL = 6e-2 of its scale (bf16 activations all along).
+ *
  * Without a usable GPU it prints a line saying so and exits 77 (automake's
  * skip).
  *
@@ -538,6 +543,194 @@ static void check_classifier(gpt_cuda_t ctx) {
     cudaFree(dtg);
 }
 
+/* A whole tiny GPT-2 (2 blocks), forward and backward, called as the
+ * trainer calls the kernels (examples/gpt/gpt_device.c), against the same
+ * model composed of the fp32 references: the mean loss, and every
+ * parameter's gradient (bf16, accumulated onto random initial values).
+ * Activations are rounded to bf16 at every step on the GPU, so the
+ * tolerance is TOL_MODEL = 6e-2 of each gradient's scale. */
+static const float TOL_MODEL = 6e-2f;
+enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW, P_FCPB, P_N };
+
+static void check_model(gpt_cuda_t ctx) {
+    const int B = 2, T = 8, C = 32, NH = 4, hs = C / NH, L = 2, V = 50, Vp = 64, N = B * T;
+    const size_t n = (size_t)N, c = C;
+    const size_t psz[P_N] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c};
+    /* parameters (bf16 values), gradients' initial values, tokens */
+    vec wte = rnd((size_t)Vp * c, 0.3f), wpe = rnd((size_t)T * c, 0.3f);
+    for (size_t i = (size_t)V * c; i < (size_t)Vp * c; ++i) wte[i] = 0.f; /* padded rows */
+    vec lnfw = rnd(c, 0.2f), lnfb = rnd(c, 0.2f);
+    for (auto &x : lnfw) x = bfround(1.f + x);
+    std::vector<vec> P((size_t)L * P_N), G((size_t)L * P_N);
+    for (int l = 0; l < L; ++l)
+        for (int k = 0; k < P_N; ++k) {
+            P[(size_t)l * P_N + k] = rnd(psz[k], k == P_FCPW || k == P_PROJW ? 0.1f : 0.3f);
+            if (k == P_LN1W || k == P_LN2W)
+                for (auto &x : P[(size_t)l * P_N + k]) x = bfround(1.f + x);
+            G[(size_t)l * P_N + k] = rnd(psz[k], 0.01f);
+        }
+    vec gwte = rnd((size_t)Vp * c, 0.01f), gwpe = rnd((size_t)T * c, 0.01f);
+    vec glnfw = rnd(c, 0.01f), glnfb = rnd(c, 0.01f);
+    ivec tok(n), pos(n), lab(n);
+    for (int i = 0; i < N; ++i) {
+        tok[i] = (i * 13 + 5) % V;
+        pos[i] = i % T;
+        lab[i] = (i * 7 + 3) % V;
+    }
+    lab[N - 1] = -100;
+    const int counted = N - 1;
+    const float dloss = 1.f / counted;
+
+    /* ---- the reference, fp32 */
+    struct Acts { vec ln1, m1, r1, qkv, att, atty, proj, res2, ln2, m2, r2, fch, fchg, fcp, res3; };
+    std::vector<Acts> A((size_t)L);
+    vec enc(n * c);
+    ref_encoder_fwd(enc, tok, pos, wte, wpe, N, C);
+    const vec *x = &enc;
+    for (int l = 0; l < L; ++l) {
+        Acts &a = A[(size_t)l];
+        const vec *p = &P[(size_t)l * P_N];
+        a.ln1.resize(n * c); a.m1.resize(n); a.r1.resize(n); a.qkv.resize(3 * n * c);
+        a.att.resize((size_t)B * NH * T * T); a.atty.resize(n * c); a.proj.resize(n * c);
+        a.res2.resize(n * c); a.ln2.resize(n * c); a.m2.resize(n); a.r2.resize(n);
+        a.fch.resize(4 * n * c); a.fchg.resize(4 * n * c); a.fcp.resize(n * c); a.res3.resize(n * c);
+        ref_layernorm_fwd(a.ln1, a.m1, a.r1, *x, p[P_LN1W], p[P_LN1B], N, C);
+        ref_matmul_fwd(a.qkv, a.ln1, p[P_QKVW], true, &p[P_QKVB], N, C, 3 * C);
+        ref_attention_fwd(a.atty, a.att, a.qkv, B, T, C, NH);
+        ref_matmul_fwd(a.proj, a.atty, p[P_PROJW], true, &p[P_PROJB], N, C, C);
+        for (size_t i = 0; i < n * c; ++i) a.res2[i] = (*x)[i] + a.proj[i];
+        ref_layernorm_fwd(a.ln2, a.m2, a.r2, a.res2, p[P_LN2W], p[P_LN2B], N, C);
+        ref_matmul_fwd(a.fch, a.ln2, p[P_FCW], true, &p[P_FCB], N, C, 4 * C);
+        for (size_t i = 0; i < 4 * n * c; ++i) a.fchg[i] = gelu(a.fch[i]);
+        ref_matmul_fwd(a.fcp, a.fchg, p[P_FCPW], true, &p[P_FCPB], N, 4 * C, C);
+        for (size_t i = 0; i < n * c; ++i) a.res3[i] = a.res2[i] + a.fcp[i];
+        x = &a.res3;
+    }
+    vec lnf(n * c), mf(n), rf(n), logits(n * Vp), dlogits(n * Vp), losses(n);
+    ref_layernorm_fwd(lnf, mf, rf, *x, lnfw, lnfb, N, C);
+    ref_matmul_fwd(logits, lnf, wte, false, nullptr, N, C, Vp);
+    ref_classifier(dlogits, losses, logits, lab, dloss, N, V, Vp);
+    double ref_loss = 0;
+    for (int i = 0; i < N; ++i) ref_loss += losses[i];
+    ref_loss /= counted;
+    vec rgwte = gwte, rgwpe = gwpe, rglnfw = glnfw, rglnfb = glnfb;
+    std::vector<vec> RG = G;
+    vec dlnf(n * c, 0.f), dres(n * c, 0.f), nob(Vp, 0.f);
+    ref_matmul_bwd(dlnf, rgwte, nob, dlogits, lnf, wte, false, N, C, Vp);
+    ref_layernorm_bwd(dres, rglnfw, rglnfb, dlnf, *x, lnfw, mf, rf, N, C);
+    for (int l = L - 1; l >= 0; --l) {
+        Acts &a = A[(size_t)l];
+        const vec *p = &P[(size_t)l * P_N];
+        vec *g = &RG[(size_t)l * P_N];
+        const vec &xin = l > 0 ? A[(size_t)l - 1].res3 : enc;
+        vec dfchg(4 * n * c, 0.f), dfch(4 * n * c), dln2(n * c, 0.f), datty(n * c, 0.f),
+            dqkv(3 * n * c), dln1(n * c, 0.f);
+        ref_matmul_bwd(dfchg, g[P_FCPW], g[P_FCPB], dres, a.fchg, p[P_FCPW], true, N, 4 * C, C);
+        for (size_t i = 0; i < 4 * n * c; ++i) dfch[i] = dfchg[i] * gelu_grad(a.fch[i]);
+        ref_matmul_bwd(dln2, g[P_FCW], g[P_FCB], dfch, a.ln2, p[P_FCW], true, N, C, 4 * C);
+        ref_layernorm_bwd(dres, g[P_LN2W], g[P_LN2B], dln2, a.res2, p[P_LN2W], a.m2, a.r2, N, C);
+        ref_matmul_bwd(datty, g[P_PROJW], g[P_PROJB], dres, a.atty, p[P_PROJW], true, N, C, C);
+        ref_attention_bwd(dqkv, datty, a.qkv, a.att, B, T, C, NH);
+        ref_matmul_bwd(dln1, g[P_QKVW], g[P_QKVB], dqkv, a.ln1, p[P_QKVW], true, N, C, 3 * C);
+        ref_layernorm_bwd(dres, g[P_LN1W], g[P_LN1B], dln1, xin, p[P_LN1W], a.m1, a.r1, N, C);
+    }
+    ref_encoder_bwd(rgwte, rgwpe, dres, tok, pos, N, C);
+
+    /* ---- the kernels, in the trainer's order */
+    const gpt_grad_dtype_t gd = GPT_GRAD_BF16;
+    Dev Dwte(wte), Dwpe(wpe), Dlnfw(lnfw), Dlnfb(lnfb), Gwte(gwte), Gwpe(gwpe), Glnfw(glnfw),
+        Glnfb(glnfb);
+    std::vector<Dev *> DP, DG;
+    for (size_t i = 0; i < P.size(); ++i) {
+        DP.push_back(new Dev(P[i]));
+        DG.push_back(new Dev(G[i]));
+    }
+    int64_t *dtok = dev_ids(tok), *dpos = dev_ids(pos), *dlab = dev_ids(lab);
+    struct DActs { Dev *ln1, *m1, *r1, *qkv, *att, *atty, *res2, *ln2, *m2, *r2, *fch, *fchg, *res3; };
+    std::vector<DActs> DA((size_t)L);
+    std::vector<Dev *> owned;
+    auto bf = [&](size_t k) { Dev *d = new Dev(vec(k)); owned.push_back(d); return d; };
+    auto f32 = [&](size_t k) { Dev *d = new Dev(vec(k), true); owned.push_back(d); return d; };
+    for (auto &a : DA) {
+        a.ln1 = bf(n * c); a.m1 = f32(n); a.r1 = f32(n); a.qkv = bf(3 * n * c);
+        a.att = bf((size_t)B * NH * T * T); a.atty = bf(n * c); a.res2 = bf(n * c); a.ln2 = bf(n * c);
+        a.m2 = f32(n); a.r2 = f32(n); a.fch = bf(4 * n * c); a.fchg = bf(4 * n * c); a.res3 = bf(n * c);
+    }
+    Dev *Denc = bf(n * c), *Dlnf = bf(n * c), *Dmf = f32(n), *Drf = f32(n), *Dlogits = bf(n * Vp),
+        *Dlosses = f32(n), *Ddres = bf(n * c), *Ddln = bf(n * c), *Ddqkv = bf(3 * n * c),
+        *Ddatty = bf(n * c), *Ddfch = bf(4 * n * c), *Ddfchg = bf(4 * n * c), *Ddlnf = bf(n * c);
+    Dev Dscr(gpt_attention_scratch_bytes(B, T, NH, hs));
+    GK(gpt_encoder_forward(ctx, Denc->p, dtok, dpos, Dwte.p, Dwpe.p, N, C));
+    const void *dx = Denc->p;
+    for (int l = 0; l < L; ++l) {
+        DActs &a = DA[(size_t)l];
+        Dev **w = &DP[(size_t)l * P_N];
+        char *q = (char *)a.qkv->p;
+        GK(gpt_layernorm_forward(ctx, a.ln1->p, (float *)a.m1->p, (float *)a.r1->p, dx, w[P_LN1W]->p, w[P_LN1B]->p, N, C));
+        GK(gpt_matmul_forward(ctx, a.qkv->p, a.ln1->p, w[P_QKVW]->p, GPT_W_IN_OUT, w[P_QKVB]->p, N, C, 3 * C));
+        GK(gpt_attention_forward(ctx, a.atty->p, C, a.att->p, q, q + 2 * c, q + 4 * c, 3 * C, B, T, NH, hs, Dscr.p));
+        GK(gpt_matmul_forward(ctx, a.ln2->p, a.atty->p, w[P_PROJW]->p, GPT_W_IN_OUT, w[P_PROJB]->p, N, C, C));
+        GK(gpt_residual_forward(ctx, a.res2->p, dx, a.ln2->p, n * c));
+        GK(gpt_layernorm_forward(ctx, a.ln2->p, (float *)a.m2->p, (float *)a.r2->p, a.res2->p, w[P_LN2W]->p, w[P_LN2B]->p, N, C));
+        GK(gpt_matmul_forward(ctx, a.fch->p, a.ln2->p, w[P_FCW]->p, GPT_W_IN_OUT, w[P_FCB]->p, N, C, 4 * C));
+        GK(gpt_gelu_forward(ctx, a.fchg->p, a.fch->p, 4 * n * c));
+        GK(gpt_matmul_forward(ctx, a.res3->p, a.fchg->p, w[P_FCPW]->p, GPT_W_IN_OUT, w[P_FCPB]->p, N, 4 * C, C));
+        GK(gpt_residual_forward(ctx, a.res3->p, a.res2->p, a.res3->p, n * c));
+        dx = a.res3->p;
+    }
+    GK(gpt_layernorm_forward(ctx, Dlnf->p, (float *)Dmf->p, (float *)Drf->p, dx, Dlnfw.p, Dlnfb.p, N, C));
+    GK(gpt_matmul_forward(ctx, Dlogits->p, Dlnf->p, Dwte.p, GPT_W_OUT_IN, nullptr, N, C, Vp));
+    GK(gpt_fused_classifier(ctx, Dlogits->p, (float *)Dlosses->p, dlab, dloss, N, V, Vp));
+    vec got_losses = Dlosses->get();
+    double loss = 0;
+    for (int i = 0; i < N; ++i) loss += got_losses[i];
+    loss /= counted;
+    GK(gpt_matmul_backward(ctx, Ddlnf->p, Gwte.p, nullptr, gd, Dlogits->p, Dlnf->p, Dwte.p, GPT_W_OUT_IN, N, C, Vp));
+    GK(gpt_layernorm_backward(ctx, Ddres->p, Glnfw.p, Glnfb.p, gd, Ddlnf->p, dx, Dlnfw.p, (float *)Dmf->p, (float *)Drf->p, N, C));
+    for (int l = L - 1; l >= 0; --l) {
+        DActs &a = DA[(size_t)l];
+        Dev **w = &DP[(size_t)l * P_N], **g = &DG[(size_t)l * P_N];
+        const void *xin = l > 0 ? DA[(size_t)l - 1].res3->p : Denc->p;
+        for (Dev *d : {Ddfchg, Ddfch, Ddln, Ddatty}) CK(cudaMemset(d->p, 0, d->n * 2));
+        char *q = (char *)a.qkv->p, *dq = (char *)Ddqkv->p;
+        GK(gpt_matmul_backward(ctx, Ddfchg->p, g[P_FCPW]->p, g[P_FCPB]->p, gd, Ddres->p, a.fchg->p, w[P_FCPW]->p, GPT_W_IN_OUT, N, 4 * C, C));
+        GK(gpt_gelu_backward(ctx, Ddfch->p, a.fch->p, Ddfchg->p, 4 * n * c));
+        GK(gpt_matmul_backward(ctx, Ddln->p, g[P_FCW]->p, g[P_FCB]->p, gd, Ddfch->p, a.ln2->p, w[P_FCW]->p, GPT_W_IN_OUT, N, C, 4 * C));
+        GK(gpt_layernorm_backward(ctx, Ddres->p, g[P_LN2W]->p, g[P_LN2B]->p, gd, Ddln->p, a.res2->p, w[P_LN2W]->p, (float *)a.m2->p, (float *)a.r2->p, N, C));
+        GK(gpt_matmul_backward(ctx, Ddatty->p, g[P_PROJW]->p, g[P_PROJB]->p, gd, Ddres->p, a.atty->p, w[P_PROJW]->p, GPT_W_IN_OUT, N, C, C));
+        GK(gpt_attention_backward(ctx, dq, dq + 2 * c, dq + 4 * c, 3 * C, Ddatty->p, C, a.att->p, q, q + 2 * c, q + 4 * c, B, T, NH, hs, Dscr.p));
+        CK(cudaMemset(Ddln->p, 0, Ddln->n * 2));
+        GK(gpt_matmul_backward(ctx, Ddln->p, g[P_QKVW]->p, g[P_QKVB]->p, gd, Ddqkv->p, a.ln1->p, w[P_QKVW]->p, GPT_W_IN_OUT, N, C, 3 * C));
+        GK(gpt_layernorm_backward(ctx, Ddres->p, g[P_LN1W]->p, g[P_LN1B]->p, gd, Ddln->p, xin, w[P_LN1W]->p, (float *)a.m1->p, (float *)a.r1->p, N, C));
+    }
+    GK(gpt_encoder_backward(ctx, Gwte.p, Gwpe.p, gd, Ddres->p, tok.data(), pos.data(), N, C, Vp, T));
+
+    float lerr = (float)fabs(loss - ref_loss) / (float)fabs(ref_loss);
+    bool lok = lerr <= 1e-2f;
+    printf("%-44s %s  %.6f vs %.6f (rel %.2e, tol 1.0e-02)\n", "model: mean loss", lok ? "ok  " : "FAIL",
+           loss, ref_loss, lerr);
+    if (!lok) ++failures;
+    compare("model: d wte (LM head + embedding)", Gwte.get(), rgwte, TOL_MODEL);
+    compare("model: d wpe", Gwpe.get(), rgwpe, TOL_MODEL);
+    compare("model: d ln_f.weight", Glnfw.get(), rglnfw, TOL_MODEL);
+    compare("model: d ln_f.bias", Glnfb.get(), rglnfb, TOL_MODEL);
+    const char *names[P_N] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                              "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                              "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    for (int l = 0; l < L; ++l)
+        for (int k = 0; k < P_N; ++k) {
+            char w[80];
+            snprintf(w, sizeof w, "model: d h.%d.%s", l, names[k]);
+            compare(w, DG[(size_t)l * P_N + k]->get(), RG[(size_t)l * P_N + k], TOL_MODEL);
+        }
+    for (Dev *d : DP) delete d;
+    for (Dev *d : DG) delete d;
+    for (Dev *d : owned) delete d;
+    cudaFree(dtok);
+    cudaFree(dpos);
+    cudaFree(dlab);
+}
+
 static void check_bad_arguments(gpt_cuda_t ctx) {
     bad(ctx, "matmul_forward N 0",
         gpt_matmul_forward(ctx, nullptr, nullptr, nullptr, GPT_W_IN_OUT, nullptr, 0, 8, 8), "N 0");
@@ -815,6 +1008,7 @@ int main(int argc, char **argv) {
         check_attention(ctx);
         check_elementwise(ctx);
         check_classifier(ctx);
+        check_model(ctx);
         check_bad_arguments(ctx);
         CK(cudaDeviceSynchronize());
         printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
