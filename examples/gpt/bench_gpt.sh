@@ -1,0 +1,67 @@
+#!/bin/sh
+# bench_gpt.sh: train_gpt against its PyTorch reference on this machine's CPU.
+#
+#   examples/gpt/bench_gpt.sh [BUILDDIR] [STEPS]
+#
+# The small preset (4 layers, 4 heads, width 256, context 256, vocabulary 256,
+# 3.3M parameters), examples/gpt/gpt_small.json (global batch 16 sequences =
+# 4096 tokens, AdamW, clipping), the same initial weights (the reference
+# writes them; train_gpt loads them with dsm_engine_load_weights) and the same
+# synthetic shard read in the same order (--no-shuffle). Every run uses 1
+# thread per rank (OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = torch threads = 1).
+# Runs, all in this one invocation:
+#   train_gpt on 1 and on 2 MPI ranks;
+#   the reference on 1 process and under DistributedDataParallel (gloo) on 2.
+# tokens/s is the global batch's tokens over the mean step time of the steps
+# after the first two. MFU: the model's FLOPs per token, 6 N + 12 L C T (N
+# parameters, attention's full square), over one core's measured sgemm rate
+# (a 1024 x 1024 x 1024 OpenBLAS sgemm, 1 thread), the "peak" here.
+# libdsm's share: rank 0's time inside libdsm calls over its step time.
+# Wrap it in `flock /tmp/bench.lock` on a shared machine.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+build=${1:-$here/../..}
+steps=${2:-12}
+py=${DSM_BENCH_PYTHON:-/usr/bin/python3}
+launcher=${MPIEXEC:-mpiexec}
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$build/examples/gpt/gpt_shard" --synthetic 400000 "$tmp/data.bin" >/dev/null
+"$py" "$here/gpt_reference.py" init --preset small --out "$tmp/init.safetensors" >/dev/null
+peak=$("$py" -c '
+import time, numpy as np
+a = np.random.rand(1024, 1024).astype(np.float32); b = a.copy(); a @ b
+t = time.perf_counter(); n = 10
+for _ in range(n): a @ b
+print(2 * 1024**3 * n / (time.perf_counter() - t) / 1e12)')
+tps() { awk '$1 == "figures:" { print $2 }'; }
+field() { awk -v k="$1" '{ for (i = 1; i < NF; ++i) if ($i == k) print $(i + 1) }' | head -n 1; }
+run_dsm() { # N
+    # shellcheck disable=SC2086 # MPIEXEC may carry options
+    $launcher -n "$1" "$build/examples/gpt/train_gpt" "$here/gpt_small.json" --preset small --data "$tmp/data.bin" \
+        --no-shuffle --init "$tmp/init.safetensors" --steps "$steps" --print-every 100 --peak-tflops "$peak" 2>&1
+}
+run_ref() { # N
+    "$py" "$here/gpt_reference.py" train --preset small --init "$tmp/init.safetensors" --data "$tmp/data.bin" \
+        --batch 16 --micro 8 --steps "$steps" --ranks "$1" --threads 1 --lr 1e-3 --warmup 10 --total 300 \
+        --print-every 100 2>&1
+}
+d1=$(run_dsm 1); d2=$(run_dsm 2); r1=$(run_ref 1); r2=$(run_ref 2)
+echo "$d2" | grep -E "^(figures|libdsm share)"
+t_d1=$(echo "$d1" | tps); t_d2=$(echo "$d2" | tps); t_r1=$(echo "$r1" | tps); t_r2=$(echo "$r2" | tps)
+mfu1=$(echo "$d1" | field MFU); mfu2=$(echo "$d2" | field MFU)
+share=$(echo "$d2" | awk '$1 == "libdsm" && $2 == "share:" { print $3 }')
+printf '\nsmall preset, %s steps (the first 2 not timed), 1 thread per rank; sgemm peak %.1f GFLOP/s per core\n' \
+    "$steps" "$(awk -v p="$peak" 'BEGIN { print p * 1000 }')"
+printf '%-34s %6s %12s %8s\n' "run" "ranks" "tokens/s" "MFU"
+printf '%-34s %6d %12.1f %8s\n' "train_gpt (libdsm, ZeRO-1)" 1 "$t_d1" "$mfu1"
+printf '%-34s %6d %12.1f %8s\n' "train_gpt (libdsm, ZeRO-1)" 2 "$t_d2" "$mfu2"
+printf '%-34s %6d %12.1f %8s\n' "PyTorch reference" 1 "$t_r1" "-"
+printf '%-34s %6d %12.1f %8s\n' "PyTorch reference, DDP (gloo)" 2 "$t_r2" "-"
+awk -v a="$t_d2" -v b="$t_r2" -v c="$t_d1" -v d="$t_r1" -v s="$share" 'BEGIN {
+    printf "train_gpt / PyTorch DDP at 2 ranks: %.2fx (goal >= 1.2)\n", a / b
+    printf "train_gpt / PyTorch at 1 rank:      %.2fx\n", c / d
+    printf "train_gpt scaling 1 -> 2 ranks:     %.2fx (goal >= 1.8)\n", a / c
+    printf "libdsm share of the step (2 ranks): %s (goal <= 5%%)\n", s }'

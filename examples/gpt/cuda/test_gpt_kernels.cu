@@ -1,0 +1,1020 @@
+/*
+ * The CUDA path's kernels against plain fp32 C references on small sizes,
+ * and (--bench) their times at GPT-2 124M sizes.
+ *
+ * Each check runs the kernel on bf16 inputs and the reference on the same
+ * values widened to fp32, then compares: the error of a tensor is
+ * max|gpu - ref| / max(max|ref|, 1e-6) (relative to the tensor's scale),
+ * and must stay below TOL_OP = 1.6e-2 (two bf16 roundings, 2^-8 each, with
+ * margin) for a single kernel, TOL_CHAIN = 4e-2 where bf16 intermediates
+ * are rounded on the way (attention: probabilities and head products in
+ * bf16; backward GEMMs fed by them). fp32 gradient buffers get the same
+ * tolerance: their inputs (dout, activations) are bf16 anyway.
+ *
+ * Then a whole tiny GPT-2 (2 blocks) forward and backward, called as the
+ * trainer calls the kernels, against the same model composed of the
+ * references: the loss within 1e-2, each parameter gradient within
+ * TOL_MODEL = 6e-2 of its scale (bf16 activations all along).
+ *
+ * Without a usable GPU it prints a line saying so and exits 77 (automake's
+ * skip).
+ *
+ *   test_gpt_kernels            correctness checks, exit 0 / 1 / 77
+ *   test_gpt_kernels --bench [B T [PEAK]]  times per kernel and of a whole
+ *       step's kernels at GPT-2 124M sizes (default B 4, T 1024; PEAK: the
+ *       device's bf16 dense TFLOP/s for the MFU, else H100/H200/B200/A100
+ *       SXM figures by name)
+ */
+#include "gpt_kernels.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+typedef std::vector<float> vec;
+typedef uint16_t *bf16p; /* device bf16 pointer arithmetic */
+
+static const float TOL_OP = 1.6e-2f, TOL_CHAIN = 4e-2f;
+static int failures = 0;
+
+/* ------------------------------------------------------------- utilities */
+
+static uint16_t f2bf(float f) { /* round to nearest even (no NaN input here) */
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float bf2f(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float bfround(float f) { return bf2f(f2bf(f)); }
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static float frand() { /* uniform in [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / (1ull << 24))) * 2.f - 1.f;
+}
+/* Random values already rounded to bf16, so host and device agree on them. */
+static vec rnd(size_t n, float scale = 1.f) {
+    vec v(n);
+    for (auto &x : v) x = bfround(frand() * scale);
+    return v;
+}
+
+#define CK(call)                                                                           \
+    do {                                                                                   \
+        cudaError_t e_ = (call);                                                           \
+        if (e_ != cudaSuccess) {                                                           \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
+                    cudaGetErrorString(e_));                                               \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+#define GK(call)                                                                           \
+    do {                                                                                   \
+        if ((call) != 0) {                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,                  \
+                    gpt_cuda_error(ctx));                                                  \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+/* Device buffers: bf16 (from fp32 values) or fp32, freed at exit of scope. */
+struct Dev {
+    void *p = nullptr, *base = nullptr;
+    size_t n = 0;
+    bool f32 = false;
+    Dev(const vec &v, bool as_f32 = false) : n(v.size()), f32(as_f32) {
+        CK(cudaMalloc(&base, n * (f32 ? 4 : 2) + 16));
+        p = base;
+        put(v);
+    }
+    explicit Dev(size_t bytes) : n(bytes) {
+        CK(cudaMalloc(&base, bytes + 16));
+        p = base;
+    }
+    ~Dev() { cudaFree(base); }
+    /* Moves the data k elements up (into the 16 spare bytes). */
+    void shift(int k) {
+        vec v = get();
+        p = (char *)base + (size_t)k * (f32 ? 4 : 2);
+        put(v);
+    }
+    Dev(const Dev &) = delete;
+    Dev &operator=(const Dev &) = delete;
+    void put(const vec &v) {
+        if (f32) {
+            CK(cudaMemcpy(p, v.data(), n * 4, cudaMemcpyHostToDevice));
+        } else {
+            std::vector<uint16_t> h(n);
+            for (size_t i = 0; i < n; ++i) h[i] = f2bf(v[i]);
+            CK(cudaMemcpy(p, h.data(), n * 2, cudaMemcpyHostToDevice));
+        }
+    }
+    vec get() const {
+        vec v(n);
+        CK(cudaDeviceSynchronize());
+        if (f32) {
+            CK(cudaMemcpy(v.data(), p, n * 4, cudaMemcpyDeviceToHost));
+        } else {
+            std::vector<uint16_t> h(n);
+            CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+            for (size_t i = 0; i < n; ++i) v[i] = bf2f(h[i]);
+        }
+        return v;
+    }
+};
+static int64_t *dev_ids(const std::vector<int64_t> &v) {
+    int64_t *p;
+    CK(cudaMalloc(&p, v.size() * sizeof(int64_t)));
+    CK(cudaMemcpy(p, v.data(), v.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    return p;
+}
+
+static void compare(const char *what, const vec &got, const vec &ref, float tol) {
+    float scale = 1e-6f, err = 0.f;
+    size_t worst = 0;
+    bool finite = true;
+    for (size_t i = 0; i < ref.size(); ++i) scale = fmaxf(scale, fabsf(ref[i]));
+    for (size_t i = 0; i < ref.size(); ++i) {
+        if (!std::isfinite(got[i])) finite = false;
+        float e = fabsf(got[i] - ref[i]);
+        if (e > err) {
+            err = e;
+            worst = i;
+        }
+    }
+    float rel = err / scale;
+    bool ok = finite && rel <= tol;
+    printf("%-44s %s  max err %.3e of scale %.3e (%.2e, tol %.1e)%s\n", what, ok ? "ok  " : "FAIL",
+           err, scale, rel, tol, finite ? "" : " non-finite values");
+    if (!ok) {
+        printf("    worst at %zu: got %g want %g\n", worst, got[worst], ref[worst]);
+        ++failures;
+    }
+}
+
+/* A bad size is an error whose message names the bad value. */
+static void bad(gpt_cuda_t ctx, const char *what, int rc, const char *needle) {
+    bool ok = rc != 0 && strstr(gpt_cuda_error(ctx), needle);
+    printf("bad argument: %-31s %s  (%s)\n", what, ok ? "ok  " : "FAIL", gpt_cuda_error(ctx));
+    if (!ok) ++failures;
+}
+
+/* ------------------------------------------------------ fp32 references */
+
+typedef std::vector<int64_t> ivec;
+
+static void ref_encoder_fwd(vec &out, const ivec &tok, const ivec &pos, const vec &wte,
+                            const vec &wpe, int N, int C) {
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c)
+            out[(size_t)n * C + c] = wte[tok[n] * C + c] + wpe[pos[n] * C + c];
+}
+static void ref_encoder_bwd(vec &dwte, vec &dwpe, const vec &dout, const ivec &tok,
+                            const ivec &pos, int N, int C) {
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < C; ++c) {
+            float d = dout[(size_t)n * C + c];
+            dwte[tok[n] * C + c] += d;
+            dwpe[pos[n] * C + c] += d;
+        }
+}
+static void ref_layernorm_fwd(vec &out, vec &mean, vec &rstd, const vec &x, const vec &w,
+                              const vec &b, int N, int C) {
+    for (int r = 0; r < N; ++r) {
+        const float *xr = &x[(size_t)r * C];
+        double m = 0, v = 0;
+        for (int i = 0; i < C; ++i) m += xr[i];
+        m /= C;
+        for (int i = 0; i < C; ++i) v += (xr[i] - m) * (xr[i] - m);
+        v /= C;
+        float rs = (float)(1.0 / sqrt(v + 1e-5));
+        for (int i = 0; i < C; ++i)
+            out[(size_t)r * C + i] = (float)((xr[i] - m) * rs) * w[i] + b[i];
+        mean[r] = (float)m;
+        rstd[r] = rs;
+    }
+}
+static void ref_layernorm_bwd(vec &dx, vec &dw, vec &db, const vec &dout, const vec &x,
+                              const vec &w, const vec &mean, const vec &rstd, int N, int C) {
+    for (int r = 0; r < N; ++r) {
+        const float *d = &dout[(size_t)r * C], *xr = &x[(size_t)r * C];
+        double s1 = 0, s2 = 0;
+        for (int i = 0; i < C; ++i) {
+            float xh = (xr[i] - mean[r]) * rstd[r];
+            s1 += d[i] * w[i];
+            s2 += d[i] * w[i] * xh;
+            dw[i] += d[i] * xh;
+            db[i] += d[i];
+        }
+        s1 /= C;
+        s2 /= C;
+        for (int i = 0; i < C; ++i) {
+            float xh = (xr[i] - mean[r]) * rstd[r];
+            dx[(size_t)r * C + i] += (float)((d[i] * w[i] - s1 - xh * s2) * rstd[r]);
+        }
+    }
+}
+/* W element (i = in, o = out) in either layout */
+static float wat(const vec &W, bool in_out, int IC, int OC, int i, int o) {
+    return in_out ? W[(size_t)i * OC + o] : W[(size_t)o * IC + i];
+}
+static void ref_matmul_fwd(vec &out, const vec &x, const vec &W, bool in_out, const vec *bias,
+                           int N, int IC, int OC) {
+    for (int n = 0; n < N; ++n)
+        for (int o = 0; o < OC; ++o) {
+            double s = bias ? (*bias)[o] : 0.0;
+            for (int i = 0; i < IC; ++i) s += x[(size_t)n * IC + i] * wat(W, in_out, IC, OC, i, o);
+            out[(size_t)n * OC + o] = (float)s;
+        }
+}
+static void ref_matmul_bwd(vec &dx, vec &dW, vec &db, const vec &dout, const vec &x,
+                           const vec &W, bool in_out, int N, int IC, int OC) {
+    for (int n = 0; n < N; ++n)
+        for (int i = 0; i < IC; ++i) {
+            double s = 0;
+            for (int o = 0; o < OC; ++o)
+                s += dout[(size_t)n * OC + o] * wat(W, in_out, IC, OC, i, o);
+            dx[(size_t)n * IC + i] += (float)s;
+        }
+    for (int i = 0; i < IC; ++i)
+        for (int o = 0; o < OC; ++o) {
+            double s = 0;
+            for (int n = 0; n < N; ++n) s += (double)dout[(size_t)n * OC + o] * x[(size_t)n * IC + i];
+            (in_out ? dW[(size_t)i * OC + o] : dW[(size_t)o * IC + i]) += (float)s;
+        }
+    for (int o = 0; o < OC; ++o)
+        for (int n = 0; n < N; ++n) db[o] += dout[(size_t)n * OC + o];
+}
+/* qkv (B,T,3C) -> out (B,T,C); att (B,NH,T,T) saved */
+static void ref_attention_fwd(vec &out, vec &att, const vec &qkv, int B, int T, int C, int NH) {
+    int HS = C / NH;
+    float sc = 1.f / sqrtf((float)HS);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < NH; ++h)
+            for (int t = 0; t < T; ++t) {
+                const float *q = &qkv[((size_t)b * T + t) * 3 * C + h * HS];
+                float *a = &att[(((size_t)b * NH + h) * T + t) * T];
+                float m = -INFINITY;
+                for (int j = 0; j <= t; ++j) {
+                    const float *k = &qkv[((size_t)b * T + j) * 3 * C + C + h * HS];
+                    float s = 0;
+                    for (int d = 0; d < HS; ++d) s += q[d] * k[d];
+                    a[j] = s * sc;
+                    m = fmaxf(m, a[j]);
+                }
+                float z = 0;
+                for (int j = 0; j <= t; ++j) z += (a[j] = expf(a[j] - m));
+                for (int j = 0; j < T; ++j) a[j] = j <= t ? a[j] / z : 0.f;
+                float *o = &out[((size_t)b * T + t) * C + h * HS];
+                for (int d = 0; d < HS; ++d) {
+                    float s = 0;
+                    for (int j = 0; j <= t; ++j) s += a[j] * qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS + d];
+                    o[d] = s;
+                }
+            }
+}
+static void ref_attention_bwd(vec &dqkv, const vec &dout, const vec &qkv, const vec &att, int B,
+                              int T, int C, int NH) {
+    int HS = C / NH;
+    float sc = 1.f / sqrtf((float)HS);
+    std::fill(dqkv.begin(), dqkv.end(), 0.f);
+    vec da(T), dp(T);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < NH; ++h)
+            for (int t = 0; t < T; ++t) {
+                const float *a = &att[(((size_t)b * NH + h) * T + t) * T];
+                const float *dy = &dout[((size_t)b * T + t) * C + h * HS];
+                for (int j = 0; j <= t; ++j) {
+                    const float *v = &qkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS];
+                    float *dv = &dqkv[((size_t)b * T + j) * 3 * C + 2 * C + h * HS];
+                    float s = 0;
+                    for (int d = 0; d < HS; ++d) {
+                        s += dy[d] * v[d];
+                        dv[d] += a[j] * dy[d];
+                    }
+                    da[j] = s;
+                }
+                float dot = 0;
+                for (int j = 0; j <= t; ++j) dot += a[j] * da[j];
+                for (int j = 0; j <= t; ++j) dp[j] = a[j] * (da[j] - dot) * sc;
+                const float *q = &qkv[((size_t)b * T + t) * 3 * C + h * HS];
+                float *dq = &dqkv[((size_t)b * T + t) * 3 * C + h * HS];
+                for (int j = 0; j <= t; ++j) {
+                    const float *k = &qkv[((size_t)b * T + j) * 3 * C + C + h * HS];
+                    float *dk = &dqkv[((size_t)b * T + j) * 3 * C + C + h * HS];
+                    for (int d = 0; d < HS; ++d) {
+                        dq[d] += dp[j] * k[d];
+                        dk[d] += dp[j] * q[d];
+                    }
+                }
+            }
+}
+static float gelu(float x) {
+    return 0.5f * x * (1.f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
+}
+static float gelu_grad(float x) {
+    float u = 0.7978845608f * (x + 0.044715f * x * x * x), t = tanhf(u);
+    return 0.5f * (1.f + t) + 0.5f * x * (1.f - t * t) * 0.7978845608f * (1.f + 3.f * 0.044715f * x * x);
+}
+static void ref_classifier(vec &dlogits, vec &losses, const vec &logits, const ivec &tg, float dloss, int N, int V, int Vp) {
+    for (int r = 0; r < N; ++r) {
+        const float *x = &logits[(size_t)r * Vp];
+        double m = -INFINITY, z = 0;
+        for (int j = 0; j < V; ++j) m = fmax(m, x[j]);
+        for (int j = 0; j < V; ++j) z += exp(x[j] - m);
+        losses[r] = tg[r] < 0 ? 0.f : (float)(m + log(z) - x[tg[r]]);
+        for (int j = 0; j < Vp; ++j)
+            dlogits[(size_t)r * Vp + j] =
+                (tg[r] < 0 || j >= V) ? 0.f
+                                      : dloss * (float)(exp(x[j] - m) / z - (j == tg[r] ? 1 : 0));
+    }
+}
+
+/* ---------------------------------------------------------------- checks */
+
+static const char *gname(gpt_grad_dtype_t g) { return g == GPT_GRAD_BF16 ? "bf16" : "fp32"; }
+
+static void check_encoder(gpt_cuda_t ctx, gpt_grad_dtype_t gdt) {
+    /* positions offset as on a sequence-parallel rank (tokens 8.. of 24) */
+    const int B = 3, T = 7, C = 40, V = 11, maxT = 24, N = B * T;
+    ivec tok(N), pos(N);
+    for (int i = 0; i < N; ++i) {
+        tok[i] = (i * 7 + i / 5) % V; /* repeats */
+        pos[i] = 8 + i % T;
+    }
+    vec wte = rnd((size_t)V * C), wpe = rnd((size_t)maxT * C), dout = rnd((size_t)N * C);
+    vec dwte = rnd((size_t)V * C, 0.5f), dwpe = rnd((size_t)maxT * C, 0.5f);
+    int64_t *dtok = dev_ids(tok), *dpos = dev_ids(pos);
+    Dev Dwte(wte), Dwpe(wpe), Dout{vec((size_t)N * C)}, Ddout(dout);
+    Dev Gwte(dwte, gdt == GPT_GRAD_F32), Gwpe(dwpe, gdt == GPT_GRAD_F32);
+    GK(gpt_encoder_forward(ctx, Dout.p, dtok, dpos, Dwte.p, Dwpe.p, N, C));
+    GK(gpt_encoder_backward(ctx, Gwte.p, Gwpe.p, gdt, Ddout.p, tok.data(), pos.data(), N, C, V,
+                            maxT));
+    vec out((size_t)N * C);
+    ref_encoder_fwd(out, tok, pos, wte, wpe, N, C);
+    ref_encoder_bwd(dwte, dwpe, dout, tok, pos, N, C);
+    char w[80];
+    compare("encoder_forward out", Dout.get(), out, TOL_OP);
+    snprintf(w, sizeof w, "encoder_backward dwte (%s, +=)", gname(gdt));
+    compare(w, Gwte.get(), dwte, TOL_OP);
+    snprintf(w, sizeof w, "encoder_backward dwpe (%s, +=)", gname(gdt));
+    compare(w, Gwpe.get(), dwpe, TOL_OP);
+    /* a bad id is an error naming it, and nothing is written */
+    tok[5] = V;
+    bad(ctx, "encoder_backward token 11 of 11",
+        gpt_encoder_backward(ctx, Gwte.p, Gwpe.p, gdt, Ddout.p, tok.data(), pos.data(), N, C, V, maxT),
+        "token 11 at row 5");
+    tok[5] = 0;
+    pos[3] = -1;
+    bad(ctx, "encoder_backward position -1",
+        gpt_encoder_backward(ctx, Gwte.p, Gwpe.p, gdt, Ddout.p, tok.data(), pos.data(), N, C, V, maxT),
+        "position -1 at row 3");
+    compare("encoder_backward: bad ids wrote nothing", Gwte.get(), dwte, TOL_OP);
+    cudaFree(dtok);
+    cudaFree(dpos);
+}
+
+static void check_layernorm(gpt_cuda_t ctx, gpt_grad_dtype_t gdt) {
+    const int N = 37, C = 72;
+    vec x = rnd((size_t)N * C, 2.f), w = rnd(C), b = rnd(C), dout = rnd((size_t)N * C);
+    for (auto &v : x) v = bfround(v + 0.5f); /* a mean away from 0 */
+    vec dx = rnd((size_t)N * C), dw = rnd(C, 0.5f), db = rnd(C, 0.5f);
+    Dev Dx(x), Dw(w), Db(b), Dout(x), Ddout(dout), Ddx(dx);
+    Dev Gw(dw, gdt == GPT_GRAD_F32), Gb(db, gdt == GPT_GRAD_F32);
+    Dev Dmean(vec(N), true), Drstd(vec(N), true);
+    GK(gpt_layernorm_forward(ctx, Dout.p, (float *)Dmean.p, (float *)Drstd.p, Dx.p, Dw.p, Db.p, N, C));
+    GK(gpt_layernorm_backward(ctx, Ddx.p, Gw.p, Gb.p, gdt, Ddout.p, Dx.p, Dw.p, (const float *)Dmean.p,
+                              (const float *)Drstd.p, N, C));
+    vec out((size_t)N * C), mean(N), rstd(N);
+    ref_layernorm_fwd(out, mean, rstd, x, w, b, N, C);
+    ref_layernorm_bwd(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    char s[80];
+    compare("layernorm_forward out", Dout.get(), out, TOL_OP);
+    compare("layernorm_forward mean (fp32)", Dmean.get(), mean, 1e-5f);
+    compare("layernorm_forward rstd (fp32)", Drstd.get(), rstd, 1e-4f);
+    compare("layernorm_backward dinp (+=)", Ddx.get(), dx, TOL_OP);
+    snprintf(s, sizeof s, "layernorm_backward dweight (%s, +=)", gname(gdt));
+    compare(s, Gw.get(), dw, TOL_OP);
+    snprintf(s, sizeof s, "layernorm_backward dbias (%s, +=)", gname(gdt));
+    compare(s, Gb.get(), db, TOL_OP);
+}
+
+/* skew: every pointer moved by that many bf16 elements (or fp32 for fp32
+ * gradients), as a parameter inside a flat buffer may be: 2-byte aligned
+ * matrices and an unaligned bias. */
+static void check_matmul(gpt_cuda_t ctx, gpt_grad_dtype_t gdt, gpt_wlayout_t wl, bool with_bias,
+                         int skew = 0) {
+    const int N = 24, IC = 64, OC = 40;
+    bool in_out = wl == GPT_W_IN_OUT;
+    vec x = rnd((size_t)N * IC), W = rnd((size_t)IC * OC, 0.2f), bias = rnd(OC);
+    vec dout = rnd((size_t)N * OC), dW = rnd((size_t)IC * OC, 0.5f), db = rnd(OC, 0.5f);
+    vec dx = rnd((size_t)N * IC, 0.5f);
+    Dev Dx(x), DW(W), Db(bias), Dout(vec((size_t)N * OC)), Ddout(dout), Ddx(dx);
+    Dev GW(dW, gdt == GPT_GRAD_F32), Gb(db, gdt == GPT_GRAD_F32);
+    if (skew) {
+        for (Dev *d : {&Dx, &DW, &Db, &Dout, &Ddout, &Ddx, &GW, &Gb}) d->shift(skew);
+    }
+    GK(gpt_matmul_forward(ctx, Dout.p, Dx.p, DW.p, wl, with_bias ? Db.p : nullptr, N, IC, OC));
+    GK(gpt_matmul_backward(ctx, Ddx.p, GW.p, with_bias ? Gb.p : nullptr, gdt, Ddout.p, Dx.p, DW.p,
+                           wl, N, IC, OC));
+    vec out((size_t)N * OC), db0 = db;
+    ref_matmul_fwd(out, x, W, in_out, with_bias ? &bias : nullptr, N, IC, OC);
+    ref_matmul_bwd(dx, dW, db, dout, x, W, in_out, N, IC, OC);
+    char s[96];
+    const char *l = skew ? (in_out ? "in_out skewed" : "out_in skewed") : (in_out ? "in_out" : "out_in");
+    snprintf(s, sizeof s, "matmul_forward %s%s", l, with_bias ? " +bias" : "");
+    compare(s, Dout.get(), out, TOL_OP);
+    snprintf(s, sizeof s, "matmul_backward %s dinp (+=)", l);
+    compare(s, Ddx.get(), dx, TOL_OP);
+    snprintf(s, sizeof s, "matmul_backward %s dweight (%s, +=)", l, gname(gdt));
+    compare(s, GW.get(), dW, TOL_OP);
+    snprintf(s, sizeof s, "matmul_backward %s dbias (%s, +=)%s", l, gname(gdt),
+             with_bias ? "" : " untouched");
+    compare(s, Gb.get(), with_bias ? db : db0, TOL_OP);
+}
+
+/* On a fused qkv (stride 3C), then on separate q, k, v tensors (stride C)
+ * with a wider output row (ostride C + 8), against the same reference. */
+static void check_attention(gpt_cuda_t ctx) {
+    const int B = 2, T = 19, C = 32, NH = 4, hs = C / NH, N = B * T;
+    vec qkv = rnd((size_t)N * 3 * C, 1.5f), dout = rnd((size_t)N * C);
+    vec out((size_t)N * C), att((size_t)B * NH * T * T), dqkv((size_t)N * 3 * C);
+    ref_attention_fwd(out, att, qkv, B, T, C, NH);
+    ref_attention_bwd(dqkv, dout, qkv, att, B, T, C, NH);
+    Dev Datt{vec(att.size())}, Dscr(gpt_attention_scratch_bytes(B, T, NH, hs));
+    {
+        Dev Dqkv(qkv), Dout{vec((size_t)N * C)}, Ddout(dout), Ddqkv{vec(qkv.size(), 7.f)};
+        bf16p q = (bf16p)Dqkv.p, dq = (bf16p)Ddqkv.p;
+        GK(gpt_attention_forward(ctx, Dout.p, C, Datt.p, q, q + C, q + 2 * C, 3 * C, B, T, NH, hs,
+                                 Dscr.p));
+        GK(gpt_attention_backward(ctx, dq, dq + C, dq + 2 * C, 3 * C, Ddout.p, C, Datt.p, q, q + C,
+                                  q + 2 * C, B, T, NH, hs, Dscr.p));
+        compare("attention_forward att (zeros above diagonal)", Datt.get(), att, TOL_OP);
+        compare("attention_forward out (fused qkv)", Dout.get(), out, TOL_CHAIN);
+        compare("attention_backward dqkv (overwritten)", Ddqkv.get(), dqkv, TOL_CHAIN);
+    }
+    const int os = C + 8;
+    vec part[3], dpart[3], wide((size_t)N * os), dwide((size_t)N * os, 0.f), outw((size_t)N * os);
+    for (int k = 0; k < 3; ++k) {
+        part[k].resize((size_t)N * C);
+        dpart[k].resize((size_t)N * C);
+        for (int n = 0; n < N; ++n)
+            for (int c = 0; c < C; ++c) {
+                part[k][(size_t)n * C + c] = qkv[(size_t)n * 3 * C + k * C + c];
+                dpart[k][(size_t)n * C + c] = dqkv[(size_t)n * 3 * C + k * C + c];
+            }
+    }
+    for (int n = 0; n < N; ++n)
+        for (int c = 0; c < os; ++c) {
+            wide[(size_t)n * os + c] = c < C ? out[(size_t)n * C + c] : -3.f;
+            dwide[(size_t)n * os + c] = c < C ? dout[(size_t)n * C + c] : 0.f;
+            outw[(size_t)n * os + c] = -3.f; /* the gap must stay */
+        }
+    Dev Dq(part[0]), Dk(part[1]), Dv(part[2]), Dout(outw), Ddout(dwide);
+    Dev Ddq{vec((size_t)N * C)}, Ddk{vec((size_t)N * C)}, Ddv{vec((size_t)N * C)};
+    GK(gpt_attention_forward(ctx, Dout.p, os, Datt.p, Dq.p, Dk.p, Dv.p, C, B, T, NH, hs, Dscr.p));
+    GK(gpt_attention_backward(ctx, Ddq.p, Ddk.p, Ddv.p, C, Ddout.p, os, Datt.p, Dq.p, Dk.p, Dv.p, B,
+                              T, NH, hs, Dscr.p));
+    compare("attention_forward out (separate, ostride)", Dout.get(), wide, TOL_CHAIN);
+    compare("attention_backward dq (separate)", Ddq.get(), dpart[0], TOL_CHAIN);
+    compare("attention_backward dk (separate)", Ddk.get(), dpart[1], TOL_CHAIN);
+    compare("attention_backward dv (separate)", Ddv.get(), dpart[2], TOL_CHAIN);
+}
+
+static void check_elementwise(gpt_cuda_t ctx) {
+    const size_t n = 3001;
+    vec x = rnd(n, 4.f), y = rnd(n), dout = rnd(n), d0 = rnd(n, 0.5f), d1 = rnd(n, 0.5f);
+    Dev Dx(x), Dy(y), Dout{vec(n)}, Ddout(dout), Dres{vec(n)}, Ddx(d0), Dda(d0), Ddb(d1);
+    vec g(n), dg(n), r(n), da(n), db(n);
+    for (size_t i = 0; i < n; ++i) {
+        g[i] = gelu(x[i]);
+        dg[i] = d0[i] + dout[i] * gelu_grad(x[i]);
+        r[i] = x[i] + y[i];
+        da[i] = d0[i] + dout[i];
+        db[i] = d1[i] + dout[i];
+    }
+    GK(gpt_gelu_forward(ctx, Dout.p, Dx.p, n));
+    compare("gelu_forward", Dout.get(), g, TOL_OP);
+    GK(gpt_gelu_backward(ctx, Ddx.p, Dx.p, Ddout.p, n));
+    compare("gelu_backward (+=)", Ddx.get(), dg, TOL_OP);
+    GK(gpt_residual_forward(ctx, Dres.p, Dx.p, Dy.p, n));
+    compare("residual_forward", Dres.get(), r, TOL_OP);
+    Dev Dx32(x, true), Dc16{vec(n)}, Dc32(vec(n), true);
+    GK(gpt_cast(ctx, Dc16.p, 0, Dx32.p, 1, n));
+    GK(gpt_cast(ctx, Dc32.p, 1, Dc16.p, 0, n));
+    compare("cast fp32 -> bf16 (exact on bf16 values)", Dc16.get(), x, 0.f);
+    compare("cast bf16 -> fp32", Dc32.get(), x, 0.f);
+    GK(gpt_residual_backward(ctx, Dda.p, Ddb.p, Ddout.p, n));
+    compare("residual_backward da (+=)", Dda.get(), da, TOL_OP);
+    compare("residual_backward db (+=)", Ddb.get(), db, TOL_OP);
+}
+
+static void check_classifier(gpt_cuda_t ctx) {
+    const int N = 9, V = 1000, Vp = 1024;
+    vec logits = rnd((size_t)N * Vp, 6.f);
+    ivec tg(N);
+    for (int i = 0; i < N; ++i) tg[i] = (i * 397) % V;
+    tg[3] = -100; /* ignored row, as the host path marks them */
+    int64_t *dtg = dev_ids(tg);
+    float dloss = 1.f / (N - 1);
+    Dev Dl(logits), Dloss(vec(N), true);
+    GK(gpt_fused_classifier(ctx, Dl.p, (float *)Dloss.p, dtg, dloss, N, V, Vp));
+    vec dl((size_t)N * Vp), losses(N);
+    ref_classifier(dl, losses, logits, tg, dloss, N, V, Vp);
+    compare("fused_classifier losses (fp32)", Dloss.get(), losses, 1e-4f);
+    compare("fused_classifier dlogits (padding zero)", Dl.get(), dl, TOL_OP);
+    /* loss only: logits untouched */
+    Dl.put(logits);
+    GK(gpt_fused_classifier(ctx, Dl.p, (float *)Dloss.p, dtg, 0.f, N, V, Vp));
+    compare("fused_classifier dloss 0: logits untouched", Dl.get(), logits, 0.f);
+    cudaFree(dtg);
+}
+
+/* A whole tiny GPT-2 (2 blocks), forward and backward, called as the
+ * trainer calls the kernels (examples/gpt/gpt_device.c), against the same
+ * model composed of the fp32 references: the mean loss, and every
+ * parameter's gradient (bf16, accumulated onto random initial values).
+ * Activations are rounded to bf16 at every step on the GPU, so the
+ * tolerance is TOL_MODEL = 6e-2 of each gradient's scale. */
+static const float TOL_MODEL = 6e-2f;
+enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW, P_FCPB, P_N };
+
+static void check_model(gpt_cuda_t ctx) {
+    const int B = 2, T = 8, C = 32, NH = 4, hs = C / NH, L = 2, V = 50, Vp = 64, N = B * T;
+    const size_t n = (size_t)N, c = C;
+    const size_t psz[P_N] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c};
+    /* parameters (bf16 values), gradients' initial values, tokens */
+    vec wte = rnd((size_t)Vp * c, 0.3f), wpe = rnd((size_t)T * c, 0.3f);
+    for (size_t i = (size_t)V * c; i < (size_t)Vp * c; ++i) wte[i] = 0.f; /* padded rows */
+    vec lnfw = rnd(c, 0.2f), lnfb = rnd(c, 0.2f);
+    for (auto &x : lnfw) x = bfround(1.f + x);
+    std::vector<vec> P((size_t)L * P_N), G((size_t)L * P_N);
+    for (int l = 0; l < L; ++l)
+        for (int k = 0; k < P_N; ++k) {
+            P[(size_t)l * P_N + k] = rnd(psz[k], k == P_FCPW || k == P_PROJW ? 0.1f : 0.3f);
+            if (k == P_LN1W || k == P_LN2W)
+                for (auto &x : P[(size_t)l * P_N + k]) x = bfround(1.f + x);
+            G[(size_t)l * P_N + k] = rnd(psz[k], 0.01f);
+        }
+    vec gwte = rnd((size_t)Vp * c, 0.01f), gwpe = rnd((size_t)T * c, 0.01f);
+    vec glnfw = rnd(c, 0.01f), glnfb = rnd(c, 0.01f);
+    ivec tok(n), pos(n), lab(n);
+    for (int i = 0; i < N; ++i) {
+        tok[i] = (i * 13 + 5) % V;
+        pos[i] = i % T;
+        lab[i] = (i * 7 + 3) % V;
+    }
+    lab[N - 1] = -100;
+    const int counted = N - 1;
+    const float dloss = 1.f / counted;
+
+    /* ---- the reference, fp32 */
+    struct Acts { vec ln1, m1, r1, qkv, att, atty, proj, res2, ln2, m2, r2, fch, fchg, fcp, res3; };
+    std::vector<Acts> A((size_t)L);
+    vec enc(n * c);
+    ref_encoder_fwd(enc, tok, pos, wte, wpe, N, C);
+    const vec *x = &enc;
+    for (int l = 0; l < L; ++l) {
+        Acts &a = A[(size_t)l];
+        const vec *p = &P[(size_t)l * P_N];
+        a.ln1.resize(n * c); a.m1.resize(n); a.r1.resize(n); a.qkv.resize(3 * n * c);
+        a.att.resize((size_t)B * NH * T * T); a.atty.resize(n * c); a.proj.resize(n * c);
+        a.res2.resize(n * c); a.ln2.resize(n * c); a.m2.resize(n); a.r2.resize(n);
+        a.fch.resize(4 * n * c); a.fchg.resize(4 * n * c); a.fcp.resize(n * c); a.res3.resize(n * c);
+        ref_layernorm_fwd(a.ln1, a.m1, a.r1, *x, p[P_LN1W], p[P_LN1B], N, C);
+        ref_matmul_fwd(a.qkv, a.ln1, p[P_QKVW], true, &p[P_QKVB], N, C, 3 * C);
+        ref_attention_fwd(a.atty, a.att, a.qkv, B, T, C, NH);
+        ref_matmul_fwd(a.proj, a.atty, p[P_PROJW], true, &p[P_PROJB], N, C, C);
+        for (size_t i = 0; i < n * c; ++i) a.res2[i] = (*x)[i] + a.proj[i];
+        ref_layernorm_fwd(a.ln2, a.m2, a.r2, a.res2, p[P_LN2W], p[P_LN2B], N, C);
+        ref_matmul_fwd(a.fch, a.ln2, p[P_FCW], true, &p[P_FCB], N, C, 4 * C);
+        for (size_t i = 0; i < 4 * n * c; ++i) a.fchg[i] = gelu(a.fch[i]);
+        ref_matmul_fwd(a.fcp, a.fchg, p[P_FCPW], true, &p[P_FCPB], N, 4 * C, C);
+        for (size_t i = 0; i < n * c; ++i) a.res3[i] = a.res2[i] + a.fcp[i];
+        x = &a.res3;
+    }
+    vec lnf(n * c), mf(n), rf(n), logits(n * Vp), dlogits(n * Vp), losses(n);
+    ref_layernorm_fwd(lnf, mf, rf, *x, lnfw, lnfb, N, C);
+    ref_matmul_fwd(logits, lnf, wte, false, nullptr, N, C, Vp);
+    ref_classifier(dlogits, losses, logits, lab, dloss, N, V, Vp);
+    double ref_loss = 0;
+    for (int i = 0; i < N; ++i) ref_loss += losses[i];
+    ref_loss /= counted;
+    vec rgwte = gwte, rgwpe = gwpe, rglnfw = glnfw, rglnfb = glnfb;
+    std::vector<vec> RG = G;
+    vec dlnf(n * c, 0.f), dres(n * c, 0.f), nob(Vp, 0.f);
+    ref_matmul_bwd(dlnf, rgwte, nob, dlogits, lnf, wte, false, N, C, Vp);
+    ref_layernorm_bwd(dres, rglnfw, rglnfb, dlnf, *x, lnfw, mf, rf, N, C);
+    for (int l = L - 1; l >= 0; --l) {
+        Acts &a = A[(size_t)l];
+        const vec *p = &P[(size_t)l * P_N];
+        vec *g = &RG[(size_t)l * P_N];
+        const vec &xin = l > 0 ? A[(size_t)l - 1].res3 : enc;
+        vec dfchg(4 * n * c, 0.f), dfch(4 * n * c), dln2(n * c, 0.f), datty(n * c, 0.f),
+            dqkv(3 * n * c), dln1(n * c, 0.f);
+        ref_matmul_bwd(dfchg, g[P_FCPW], g[P_FCPB], dres, a.fchg, p[P_FCPW], true, N, 4 * C, C);
+        for (size_t i = 0; i < 4 * n * c; ++i) dfch[i] = dfchg[i] * gelu_grad(a.fch[i]);
+        ref_matmul_bwd(dln2, g[P_FCW], g[P_FCB], dfch, a.ln2, p[P_FCW], true, N, C, 4 * C);
+        ref_layernorm_bwd(dres, g[P_LN2W], g[P_LN2B], dln2, a.res2, p[P_LN2W], a.m2, a.r2, N, C);
+        ref_matmul_bwd(datty, g[P_PROJW], g[P_PROJB], dres, a.atty, p[P_PROJW], true, N, C, C);
+        ref_attention_bwd(dqkv, datty, a.qkv, a.att, B, T, C, NH);
+        ref_matmul_bwd(dln1, g[P_QKVW], g[P_QKVB], dqkv, a.ln1, p[P_QKVW], true, N, C, 3 * C);
+        ref_layernorm_bwd(dres, g[P_LN1W], g[P_LN1B], dln1, xin, p[P_LN1W], a.m1, a.r1, N, C);
+    }
+    ref_encoder_bwd(rgwte, rgwpe, dres, tok, pos, N, C);
+
+    /* ---- the kernels, in the trainer's order */
+    const gpt_grad_dtype_t gd = GPT_GRAD_BF16;
+    Dev Dwte(wte), Dwpe(wpe), Dlnfw(lnfw), Dlnfb(lnfb), Gwte(gwte), Gwpe(gwpe), Glnfw(glnfw),
+        Glnfb(glnfb);
+    std::vector<Dev *> DP, DG;
+    for (size_t i = 0; i < P.size(); ++i) {
+        DP.push_back(new Dev(P[i]));
+        DG.push_back(new Dev(G[i]));
+    }
+    int64_t *dtok = dev_ids(tok), *dpos = dev_ids(pos), *dlab = dev_ids(lab);
+    struct DActs { Dev *ln1, *m1, *r1, *qkv, *att, *atty, *res2, *ln2, *m2, *r2, *fch, *fchg, *res3; };
+    std::vector<DActs> DA((size_t)L);
+    std::vector<Dev *> owned;
+    auto bf = [&](size_t k) { Dev *d = new Dev(vec(k)); owned.push_back(d); return d; };
+    auto f32 = [&](size_t k) { Dev *d = new Dev(vec(k), true); owned.push_back(d); return d; };
+    for (auto &a : DA) {
+        a.ln1 = bf(n * c); a.m1 = f32(n); a.r1 = f32(n); a.qkv = bf(3 * n * c);
+        a.att = bf((size_t)B * NH * T * T); a.atty = bf(n * c); a.res2 = bf(n * c); a.ln2 = bf(n * c);
+        a.m2 = f32(n); a.r2 = f32(n); a.fch = bf(4 * n * c); a.fchg = bf(4 * n * c); a.res3 = bf(n * c);
+    }
+    Dev *Denc = bf(n * c), *Dlnf = bf(n * c), *Dmf = f32(n), *Drf = f32(n), *Dlogits = bf(n * Vp),
+        *Dlosses = f32(n), *Ddres = bf(n * c), *Ddln = bf(n * c), *Ddqkv = bf(3 * n * c),
+        *Ddatty = bf(n * c), *Ddfch = bf(4 * n * c), *Ddfchg = bf(4 * n * c), *Ddlnf = bf(n * c);
+    Dev Dscr(gpt_attention_scratch_bytes(B, T, NH, hs));
+    GK(gpt_encoder_forward(ctx, Denc->p, dtok, dpos, Dwte.p, Dwpe.p, N, C));
+    const void *dx = Denc->p;
+    for (int l = 0; l < L; ++l) {
+        DActs &a = DA[(size_t)l];
+        Dev **w = &DP[(size_t)l * P_N];
+        char *q = (char *)a.qkv->p;
+        GK(gpt_layernorm_forward(ctx, a.ln1->p, (float *)a.m1->p, (float *)a.r1->p, dx, w[P_LN1W]->p, w[P_LN1B]->p, N, C));
+        GK(gpt_matmul_forward(ctx, a.qkv->p, a.ln1->p, w[P_QKVW]->p, GPT_W_IN_OUT, w[P_QKVB]->p, N, C, 3 * C));
+        GK(gpt_attention_forward(ctx, a.atty->p, C, a.att->p, q, q + 2 * c, q + 4 * c, 3 * C, B, T, NH, hs, Dscr.p));
+        GK(gpt_matmul_forward(ctx, a.ln2->p, a.atty->p, w[P_PROJW]->p, GPT_W_IN_OUT, w[P_PROJB]->p, N, C, C));
+        GK(gpt_residual_forward(ctx, a.res2->p, dx, a.ln2->p, n * c));
+        GK(gpt_layernorm_forward(ctx, a.ln2->p, (float *)a.m2->p, (float *)a.r2->p, a.res2->p, w[P_LN2W]->p, w[P_LN2B]->p, N, C));
+        GK(gpt_matmul_forward(ctx, a.fch->p, a.ln2->p, w[P_FCW]->p, GPT_W_IN_OUT, w[P_FCB]->p, N, C, 4 * C));
+        GK(gpt_gelu_forward(ctx, a.fchg->p, a.fch->p, 4 * n * c));
+        GK(gpt_matmul_forward(ctx, a.res3->p, a.fchg->p, w[P_FCPW]->p, GPT_W_IN_OUT, w[P_FCPB]->p, N, 4 * C, C));
+        GK(gpt_residual_forward(ctx, a.res3->p, a.res2->p, a.res3->p, n * c));
+        dx = a.res3->p;
+    }
+    GK(gpt_layernorm_forward(ctx, Dlnf->p, (float *)Dmf->p, (float *)Drf->p, dx, Dlnfw.p, Dlnfb.p, N, C));
+    GK(gpt_matmul_forward(ctx, Dlogits->p, Dlnf->p, Dwte.p, GPT_W_OUT_IN, nullptr, N, C, Vp));
+    GK(gpt_fused_classifier(ctx, Dlogits->p, (float *)Dlosses->p, dlab, dloss, N, V, Vp));
+    vec got_losses = Dlosses->get();
+    double loss = 0;
+    for (int i = 0; i < N; ++i) loss += got_losses[i];
+    loss /= counted;
+    GK(gpt_matmul_backward(ctx, Ddlnf->p, Gwte.p, nullptr, gd, Dlogits->p, Dlnf->p, Dwte.p, GPT_W_OUT_IN, N, C, Vp));
+    GK(gpt_layernorm_backward(ctx, Ddres->p, Glnfw.p, Glnfb.p, gd, Ddlnf->p, dx, Dlnfw.p, (float *)Dmf->p, (float *)Drf->p, N, C));
+    for (int l = L - 1; l >= 0; --l) {
+        DActs &a = DA[(size_t)l];
+        Dev **w = &DP[(size_t)l * P_N], **g = &DG[(size_t)l * P_N];
+        const void *xin = l > 0 ? DA[(size_t)l - 1].res3->p : Denc->p;
+        for (Dev *d : {Ddfchg, Ddfch, Ddln, Ddatty}) CK(cudaMemset(d->p, 0, d->n * 2));
+        char *q = (char *)a.qkv->p, *dq = (char *)Ddqkv->p;
+        GK(gpt_matmul_backward(ctx, Ddfchg->p, g[P_FCPW]->p, g[P_FCPB]->p, gd, Ddres->p, a.fchg->p, w[P_FCPW]->p, GPT_W_IN_OUT, N, 4 * C, C));
+        GK(gpt_gelu_backward(ctx, Ddfch->p, a.fch->p, Ddfchg->p, 4 * n * c));
+        GK(gpt_matmul_backward(ctx, Ddln->p, g[P_FCW]->p, g[P_FCB]->p, gd, Ddfch->p, a.ln2->p, w[P_FCW]->p, GPT_W_IN_OUT, N, C, 4 * C));
+        GK(gpt_layernorm_backward(ctx, Ddres->p, g[P_LN2W]->p, g[P_LN2B]->p, gd, Ddln->p, a.res2->p, w[P_LN2W]->p, (float *)a.m2->p, (float *)a.r2->p, N, C));
+        GK(gpt_matmul_backward(ctx, Ddatty->p, g[P_PROJW]->p, g[P_PROJB]->p, gd, Ddres->p, a.atty->p, w[P_PROJW]->p, GPT_W_IN_OUT, N, C, C));
+        GK(gpt_attention_backward(ctx, dq, dq + 2 * c, dq + 4 * c, 3 * C, Ddatty->p, C, a.att->p, q, q + 2 * c, q + 4 * c, B, T, NH, hs, Dscr.p));
+        CK(cudaMemset(Ddln->p, 0, Ddln->n * 2));
+        GK(gpt_matmul_backward(ctx, Ddln->p, g[P_QKVW]->p, g[P_QKVB]->p, gd, Ddqkv->p, a.ln1->p, w[P_QKVW]->p, GPT_W_IN_OUT, N, C, 3 * C));
+        GK(gpt_layernorm_backward(ctx, Ddres->p, g[P_LN1W]->p, g[P_LN1B]->p, gd, Ddln->p, xin, w[P_LN1W]->p, (float *)a.m1->p, (float *)a.r1->p, N, C));
+    }
+    GK(gpt_encoder_backward(ctx, Gwte.p, Gwpe.p, gd, Ddres->p, tok.data(), pos.data(), N, C, Vp, T));
+
+    float lerr = (float)fabs(loss - ref_loss) / (float)fabs(ref_loss);
+    bool lok = lerr <= 1e-2f;
+    printf("%-44s %s  %.6f vs %.6f (rel %.2e, tol 1.0e-02)\n", "model: mean loss", lok ? "ok  " : "FAIL",
+           loss, ref_loss, lerr);
+    if (!lok) ++failures;
+    compare("model: d wte (LM head + embedding)", Gwte.get(), rgwte, TOL_MODEL);
+    compare("model: d wpe", Gwpe.get(), rgwpe, TOL_MODEL);
+    compare("model: d ln_f.weight", Glnfw.get(), rglnfw, TOL_MODEL);
+    compare("model: d ln_f.bias", Glnfb.get(), rglnfb, TOL_MODEL);
+    const char *names[P_N] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                              "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                              "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
+    for (int l = 0; l < L; ++l)
+        for (int k = 0; k < P_N; ++k) {
+            char w[80];
+            snprintf(w, sizeof w, "model: d h.%d.%s", l, names[k]);
+            compare(w, DG[(size_t)l * P_N + k]->get(), RG[(size_t)l * P_N + k], TOL_MODEL);
+        }
+    for (Dev *d : DP) delete d;
+    for (Dev *d : DG) delete d;
+    for (Dev *d : owned) delete d;
+    cudaFree(dtok);
+    cudaFree(dpos);
+    cudaFree(dlab);
+}
+
+static void check_bad_arguments(gpt_cuda_t ctx) {
+    bad(ctx, "matmul_forward N 0",
+        gpt_matmul_forward(ctx, nullptr, nullptr, nullptr, GPT_W_IN_OUT, nullptr, 0, 8, 8), "N 0");
+    bad(ctx, "attention stride 30 < NH hs 32",
+        gpt_attention_forward(ctx, nullptr, 30, nullptr, nullptr, nullptr, nullptr, 30, 1, 4, 4, 8,
+                              nullptr),
+        "stride 30 ostride 30");
+    bad(ctx, "classifier V 65 > Vp 64",
+        gpt_fused_classifier(ctx, nullptr, nullptr, nullptr, 1.f, 4, 65, 64), "V 65 Vp 64");
+    bad(ctx, "layernorm C -1",
+        gpt_layernorm_forward(ctx, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 4, -1),
+        "C -1");
+    bad(ctx, "matmul_forward weight NULL",
+        gpt_matmul_forward(ctx, ctx /* any non-NULL */, ctx, nullptr, GPT_W_IN_OUT, nullptr, 4, 8,
+                           8),
+        "weight is NULL");
+    bad(ctx, "gelu_backward dinp == dout",
+        gpt_gelu_backward(ctx, ctx, ctx, ctx, 16), "dinp aliases dout");
+    bad(ctx, "encoder_forward tok NULL",
+        gpt_encoder_forward(ctx, ctx, nullptr, nullptr, ctx, ctx, 4, 8), "is NULL");
+    bad(ctx, "layernorm_backward mean NULL",
+        gpt_layernorm_backward(ctx, nullptr, nullptr, nullptr, GPT_GRAD_BF16, nullptr, nullptr,
+                               nullptr, nullptr, nullptr, 4, 8),
+        "mean or rstd is NULL");
+}
+
+/* ----------------------------------------------------------------- bench */
+
+struct Timer {
+    cudaEvent_t a, b;
+    Timer() {
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+    }
+    ~Timer() {
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+};
+
+/* Runs f reps times after 2 warm-ups; returns ms per call. */
+template <typename F> static float time_ms(F f, int reps) {
+    Timer t;
+    f();
+    f();
+    CK(cudaEventRecord(t.a));
+    for (int i = 0; i < reps; ++i) f();
+    CK(cudaEventRecord(t.b));
+    CK(cudaEventSynchronize(t.b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, t.a, t.b));
+    return ms / reps;
+}
+
+static void row(const char *op, float ms, double flop, double bytes) {
+    printf("%-34s %9.3f %9.1f %9.1f\n", op, ms, flop > 0 ? flop / ms * 1e-9 : 0.0,
+           bytes > 0 ? bytes / ms * 1e-6 : 0.0);
+}
+
+static int bench(gpt_cuda_t ctx, int B, int T) {
+    const int C = 768, NH = 12, V = 50257, Vp = 50304, reps = 20;
+    const size_t BT = (size_t)B * T;
+    printf("GPT-2 124M layer sizes: B %d T %d C %d NH %d V %d (Vp %d), bf16, grads bf16\n", B, T,
+           C, NH, V, Vp);
+    printf("TFLOP/s: 2 * multiply-adds / time (attention: its four T x T products, full\n"
+           "squares as computed, not the causal half); GB/s: the bytes each kernel must\n"
+           "read and write once / time. Each row: mean of %d calls after 2 warm-ups.\n", reps);
+    printf("%-34s %9s %9s %9s\n", "op", "ms", "TFLOP/s", "GB/s");
+    Dev x(BT * 4 * C * 2), y(BT * 4 * C * 2), z(BT * 4 * C * 2), w(4 * C * C * 2),
+        bias(4 * C * 2), gw(4 * C * C * 2), gb(4 * C * 2), mean(BT * 4), rstd(BT * 4),
+        wte((size_t)Vp * C * 2), wpe((size_t)T * C * 2), gwte((size_t)Vp * C * 2),
+        gwpe((size_t)T * C * 2), logits(BT * Vp * 2), losses(BT * 4),
+        att((size_t)B * NH * T * T * 2), scr(gpt_attention_scratch_bytes(B, T, NH, C / NH));
+    CK(cudaMemset(x.p, 0, x.n));
+    CK(cudaMemset(w.p, 0, w.n));
+    CK(cudaMemset(wte.p, 0, wte.n));
+    CK(cudaMemset(wpe.p, 0, wpe.n));
+    CK(cudaMemset(gw.p, 0, gw.n));
+    CK(cudaMemset(gb.p, 0, gb.n));
+    CK(cudaMemset(gwte.p, 0, gwte.n));
+    CK(cudaMemset(gwpe.p, 0, gwpe.n));
+    CK(cudaMemset(logits.p, 0, logits.n));
+    ivec tok(BT), pos(BT);
+    for (size_t i = 0; i < BT; ++i) {
+        tok[i] = (int64_t)((i * 2654435761u) % V);
+        pos[i] = (int64_t)(i % T);
+    }
+    int64_t *dtok = dev_ids(tok), *dpos = dev_ids(pos);
+    const int N = (int)BT, hs = C / NH;
+    bf16p qkv = (bf16p)x.p, dqkv = (bf16p)z.p;
+    double a = 2.0 * BT, c = C;
+    row("encoder_forward", time_ms([&] { GK(gpt_encoder_forward(ctx, y.p, dtok, dpos, wte.p, wpe.p, N, C)); }, reps),
+        0, BT * c * 2 * 3);
+    row("encoder_backward (host grouping)", time_ms([&] { GK(gpt_encoder_backward(ctx, gwte.p, gwpe.p, GPT_GRAD_BF16, x.p, tok.data(), pos.data(), N, C, Vp, T)); }, reps),
+        0, BT * c * 2 * 3);
+    row("layernorm_forward", time_ms([&] { GK(gpt_layernorm_forward(ctx, y.p, (float *)mean.p, (float *)rstd.p, x.p, w.p, bias.p, (int)BT, C)); }, reps),
+        0, BT * c * 2 * 2);
+    row("layernorm_backward", time_ms([&] { GK(gpt_layernorm_backward(ctx, z.p, gw.p, gb.p, GPT_GRAD_BF16, y.p, x.p, w.p, (float *)mean.p, (float *)rstd.p, (int)BT, C)); }, reps),
+        0, BT * c * 2 * 4);
+    const int shapes[4][2] = {{C, 3 * C}, {C, C}, {C, 4 * C}, {4 * C, C}};
+    const char *names[4] = {"c_attn", "attn.c_proj", "c_fc", "mlp.c_proj"};
+    for (int s = 0; s < 4; ++s) {
+        int IC = shapes[s][0], OC = shapes[s][1];
+        char n[64];
+        snprintf(n, sizeof n, "matmul_forward %s", names[s]);
+        row(n, time_ms([&] { GK(gpt_matmul_forward(ctx, y.p, x.p, w.p, GPT_W_IN_OUT, bias.p, (int)BT, IC, OC)); }, reps),
+            a * IC * OC, 0);
+        snprintf(n, sizeof n, "matmul_backward %s", names[s]);
+        row(n, time_ms([&] { GK(gpt_matmul_backward(ctx, z.p, gw.p, gb.p, GPT_GRAD_BF16, y.p, x.p, w.p, GPT_W_IN_OUT, (int)BT, IC, OC)); }, reps),
+            2 * a * IC * OC, 0);
+    }
+    double attf = 2.0 * B * NH * (double)T * T * (C / NH);
+    row("attention_forward", time_ms([&] { GK(gpt_attention_forward(ctx, y.p, C, att.p, qkv, qkv + C, qkv + 2 * C, 3 * C, B, T, NH, hs, scr.p)); }, reps),
+        2 * attf, 0);
+    row("attention_backward", time_ms([&] { GK(gpt_attention_backward(ctx, dqkv, dqkv + C, dqkv + 2 * C, 3 * C, y.p, C, att.p, qkv, qkv + C, qkv + 2 * C, B, T, NH, hs, scr.p)); }, reps),
+        4 * attf, 0);
+    row("gelu_forward (4C)", time_ms([&] { GK(gpt_gelu_forward(ctx, y.p, x.p, BT * 4 * C)); }, reps),
+        0, BT * 4 * c * 2 * 2);
+    row("gelu_backward (4C, +=)", time_ms([&] { GK(gpt_gelu_backward(ctx, z.p, x.p, y.p, BT * 4 * C)); }, reps),
+        0, BT * 4 * c * 2 * 4);
+    row("residual_backward (both +=)", time_ms([&] { GK(gpt_residual_backward(ctx, z.p, x.p, y.p, BT * C)); }, reps),
+        0, BT * c * 2 * 5);
+    row("residual_forward", time_ms([&] { GK(gpt_residual_forward(ctx, z.p, x.p, y.p, BT * C)); }, reps),
+        0, BT * c * 2 * 3);
+    row("matmul_forward lm_head (wte)", time_ms([&] { GK(gpt_matmul_forward(ctx, logits.p, x.p, wte.p, GPT_W_OUT_IN, nullptr, (int)BT, C, Vp)); }, reps),
+        a * C * Vp, 0);
+    row("fused_classifier", time_ms([&] { GK(gpt_fused_classifier(ctx, logits.p, (float *)losses.p, dtok, 1.f / BT, (int)BT, V, Vp)); }, reps),
+        0, BT * (double)Vp * 2 * 3);
+    row("matmul_backward lm_head (wte)", time_ms([&] { GK(gpt_matmul_backward(ctx, x.p, gwte.p, nullptr, GPT_GRAD_BF16, logits.p, y.p, wte.p, GPT_W_OUT_IN, (int)BT, C, Vp)); }, reps),
+        2 * a * C * Vp, 0);
+    cudaFree(dtok);
+    cudaFree(dpos);
+    return 0;
+}
+
+/* One training step's kernels of GPT-2 124M (L blocks on one set of
+ * buffers, as the trainer calls them: examples/gpt/gpt_device.c), without
+ * libdsm: the kernels' own ceiling for tokens/s and MFU. FLOPs per token:
+ * 6 P + 6 L C T (P parameters; attention's 12 L C T of PaLM's appendix B
+ * halved for the causal mask, as llm.c counts). */
+static void bench_step(gpt_cuda_t ctx, int B, int T, double peak_tflops) {
+    const int C = 768, NH = 12, hs = C / NH, L = 12, V = 50257, Vp = 50304, N = B * T, reps = 5;
+    const size_t n = (size_t)N, c = C, H = 2;
+    const gpt_grad_dtype_t g = GPT_GRAD_BF16;
+    Dev wte((size_t)Vp * c * H), wpe((size_t)T * c * H), gwte((size_t)Vp * c * H),
+        gwpe((size_t)T * c * H), lnw(c * H), lnb(c * H), glnw(c * H), glnb(c * H),
+        qkvw(3 * c * c * H), qkvb(3 * c * H), projw(c * c * H), projb(c * H), fcw(4 * c * c * H),
+        fcb(4 * c * H), fcpw(4 * c * c * H), fcpb(c * H), gqkvw(3 * c * c * H), gqkvb(3 * c * H),
+        gprojw(c * c * H), gprojb(c * H), gfcw(4 * c * c * H), gfcb(4 * c * H),
+        gfcpw(4 * c * c * H), gfcpb(c * H), enc(n * c * H), ln1(n * c * H), qkv(3 * n * c * H),
+        att((size_t)B * NH * T * T * H), atty(n * c * H), res2(n * c * H), ln2(n * c * H),
+        fch(4 * n * c * H), fchg(4 * n * c * H), res3(n * c * H), lnf(n * c * H),
+        logits(n * Vp * H), losses(n * 4), mean(n * 4), rstd(n * 4), dres(n * c * H),
+        dln(n * c * H), dqkv(3 * n * c * H), datty(n * c * H), dfch(4 * n * c * H),
+        dfchg(4 * n * c * H), dlnf(n * c * H), scr(gpt_attention_scratch_bytes(B, T, NH, hs));
+    for (Dev *d : {&wte, &wpe, &lnw, &lnb, &qkvw, &qkvb, &projw, &projb, &fcw, &fcb, &fcpw, &fcpb,
+                   &enc, &logits, &gwte, &gwpe, &glnw, &glnb, &gqkvw, &gqkvb, &gprojw, &gprojb,
+                   &gfcw, &gfcb, &gfcpw, &gfcpb})
+        CK(cudaMemset(d->p, 0, d->n));
+    ivec tok(n), pos(n);
+    for (size_t i = 0; i < n; ++i) {
+        tok[i] = (int64_t)((i * 2654435761u) % V);
+        pos[i] = (int64_t)(i % T);
+    }
+    int64_t *dtok = dev_ids(tok), *dpos = dev_ids(pos);
+    char *q = (char *)qkv.p, *dq = (char *)dqkv.p;
+    cudaStream_t st = nullptr; /* the context's stream is the caller's: sync all */
+    auto step = [&] {
+        GK(gpt_encoder_forward(ctx, enc.p, dtok, dpos, wte.p, wpe.p, N, C));
+        const void *x = enc.p;
+        for (int l = 0; l < L; ++l) {
+            GK(gpt_layernorm_forward(ctx, ln1.p, (float *)mean.p, (float *)rstd.p, x, lnw.p, lnb.p, N, C));
+            GK(gpt_matmul_forward(ctx, qkv.p, ln1.p, qkvw.p, GPT_W_IN_OUT, qkvb.p, N, C, 3 * C));
+            GK(gpt_attention_forward(ctx, atty.p, C, att.p, q, q + 2 * c, q + 4 * c, 3 * C, B, T, NH, hs, scr.p));
+            GK(gpt_matmul_forward(ctx, ln2.p, atty.p, projw.p, GPT_W_IN_OUT, projb.p, N, C, C));
+            GK(gpt_residual_forward(ctx, res2.p, x, ln2.p, n * c));
+            GK(gpt_layernorm_forward(ctx, ln2.p, (float *)mean.p, (float *)rstd.p, res2.p, lnw.p, lnb.p, N, C));
+            GK(gpt_matmul_forward(ctx, fch.p, ln2.p, fcw.p, GPT_W_IN_OUT, fcb.p, N, C, 4 * C));
+            GK(gpt_gelu_forward(ctx, fchg.p, fch.p, 4 * n * c));
+            GK(gpt_matmul_forward(ctx, res3.p, fchg.p, fcpw.p, GPT_W_IN_OUT, fcpb.p, N, 4 * C, C));
+            GK(gpt_residual_forward(ctx, res3.p, res2.p, res3.p, n * c));
+            x = enc.p; /* one set of buffers: every block reads the embeddings */
+        }
+        GK(gpt_layernorm_forward(ctx, lnf.p, (float *)mean.p, (float *)rstd.p, res3.p, lnw.p, lnb.p, N, C));
+        GK(gpt_matmul_forward(ctx, logits.p, lnf.p, wte.p, GPT_W_OUT_IN, nullptr, N, C, Vp));
+        GK(gpt_fused_classifier(ctx, logits.p, (float *)losses.p, dtok, 1.f / N, N, V, Vp));
+        CK(cudaMemsetAsync(dlnf.p, 0, dlnf.n, st));
+        GK(gpt_matmul_backward(ctx, dlnf.p, gwte.p, nullptr, g, logits.p, lnf.p, wte.p, GPT_W_OUT_IN, N, C, Vp));
+        CK(cudaMemsetAsync(dres.p, 0, dres.n, st));
+        GK(gpt_layernorm_backward(ctx, dres.p, glnw.p, glnb.p, g, dlnf.p, res3.p, lnw.p, (float *)mean.p, (float *)rstd.p, N, C));
+        for (int l = 0; l < L; ++l) {
+            for (Dev *d : {&dfchg, &dfch, &dln, &datty}) CK(cudaMemsetAsync(d->p, 0, d->n, st));
+            GK(gpt_matmul_backward(ctx, dfchg.p, gfcpw.p, gfcpb.p, g, dres.p, fchg.p, fcpw.p, GPT_W_IN_OUT, N, 4 * C, C));
+            GK(gpt_gelu_backward(ctx, dfch.p, fch.p, dfchg.p, 4 * n * c));
+            GK(gpt_matmul_backward(ctx, dln.p, gfcw.p, gfcb.p, g, dfch.p, ln2.p, fcw.p, GPT_W_IN_OUT, N, C, 4 * C));
+            GK(gpt_layernorm_backward(ctx, dres.p, glnw.p, glnb.p, g, dln.p, res2.p, lnw.p, (float *)mean.p, (float *)rstd.p, N, C));
+            GK(gpt_matmul_backward(ctx, datty.p, gprojw.p, gprojb.p, g, dres.p, atty.p, projw.p, GPT_W_IN_OUT, N, C, C));
+            GK(gpt_attention_backward(ctx, dq, dq + 2 * c, dq + 4 * c, 3 * C, datty.p, C, att.p, q, q + 2 * c, q + 4 * c, B, T, NH, hs, scr.p));
+            CK(cudaMemsetAsync(dln.p, 0, dln.n, st));
+            GK(gpt_matmul_backward(ctx, dln.p, gqkvw.p, gqkvb.p, g, dqkv.p, ln1.p, qkvw.p, GPT_W_IN_OUT, N, C, 3 * C));
+            GK(gpt_layernorm_backward(ctx, dres.p, glnw.p, glnb.p, g, dln.p, enc.p, lnw.p, (float *)mean.p, (float *)rstd.p, N, C));
+        }
+        GK(gpt_encoder_backward(ctx, gwte.p, gwpe.p, g, dres.p, tok.data(), pos.data(), N, C, Vp, T));
+        CK(cudaDeviceSynchronize()); /* as the trainer's loss read does */
+    };
+    step();
+    Timer t;
+    CK(cudaEventRecord(t.a));
+    for (int r = 0; r < reps; ++r) step();
+    CK(cudaEventRecord(t.b));
+    CK(cudaEventSynchronize(t.b));
+    float ms;
+    CK(cudaEventElapsedTime(&ms, t.a, t.b));
+    ms /= reps;
+    double P = (double)Vp * C + (double)T * C + L * (12.0 * C * C + 13.0 * C) + 2.0 * C;
+    double flops = (6 * P + 6.0 * L * C * T) * N;
+    printf("\nstep of GPT-2 124M (L %d, %.1fM parameters, B %d T %d, kernels only, no libdsm):\n",
+           L, P / 1e6, B, T);
+    printf("  %.2f ms, %.0f tokens/s, %.1f TFLOP/s (FLOPs/token 6P + 6LCT)", ms, N / (ms * 1e-3),
+           flops / (ms * 1e-3) / 1e12);
+    if (peak_tflops > 0)
+        printf(", MFU %.1f%% of %.0f TFLOP/s bf16 dense\n",
+               100.0 * flops / (ms * 1e-3) / (peak_tflops * 1e12), peak_tflops);
+    else
+        printf(" (no MFU: pass the device's bf16 dense peak in TFLOP/s as the 4th argument)\n");
+    cudaFree(dtok);
+    cudaFree(dpos);
+}
+
+int main(int argc, char **argv) {
+    bool do_bench = argc > 1 && !strcmp(argv[1], "--bench");
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("SKIP: no usable CUDA device (%s); the GPT CUDA kernels are not checked\n",
+               e != cudaSuccess ? cudaGetErrorString(e) : "cudaGetDeviceCount: 0 devices");
+        return 77;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device 0: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    cudaStream_t stream;
+    CK(cudaStreamCreate(&stream));
+    gpt_cuda_t ctx = nullptr;
+    if (gpt_cuda_create(stream, &ctx)) {
+        fprintf(stderr, "gpt_cuda_create: %s\n", gpt_cuda_error(nullptr));
+        return 1;
+    }
+    int rc;
+    if (do_bench) {
+        int B = argc > 2 ? atoi(argv[2]) : 4, T = argc > 3 ? atoi(argv[3]) : 1024;
+        if (B <= 0 || T <= 0) {
+            fprintf(stderr, "--bench B T: bad sizes B %s T %s\n", argc > 2 ? argv[2] : "",
+                    argc > 3 ? argv[3] : "");
+            return 2;
+        }
+        /* bf16 dense peaks of the data-center parts (SXM), unless given */
+        double peak = argc > 4 ? atof(argv[4])
+                      : strstr(prop.name, "H100") || strstr(prop.name, "H200") ? 989.4
+                      : strstr(prop.name, "B200")                              ? 2250.0
+                      : strstr(prop.name, "A100")                              ? 312.0
+                                                                               : 0.0;
+        rc = bench(ctx, B, T);
+        bench_step(ctx, B, T, peak);
+    } else {
+        for (gpt_grad_dtype_t g : {GPT_GRAD_BF16, GPT_GRAD_F32}) {
+            check_encoder(ctx, g);
+            check_layernorm(ctx, g);
+            for (gpt_wlayout_t wl : {GPT_W_OUT_IN, GPT_W_IN_OUT}) {
+                check_matmul(ctx, g, wl, true);
+                check_matmul(ctx, g, wl, false);
+                check_matmul(ctx, g, wl, true, 1);
+            }
+        }
+        check_attention(ctx);
+        check_elementwise(ctx);
+        check_classifier(ctx);
+        check_model(ctx);
+        check_bad_arguments(ctx);
+        CK(cudaDeviceSynchronize());
+        printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+        rc = failures ? 1 : 0;
+    }
+    gpt_cuda_free(&ctx);
+    cudaStreamDestroy(stream);
+    return rc;
+}

@@ -1,0 +1,42 @@
+#!/bin/sh
+# examples/gpt/train_gpt against its PyTorch reference (examples/gpt/gpt_reference.py):
+# from the same initial weights (a safetensors file the reference writes,
+# loaded with dsm_engine_load_weights) and the same batch (4 sequences of the
+# shard), the loss and every parameter's gradient must agree within fp32
+# tolerance: ||g_ref - g|| / ||g_ref|| <= 1e-5 for each of the 28 tensors.
+# Skipped (77) without a Python with torch (DSM_BENCH_PYTHON, else
+# /usr/bin/python3, else python3).
+set -u
+# shellcheck disable=SC2154 # set by the test harness (AM_TESTS_ENVIRONMENT)
+bin=$top_builddir/examples/gpt/train_gpt
+launcher=${MPIEXEC:-mpiexec}
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+fail() { echo "FAIL: $*"; exit 1; }
+py=
+for p in ${DSM_BENCH_PYTHON:-} /usr/bin/python3 python3; do
+    if "$p" -c 'import torch' >/dev/null 2>&1; then py=$p; break; fi
+done
+[ -n "$py" ] || { echo "SKIP: no Python with torch"; exit 77; }
+ref=$top_srcdir/examples/gpt/gpt_reference.py
+tmp=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$tmp"' EXIT
+"$top_builddir/examples/gpt/gpt_shard" --synthetic 5000 "$tmp/data.bin" >/dev/null || fail "gpt_shard"
+"$py" "$ref" init --preset tiny --out "$tmp/init.safetensors" --seed 7 || fail "reference init"
+config='{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}'
+# shellcheck disable=SC2086 # MPIEXEC may carry options
+out=$(timeout 120 $launcher -n 1 "$bin" "$config" --data "$tmp/data.bin" --no-shuffle \
+      --init "$tmp/init.safetensors" --dump-grads "$tmp/grads.safetensors" 2>&1) || fail "train_gpt: $out"
+echo "$out" | tail -n 1
+"$py" "$ref" grads --preset tiny --init "$tmp/init.safetensors" --data "$tmp/data.bin" --batch 4 \
+    --compare "$tmp/grads.safetensors" --tol 1e-5 || fail "the gradients differ"
+# A file whose names do not match the model: every rank fails, naming them.
+"$py" "$ref" init --preset tiny --out "$tmp/other.safetensors" >/dev/null || fail "reference init"
+sed 's/ln_f.bias/ln_g.bias/' "$tmp/other.safetensors" > "$tmp/renamed.safetensors"
+# shellcheck disable=SC2086
+out=$(timeout 120 $launcher -n 1 "$bin" "$config" --data "$tmp/data.bin" --init "$tmp/renamed.safetensors" 2>&1) &&
+    fail "weights with a wrong name loaded"
+echo "$out" | grep -q "ln_g.bias" || fail "the error does not name the unexpected tensor: $out"
+echo "ok: loss and gradients equal the PyTorch reference's"
