@@ -42,15 +42,19 @@ struct Avx2 {
     static __m256i q(__m256 v, __m256 inv, __m256 lo, __m256 hi) {
         return _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v, inv), lo), hi));
     }
-    static void q8(const float *x, float inv, float qmax, int8_t *out) {
+    static __m128i q8r(const float *x, float inv, float qmax) {
         const __m256 vi = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-qmax), hi = _mm256_set1_ps(qmax);
         const __m256i i0 = q(_mm256_loadu_ps(x), vi, lo, hi), i1 = q(_mm256_loadu_ps(x + 8), vi, lo, hi);
         const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8);
-        const __m128i b = _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(out), b);
+        return _mm_packs_epi16(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+    }
+    static void q8(const float *x, float inv, float qmax, int8_t *out) {
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out), q8r(x, inv, qmax));
     }
     static void d8(const int8_t *qv, float s, float *out, bool accumulate) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(qv));
+        d8r(_mm_loadu_si128(reinterpret_cast<const __m128i *>(qv)), s, out, accumulate);
+    }
+    static void d8r(__m128i b, float s, float *out, bool accumulate) {
         const __m256 vs = _mm256_set1_ps(s);
         __m256 r0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), vs);
         __m256 r1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))), vs);

@@ -29,16 +29,21 @@ struct Avx512 {
         *amax = _mm512_reduce_max_ps(a.m);
         *bad = !(_mm512_reduce_add_ps(a.z) == 0.0f);
     }
-    static void q8(const float *x, float inv, float qmax, int8_t *out) {
+    static __m128i q8r(const float *x, float inv, float qmax) {
         __m512 v = _mm512_mul_ps(_mm512_loadu_ps(x), _mm512_set1_ps(inv));
         v = _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(-qmax)), _mm512_set1_ps(qmax));
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(out), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v)));
+        return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(v));
     }
-    static void d8(const int8_t *q, float s, float *out, bool accumulate) {
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q));
+    static void q8(const float *x, float inv, float qmax, int8_t *out) {
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(out), q8r(x, inv, qmax));
+    }
+    static void d8r(__m128i b, float s, float *out, bool accumulate) {
         __m512 r = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), _mm512_set1_ps(s));
         if (accumulate) r = _mm512_add_ps(_mm512_loadu_ps(out), r);
         _mm512_storeu_ps(out, r);
+    }
+    static void d8(const int8_t *q, float s, float *out, bool accumulate) {
+        d8r(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q)), s, out, accumulate);
     }
 };
 

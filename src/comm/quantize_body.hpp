@@ -49,6 +49,22 @@ inline void pack4(const int8_t *t, uint8_t *out) {
 
 inline int8_t nibble(unsigned v) { return static_cast<int8_t>(static_cast<int>(v ^ 8u) - 8); }
 
+#if defined(__SSE2__)
+// The same in registers: sixteen int8 values in, eight bytes out; and back.
+inline void pack4r(__m128i v, uint8_t *out) {
+    const __m128i lo = _mm_and_si128(v, _mm_set1_epi16(0x000F));
+    const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi16(0x00F0));
+    const __m128i w = _mm_or_si128(lo, hi);
+    _mm_storel_epi64(reinterpret_cast<__m128i *>(out), _mm_packus_epi16(w, w));
+}
+inline __m128i unpack4r(const uint8_t *in) {
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(in));
+    const __m128i m = _mm_set1_epi8(0x0F), eight = _mm_set1_epi8(8);
+    const __m128i v = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+    return _mm_sub_epi8(_mm_xor_si128(v, eight), eight);
+}
+#endif
+
 inline void unpack4(const uint8_t *in, int8_t *t) {
 #if defined(__SSE2__)
     const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(in));
@@ -109,6 +125,18 @@ struct Scalar16 {
         else
             for (int j = 0; j < 16; ++j) out[j] = static_cast<float>(q[j]) * s;
     }
+#if defined(__SSE2__)
+    static __m128i q8r(const float *x, float inv, float qmax) {
+        alignas(16) int8_t t[16];
+        q8(x, inv, qmax, t);
+        return _mm_load_si128(reinterpret_cast<const __m128i *>(t));
+    }
+    static void d8r(__m128i q, float s, float *out, bool accumulate) {
+        alignas(16) int8_t t[16];
+        _mm_store_si128(reinterpret_cast<__m128i *>(t), q);
+        d8(t, s, out, accumulate);
+    }
+#endif
 };
 
 template <class V>
@@ -142,7 +170,12 @@ void quantize_segment(const float *x, size_t n, int bits, size_t block, float *s
                 std::memset(q, 0, m);
                 continue;
             }
-            for (i = 0; i + 16 <= m; i += 16) V::q8(xb + i, inv, qmax, q + i);
+            // The second pass reads the block from the cache: fetch the next
+            // block meanwhile, so that memory and arithmetic overlap.
+            for (i = 0; i + 16 <= m; i += 16) {
+                __builtin_prefetch(xb + i + block);
+                V::q8(xb + i, inv, qmax, q + i);
+            }
             for (; i < m; ++i) q[i] = q1(xb[i], inv, qmax);
         } else {
             uint8_t *q = data + b0 / 2; // blocks hold an even number of values
@@ -150,10 +183,15 @@ void quantize_segment(const float *x, size_t n, int bits, size_t block, float *s
                 std::memset(q, 0, (m + 1) / 2);
                 continue;
             }
-            alignas(16) int8_t t[16];
             for (i = 0; i + 16 <= m; i += 16) {
+                __builtin_prefetch(xb + i + block);
+#if defined(__SSE2__)
+                pack4r(V::q8r(xb + i, inv, qmax), q + i / 2);
+#else
+                alignas(16) int8_t t[16];
                 V::q8(xb + i, inv, qmax, t);
                 pack4(t, q + i / 2);
+#endif
             }
             for (; i < m; i += 2) {
                 const int8_t lo = q1(xb[i], inv, qmax), hi = i + 1 < m ? q1(xb[i + 1], inv, qmax) : 0;
@@ -182,10 +220,14 @@ void dequantize_segment(const float *scales, const uint8_t *data, size_t n, int 
             }
         } else {
             const uint8_t *q = data + b0 / 2;
-            alignas(16) int8_t t[16];
             for (; i + 16 <= m; i += 16) {
+#if defined(__SSE2__)
+                V::d8r(unpack4r(q + i / 2), s, ob + i, accumulate);
+#else
+                alignas(16) int8_t t[16];
                 unpack4(q + i / 2, t);
                 V::d8(t, s, ob + i, accumulate);
+#endif
             }
             for (; i < m; ++i) {
                 const uint8_t byte = q[i / 2];

@@ -107,6 +107,12 @@ some overlap --prefetch 0
 refused overlap "--layers 100000 --params 1099511627776 needs" --layers 100000 --params 1099511627776
 refused overlap "--work needs a value" --work
 
+# ---------------------------------------------------------------- quantize
+for_each quantize --values 0 -1 1023 17179869185
+some quantize --rounds 0 1001
+some quantize --block 0 15 1048577
+refused quantize "--block: block size 24 is not a multiple of 16" --block 24
+
 # ---------------------------------------------------------------- command line
 # getopt_long for every subcommand: the same refusals everywhere, a value
 # joined with '=' and a prefix of a long option read like the option itself.
