@@ -33,6 +33,7 @@ int run_zero(int argc, char **argv);        // dsm-bench zero
 int run_checkpoint(int argc, char **argv);  // dsm-bench checkpoint
 int run_alltoall(int argc, char **argv);    // dsm-bench alltoall
 int run_overlap(int argc, char **argv);     // dsm-bench overlap
+int run_watchdog(int argc, char **argv);    // dsm-bench watchdog
 
 // The Python that runs the PyTorch baselines: $DSM_BENCH_PYTHON, else
 // "python3" from PATH.
