@@ -8,7 +8,11 @@
  * Collective calls: a function marked "Collective over C" must be called by
  * every rank of C with matching arguments. If any rank's arguments are bad,
  * every rank returns the same error status, and the message of
- * dsm_last_error() names the rank and the bad value; no rank hangs.
+ * dsm_last_error() names the rank and the bad value; no rank hangs. A rank
+ * that stops answering (stopped, or on a node that dropped off the network)
+ * does not hang the others either: a wait of libdsm longer than
+ * DSM_COMM_TIMEOUT seconds prints a message naming it and ends the job with
+ * MPI_Abort and exit status 75 (doc/environment.md, "The watchdog").
  *
  * Thread safety: functions on different handles may be called concurrently
  * from different threads; calls on the same handle (a mesh and its slices

@@ -140,6 +140,7 @@ struct NcclBackend::Impl {
     ~Impl();
 
     ncclComm_t split_sink = nullptr; // where a split writes when this member joins no group
+    const watchdog::Group *group = nullptr; // the backend's, for the watchdog's message
 
     void init(const ncclUniqueId &id, int size, int rank);
     // Poll this (the parent) communicator until a non-blocking split has
@@ -195,7 +196,7 @@ void NcclBackend::Impl::init(const ncclUniqueId &id, int size, int rank) {
 void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_too, cudaStream_t s) {
     if (!issued_ok(issued)) fail_nccl(issued, what);
     // Timed here (the watchdog only steps in should this loop not end).
-    const watchdog::WaitScope scope(what, nullptr, true);
+    const watchdog::WaitScope scope(what, group, true);
     const Clock::time_point start = Clock::now();
     for (;;) {
         // The communicator's state: ncclInProgress while the calls are being
@@ -224,7 +225,7 @@ void NcclBackend::Impl::wait(ncclResult_t issued, const char *what, bool stream_
 }
 
 void NcclBackend::Impl::wait_for_split(ncclComm_t *out) {
-    const watchdog::WaitScope scope("ncclCommSplit", nullptr, true);
+    const watchdog::WaitScope scope("ncclCommSplit", group, true);
     const Clock::time_point start = Clock::now();
     while (__atomic_load_n(out, __ATOMIC_ACQUIRE) == nullptr) {
         ncclResult_t state = ncclSuccess;
@@ -293,6 +294,7 @@ NcclBackend::Impl::~Impl() {
 
 NcclBackend::NcclBackend(MPI_Comm comm)
     : comm_(Comm::dup(comm)), impl_(std::make_unique<Impl>()) {
+    impl_->group = &watch_;
     DSM_CHECK_MPI(MPI_Comm_rank(comm_.get(), &rank_));
     DSM_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
     // This member's index among the group's ranks on its host: its device
@@ -336,6 +338,7 @@ NcclBackend::NcclBackend(MPI_Comm comm)
 
 NcclBackend::NcclBackend(SplitTag, Comm comm, int device)
     : comm_(std::move(comm)), device_(device), impl_(std::make_unique<Impl>()) {
+    impl_->group = &watch_;
     DSM_CHECK_MPI(MPI_Comm_rank(comm_.get(), &rank_));
     DSM_CHECK_MPI(MPI_Comm_size(comm_.get(), &size_));
 }

@@ -217,6 +217,7 @@ Counts counts(const dsm_sp_tensor_t &t, int size, int rank) {
 
 Context::Context(MPI_Comm comm, int node_color)
     : backend_(comm::make_backend(comm, comm::Space::HOST, node_color)) {
+    backend_->watch().label = "the sequence-parallel context's group";
     size_ = backend_->size();
     rank_ = backend_->rank();
 }

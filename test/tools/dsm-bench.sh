@@ -113,6 +113,13 @@ some quantize --rounds 0 1001
 some quantize --block 0 15 1048577
 refused quantize "--block: block size 24 is not a multiple of 16" --block 24
 
+# ---------------------------------------------------------------- watchdog
+for_each watchdog --count 0 -1 268435457 9223372036854775807
+some watchdog --iters 0 -1 1000001
+some watchdog --params 0 -1 4294967297
+some watchdog --steps 0 1001
+refused watchdog "--params 4294967296" --params 4294967296 --count 268435456
+
 # ---------------------------------------------------------------- command line
 # getopt_long for every subcommand: the same refusals everywhere, a value
 # joined with '=' and a prefix of a long option read like the option itself.

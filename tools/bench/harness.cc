@@ -209,6 +209,7 @@ const Subcommand kSubcommands[] = {
     {"overlap", run_overlap, true,
      "overlap_comm on a synthetic model: the step with overlap on and off next to\n"
      "                the ideal max(compute, communication)"},
+    {"watchdog", run_watchdog, false, "the watchdog's cost: scopes, collectives and a ZeRO step with it on and off"},
 };
 
 void usage(FILE *out) {

@@ -34,6 +34,7 @@ int run_checkpoint(int argc, char **argv);  // dsm-bench checkpoint
 int run_alltoall(int argc, char **argv);    // dsm-bench alltoall
 int run_overlap(int argc, char **argv);     // dsm-bench overlap
 int run_quantize(int argc, char **argv);    // dsm-bench quantize
+int run_watchdog(int argc, char **argv);    // dsm-bench watchdog
 
 // The Python that runs the PyTorch baselines: $DSM_BENCH_PYTHON, else
 // "python3" from PATH.
