@@ -88,6 +88,9 @@ struct StageSettings {
     // ZeRO-3, zero_hpz_partition_size: ranks per secondary partition group
     // (1: none). The group's backend comes with bind_hpz().
     int hpz = 1;
+    // gradient_accumulation_steps: with one micro-step per window and one
+    // data-parallel rank, stages 2/3 hand out the gradient partition itself.
+    int64_t accumulation = 1;
 };
 
 // The memory a stage holds, by kind (Engine::describe()).
