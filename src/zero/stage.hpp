@@ -91,6 +91,9 @@ struct StageSettings {
     // gradient_accumulation_steps: with one micro-step per window and one
     // data-parallel rank, stages 2/3 hand out the gradient partition itself.
     int64_t accumulation = 1;
+    // Whether one data-parallel rank may hand out the partitions' own
+    // elements (false with ZeRO-Offload).
+    bool direct = true;
 };
 
 // The memory a stage holds, by kind (Engine::describe()).

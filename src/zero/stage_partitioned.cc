@@ -32,7 +32,9 @@
 // its release moves nothing; a later acquisition of elements already handed
 // out gets a zeroed buffer that its release adds in, as with more ranks. No
 // copies, no bucket traffic. Only without sequence parallelism, pre- and
-// post-scaling or another communication dtype, and without hpZ.
+// post-scaling or another communication dtype, without hpZ, and without
+// ZeRO-Offload (StageSettings::direct: its device copies of the gradients are
+// added into private host buffers).
 //
 // hpZ (stage.hpp): the secondary partition is the flat layout split into
 // StageSettings::hpz parts (secondary_layout_: the same slots and offsets);
@@ -43,6 +45,7 @@
 // allgatherv over the group's backend, from secondary_. publish() clears the
 // marks: the copies hold the values before the update.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -287,7 +290,7 @@ void Partitioned::allocate() {
         param_part_ = SharedBuffer(dp_, *space_, P * esize_);
     }
     direct_ = dp_->size() == 1 && layout_->parts() == 1 && (sp_ == nullptr || sp_->size() == 1) && s_.pre == 1.0 &&
-              s_.post == 1.0 && s_.comm_dtype == s_.dtype && !hpz_on();
+              s_.post == 1.0 && s_.comm_dtype == s_.dtype && !hpz_on() && s_.direct;
     bucket_cap_ = bucket_capacity(s_.reduce_bucket_size, layout_->used());
     bucket_send_ = SharedBuffer(dp_, *space_, bucket_cap_ * csize_);
     grad_part_ = Buffer(*space_, P * esize_);
