@@ -24,6 +24,18 @@
 // pool buffers meanwhile. A gather is a task too, and ZeRO-3 also prefetches
 // the window of the trace ahead of the acquired parameter (prefetch_ahead).
 //
+// One data-parallel rank (direct_): the partition is the whole flat layout and
+// a reduction would only add each released gradient into it. Then a ZeRO-3
+// acquire reads the parameter partition in place, and with one micro-step
+// per window the first gradient buffer handed out for elements in a
+// micro-step is the partition's own (zero then, as a buffer must start), so
+// its release moves nothing; a later acquisition of elements already handed
+// out gets a zeroed buffer that its release adds in, as with more ranks. No
+// copies, no bucket traffic. Only without sequence parallelism, pre- and
+// post-scaling or another communication dtype, without hpZ, and without
+// ZeRO-Offload (StageSettings::direct: its device copies of the gradients are
+// added into private host buffers).
+//
 // hpZ (stage.hpp): the secondary partition is the flat layout split into
 // StageSettings::hpz parts (secondary_layout_: the same slots and offsets);
 // this rank holds part hpz_->rank() of it, less the persistent region, in
@@ -42,6 +54,7 @@
 // reduce-scatter is comm::QuantizedReduce, whose fp32 result is added into
 // the gradient partition with the same scaling.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -87,7 +100,7 @@ public:
     }
     const void *acquire_param(int index, const Before &before) override;
     void release_param(int index) override {
-        if (held_whole(index) || reused_soon(index)) return;
+        if (direct_ || held_whole(index) || reused_soon(index)) return;
         if (arena_ == Arena::PARAM && arena_param_ == index) arena_ = Arena::FREE;
         pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
     }
@@ -96,6 +109,7 @@ public:
 
     void *acquire_grad(int index) override {
         const size_t n = layout_->slot_of(index)->numel;
+        if (give_direct(index, 0, n)) return static_cast<char *>(grad_part_.data()) + layout_->slot_of(index)->offset * esize_;
         if (arena_fits(n)) {
             pipe_->wait(bucket_ticket_); // done: only rethrows a task's error
             arena_ = Arena::GRAD;
@@ -108,27 +122,32 @@ public:
         return b.data();
     }
     void release_grad(int index, const Before &before) override {
-        bucket_elems_ += layout_->slot_of(index)->numel;
         Buffer &b = staging_[static_cast<size_t>(index)];
         const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
+        if (direct_ && !b && !in_bucket) return; // the partition's own elements: added in already
+        bucket_elems_ += layout_->slot_of(index)->numel;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
         pending_.push_back(Pending{index, std::move(b), data, in_bucket, 0, layout_->slot_of(index)->numel});
         if (bucket_elems_ >= bucket_cap_) flush(before);
     }
     const void *acquire_param_range(int index, size_t offset, size_t count, const Before &before) override;
     void release_param_range(int index, size_t offset, size_t count) override {
+        if (direct_) return;
         auto it = range_params_.find(RangeKey{index, offset, count});
         if (it == range_params_.end()) return; // a pointer into a parameter held whole
         pool_.give(std::move(it->second));
         range_params_.erase(it);
     }
     void *acquire_grad_range(int index, size_t offset, size_t count) override {
+        if (give_direct(index, offset, count))
+            return static_cast<char *>(grad_part_.data()) + (layout_->slot_of(index)->offset + offset) * esize_;
         Buffer &b = range_grads_[RangeKey{index, offset, count}];
         b = pool_.take(count * esize_, true);
         return b.data();
     }
     void release_grad_range(int index, size_t offset, size_t count, const Before &before) override {
         auto it = range_grads_.find(RangeKey{index, offset, count});
+        if (direct_ && it == range_grads_.end()) return; // the partition's own elements
         DSM_REQUIRE(it != range_grads_.end(), DSM_ERR_INTERNAL, "no gradient range of parameter ", index, " at ",
                     offset, "+", count);
         Buffer b = std::move(it->second);
@@ -223,6 +242,20 @@ private:
     int arena_param_ = -1;
     size_t bucket_cap_ = 0;    // elements per reduction round
     size_t persist_end_ = 0;   // stage 3: flat elements [0, persist_end_) are held whole
+    bool direct_ = false;      // one data-parallel rank: buffers are the partitions' own (above)
+    // direct_: the element ranges of each parameter whose gradient went out
+    // as the partition's own in this micro-step.
+    std::vector<std::vector<std::pair<size_t, size_t>>> given_;
+    // Whether elements [offset, offset + count) of parameter `index` may go
+    // out as the partition's own gradient now (and records them).
+    bool give_direct(int index, size_t offset, size_t count) {
+        if (!direct_ || s_.accumulation != 1) return false;
+        auto &g = given_[static_cast<size_t>(index)];
+        for (const auto &r : g)
+            if (offset < r.first + r.second && r.first < offset + count) return false;
+        g.emplace_back(offset, count);
+        return true;
+    }
 
     // Per parameter index: the gathered copy (stage 3, while acquired or
     // prefetched) and the gradient buffer while acquired.
@@ -277,6 +310,8 @@ void Partitioned::allocate() {
         param_flat_ = SharedBuffer(dp_, *space_, std::max<size_t>(persist_end_, 1) * esize_);
         param_part_ = SharedBuffer(dp_, *space_, P * esize_);
     }
+    direct_ = dp_->size() == 1 && layout_->parts() == 1 && (sp_ == nullptr || sp_->size() == 1) && s_.pre == 1.0 &&
+              s_.post == 1.0 && s_.comm_dtype == s_.dtype && !hpz_on() && s_.direct;
     bucket_cap_ = bucket_capacity(s_.reduce_bucket_size, layout_->used());
     bucket_send_ = SharedBuffer(dp_, *space_, bucket_cap_ * csize_);
     grad_part_ = Buffer(*space_, P * esize_);
@@ -299,6 +334,7 @@ void Partitioned::allocate() {
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
+    given_.assign(static_cast<size_t>(max_param + 1), {});
     staging_.resize(static_cast<size_t>(max_param + 1));
     gather_ticket_.assign(static_cast<size_t>(max_param + 1), 0);
     // Idle buffers kept for reuse: twice the largest staging or gather need
@@ -343,6 +379,7 @@ StageMemory Partitioned::memory() const {
 
 const void *Partitioned::acquire_param(int index, const Before &before) {
     const zero::Slot *s = layout_->slot_of(index);
+    if (direct_ && !persistent(s->numel)) return static_cast<const char *>(param_part_.data()) + s->offset * esize_;
     if (persistent(s->numel)) {
         wait_published(s->offset + s->numel);
         return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
@@ -382,6 +419,7 @@ const void *Partitioned::acquire_param_range(int index, size_t offset, size_t co
         wait_published(b);
         return static_cast<const char *>(param_flat_.data()) + a * esize_;
     }
+    if (direct_) return static_cast<const char *>(param_part_.data()) + a * esize_;
     uint64_t h = kFnv1aOffset;
     h = fnv1a(&index, sizeof index, h);
     h = fnv1a(&offset, sizeof offset, h);
@@ -663,6 +701,7 @@ void Partitioned::publish(const float *master, const Update &update) {
 
 void Partitioned::new_micro_step(bool forget) {
     pipe_->wait_all(); // prefetches write the gathered buffers
+    for (auto &g : given_) g.clear();
     for (const auto &s : layout_->slots())
         if (!persistent(s.numel)) pool_.give(std::move(gathered_[static_cast<size_t>(s.param)]));
     if (arena_ == Arena::PARAM) arena_ = Arena::FREE;

@@ -79,6 +79,16 @@ some zero --steps 0 -1 1001
 some zero --stage -1 4 2147483651
 some zero --device gpu ""
 refused zero "--params 1125899906842624" --params 1125899906842624 --no-torch
+# --model: an unknown name, files that are not a parameter list, a model
+# larger than the machine.
+refused zero "--model 'nope' is not gpt2" --model nope
+printf '{"parameters": [{"name": "a", "shape": [4, 0]}]}' > "$tmp/bad.json"
+refused zero "parameters[0] ('a'): shape extent 0" --model "$tmp/bad.json"
+printf '{"parameters": [{"name": "a", "shape": [4], "decay": 1}]}' > "$tmp/bad.json"
+refused zero "\"decay\" is not true or false" --model "$tmp/bad.json"
+printf 'not json' > "$tmp/bad.json"
+refused zero "not JSON" --model "$tmp/bad.json"
+refused zero "--model llama-7b needs" --model llama-7b --no-torch
 
 # ---------------------------------------------------------------- checkpoint
 for_each checkpoint --params 0 -1 1125899906842625 9223372036854775807

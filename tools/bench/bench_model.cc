@@ -130,51 +130,68 @@ void *aligned(size_t bytes) {
 }
 
 // The bound on the host: the step's two passes over n elements with
-// `threads` threads (chunks as the optimizer's); seconds, median of `iters`,
-// every rank of `comm` at once, the slowest rank's time.
-double host_bound(size_t n, bool half, int threads, int iters, MPI_Comm comm) {
-    std::unique_ptr<void, Free> g(aligned(n * (half ? 2 : 4))), p(aligned(n * 4)), m(aligned(n * 4)),
-        v(aligned(n * 4)), p16(aligned(half ? n * 2 : 1));
+// `threads` threads (chunks as the optimizer's). run(): seconds of one pass
+// pair, every rank of `comm` at once, the slowest rank's time. The steps and
+// the bound run in turn, so that a noisy neighbour hits both alike.
+class HostBound {
+public:
+    HostBound(size_t n, bool half, int threads);
+    double run(MPI_Comm comm);
+
+private:
+    size_t n_;
+    bool half_;
+    int threads_;
+    std::unique_ptr<void, Free> g_, p_, m_, v_, p16_;
+    float sink_ = 0;
+};
+
+HostBound::HostBound(size_t n, bool half, int threads)
+    : n_(n), half_(half), threads_(threads), g_(aligned(n * (half ? 2 : 4))), p_(aligned(n * 4)), m_(aligned(n * 4)),
+      v_(aligned(n * 4)), p16_(aligned(half ? n * 2 : 1)) {
     const long long chunks = static_cast<long long>((n + kChunk - 1) / kChunk);
+    void *g = g_.get(), *p = p_.get(), *m = m_.get(), *v = v_.get(), *p16 = p16_.get();
     // First touch by the threads that stream the pages later.
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (long long c = 0; c < chunks; ++c) {
         const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
-        std::memset(static_cast<char *>(g.get()) + b * (half ? 2 : 4), 0x11, (e - b) * (half ? 2 : 4));
-        std::memset(static_cast<float *>(p.get()) + b, 0, (e - b) * 4);
-        std::memset(static_cast<float *>(m.get()) + b, 0, (e - b) * 4);
-        std::memset(static_cast<float *>(v.get()) + b, 0, (e - b) * 4);
-        if (half) std::memset(static_cast<uint16_t *>(p16.get()) + b, 0, (e - b) * 2);
+        std::memset(static_cast<char *>(g) + b * (half ? 2 : 4), 0x11, (e - b) * (half ? 2 : 4));
+        std::memset(static_cast<float *>(p) + b, 0, (e - b) * 4);
+        std::memset(static_cast<float *>(m) + b, 0, (e - b) * 4);
+        std::memset(static_cast<float *>(v) + b, 0, (e - b) * 4);
+        if (half) std::memset(static_cast<uint16_t *>(p16) + b, 0, (e - b) * 2);
     }
-    std::vector<double> times;
-    volatile float sink = 0;
-    for (int it = 0; it <= iters; ++it) {
-        MPI_Barrier(comm);
-        const double t0 = MPI_Wtime();
-        float total = 0;
+}
+
+double HostBound::run(MPI_Comm comm) {
+    const size_t n = n_;
+    const bool half = half_;
+    const int threads = threads_;
+    const long long chunks = static_cast<long long>((n + kChunk - 1) / kChunk);
+    void *g = g_.get(), *p = p_.get(), *m = m_.get(), *v = v_.get(), *p16 = p16_.get();
+    MPI_Barrier(comm);
+    const double t0 = MPI_Wtime();
+    float total = 0;
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : total)
-        for (long long c = 0; c < chunks; ++c) {
-            const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
-            total += half ? sum_chunk16(static_cast<const uint16_t *>(g.get()), b, e)
-                          : sum_chunk32(static_cast<const float *>(g.get()), b, e);
-        }
-        sink = sink + total;
-#pragma omp parallel for schedule(static) num_threads(threads)
-        for (long long c = 0; c < chunks; ++c) {
-            const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
-            if (half)
-                update_chunk16(static_cast<uint16_t *>(g.get()), static_cast<float *>(p.get()),
-                               static_cast<float *>(m.get()), static_cast<float *>(v.get()),
-                               static_cast<uint16_t *>(p16.get()), b, e);
-            else
-                update_chunk32(static_cast<float *>(g.get()), static_cast<float *>(p.get()),
-                               static_cast<float *>(m.get()), static_cast<float *>(v.get()), b, e);
-        }
-        double t = MPI_Wtime() - t0;
-        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
-        if (it > 0) times.push_back(t);
+    for (long long c = 0; c < chunks; ++c) {
+        const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+        total += half ? sum_chunk16(static_cast<const uint16_t *>(g), b, e)
+                      : sum_chunk32(static_cast<const float *>(g), b, e);
     }
-    return median_of(times);
+    sink_ += total;
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (long long c = 0; c < chunks; ++c) {
+        const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
+        if (half)
+            update_chunk16(static_cast<uint16_t *>(g), static_cast<float *>(p), static_cast<float *>(m),
+                           static_cast<float *>(v), static_cast<uint16_t *>(p16), b, e);
+        else
+            update_chunk32(static_cast<float *>(g), static_cast<float *>(p), static_cast<float *>(m),
+                           static_cast<float *>(v), b, e);
+    }
+    double t = MPI_Wtime() - t0;
+    MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+    return t;
 }
 
 // ---------------------------------------------------------------- PyTorch
@@ -312,8 +329,15 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     eo.device = device == "cuda" ? DSM_DEVICE_CUDA : device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
     auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), d.data(), static_cast<int>(d.size()), true, eo);
     const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
+    // The elements this rank's optimizer updates: its share of the flat layout.
+    const auto desc0 = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
+    const size_t elements = stage == 0 ? desc0["trainable_elements"].get<size_t>()
+                                       : desc0["partition_elements"].get<size_t>();
+    const int threads = optim::num_threads();
+    std::unique_ptr<HostBound> bound;
+    if (device == "host") bound = std::make_unique<HostBound>(elements, esize == 2, threads);
     std::vector<unsigned char> host_grad;
-    std::vector<double> total, update;
+    std::vector<double> total, update, bounds;
     for (int s = 0; s <= steps; ++s) {
         // The backward's gradients (untimed: the model's own work).
         std::vector<void *> grads(d.size());
@@ -336,7 +360,9 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
         eng->synchronize();
         const double t = now_seconds() - t0;
         const engine::Timers after = eng->timers();
+        const double tb = bound ? bound->run(world) : -1.0;
         if (s == 0) continue;
+        bounds.push_back(tb);
         total.push_back(t);
         update.push_back(t - (after.reduce - before.reduce) - (after.gather - before.gather));
     }
@@ -348,15 +374,13 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, world);
     r.step = v[0];
     r.update = v[1];
-    // The elements this rank's optimizer updates: its share of the flat layout.
-    const std::string js = eng->describe(DSM_FORMAT_JSON);
-    const auto j = nlohmann::json::parse(js);
-    r.elements = stage == 0 ? j["trainable_elements"].get<size_t>() : j["partition_elements"].get<size_t>();
+    const auto j = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
+    r.elements = elements;
     r.peak_host = j["memory"]["rank_bytes_peak"]["host"].get<size_t>() + j["memory"]["rank_bytes_peak"]["shared"].get<size_t>();
     r.peak_device = j["memory"]["rank_bytes_peak"]["device"].get<size_t>();
-    r.threads = optim::num_threads();
+    r.threads = threads;
     eng->close();
-    r.bound = device == "host" ? host_bound(r.elements, esize == 2, r.threads, steps, world) : -1.0;
+    r.bound = bound ? median_of(bounds) : -1.0;
     r.bytes_per_element = esize == 2 ? 32.0 : 36.0;
     return r;
 }
