@@ -32,12 +32,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$build/examples/gpt/gpt_shard" --synthetic 400000 "$tmp/data.bin" >/dev/null
 "$py" "$here/gpt_reference.py" init --preset small --out "$tmp/init.safetensors" >/dev/null
-peak=$("$py" -c '
+# one core's sgemm rate now (GFLOP/s -> TFLOP/s), measured again in each round
+measure_peak() {
+    "$py" -c '
 import time, numpy as np
 a = np.random.rand(1024, 1024).astype(np.float32); b = a.copy(); a @ b
 t = time.perf_counter(); n = 10
 for _ in range(n): a @ b
-print(2 * 1024**3 * n / (time.perf_counter() - t) / 1e12)')
+print(2 * 1024**3 * n / (time.perf_counter() - t) / 1e12)'
+}
 tps() { awk '$1 == "figures:" { print $2 }'; }
 field() { awk -v k="$1" '{ for (i = 1; i < NF; ++i) if ($i == k) print $(i + 1) }' | head -n 1; }
 run_dsm() { # N
@@ -56,17 +59,18 @@ run_ref() { # N
 r=0
 while [ $r -lt "$rounds" ]; do
     r=$((r + 1))
+    peak=$(measure_peak)
     d2=$(run_dsm 2); r2=$(run_ref 2); d1=$(run_dsm 1); r1=$(run_ref 1)
     echo "$r $(echo "$d1" | tps) $(echo "$d2" | tps) $(echo "$r1" | tps) $(echo "$r2" | tps)" \
          "$(echo "$d1" | field MFU) $(echo "$d2" | field MFU)" \
          "$(echo "$d2" | awk '$1 == "libdsm" && $2 == "share:" { print $3 }')" \
-         "$(echo "$d2" | sed -n 's/.* of [0-9.]* s (\([0-9.]*%\))$/\1/p')" >> "$tmp/rounds"
+         "$(echo "$d2" | sed -n 's/.* of [0-9.]* s (\([0-9.]*%\))$/\1/p')" \
+         "$(awk -v p="$peak" 'BEGIN { printf "%.1f", p * 1000 }')" >> "$tmp/rounds"
 done
-printf '\nsmall preset, %s steps (the first 2 not timed), 1 thread per rank; sgemm peak %.1f GFLOP/s per core\n' \
-    "$steps" "$(awk -v p="$peak" 'BEGIN { print p * 1000 }')"
-printf '%-6s %12s %12s %12s %12s %8s %8s %11s %11s\n' round "dsm 1 rank" "dsm 2 ranks" "torch 1" "torch DDP 2" \
-    "MFU 1" "MFU 2" "dsm calls" "eng timers"
-awk '{ printf "%-6s %12.1f %12.1f %12.1f %12.1f %8s %8s %11s %11s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }' "$tmp/rounds"
+printf '\nsmall preset, %s steps (the first 2 not timed), 1 thread per rank; tokens/s of each run\n' "$steps"
+printf '%-6s %12s %12s %12s %12s %8s %8s %11s %11s %10s\n' round "dsm 1 rank" "dsm 2 ranks" "torch 1" "torch DDP 2" \
+    "MFU 1" "MFU 2" "dsm calls" "eng timers" "sgemm GF/s"
+awk '{ printf "%-6s %12.1f %12.1f %12.1f %12.1f %8s %8s %11s %11s %10s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$tmp/rounds"
 # median (and range) over the rounds of each ratio
 awk 'function med(a, n,   i, j, t) { for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
                                   return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
