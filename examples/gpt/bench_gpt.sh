@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench_gpt.sh: train_gpt against its PyTorch reference on this machine's CPU.
 #
-#   examples/gpt/bench_gpt.sh [BUILDDIR] [STEPS]
+#   examples/gpt/bench_gpt.sh [BUILDDIR] [STEPS] [ROUNDS]
 #
 # The small preset (4 layers, 4 heads, width 256, context 256, vocabulary 256,
 # 3.3M parameters), examples/gpt/gpt_small.json (global batch 16 sequences =
@@ -9,9 +9,10 @@
 # writes them; train_gpt loads them with dsm_engine_load_weights) and the same
 # synthetic shard read in the same order (--no-shuffle). Every run uses 1
 # thread per rank (OMP_NUM_THREADS = OPENBLAS_NUM_THREADS = torch threads = 1).
-# Runs, all in this one invocation:
+# Runs, all in this one invocation, ROUNDS (default 3) times interleaved:
 #   train_gpt on 1 and on 2 MPI ranks;
 #   the reference on 1 process and under DistributedDataParallel (gloo) on 2.
+# Each ratio is taken within a round; the median and range over the rounds.
 # tokens/s is the global batch's tokens over the mean step time of the steps
 # after the first two. MFU: the model's FLOPs per token, 6 N + 12 L C T (N
 # parameters, attention's full square), over one core's measured sgemm rate
@@ -22,6 +23,7 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-$here/../..}
 steps=${2:-12}
+rounds=${3:-3}
 py=${DSM_BENCH_PYTHON:-/usr/bin/python3}
 launcher=${MPIEXEC:-mpiexec}
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -30,12 +32,15 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$build/examples/gpt/gpt_shard" --synthetic 400000 "$tmp/data.bin" >/dev/null
 "$py" "$here/gpt_reference.py" init --preset small --out "$tmp/init.safetensors" >/dev/null
-peak=$("$py" -c '
+# one core's sgemm rate now (GFLOP/s -> TFLOP/s), measured again in each round
+measure_peak() {
+    "$py" -c '
 import time, numpy as np
 a = np.random.rand(1024, 1024).astype(np.float32); b = a.copy(); a @ b
 t = time.perf_counter(); n = 10
 for _ in range(n): a @ b
-print(2 * 1024**3 * n / (time.perf_counter() - t) / 1e12)')
+print(2 * 1024**3 * n / (time.perf_counter() - t) / 1e12)'
+}
 tps() { awk '$1 == "figures:" { print $2 }'; }
 field() { awk -v k="$1" '{ for (i = 1; i < NF; ++i) if ($i == k) print $(i + 1) }' | head -n 1; }
 run_dsm() { # N
@@ -48,20 +53,33 @@ run_ref() { # N
         --batch 16 --micro 8 --steps "$steps" --ranks "$1" --threads 1 --lr 1e-3 --warmup 10 --total 300 \
         --print-every 100 2>&1
 }
-d1=$(run_dsm 1); d2=$(run_dsm 2); r1=$(run_ref 1); r2=$(run_ref 2)
-echo "$d2" | grep -E "^(figures|libdsm share)"
-t_d1=$(echo "$d1" | tps); t_d2=$(echo "$d2" | tps); t_r1=$(echo "$r1" | tps); t_r2=$(echo "$r2" | tps)
-mfu1=$(echo "$d1" | field MFU); mfu2=$(echo "$d2" | field MFU)
-share=$(echo "$d2" | awk '$1 == "libdsm" && $2 == "share:" { print $3 }')
-printf '\nsmall preset, %s steps (the first 2 not timed), 1 thread per rank; sgemm peak %.1f GFLOP/s per core\n' \
-    "$steps" "$(awk -v p="$peak" 'BEGIN { print p * 1000 }')"
-printf '%-34s %6s %12s %8s\n' "run" "ranks" "tokens/s" "MFU"
-printf '%-34s %6d %12.1f %8s\n' "train_gpt (libdsm, ZeRO-1)" 1 "$t_d1" "$mfu1"
-printf '%-34s %6d %12.1f %8s\n' "train_gpt (libdsm, ZeRO-1)" 2 "$t_d2" "$mfu2"
-printf '%-34s %6d %12.1f %8s\n' "PyTorch reference" 1 "$t_r1" "-"
-printf '%-34s %6d %12.1f %8s\n' "PyTorch reference, DDP (gloo)" 2 "$t_r2" "-"
-awk -v a="$t_d2" -v b="$t_r2" -v c="$t_d1" -v d="$t_r1" -v s="$share" 'BEGIN {
-    printf "train_gpt / PyTorch DDP at 2 ranks: %.2fx (goal >= 1.2)\n", a / b
-    printf "train_gpt / PyTorch at 1 rank:      %.2fx\n", c / d
-    printf "train_gpt scaling 1 -> 2 ranks:     %.2fx (goal >= 1.8)\n", a / c
-    printf "libdsm share of the step (2 ranks): %s (goal <= 5%%)\n", s }'
+# Rounds of the four runs, interleaved, so that a change of the machine's
+# load hits every program alike; the ratios are taken within each round.
+: > "$tmp/rounds"
+r=0
+while [ $r -lt "$rounds" ]; do
+    r=$((r + 1))
+    peak=$(measure_peak)
+    d2=$(run_dsm 2); r2=$(run_ref 2); d1=$(run_dsm 1); r1=$(run_ref 1)
+    echo "$r $(echo "$d1" | tps) $(echo "$d2" | tps) $(echo "$r1" | tps) $(echo "$r2" | tps)" \
+         "$(echo "$d1" | field MFU) $(echo "$d2" | field MFU)" \
+         "$(echo "$d2" | awk '$1 == "libdsm" && $2 == "share:" { print $3 }')" \
+         "$(echo "$d2" | sed -n 's/.* of [0-9.]* s (\([0-9.]*%\))$/\1/p')" \
+         "$(awk -v p="$peak" 'BEGIN { printf "%.1f", p * 1000 }')" >> "$tmp/rounds"
+done
+printf '\nsmall preset, %s steps (the first 2 not timed), 1 thread per rank; tokens/s of each run\n' "$steps"
+printf '%-6s %12s %12s %12s %12s %8s %8s %11s %11s %10s\n' round "dsm 1 rank" "dsm 2 ranks" "torch 1" "torch DDP 2" \
+    "MFU 1" "MFU 2" "dsm calls" "eng timers" "sgemm GF/s"
+awk '{ printf "%-6s %12.1f %12.1f %12.1f %12.1f %8s %8s %11s %11s %10s\n", $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 }' "$tmp/rounds"
+# median (and range) over the rounds of each ratio
+awk 'function med(a, n,   i, j, t) { for (i = 1; i <= n; ++i) for (j = i + 1; j <= n; ++j) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+                                  return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2 }
+     function show(name, a, n, goal,   lo, hi, i) { lo = hi = a[1]; for (i = 2; i <= n; ++i) { if (a[i] < lo) lo = a[i]; if (a[i] > hi) hi = a[i] }
+                                  printf "%-38s %.2fx (%.2f-%.2f)%s\n", name, med(a, n), lo, hi, goal }
+     { n++; ddp[n] = $3 / $5; one[n] = $2 / $4; sc[n] = $3 / $2; tsc[n] = $5 / $4 }
+     END { show("train_gpt / PyTorch DDP at 2 ranks:", ddp, n, " (goal >= 1.2)")
+           show("train_gpt / PyTorch at 1 rank:", one, n, "")
+           show("train_gpt scaling 1 -> 2 ranks:", sc, n, " (goal >= 1.8)")
+           show("PyTorch scaling 1 -> 2 ranks (DDP):", tsc, n, "") }' "$tmp/rounds"
+echo "libdsm share at 2 ranks: 'dsm calls' = wall time inside libdsm calls / step time (rank 0);"
+echo "'eng timers' = the engine's reduce + optimizer + gather timers / run time (goal <= 5%)"
