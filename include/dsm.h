@@ -1,9 +1,14 @@
 /*
  * libdsm: DeepSpeed's distributed-training runtime for MPI codes.
  *
- * The one public header. C99, usable from C and C++; every name starts with
- * dsm_ or DSM_. Every function returns a dsm_status_t (DSM_SUCCESS = 0) and
- * puts its outputs last, except the few that return a string and say so.
+ * The public header: programs include <dsm.h>, which includes the parts of
+ * the API, one per subsystem, under dsm/ (dsm/base.h: statuses and errors,
+ * version, data types, descriptions; dsm/mesh.h; dsm/config.h;
+ * dsm/engine.h; dsm/sp.h: sequence parallelism; dsm/data.h: the sampler),
+ * each of which also compiles on its own. C99, usable from C and C++; every
+ * name starts with dsm_ or DSM_. Every function returns a dsm_status_t
+ * (DSM_SUCCESS = 0) and puts its outputs last, except the few that return a
+ * string and say so.
  *
  * Collective calls: a function marked "Collective over C" must be called by
  * every rank of C with matching arguments. If any rank's arguments are bad,
