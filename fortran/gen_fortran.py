@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Generate the C-facing part of the Fortran module dsm from the C headers.
 
-Reads include/dsm.h, the interop headers include/dsm/*.h and the communicator
+Reads include/dsm.h with the parts it includes (include/dsm/base.h, mesh.h,
+config.h, engine.h, sp.h, data.h, in its order), the interop headers
+include/dsm/*.h beside them (dsm/cuda.h) and the communicator
 shim fortran/dsm_fshim.c (and, for the type(MPI_Comm) twins of its
 integer-communicator specifics, fortran/dsm.f90), and writes three files that fortran/dsm.f90 includes:
 
@@ -542,8 +544,14 @@ def main():
     outdir = a.outdir or os.path.join(src, 'fortran')
     os.makedirs(outdir, exist_ok=True)
 
-    headers = [os.path.join(src, 'include', 'dsm.h')] + \
-        sorted(glob.glob(os.path.join(src, 'include', 'dsm', '*.h')))
+    # dsm.h, the parts it includes in its order, then the interop headers.
+    umbrella = os.path.join(src, 'include', 'dsm.h')
+    with open(umbrella, encoding='utf-8') as f:
+        parts = [os.path.normpath(os.path.join(src, 'include', p))
+                 for p in re.findall(r'(?m)^#include "(dsm/\w+\.h)"', f.read())]
+    interop = sorted(h for h in (os.path.normpath(g) for g in glob.glob(os.path.join(src, 'include', 'dsm', '*.h')))
+                     if h not in parts)
+    headers = [umbrella] + parts + interop
     shim = os.path.join(src, 'fortran', 'dsm_fshim.c')
     enum_types = set()
     enums, defines, funcs = [], [], {}
@@ -573,7 +581,8 @@ def main():
             sys.exit('gen_fortran.py: INTERFACE_OVERRIDES names %s(%s), which the headers do not declare'
                      % (fn, pn))
 
-    rel = ', '.join(os.path.relpath(p, src) for p in headers + [shim]) + ' and fortran/dsm.f90'
+    rel = ', '.join(['include/dsm.h (with its parts)'] +
+                    [os.path.relpath(p, src) for p in interop + [shim]]) + ' and fortran/dsm.f90'
     c = HEADER.format(sources=rel).splitlines()
     c.append('')
     c.append('  ! ------------------------------------------------------------ constants')

@@ -23,8 +23,11 @@ tmp=doxygen.tmp
 dest=man/man3
 am=man/man3.am
 header=../include/dsm.h
-headers=$header
+# dsm.h, the parts it includes in its order, then the interop headers.
+parts=$(sed -n 's|^#include "\(dsm/[a-z_]*\.h\)"$|../include/\1|p' "$header" | tr '\n' ' ')
+headers="$header $parts"
 for h in ../include/dsm/*.h; do
+    case " $parts " in *" $h "*) continue ;; esac
     [ -f "$h" ] && headers="$headers $h"
 done
 
@@ -98,7 +101,7 @@ rewrite_page() {
     name=$2
     out=$3
     case $name in
-        dsm.h) desc='the libdsm C API: every declaration of the header' ;;
+        dsm.h) desc='the libdsm C API: every declaration of the header and its parts' ;;
         dsm_mesh_options) desc='options of dsm_mesh_create_with_options()' ;;
         dsm_engine_options) desc='options of dsm_engine_init_with_options()' ;;
         *) desc='part of the libdsm C API' ;;
@@ -163,6 +166,49 @@ rewrite_page() {
     see_also "$name" >>"$out"
 }
 
+# dsm.h only includes its parts (dsm/base.h, dsm/mesh.h, ...): its page lists
+# their declarations, section by section (Data Structures, Macros, ...), in
+# include order, as the synopsis of one header would. The parts' own file
+# pages are not kept (what links to them links to dsm.h.3).
+part_pages=
+for p in $parts; do
+    part_pages="$part_pages $gen/${p##*/}.3"
+done
+merge_parts() {
+    awk -v parts="$part_pages" '
+        function collect(file,   line, sec, insyn) {
+            insyn = 0; sec = ""
+            while ((getline line < file) > 0) {
+                if (line ~ /^\.SH SYNOPSIS/) { insyn = 1; continue }
+                if (insyn && line ~ /^\.SH /) break
+                if (!insyn) continue
+                if (line ~ /^\.SS /) {
+                    sec = line
+                    if (!(sec in seen)) { seen[sec] = 1; extra[++nx] = sec }
+                    continue
+                }
+                if (sec == "" || line == "" || line == ".in +1c" || line == ".in -1c") continue
+                body[sec] = body[sec] line "\n"
+            }
+            close(file)
+        }
+        function emit_one(sec) {
+            if (!(sec in body)) return
+            print sec; print ""; print ".in +1c"; printf "%s", body[sec]; print ".in -1c"
+            done_[sec] = 1
+        }
+        function emit(   i, n, order) {
+            n = split("Data Structures|Macros|Typedefs|Enumerations|Functions", order, "|")
+            for (i = 1; i <= n; ++i) emit_one(".SS \"" order[i] "\"")
+            for (i = 1; i <= nx; ++i) if (!(extra[i] in done_)) emit_one(extra[i])
+        }
+        BEGIN { np = split(parts, p, " "); for (i = 1; i <= np; ++i) collect(p[i]) }
+        /^\.SH / && insyn { emit(); insyn = 0 }
+        /^\.SH SYNOPSIS/ { insyn = 1 }
+        { print }
+        END { if (insyn) emit() }' "$1" >"$2"
+}
+
 # ---------------------------------------------------------------- select and rewrite
 stage=$tmp/stage
 rm -rf "$stage"
@@ -182,10 +228,25 @@ for f in "$gen"/*.3; do
             if is_group "$name"; then
                 die "$base: doxygen wrote a link over the group page ($first)"
             fi
+            # A link to a part's file page goes to dsm.h's page.
+            for p in $parts; do
+                [ "$first" = ".so man3/${p##*/}.3" ] && first='.so man3/dsm.h.3'
+            done
             printf '%s\n' "$first" >"$stage/$base"
             ;;
         *)
-            rewrite_page "$f" "$name" "$stage/$base"
+            if [ "$name" = dsm.h ]; then
+                merge_parts "$f" "$tmp/dsm.h.merged.3"
+                rewrite_page "$tmp/dsm.h.merged.3" "$name" "$stage/$base"
+            else
+                rewrite_page "$f" "$name" "$stage/$base"
+                # A struct's page names the header programs include.
+                for p in $parts; do
+                    h=${p##*/}
+                    sed 's|^\\fC#include <'"${h%.h}"'\\&\.h>\\fP$|\\fC#include <dsm\\\&.h>\\fP|' \
+                        "$stage/$base" >"$stage/$base.tmp" && mv "$stage/$base.tmp" "$stage/$base"
+                done
+            fi
             ;;
     esac
 done

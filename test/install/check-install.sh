@@ -26,6 +26,8 @@ for f in "$includedir/dsm.h" "$includedir/dsm_version.h" "$libdir/pkgconfig/dsm.
          "$bindir/dsm-info" "$bindir/dsm-bench" "$mandir/man1/dsm-info.1" "$mandir/man1/dsm-bench.1" \
          "$mandir/man3/dsm_mesh_create.3" "$mandir/man3/dsm_engine_init.3" "$mandir/man3/dsm_step.3" \
          "$includedir/dsm/cuda.h" "$mandir/man3/dsm_engine_set_stream.3" \
+         "$includedir/dsm/base.h" "$includedir/dsm/mesh.h" "$includedir/dsm/config.h" \
+         "$includedir/dsm/engine.h" "$includedir/dsm/sp.h" "$includedir/dsm/data.h" \
          "${docdir:?}/README.md" "$docdir/doc/engine.md" "$docdir/doc/configuration.md" \
          "$docdir/doc/fortran.md"; do
   [ -e "$f" ] || fail "not installed: $f"
@@ -76,6 +78,14 @@ if command -v "${cxx%% *}" > /dev/null 2>&1; then
     fail "a C++ file including dsm.h does not compile without warnings ($cxx $cflags)"
   echo "C++: dsm.h compiles with -Wall -Wextra -Wpedantic -Werror"
 fi
+# Each installed part of dsm.h compiles on its own.
+for part in base mesh config engine sp data; do
+  printf '#include <dsm/%s.h>\nint main(void) { return 0; }\n' "$part" > "$dir/part.c"
+  # shellcheck disable=SC2086
+  $CC -std=c99 -Wall -Wextra -Wpedantic -Werror $cflags -c "$dir/part.c" -o "$dir/part.o" ||
+    fail "the installed <dsm/$part.h> does not compile on its own ($CC $cflags)"
+done
+echo "C: each installed part of dsm.h (dsm/base.h ... dsm/data.h) compiles on its own"
 
 if [ "$DSM_HAVE_FORTRAN" = 1 ]; then
   fcflags=$($PKG_CONFIG --cflags dsmf) && flibs=$($PKG_CONFIG --libs dsmf) || fail "pkg-config dsmf"

@@ -3,8 +3,9 @@
 #   (a) every exported symbol starts with dsm_ (the version node DSM_0 and
 #       other absolute symbols, type A, are not symbols of the library);
 #   (b) every exported dsm_ function has a page doc/man/man3/NAME.3;
-#   (c) every function that include/dsm.h or an interop header beside it
-#       (include/dsm/*.h: dsm/cuda.h) declares is exported;
+#   (c) every function that include/dsm.h, the parts it includes
+#       (include/dsm/base.h, mesh.h, ...) or an interop header beside them
+#       (include/dsm/cuda.h) declares is exported;
 #   (d) and has a Fortran binding, a public procedure of the same name in
 #       module dsm (the interop headers' too: their foreign types cross as
 #       type(c_ptr)).
