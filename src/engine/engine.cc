@@ -205,7 +205,6 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
         ss.max_live_parameters = cfg_.zero.max_live_parameters;
         ss.max_reuse_distance = cfg_.zero.max_reuse_distance;
         ss.allgather_bucket_size = cfg_.zero.allgather_bucket_size;
-        ss.accumulation = cfg_.gradient_accumulation_steps;
         ss.direct = !offloads(cfg_);
         ss.hpz = cfg_.zero.stage == 3 ? static_cast<int>(std::max<int64_t>(cfg_.zero.zero_hpz_partition_size, 1)) : 1;
         ss.qwz_block = qwz_block_;

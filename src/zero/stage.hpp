@@ -100,11 +100,8 @@ struct StageSettings {
     // reduce-scatter is comm::QuantizedReduce over int4 blocks of this many
     // values, reduced in fp32 (0: off). Needs bind_nodes().
     size_t qgz_block = 0;
-    // gradient_accumulation_steps: with one micro-step per window and one
-    // data-parallel rank, stages 2/3 hand out the gradient partition itself.
-    int64_t accumulation = 1;
-    // Whether one data-parallel rank may hand out the partitions' own
-    // elements (false with ZeRO-Offload).
+    // Whether ZeRO-3 on one data-parallel rank may read the parameter
+    // partition in place (false with ZeRO-Offload).
     bool direct = true;
 };
 

@@ -24,17 +24,14 @@
 // pool buffers meanwhile. A gather is a task too, and ZeRO-3 also prefetches
 // the window of the trace ahead of the acquired parameter (prefetch_ahead).
 //
-// One data-parallel rank (direct_): the partition is the whole flat layout and
-// a reduction would only add each released gradient into it. Then a ZeRO-3
-// acquire reads the parameter partition in place, and with one micro-step
-// per window the first gradient buffer handed out for elements in a
-// micro-step is the partition's own (zero then, as a buffer must start), so
-// its release moves nothing; a later acquisition of elements already handed
-// out gets a zeroed buffer that its release adds in, as with more ranks. No
-// copies, no bucket traffic. Only without sequence parallelism, pre- and
-// post-scaling or another communication dtype, without hpZ, and without
-// ZeRO-Offload (StageSettings::direct: its device copies of the gradients are
-// added into private host buffers).
+// One data-parallel rank (direct_): the partition is the whole flat layout,
+// so a ZeRO-3 acquire reads the parameter partition in place: no gather, no
+// copy. Only without sequence parallelism, pre- and post-scaling or another
+// communication dtype, without hpZ, and without ZeRO-Offload
+// (StageSettings::direct). Gradients still go through the buckets: handing
+// out the partition's own elements changed the rounding of a gradient
+// acquired twice in a micro-step, which must match every other path bit for
+// bit (test_engine, test_offload).
 //
 // hpZ (stage.hpp): the secondary partition is the flat layout split into
 // StageSettings::hpz parts (secondary_layout_: the same slots and offsets);
@@ -109,7 +106,6 @@ public:
 
     void *acquire_grad(int index) override {
         const size_t n = layout_->slot_of(index)->numel;
-        if (give_direct(index, 0, n)) return static_cast<char *>(grad_part_.data()) + layout_->slot_of(index)->offset * esize_;
         if (arena_fits(n)) {
             pipe_->wait(bucket_ticket_); // done: only rethrows a task's error
             arena_ = Arena::GRAD;
@@ -124,7 +120,6 @@ public:
     void release_grad(int index, const Before &before) override {
         Buffer &b = staging_[static_cast<size_t>(index)];
         const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
-        if (direct_ && !b && !in_bucket) return; // the partition's own elements: added in already
         bucket_elems_ += layout_->slot_of(index)->numel;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
         pending_.push_back(Pending{index, std::move(b), data, in_bucket, 0, layout_->slot_of(index)->numel});
@@ -139,15 +134,12 @@ public:
         range_params_.erase(it);
     }
     void *acquire_grad_range(int index, size_t offset, size_t count) override {
-        if (give_direct(index, offset, count))
-            return static_cast<char *>(grad_part_.data()) + (layout_->slot_of(index)->offset + offset) * esize_;
         Buffer &b = range_grads_[RangeKey{index, offset, count}];
         b = pool_.take(count * esize_, true);
         return b.data();
     }
     void release_grad_range(int index, size_t offset, size_t count, const Before &before) override {
         auto it = range_grads_.find(RangeKey{index, offset, count});
-        if (direct_ && it == range_grads_.end()) return; // the partition's own elements
         DSM_REQUIRE(it != range_grads_.end(), DSM_ERR_INTERNAL, "no gradient range of parameter ", index, " at ",
                     offset, "+", count);
         Buffer b = std::move(it->second);
@@ -242,20 +234,7 @@ private:
     int arena_param_ = -1;
     size_t bucket_cap_ = 0;    // elements per reduction round
     size_t persist_end_ = 0;   // stage 3: flat elements [0, persist_end_) are held whole
-    bool direct_ = false;      // one data-parallel rank: buffers are the partitions' own (above)
-    // direct_: the element ranges of each parameter whose gradient went out
-    // as the partition's own in this micro-step.
-    std::vector<std::vector<std::pair<size_t, size_t>>> given_;
-    // Whether elements [offset, offset + count) of parameter `index` may go
-    // out as the partition's own gradient now (and records them).
-    bool give_direct(int index, size_t offset, size_t count) {
-        if (!direct_ || s_.accumulation != 1) return false;
-        auto &g = given_[static_cast<size_t>(index)];
-        for (const auto &r : g)
-            if (offset < r.first + r.second && r.first < offset + count) return false;
-        g.emplace_back(offset, count);
-        return true;
-    }
+    bool direct_ = false;      // one data-parallel rank: ZeRO-3 reads the partition in place (above)
 
     // Per parameter index: the gathered copy (stage 3, while acquired or
     // prefetched) and the gradient buffer while acquired.
@@ -334,7 +313,6 @@ void Partitioned::allocate() {
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
-    given_.assign(static_cast<size_t>(max_param + 1), {});
     staging_.resize(static_cast<size_t>(max_param + 1));
     gather_ticket_.assign(static_cast<size_t>(max_param + 1), 0);
     // Idle buffers kept for reuse: twice the largest staging or gather need
@@ -701,7 +679,6 @@ void Partitioned::publish(const float *master, const Update &update) {
 
 void Partitioned::new_micro_step(bool forget) {
     pipe_->wait_all(); // prefetches write the gathered buffers
-    for (auto &g : given_) g.clear();
     for (const auto &s : layout_->slots())
         if (!persistent(s.numel)) pool_.give(std::move(gathered_[static_cast<size_t>(s.param)]));
     if (arena_ == Arena::PARAM) arena_ = Arena::FREE;

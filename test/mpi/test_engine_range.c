@@ -16,7 +16,8 @@
  *   training by slices is at most the memory after creation (the
  *   partitions, the bucket) plus two layers' slices (the parameter slice and
  *   the gradient slice of the layer being differentiated); acquired whole,
- *   the peak holds the whole tensors. On one rank nothing is copied.
+ *   the peak holds the whole tensors (on one rank the parameter is read in
+ *   place, its gradient still whole).
  * - errors: a range outside the parameter, a count < 1, a negative offset,
  *   a NULL output on some ranks: under ZeRO-3 (collective) every rank gets
  *   the error and the engine stays usable; at stages 0-2 the bad ranks get
@@ -239,11 +240,12 @@ static void test_peak(void **state) {
         }
         ASSERT_OK(dsm_engine_free(&e));
     }
-    /* Whole, the peak holds W and its gradient whole; on one rank the
-       parameters and gradients handed out are the partition's own: nothing
-       is copied, whole or by slices. */
-    if (test_size > 1) assert_true(peak_whole >= 2 * (unsigned long long)L * SLICE * sizeof(float));
-    else assert_true(peak_whole == 0 && peak_slices == 0);
+    /* Whole, the peak holds W and its gradient whole; on one rank ZeRO-3
+       reads the parameter partition in place, and only the gradient is
+       whole. */
+    const unsigned long long whole_w = (unsigned long long)L * SLICE * sizeof(float);
+    if (test_size > 1) assert_true(peak_whole >= 2 * whole_w);
+    else assert_true(peak_whole >= whole_w);
     if (test_rank == 0)
         printf("stacked ZeRO-3, %d ranks, layer slice %llu bytes: peak above the engine's memory after creation "
                "%llu bytes by slices, %llu bytes whole\n",
