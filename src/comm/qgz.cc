@@ -70,6 +70,7 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
     for (size_t k = 0; k < mine.size(); ++k) {
         const int o = mine[k];
         const size_t c = counts[static_cast<size_t>(o)];
+        if (c == 0) continue; // an empty block: nothing to copy (and no buffer to copy into)
         const char *b = src + off[static_cast<size_t>(o)] * es;
         float *d = sum_of(k);
         if (dtype == DSM_FLOAT32) std::memcpy(d, b, c * sizeof(float));
