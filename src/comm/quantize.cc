@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 
+#include "core/cpu.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/param.hpp"
@@ -66,23 +67,6 @@ float error_bound(float amax, int bits) noexcept {
 }
 
 namespace {
-
-bool cpu_has_avx2() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
-
-bool cpu_has_avx512() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") && cpu_has_avx2();
-#else
-    return false;
-#endif
-}
 
 const Kernels *usable(const std::string &name) noexcept {
     if (name == "avx512") return cpu_has_avx512() ? avx512::kernels() : nullptr;

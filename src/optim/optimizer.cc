@@ -19,6 +19,7 @@
 #include <omp.h>
 #endif
 
+#include "core/cpu.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "dsm.h"
@@ -42,25 +43,6 @@ namespace {
 constexpr size_t kChunk = 16384;
 
 // ---------------------------------------------------------------- ISA choice
-
-bool cpu_has_avx2() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    // libgcc checks that the OS saves the YMM state (XGETBV) before reporting these.
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-    return false;
-#endif
-}
-
-bool cpu_has_avx512() noexcept {
-#if defined(__x86_64__) || defined(__i386__)
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
-           cpu_has_avx2();
-#else
-    return false;
-#endif
-}
 
 // The kernels of one instruction set when both the build and the CPU have it.
 const Kernels *usable(const std::string &name) noexcept {
