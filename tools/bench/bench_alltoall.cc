@@ -538,7 +538,6 @@ int run(const Harness &h, const Options &o) {
 
 int run_alltoall(int argc, char **argv) {
     Harness h("alltoall", usage);
-    const int size = h.size();
     Options o;
     h.integer("batch", 1, 1LL << 40, [&](long long x) { o.batch = x; });
     h.integer("seq", 1, 1LL << 40, [&](long long x) { o.seq = x; });
@@ -555,6 +554,7 @@ int run_alltoall(int argc, char **argv) {
     });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
+    const int size = h.size();
     if (o.seq % size != 0) {
         h.refuse("--seq %lld is not a multiple of the %d ranks", o.seq, size);
         return 2;

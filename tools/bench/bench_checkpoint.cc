@@ -257,7 +257,6 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
 
 int run_checkpoint(int argc, char **argv) {
     Harness h("checkpoint", usage);
-    const int rank = h.rank(), size = h.size();
     Options o;
     h.integer("params", 1, 1LL << 50, [&](long long x) { o.params = x; });
     h.integer("iters", 1, 1000, [&](long long x) { o.iters = static_cast<int>(x); });
@@ -269,6 +268,7 @@ int run_checkpoint(int argc, char **argv) {
     });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
+    const int rank = h.rank(), size = h.size();
     // A rank's engine at stage 0 or 1: the fp32 parameter and its gradient,
     // AdamW's moments; the load reads as much again.
     // The asynchronous save's engine as much again, and its copy of the state.

@@ -205,9 +205,6 @@ Result run_stage(const Harness &h, MPI_Comm world, int stage, const Options &o) 
 
 int run_overlap(int argc, char **argv) {
     Harness h("overlap", usage);
-    const int rank = h.rank(), size = h.size();
-    int level = 0;
-    MPI_Query_thread(&level);
     Options o;
     // "auto" for --work, "all" for --stage, else an integer.
     auto or_word = [&h](const char *opt, const char *word, long long lo, long long hi, std::function<void(long long)> set) {
@@ -230,6 +227,9 @@ int run_overlap(int argc, char **argv) {
     h.integer("prefetch", 1, 1LL << 40, [&](long long x) { o.prefetch = x; });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
+    const int rank = h.rank(), size = h.size();
+    int level = 0;
+    MPI_Query_thread(&level);
     // Parameters, gradients, AdamW's moments, the scratch and the gathers: 24 bytes per element at most.
     const double need = 24.0 * static_cast<double>(o.params) * static_cast<double>(o.layers);
     if (!h.fits_memory(cat("--layers ", o.layers, " --params ", o.params), need)) return 2;

@@ -4,6 +4,7 @@
 // PyTorch's DDP-style gradient allreduce + ZeroRedundancyOptimizer(Adam) on
 // gloo for the same parameter count and ranks (when python3 has torch).
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -347,7 +348,6 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
 
 int run_zero(int argc, char **argv) {
     Harness h("zero", usage);
-    const int rank = h.rank(), size = h.size();
     Options o;
     h.flag("no-torch", [&] { o.torch = false; });
     h.integer("params", 1, kMaxParams, [&](long long x) { o.params = x; });
@@ -361,7 +361,7 @@ int run_zero(int argc, char **argv) {
     });
     h.choice("dtype", {"fp32", "fp16", "bf16"}, [&](const std::string &v) { o.dtype = v; });
     h.choice("device", {"host", "cuda", "sim"}, [&](const std::string &v) { o.device = v; });
-    h.integer("hpz", 1, size, [&](long long x) { o.hpz = static_cast<int>(x); });
+    h.integer("hpz", 1, INT_MAX, [&](long long x) { o.hpz = static_cast<int>(x); });
     h.integer("reuse-distance", 0, kMaxParams, [&](long long x) { o.reuse = x; });
     ModelList list;
     h.text("model", [&](const char *v) {
@@ -378,6 +378,12 @@ int run_zero(int argc, char **argv) {
     h.flag("zeropp", [&] { o.zeropp = true; });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
+    const int rank = h.rank(), size = h.size();
+    // The ranks are known once MPI has started.
+    if (o.hpz > size) {
+        h.refuse("--hpz '%d' is not an integer from 1 to %d", o.hpz, size);
+        return 2;
+    }
     if (!o.model.empty()) return run_model(h, o, list);
     // A rank's model state at stage 0, the most: the fp32 parameter, its
     // gradient and AdamW's two moments, plus a 16-bit copy and gradient.

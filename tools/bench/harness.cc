@@ -38,11 +38,24 @@ std::unique_ptr<Mesh> data_parallel_mesh(MPI_Comm comm) {
     return Mesh::create(comm, 1, shape, names, nullptr, true);
 }
 
-Harness::Harness(const char *sub, Usage usage) : sub_(sub), usage_(usage) {
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    loud_ = rank_ == 0;
+namespace {
+
+// The thread support main asks MPI for, set before the subcommand runs.
+int g_thread_level = MPI_THREAD_FUNNELED;
+
+// Whether the launcher numbers this process other than 0 (before MPI has
+// started, the only way to know which process should speak).
+bool launched_as_other_rank() {
+    for (const char *name : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+        const char *v = std::getenv(name);
+        if (v != nullptr && *v != '\0') return std::strcmp(v, "0") != 0;
+    }
+    return false;
 }
+
+} // namespace
+
+Harness::Harness(const char *sub, Usage usage) : sub_(sub), usage_(usage) { loud_ = !launched_as_other_rank(); }
 
 void Harness::flag(const char *name, std::function<void()> set) {
     options_.push_back(tools::flag_option(name, std::move(set)));
@@ -100,7 +113,14 @@ int Harness::parse(int argc, char **argv) {
         if (loud_) usage_(stdout);
         return 1;
     }
-    return ok ? 0 : 2;
+    if (!ok) return 2;
+    int initialized = 0, provided = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) MPI_Init_thread(nullptr, nullptr, g_thread_level, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    loud_ = rank_ == 0;
+    return 0;
 }
 
 bool Harness::parse_integer(const std::string &opt, const char *text, long long min, long long max,
@@ -231,17 +251,19 @@ int main(int argc, char **argv) {
     const Subcommand *sub = nullptr;
     for (const Subcommand &s : kSubcommands)
         if (!std::strcmp(argv[1], s.name)) sub = &s;
-    int provided = 0;
-    MPI_Init_thread(&argc, &argv, sub != nullptr && sub->threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED,
-                    &provided);
-    int rc = 2;
-    if (sub != nullptr) {
-        rc = sub->run(argc - 1, argv + 1);
-    } else {
-        std::fprintf(stderr, "dsm-bench: unknown subcommand '%s'\n", argv[1]);
-        usage(stderr);
+    if (sub == nullptr) {
+        if (!launched_as_other_rank()) {
+            std::fprintf(stderr, "dsm-bench: unknown subcommand '%s'\n", argv[1]);
+            usage(stderr);
+        }
+        return 2;
     }
-    MPI_Finalize();
+    g_thread_level = sub->threads ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    const int rc = sub->run(argc - 1, argv + 1);
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Finalize();
     return rc;
 }
 

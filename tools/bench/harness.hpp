@@ -1,7 +1,7 @@
 // dsm-bench: benchmarks of the layers, each reported next to a baseline
 // measured in the same run (memory bandwidth, raw MPI, PyTorch), as text or
 // JSON (--json). The harness is what every subcommand shares: MPI start-up
-// and shutdown (main), the command line (getopt_long: --help, --json and the
+// (after the command line is read) and shutdown (main), the command line (getopt_long: --help, --json and the
 // subcommand's options, every value checked), the memory check, the time of
 // the slowest rank and its median, the JSON output and the handling of
 // errors.
@@ -50,9 +50,13 @@ double now_seconds();
 // every rank of `comm`. Collective over `comm`.
 std::unique_ptr<Mesh> data_parallel_mesh(MPI_Comm comm);
 
-// One subcommand's run on MPI_COMM_WORLD. Messages about the command line
-// go to stderr from rank 0 only ("loud"); every rank parses the same
-// arguments, so every rank refuses them alike and none waits for the others.
+// One subcommand's run on MPI_COMM_WORLD. The command line is read before
+// MPI starts: a bad value costs no MPI start-up, and every rank refuses it
+// alike, so none waits for the others. Messages about it go to stderr from
+// one process ("loud"): the one the launcher numbers 0 (OMPI_COMM_WORLD_RANK,
+// PMIX_RANK, PMI_RANK or SLURM_PROCID; every process where none is set).
+// parse() starts MPI once the command line is good; rank() and size() are
+// MPI_COMM_WORLD's from then on.
 class Harness {
 public:
     using Usage = void (*)(FILE *);
@@ -61,7 +65,7 @@ public:
     // prints its help.
     Harness(const char *sub, Usage usage);
 
-    int rank() const { return rank_; }
+    int rank() const { return rank_; } // after parse() returned 0
     int size() const { return size_; }
     bool json() const { return json_; } // --json was given
 
@@ -74,7 +78,8 @@ public:
     // Any text: check returns false after refuse() has said why.
     void text(const char *name, std::function<bool(const char *)> check);
 
-    // 0: run; 1: --help printed (exit 0); 2: usage error printed.
+    // 0: run (MPI started); 1: --help printed (exit 0); 2: usage error
+    // printed. MPI is started only for 0.
     int parse(int argc, char **argv);
 
     // Prints "dsm-bench SUB: MESSAGE" where loud; returns false.
@@ -121,8 +126,9 @@ private:
     std::vector<tools::CliOption> options_;
 };
 
-// dsm-bench's main: MPI start-up (MPI_THREAD_MULTIPLE for the subcommands
-// that call MPI from a second thread), the subcommand, MPI_Finalize.
+// dsm-bench's main: the subcommand (whose Harness::parse starts MPI, with
+// MPI_THREAD_MULTIPLE for the subcommands that call MPI from a second
+// thread), then MPI_Finalize where MPI was started.
 int main(int argc, char **argv);
 
 } // namespace bench
