@@ -7,22 +7,15 @@
 # Skipped (77) without a Python with torch (DSM_BENCH_PYTHON, else
 # /usr/bin/python3, else python3).
 set -u
-# shellcheck disable=SC2154 # set by the test harness (AM_TESTS_ENVIRONMENT)
-bin=$top_builddir/examples/gpt/train_gpt
-launcher=${MPIEXEC:-mpiexec}
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=test/tools/gpt_common.sh
+. "$top_srcdir/test/tools/gpt_common.sh"
 py=
 for p in ${DSM_BENCH_PYTHON:-} /usr/bin/python3 python3; do
     if "$p" -c 'import torch' >/dev/null 2>&1; then py=$p; break; fi
 done
 [ -n "$py" ] || { echo "SKIP: no Python with torch"; exit 77; }
 ref=$top_srcdir/examples/gpt/gpt_reference.py
-tmp=$(mktemp -d) || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-"$top_builddir/examples/gpt/gpt_shard" --synthetic 5000 "$tmp/data.bin" >/dev/null || fail "gpt_shard"
+shard 5000
 "$py" "$ref" init --preset tiny --out "$tmp/init.safetensors" --seed 7 || fail "reference init"
 config='{"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "zero_optimization": {"stage": 0}}'

@@ -7,16 +7,9 @@
 # losses up to fp32 rounding. A run stopped by DSM_STOP_SIGNAL saves its step
 # and exits 3.
 set -u
-# shellcheck disable=SC2154 # set by the test harness (AM_TESTS_ENVIRONMENT)
-bin=$top_builddir/examples/gpt/train_gpt
-launcher=${MPIEXEC:-mpiexec}
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d) || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-"$top_builddir/examples/gpt/gpt_shard" --synthetic 20000 "$tmp/data.bin" >/dev/null || fail "gpt_shard"
+# shellcheck source=test/tools/gpt_common.sh
+. "$top_srcdir/test/tools/gpt_common.sh"
+shard 20000
 config='{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,
   "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.1}},
   "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 8, "warmup_num_steps": 2}},

@@ -9,17 +9,9 @@
 # fp16 under ZeRO-2 must train too (their rounding differs: the loss must
 # fall). Bad input must fail cleanly on every rank.
 set -u
-# shellcheck disable=SC2154 # set by the test harness (AM_TESTS_ENVIRONMENT)
-bin=$top_builddir/examples/gpt/train_gpt
-shard_tool=$top_builddir/examples/gpt/gpt_shard
-launcher=${MPIEXEC:-mpiexec}
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-fail() { echo "FAIL: $*"; exit 1; }
-tmp=$(mktemp -d) || fail "mktemp"
-trap 'rm -rf "$tmp"' EXIT
-"$shard_tool" --synthetic 20000 "$tmp/data.bin" >/dev/null || fail "gpt_shard"
+# shellcheck source=test/tools/gpt_common.sh
+. "$top_srcdir/test/tools/gpt_common.sh"
+shard 20000
 
 # config STAGE [EXTRA]: a DeepSpeed configuration; small buckets make ZeRO-2/3
 # reduce in several, persistence 0 gathers every parameter under ZeRO-3.

@@ -1,0 +1,16 @@
+# Sourced by the tests of examples/gpt (test/tools/gpt_*.sh): the programs,
+# the launcher and its environment (root, oversubscription, one thread per
+# rank, no leak report for the processes that a test kills), fail(), and a
+# temporary directory $tmp removed at exit. shard N: a synthetic shard of N
+# tokens in $tmp/data.bin.
+# shellcheck shell=sh disable=SC2154 # top_builddir: set by the test harness (AM_TESTS_ENVIRONMENT)
+bin=$top_builddir/examples/gpt/train_gpt
+shard_tool=$top_builddir/examples/gpt/gpt_shard
+launcher=${MPIEXEC:-mpiexec}
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_mpi_yield_when_idle=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d) || fail "mktemp"
+trap 'rm -rf "$tmp"' EXIT
+shard() { "$shard_tool" --synthetic "$1" "$tmp/data.bin" >/dev/null || fail "gpt_shard"; }
