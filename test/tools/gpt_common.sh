@@ -3,7 +3,7 @@
 # rank, no leak report for the processes that a test kills), fail(), and a
 # temporary directory $tmp removed at exit. shard N: a synthetic shard of N
 # tokens in $tmp/data.bin.
-# shellcheck shell=sh disable=SC2154 # top_builddir: set by the test harness (AM_TESTS_ENVIRONMENT)
+# shellcheck shell=sh disable=SC2154,SC2034 # top_builddir: set by the test harness; bin, launcher: for the sourcing tests
 bin=$top_builddir/examples/gpt/train_gpt
 shard_tool=$top_builddir/examples/gpt/gpt_shard
 launcher=${MPIEXEC:-mpiexec}

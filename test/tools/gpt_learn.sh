@@ -5,7 +5,7 @@
 # examples/gpt/gpt_tiny.json) must bring the mean loss of its last 10 steps
 # below 1.5 within 150 steps (measured: 1.10); the same under bf16 and ZeRO-3.
 set -u
-# shellcheck source=test/tools/gpt_common.sh
+# shellcheck source=test/tools/gpt_common.sh disable=SC2154 # top_srcdir: set by the test harness
 . "$top_srcdir/test/tools/gpt_common.sh"
 shard 200000
 for cfg in gpt_tiny.json gpt_tiny_bf16_zero3.json; do

@@ -7,7 +7,7 @@
 # Skipped (77) without a Python with torch (DSM_BENCH_PYTHON, else
 # /usr/bin/python3, else python3).
 set -u
-# shellcheck source=test/tools/gpt_common.sh
+# shellcheck source=test/tools/gpt_common.sh disable=SC2154 # top_srcdir: set by the test harness
 . "$top_srcdir/test/tools/gpt_common.sh"
 py=
 for p in ${DSM_BENCH_PYTHON:-} /usr/bin/python3 python3; do

@@ -7,7 +7,7 @@
 # losses up to fp32 rounding. A run stopped by DSM_STOP_SIGNAL saves its step
 # and exits 3.
 set -u
-# shellcheck source=test/tools/gpt_common.sh
+# shellcheck source=test/tools/gpt_common.sh disable=SC2154 # top_srcdir: set by the test harness
 . "$top_srcdir/test/tools/gpt_common.sh"
 shard 20000
 config='{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 1.0,

@@ -9,7 +9,7 @@
 # fp16 under ZeRO-2 must train too (their rounding differs: the loss must
 # fall). Bad input must fail cleanly on every rank.
 set -u
-# shellcheck source=test/tools/gpt_common.sh
+# shellcheck source=test/tools/gpt_common.sh disable=SC2154 # top_srcdir: set by the test harness
 . "$top_srcdir/test/tools/gpt_common.sh"
 shard 20000
 
