@@ -95,6 +95,7 @@ echo "$out" | grep -q "outside the vocabulary of 256" || fail "tokens past the v
 out=$(timeout 60 $launcher -n 3 "$bin" "$(config 0 '"sequence_parallel_size": 3')" --data "$tmp/data.bin" --ctx 33 2>&1) &&
     fail "sequence parallelism 3 over 4 heads ran"
 echo "$out" | grep -q "sequence parallelism 3 must divide the context 33 and the heads 4" || fail "SP 3: $out"
+# shellcheck disable=SC2086 # MPIEXEC may carry options
 out=$(timeout 60 $launcher -n 1 "$bin" --data "$tmp/data.bin" --width 30 2>&1) && fail "width 30 over 4 heads ran"
 echo "$out" | grep -q "width 30 is not a multiple of heads 4" || fail "width 30: $out"
 out=$("$shard_tool" --synthetic 0 "$tmp/z.bin" 2>&1) && fail "gpt_shard --synthetic 0 ran"
