@@ -5,7 +5,11 @@
 // Lamb's two passes; the conversions against core/half.hpp bit for bit
 // (every 16-bit pattern, rounding ties, subnormals, Inf, NaN); inspect()
 // against amp::norm_part and its overflow flag; the Ulysses copies against
-// an index-by-index reference. Sizes 1, 3, 1023 and 2^20 + 5, at offsets
+// an index-by-index reference; the multi-tensor launches against the
+// per-tensor kernels (a list of 600 tiny tensors and odd sizes, every dtype,
+// weight decay flags, zeroing, Inf and NaN gradients), the optimizer's fused
+// device step against its plain one, and amp's one-launch accumulation
+// against accumulate_into piece by piece. Sizes 1, 3, 1023 and 2^20 + 5, at offsets
 // that take the vector path (all arrays equally misaligned) and the scalar
 // path (misalignments that differ), with guard elements around each array.
 //
@@ -38,6 +42,8 @@
 #include <cuda_runtime.h>
 
 #include "amp/convert.hpp"
+#include "amp/math.hpp"
+#include "device/space.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "optim/kernels_cuda.hpp"
@@ -790,6 +796,112 @@ void test_multi_tensor_accumulate(void **state) {
         }
 }
 
+// The optimizer on a CUDA space with the fused step (bf16 and fp16
+// gradients read in place, 16-bit parameters written, gradients zeroed: the
+// engine's step), against the same optimizer without it (fp32 gradients
+// converted first, the parameters converted after), bit for bit; a second
+// step with the same segments uploads no table.
+void test_device_optimizer_fused(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    std::unique_ptr<dsm::device::Space> sp = dsm::device::make_cuda(0);
+    size_t n = 0;
+    const std::vector<dsm::optim::Segment> segs = mt_list(&n);
+    dsm::optim::Hyper h;
+    h.type = dsm::optim::OptimizerType::ADAMW;
+    h.weight_decay = 0.1;
+    dsm::optim::StepArgs a;
+    a.lr = 3e-4;
+    a.grad_scale = 0.61f;
+    for (dsm_dtype_t t : {DSM_BFLOAT16, DSM_FLOAT16}) {
+        const std::string where = tname(t);
+        dsm::optim::Optimizer fused(h, n, *sp), plain(h, n, *sp);
+        const std::vector<float> p = random_vec(n, 900, -1.0f, 1.0f);
+        dsm::device::Buffer p0(*sp, n * 4), p1(*sp, n * 4), g16(*sp, n * 2), g32(*sp, n * 4), c0(*sp, n * 2),
+            c1(*sp, n * 2);
+        sp->upload(p0.data(), p.data(), n * 4);
+        sp->upload(p1.data(), p.data(), n * 4);
+        for (int step = 1; step <= 2; ++step) {
+            const Grad gr = make_grad(random_vec(n, 900 + static_cast<uint64_t>(step), -1.0f, 1.0f), t);
+            sp->upload(g16.data(), gr.bytes.data(), n * 2);
+            sp->upload(g32.data(), gr.ref.data(), n * 4);
+            a.step = step;
+            dsm::optim::Fused f;
+            f.grad16 = g16.data();
+            f.param16 = c1.data();
+            f.dtype = t;
+            f.zero_grads = true;
+            assert_true(fused.fuses());
+            fused.step(static_cast<float *>(p1.data()), nullptr, segs, a, {}, &f);
+            plain.step(static_cast<float *>(p0.data()), static_cast<float *>(g32.data()), segs, a);
+            dsm::cuda::convert(p0.data(), DSM_FLOAT32, c0.data(), t, n,
+                               static_cast<cudaStream_t>(sp->queue().handle()));
+            sp->synchronize();
+            same_floats(get(static_cast<float *>(p1.data()), n), get(static_cast<float *>(p0.data()), n), 0, "p",
+                        where, __LINE__);
+            for (int s2 = 0; s2 < 2; ++s2)
+                same_floats(get(fused.state(s2), n), get(plain.state(s2), n), 0, "state", where, __LINE__);
+            // The 16-bit parameters of the segments (the padding is the caller's).
+            const std::vector<uint16_t> got = get(static_cast<uint16_t *>(c1.data()), n),
+                                        want = get(static_cast<uint16_t *>(c0.data()), n);
+            const std::vector<uint16_t> g_after = get(static_cast<uint16_t *>(g16.data()), n);
+            for (const auto &sg : segs)
+                for (size_t i = sg.offset; i < sg.offset + sg.count; ++i) {
+                    if (got[i] != want[i])
+                        fail_msg("p16 [%s]: element %zu: got %04x, expected %04x", where.c_str(), i, got[i], want[i]);
+                    if (g_after[i] != 0) fail_msg("g [%s]: element %zu not zeroed", where.c_str(), i);
+                }
+        }
+    }
+}
+
+// amp's multi-tensor accumulation on a CUDA space (one rank's reduction)
+// against accumulate_into piece by piece, with pieces that add twice into
+// the same elements (a gradient released twice in a flush: in order) and
+// more pieces than one launch takes.
+void test_accumulate_pieces(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    std::unique_ptr<dsm::device::Space> sp = dsm::device::make_cuda(0);
+    std::unique_ptr<dsm::amp::Math> math = dsm::amp::make_math(*sp);
+    size_t n = 0;
+    const std::vector<dsm::optim::Segment> segs = mt_list(&n);
+    for (dsm_dtype_t dt : {DSM_FLOAT32, DSM_BFLOAT16, DSM_FLOAT16}) {
+        const size_t es = esize(dt);
+        std::vector<dsm::device::Buffer> srcs;
+        std::vector<dsm::amp::Math::Piece> pieces;
+        uint64_t seed = 700;
+        // Every segment, then the first 150 again (overlaps), then segment 3 a third time.
+        std::vector<size_t> order;
+        for (size_t i = 0; i < segs.size(); ++i) order.push_back(i);
+        for (size_t i = 0; i < 150; ++i) order.push_back(i);
+        order.push_back(3);
+        for (size_t i : order) {
+            const Grad g = make_grad(random_vec(segs[i].count, seed++, -1.0f, 1.0f), dt);
+            srcs.emplace_back(*sp, segs[i].count * es);
+            sp->upload(srcs.back().data(), g.bytes.data(), g.bytes.size());
+            pieces.push_back(dsm::amp::Math::Piece{srcs.back().data(), segs[i].offset, segs[i].count});
+        }
+        const Grad init = make_grad(random_vec(n, 701, -1.0f, 1.0f), dt);
+        dsm::device::Buffer d0(*sp, n * es), d1(*sp, n * es), scratch(*sp, n * 4);
+        sp->upload(d0.data(), init.bytes.data(), n * es);
+        sp->upload(d1.data(), init.bytes.data(), n * es);
+        for (const auto &pc : pieces)
+            math->accumulate_into(pc.src, dt, static_cast<char *>(d0.data()) + pc.offset * es, dt, pc.count, 1.0f,
+                                  static_cast<float *>(scratch.data()));
+        assert_true(math->accumulate_pieces(pieces, dt, d1.data(), dt, 1.0f));
+        sp->synchronize();
+        const std::vector<unsigned char> want = get(static_cast<unsigned char *>(d0.data()), n * es),
+                                         got = get(static_cast<unsigned char *>(d1.data()), n * es);
+        for (size_t i = 0; i < want.size(); ++i)
+            if (got[i] != want[i])
+                fail_msg("[%s]: byte %zu: got %02x, expected %02x", tname(dt), i, got[i], want[i]);
+    }
+    // The host's math has no such launch: false, nothing done.
+    std::unique_ptr<dsm::amp::Math> hm = dsm::amp::make_math(dsm::device::host());
+    assert_false(hm->accumulate_pieces({}, DSM_FLOAT32, nullptr, DSM_FLOAT32, 1.0f));
+}
+
 // |gpu - cpu| within the bound of any order of summing n nonnegative terms.
 void sums_agree(double gpu, double cpu_sum, size_t n, const char *what, const std::string &where, int line) {
     const double tol = 2.0 * static_cast<double>(n) * std::ldexp(1.0, -53) * cpu_sum;
@@ -1227,6 +1339,8 @@ int main(void) {
         cmocka_unit_test(test_lamb),
         cmocka_unit_test(test_multi_tensor_updates),
         cmocka_unit_test(test_multi_tensor_accumulate),
+        cmocka_unit_test(test_device_optimizer_fused),
+        cmocka_unit_test(test_accumulate_pieces),
         cmocka_unit_test(test_inspect),
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_copies),
