@@ -232,7 +232,8 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------- multi-tensor
 // One launch over a table of segments (optim/multi_tensor.hpp): block b
 // takes chunks b, b + grid, ... of kMtChunk elements, finds each chunk's
-// segment by binary search, and runs update_kernel's loops on the chunk
+// segment (the per-chunk index, else a binary search), and runs
+// update_kernel's loops on the chunk
 // with the chunk's own split into scalar head, vector groups and scalar tail
 // (the arithmetic of an element is the same in every loop, so the bits are
 // the per-tensor kernel's).
@@ -254,16 +255,17 @@ __device__ __forceinline__ bool mt_vec_ok(const void *x, size_t es, size_t i) {
 
 template <class Op, class G, class C>
 __global__ void __launch_bounds__(kThreads)
-    mt_update_kernel(const Op on, const Op off, const MtSeg *__restrict__ segs, unsigned nsegs, uint64_t chunks,
-                     float *__restrict__ p, typename G::T *__restrict__ g, float *__restrict__ s0,
-                     float *__restrict__ s1, typename C::T *__restrict__ c, bool zero) {
+    mt_update_kernel(const Op on, const Op off, const MtSeg *__restrict__ segs,
+                     const uint32_t *__restrict__ chunk_seg, unsigned nsegs, uint64_t chunks, float *__restrict__ p,
+                     typename G::T *__restrict__ g, float *__restrict__ s0, float *__restrict__ s1,
+                     typename C::T *__restrict__ c, bool zero) {
     const float zeros[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (uint64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
-        const MtSeg &sg = mt_find(segs, nsegs, ch);
+        const MtSeg sg = chunk_seg != nullptr ? segs[chunk_seg[ch]] : mt_find(segs, nsegs, ch);
         const uint64_t local = (ch - sg.first_chunk) * kMtChunk;
         const size_t b = sg.offset + local;
         const size_t n = sg.count - local < kMtChunk ? sg.count - local : kMtChunk;
-        const Op &op = (sg.aux & kMtDecay) != 0 ? on : off;
+        const Op op = (sg.aux & kMtDecay) != 0 ? on : off;
         float *pp = p + b;
         typename G::T *gg = Op::kGrad ? g + b : nullptr;
         float *a0 = Op::kStates > 0 ? s0 + b : nullptr;
@@ -632,7 +634,7 @@ const char *update(const Op &op, const Arrays &a, float *s0, float *s1, cudaStre
 template <class Op, class G, class C>
 const char *run_mt(const Op &on, const Op &off, const detail::MtArrays &a, cudaStream_t stream) noexcept {
     mt_update_kernel<Op, G, C><<<mt_blocks(a.chunks), kThreads, 0, stream>>>(
-        on, off, a.segs, a.nsegs, a.chunks, a.p, static_cast<typename G::T *>(const_cast<void *>(a.g)), a.s0, a.s1,
+        on, off, a.segs, a.chunk_seg, a.nsegs, a.chunks, a.p, static_cast<typename G::T *>(const_cast<void *>(a.g)), a.s0, a.s1,
         static_cast<typename C::T *>(a.p16), a.zero_grads);
     return launched();
 }

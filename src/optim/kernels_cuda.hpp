@@ -124,6 +124,7 @@ struct MtArrays {
     Fmt p16_fmt = Fmt::NONE;
     bool zero_grads = false;
     const MtSeg *segs = nullptr; // device memory
+    const uint32_t *chunk_seg = nullptr; // device memory: mt_chunk_index() of the table, or NULL (a search)
     unsigned nsegs = 0;
     uint64_t chunks = 0;
 };
@@ -314,9 +315,11 @@ inline void lamb2(const optim::LambK &k, float neg_coef, const Flat &f, const fl
 class MtTables {
 public:
     static constexpr size_t kSlots = 64;
-    // The device table of mt_plan(entries); *nsegs and *chunks are its size.
-    // An upload waits for the stream's earlier work (a pageable copy).
-    const MtSeg *get(const std::vector<MtEntry> &entries, cudaStream_t stream, unsigned *nsegs, uint64_t *chunks) {
+    // The device table of mt_plan(entries); *nsegs and *chunks are its size,
+    // *chunk_seg its mt_chunk_index() (on the device after the table). An
+    // upload waits for the stream's earlier work (a pageable copy).
+    const MtSeg *get(const std::vector<MtEntry> &entries, cudaStream_t stream, unsigned *nsegs, uint64_t *chunks,
+                     const uint32_t **chunk_seg) {
         ++clock_;
         Slot *hit = nullptr;
         for (Slot &s : slots_)
@@ -334,16 +337,22 @@ public:
             hit->table = mt_plan(entries);
             DSM_REQUIRE(hit->table.segs.size() <= UINT32_MAX, DSM_ERR_INVALID_ARGUMENT, "multi-tensor launch of ",
                         hit->table.segs.size(), " segments");
-            const size_t bytes = std::max<size_t>(hit->table.segs.size(), 1) * sizeof(MtSeg);
+            // One buffer: the segments, then the chunks' segment indices.
+            hit->index = mt_chunk_index(hit->table);
+            hit->segs_bytes = hit->table.segs.size() * sizeof(MtSeg);
+            const size_t bytes = std::max<size_t>(hit->segs_bytes + hit->index.size() * sizeof(uint32_t), 1);
             if (hit->dev.bytes() < bytes) hit->dev = DeviceBuffer(bytes); // freeing waits for the device
-            if (!hit->table.segs.empty())
-                copy_bytes_async(hit->dev.get(), hit->table.segs.data(), hit->table.segs.size() * sizeof(MtSeg),
-                                 stream);
+            if (!hit->table.segs.empty()) {
+                copy_bytes_async(hit->dev.get(), hit->table.segs.data(), hit->segs_bytes, stream);
+                copy_bytes_async(static_cast<char *>(hit->dev.get()) + hit->segs_bytes, hit->index.data(),
+                                 hit->index.size() * sizeof(uint32_t), stream);
+            }
             ++uploads_;
         }
         hit->used = clock_;
         *nsegs = static_cast<unsigned>(hit->table.segs.size());
         *chunks = hit->table.chunks;
+        *chunk_seg = reinterpret_cast<const uint32_t *>(static_cast<const char *>(hit->dev.get()) + hit->segs_bytes);
         return static_cast<const MtSeg *>(hit->dev.get());
     }
     // Tables uploaded so far (tests: a step with the same segments uploads none).
@@ -358,6 +367,8 @@ private:
     struct Slot {
         std::vector<MtEntry> key;
         MtTable table;
+        std::vector<uint32_t> index;
+        size_t segs_bytes = 0;
         DeviceBuffer dev;
         uint64_t used = 0;
     };

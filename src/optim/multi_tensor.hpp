@@ -83,6 +83,17 @@ inline MtChunk mt_chunk(const MtTable &t, uint64_t c) noexcept {
     return MtChunk{lo, s.offset + local, left < kMtChunk ? left : kMtChunk};
 }
 
+// Each chunk's segment index, chunk by chunk: the lookup the update kernel
+// reads (one load per chunk instead of a search), kept on the device with
+// the table.
+inline std::vector<uint32_t> mt_chunk_index(const MtTable &t) {
+    std::vector<uint32_t> out;
+    out.reserve(t.chunks);
+    for (size_t s = 0; s < t.segs.size(); ++s)
+        out.insert(out.end(), mt_chunks_of(t.segs[s].count), static_cast<uint32_t>(s));
+    return out;
+}
+
 // Blocks of a launch over `chunks` chunks (blocks loop beyond the cap).
 constexpr uint64_t kMtMaxBlocks = 1u << 20;
 inline unsigned mt_blocks(uint64_t chunks) noexcept {

@@ -597,7 +597,7 @@ void Optimizer::cuda_step(float *p, const float *g, const std::vector<Segment> &
         a.s0 = s0;
         a.s1 = s1;
         if (!mt_) mt_ = std::make_shared<cuda::MtTables>();
-        a.segs = static_cast<cuda::MtTables *>(mt_.get())->get(entries, stream, &a.nsegs, &a.chunks);
+        a.segs = static_cast<cuda::MtTables *>(mt_.get())->get(entries, stream, &a.nsegs, &a.chunks, &a.chunk_seg);
         return a;
     };
     auto check = [](const char *err, const char *what) { cuda::detail::check_launch(err, what); };

@@ -640,7 +640,8 @@ void check_multi(const Update &u, const PerTensor &per, const MultiTensor &multi
                     a.p16_fmt = copy ? dsm::cuda::detail::fmt_of(p16_type, "p16", false) : dsm::cuda::detail::Fmt::NONE;
                     a.zero_grads = zero != 0;
                     const uint64_t before = tables.uploads();
-                    a.segs = tables.get(entries, g_stream, &a.nsegs, &a.chunks);
+                    a.segs = tables.get(entries, g_stream, &a.nsegs, &a.chunks, &a.chunk_seg);
+                    if (zero) a.chunk_seg = nullptr; // the binary search instead of the index
                     if (before > 0 && tables.uploads() != before)
                         fail_msg("line %d: [%s]: the same segments uploaded again", line, where);
                     multi(a);

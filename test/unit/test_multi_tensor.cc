@@ -43,6 +43,10 @@ void check_cover(const MtTable &t, const std::vector<MtEntry> &entries) {
         assert_true(seen[k.seg] <= live[k.seg].count);
     }
     for (size_t s = 0; s < live.size(); ++s) assert_int_equal(seen[s], live[s].count);
+    // The per-chunk index gives the search's segment for every chunk.
+    const std::vector<uint32_t> index = dsm::cuda::mt_chunk_index(t);
+    assert_int_equal(index.size(), t.chunks);
+    for (uint64_t c = 0; c < t.chunks; ++c) assert_int_equal(index[c], dsm::cuda::mt_chunk(t, c).seg);
 }
 
 void test_plan_many_tiny(void **) {
