@@ -11,8 +11,8 @@
 #
 # Environment: top_builddir (default .), STEP_BENCH_LOG (default
 # test/gpu/step-bench.log), STEP_BENCH_STEPS (default 20), STEP_BENCH_MODELS
-# (default "gpt2 gpt2-xl"), DSM_BENCH_PYTHON (a python3 with torch; default
-# python3).
+# (default "gpt2 gpt2-xl"), STEP_BENCH_TESTS=0 to leave out the tests,
+# DSM_BENCH_PYTHON (a python3 with torch; default python3).
 set -u
 B=${top_builddir:-.}
 LOG=${STEP_BENCH_LOG:-$B/test/gpu/step-bench.log}
@@ -34,9 +34,11 @@ step() { # NAME COMMAND...: run, log, say PASS or FAIL
   echo "===== $name: $*" >> "$LOG"
   if "$@" >> "$LOG" 2>&1; then echo "$name: PASS"; else echo "$name: FAIL (see $LOG)"; failed=$((failed + 1)); fi
 }
-step test_cuda_kernels timeout 300 "$B/test/unit/test_cuda_kernels"
-step "test_engine np1" env DSM_TEST_TIMEOUT=300 "$WRAP" 1 "$B/test/mpi/test_engine"
-step "test_cuda np1" env DSM_TEST_TIMEOUT=300 "$WRAP" 1 "$B/test/mpi/test_cuda"
+if [ "${STEP_BENCH_TESTS:-1}" != 0 ]; then
+  step test_cuda_kernels timeout 300 "$B/test/unit/test_cuda_kernels"
+  step "test_engine np1" env DSM_TEST_TIMEOUT=300 "$WRAP" 1 "$B/test/mpi/test_engine"
+  step "test_cuda np1" env DSM_TEST_TIMEOUT=300 "$WRAP" 1 "$B/test/mpi/test_cuda"
+fi
 
 for model in $MODELS; do
   for dtype in fp32 bf16; do
