@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "amp/convert.hpp"
 #include "device/space.hpp"
@@ -31,6 +32,20 @@ public:
     // gradients inspected without their fp32 conversion.
     virtual NormPart inspect(const void *x, dsm_dtype_t type, size_t n, float scale) = 0;
     virtual bool has_nonfinite(const void *x, dsm_dtype_t type, size_t n) = 0;
+
+    // Many accumulate_into()s in one go, with their bits: dst + offset of
+    // each piece (elements of dst_type) += scale * its src (src_type), the
+    // pieces in order (two pieces into the same elements add in that
+    // order). Returns false, having done nothing, where the space has no
+    // such launch (the host: the caller adds piece by piece); the CUDA space
+    // makes one multi-tensor launch per kMtParamSegs pieces.
+    struct Piece {
+        const void *src;
+        size_t offset, count;
+    };
+    virtual bool accumulate_pieces(const std::vector<Piece> &, dsm_dtype_t, void *, dsm_dtype_t, float) {
+        return false;
+    }
 
     // dst (any float dtype) += scale * src; a 16-bit dst is added in fp32
     // through `scratch` (n floats of the space) and rounded once.

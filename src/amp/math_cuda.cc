@@ -9,6 +9,9 @@
 #if DSM_HAVE_CUDA_KERNELS
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "cuda/device.hpp"
 #include "optim/kernels_cuda.hpp"
 #endif
@@ -49,6 +52,36 @@ public:
         np.sumsq = r.sum[0];
         np.nonfinite = r.nonfinite != 0;
         return np;
+    }
+    bool accumulate_pieces(const std::vector<Piece> &pieces, dsm_dtype_t st, void *dst, dsm_dtype_t dt,
+                           float scale) override {
+        const cuda::detail::Fmt sf = cuda::detail::fmt_of(st, "accumulate source", true);
+        const cuda::detail::Fmt df = cuda::detail::fmt_of(dt, "accumulate destination", true);
+        std::vector<cuda::MtEntry> entries;
+        entries.reserve(pieces.size());
+        for (const Piece &p : pieces) {
+            if (p.count > 0) {
+                cuda::detail::need(p.src, cuda::detail::fmt_size(sf), "accumulate source");
+                cuda::detail::need(dst, cuda::detail::fmt_size(df), "accumulate destination");
+            }
+            entries.push_back(cuda::MtEntry{p.offset, p.count, reinterpret_cast<uintptr_t>(p.src)});
+        }
+        // Batches without overlaps, in order; each in launches of at most
+        // kMtParamSegs segments (the table travels in the launch).
+        size_t begin = 0;
+        for (const size_t end : cuda::mt_batches(entries)) {
+            for (size_t b = begin; b < end; b += cuda::detail::kMtParamSegs) {
+                const size_t e = std::min(end, b + cuda::detail::kMtParamSegs);
+                const cuda::MtTable t =
+                    cuda::mt_plan(std::vector<cuda::MtEntry>(entries.begin() + static_cast<std::ptrdiff_t>(b),
+                                                             entries.begin() + static_cast<std::ptrdiff_t>(e)));
+                check(cuda::detail::launch_mt_axpy(sf, dst, df, t.segs.data(), static_cast<unsigned>(t.segs.size()),
+                                                   scale, stream()),
+                      "accumulate_pieces");
+            }
+            begin = end;
+        }
+        return true;
     }
     bool has_nonfinite(const void *x, dsm_dtype_t t, size_t n) override {
         return reduce(x, t, n, 1.0f).nonfinite != 0;

@@ -229,6 +229,175 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// ---------------------------------------------------------------- multi-tensor
+// One launch over a table of segments (optim/multi_tensor.hpp): block b
+// takes chunks b, b + grid, ... of kMtChunk elements, finds each chunk's
+// segment (the per-chunk index, else a binary search), and runs
+// update_kernel's loops on the chunk
+// with the chunk's own split into scalar head, vector groups and scalar tail
+// (the arithmetic of an element is the same in every loop, so the bits are
+// the per-tensor kernel's).
+
+__device__ __forceinline__ const MtSeg &mt_find(const MtSeg *__restrict__ segs, unsigned nsegs, uint64_t c) {
+    unsigned lo = 0, hi = nsegs - 1;
+    while (lo < hi) {
+        const unsigned mid = (lo + hi + 1) / 2;
+        if (segs[mid].first_chunk <= c) lo = mid;
+        else hi = mid - 1;
+    }
+    return segs[lo];
+}
+
+// The split of plan_for() on the device, for arrays at element `b`.
+__device__ __forceinline__ bool mt_vec_ok(const void *x, size_t es, size_t i) {
+    return x == nullptr || (reinterpret_cast<uintptr_t>(x) + i * es) % (4 * es) == 0;
+}
+
+template <class Op, class G, class C>
+__global__ void __launch_bounds__(kThreads)
+    mt_update_kernel(const Op on, const Op off, const MtSeg *__restrict__ segs,
+                     const uint32_t *__restrict__ chunk_seg, unsigned nsegs, uint64_t chunks, float *__restrict__ p,
+                     typename G::T *__restrict__ g, float *__restrict__ s0, float *__restrict__ s1,
+                     typename C::T *__restrict__ c, bool zero) {
+    const float zeros[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (uint64_t ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+        const MtSeg sg = chunk_seg != nullptr ? segs[chunk_seg[ch]] : mt_find(segs, nsegs, ch);
+        const uint64_t local = (ch - sg.first_chunk) * kMtChunk;
+        const size_t b = sg.offset + local;
+        const size_t n = sg.count - local < kMtChunk ? sg.count - local : kMtChunk;
+        const Op op = (sg.aux & kMtDecay) != 0 ? on : off;
+        float *pp = p + b;
+        typename G::T *gg = Op::kGrad ? g + b : nullptr;
+        float *a0 = Op::kStates > 0 ? s0 + b : nullptr;
+        float *a1 = Op::kStates > 1 ? s1 + b : nullptr;
+        typename C::T *cc = c != nullptr ? c + b : nullptr;
+        size_t head = ((16 - reinterpret_cast<uintptr_t>(pp) % 16) % 16) / 4, nvec = 0;
+        if (head < n && mt_vec_ok(gg, G::kSize, head) && mt_vec_ok(a0, 4, head) && mt_vec_ok(a1, 4, head) &&
+            mt_vec_ok(cc, C::kSize, head))
+            nvec = (n - head) / 4;
+        else
+            head = 0;
+        for (size_t q = threadIdx.x; q < nvec; q += blockDim.x) {
+            const size_t i = head + 4 * q;
+            float pv[4], gv[4] = {0.0f, 0.0f, 0.0f, 0.0f}, x[4] = {0.0f, 0.0f, 0.0f, 0.0f},
+                         y[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            F32::load4(pp, i, pv);
+            if constexpr (Op::kGrad) G::load4(gg, i, gv);
+            if constexpr (Op::kStates > 0) F32::load4(a0, i, x);
+            if constexpr (Op::kStates > 1) F32::load4(a1, i, y);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) op(pv[j], gv[j], x[j], y[j]);
+            F32::store4(pp, i, pv);
+            if constexpr (Op::kWriteStates && Op::kStates > 0) F32::store4(a0, i, x);
+            if constexpr (Op::kWriteStates && Op::kStates > 1) F32::store4(a1, i, y);
+            C::store4(cc, i, pv);
+            if constexpr (Op::kGrad)
+                if (zero) G::store4(gg, i, zeros);
+        }
+        const size_t rest = n - 4 * nvec;
+        for (size_t t = threadIdx.x; t < rest; t += blockDim.x) {
+            const size_t i = t < head ? t : t + 4 * nvec;
+            float pv = pp[i], gv = 0.0f, x = 0.0f, y = 0.0f;
+            if constexpr (Op::kGrad) gv = G::load(gg, i);
+            if constexpr (Op::kStates > 0) x = a0[i];
+            if constexpr (Op::kStates > 1) y = a1[i];
+            op(pv, gv, x, y);
+            pp[i] = pv;
+            if constexpr (Op::kWriteStates && Op::kStates > 0) a0[i] = x;
+            if constexpr (Op::kWriteStates && Op::kStates > 1) a1[i] = y;
+            C::store(cc, i, pv);
+            if constexpr (Op::kGrad)
+                if (zero) G::store(gg, i, 0.0f);
+        }
+    }
+}
+
+// dst += a * src per segment (src at the segment's aux), each element as
+// axpy_kernel (fp32 dst) or convert, axpy, convert (16-bit dst) compute it.
+struct MtParamTable {
+    MtSeg segs[detail::kMtParamSegs];
+    unsigned nsegs;
+    uint64_t chunks;
+};
+
+template <class S, class D>
+__global__ void __launch_bounds__(kThreads)
+    mt_axpy_kernel(const MtParamTable t, typename D::T *__restrict__ dst, float a) {
+    for (uint64_t ch = blockIdx.x; ch < t.chunks; ch += gridDim.x) {
+        const MtSeg &sg = mt_find(t.segs, t.nsegs, ch);
+        const uint64_t local = (ch - sg.first_chunk) * kMtChunk;
+        const size_t n = sg.count - local < kMtChunk ? sg.count - local : kMtChunk;
+        const auto *src = reinterpret_cast<const typename S::T *>(static_cast<uintptr_t>(sg.aux)) + local;
+        typename D::T *d = dst + sg.offset + local;
+        for (size_t i = threadIdx.x; i < n; i += blockDim.x) D::store(d, i, add(D::load(d, i), mul(a, S::load(src, i))));
+    }
+}
+
+// ---------------------------------------------------------------- the bound
+// Streaming kernels that move the bytes of an update with clipping (see
+// launch_bound): vector loads and stores of 4 elements, grid-stride.
+
+template <class G>
+__global__ void __launch_bounds__(kThreads) bound_norm_kernel(const typename G::T *__restrict__ g, size_t n,
+                                                              float *__restrict__ partial) {
+    __shared__ float sh[kThreads];
+    const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    float acc = 0.0f;
+    for (size_t q = tid; q < n / 4; q += stride) {
+        float x[4];
+        G::load4(g, 4 * q, x);
+        acc += x[0] * x[0] + x[1] * x[1] + x[2] * x[2] + x[3] * x[3];
+    }
+    for (size_t i = 4 * (n / 4) + tid; i < n; i += stride) {
+        const float x = G::load(g, i);
+        acc += x * x;
+    }
+    sh[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned s = kThreads / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+template <class G, class C>
+__global__ void __launch_bounds__(kThreads)
+    bound_update_kernel(typename G::T *__restrict__ g, float *__restrict__ p, float *__restrict__ m,
+                        float *__restrict__ v, typename C::T *__restrict__ c, size_t n) {
+    const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    const float zeros[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (size_t q = tid; q < n / 4; q += stride) {
+        const size_t i = 4 * q;
+        float gv[4], pv[4], mv[4], vv[4];
+        G::load4(g, i, gv);
+        F32::load4(p, i, pv);
+        F32::load4(m, i, mv);
+        F32::load4(v, i, vv);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            pv[j] += 1e-6f * gv[j];
+            mv[j] = 0.9f * mv[j] + gv[j];
+            vv[j] = 0.9f * vv[j] + gv[j] * gv[j];
+        }
+        F32::store4(p, i, pv);
+        F32::store4(m, i, mv);
+        F32::store4(v, i, vv);
+        C::store4(c, i, pv);
+        G::store4(g, i, zeros);
+    }
+    for (size_t i = 4 * (n / 4) + tid; i < n; i += stride) {
+        const float gi = G::load(g, i);
+        p[i] += 1e-6f * gi;
+        m[i] = 0.9f * m[i] + gi;
+        v[i] = 0.9f * v[i] + gi * gi;
+        C::store(c, i, p[i]);
+        G::store(g, i, 0.0f);
+    }
+}
+
 // ---------------------------------------------------------------- conversions
 
 template <class S, class D>
@@ -462,6 +631,47 @@ const char *update(const Op &op, const Arrays &a, float *s0, float *s1, cudaStre
     }
 }
 
+template <class Op, class G, class C>
+const char *run_mt(const Op &on, const Op &off, const detail::MtArrays &a, cudaStream_t stream) noexcept {
+    mt_update_kernel<Op, G, C><<<mt_blocks(a.chunks), kThreads, 0, stream>>>(
+        on, off, a.segs, a.chunk_seg, a.nsegs, a.chunks, a.p, static_cast<typename G::T *>(const_cast<void *>(a.g)), a.s0, a.s1,
+        static_cast<typename C::T *>(a.p16), a.zero_grads);
+    return launched();
+}
+
+template <class Op, class G>
+const char *mt_with_copy(const Op &on, const Op &off, const detail::MtArrays &a, cudaStream_t stream) noexcept {
+    switch (a.p16_fmt) {
+    case Fmt::NONE: return run_mt<Op, G, NoCopy>(on, off, a, stream);
+    case Fmt::F16: return run_mt<Op, G, F16>(on, off, a, stream);
+    case Fmt::BF16: return run_mt<Op, G, BF16>(on, off, a, stream);
+    default: return kBadFormat;
+    }
+}
+
+template <class Op>
+const char *mt_update(const Op &on, const Op &off, const detail::MtArrays &a, cudaStream_t stream) noexcept {
+    if (a.chunks == 0 || a.nsegs == 0) return nullptr;
+    switch (a.g_fmt) {
+    case Fmt::F32: return mt_with_copy<Op, F32>(on, off, a, stream);
+    case Fmt::F16: return mt_with_copy<Op, F16>(on, off, a, stream);
+    case Fmt::BF16: return mt_with_copy<Op, BF16>(on, off, a, stream);
+    default: return kBadFormat;
+    }
+}
+
+template <class S>
+const char *mt_axpy_from(void *dst, Fmt df, const MtParamTable &t, float a, cudaStream_t s) noexcept {
+    const unsigned blocks = mt_blocks(t.chunks);
+    switch (df) {
+    case Fmt::F32: mt_axpy_kernel<S, F32><<<blocks, kThreads, 0, s>>>(t, static_cast<float *>(dst), a); break;
+    case Fmt::F16: mt_axpy_kernel<S, F16><<<blocks, kThreads, 0, s>>>(t, static_cast<uint16_t *>(dst), a); break;
+    case Fmt::BF16: mt_axpy_kernel<S, BF16><<<blocks, kThreads, 0, s>>>(t, static_cast<uint16_t *>(dst), a); break;
+    default: return kBadFormat;
+    }
+    return launched();
+}
+
 template <class S, class D>
 const char *run_convert(const void *src, void *dst, size_t n, cudaStream_t stream) noexcept {
     const Plan pl = plan_for(n, {Span{src, S::kSize}, Span{dst, D::kSize}});
@@ -545,6 +755,70 @@ const char *launch_sgd(const optim::SgdK &k, const Arrays &a, float *buf, cudaSt
     case 2: return update(SgdOp<2>{k}, a, buf, nullptr, s);
     default: return "invalid SGD mode";
     }
+}
+
+const char *launch_mt_adam(const optim::AdamK &on, const optim::AdamK &off, const MtArrays &a, cudaStream_t s) noexcept {
+    return mt_update(AdamOp{on}, AdamOp{off}, a, s);
+}
+
+const char *launch_mt_sgd(const optim::SgdK &on, const optim::SgdK &off, const MtArrays &a, cudaStream_t s) noexcept {
+    switch (on.mode) {
+    case 0: return mt_update(SgdOp<0>{on}, SgdOp<0>{off}, a, s);
+    case 1: return mt_update(SgdOp<1>{on}, SgdOp<1>{off}, a, s);
+    case 2: return mt_update(SgdOp<2>{on}, SgdOp<2>{off}, a, s);
+    default: return "invalid SGD mode";
+    }
+}
+
+const char *launch_mt_lion(const optim::LionK &on, const optim::LionK &off, const MtArrays &a, cudaStream_t s) noexcept {
+    return mt_update(LionOp{on}, LionOp{off}, a, s);
+}
+
+const char *launch_mt_adagrad(const optim::AdagradK &on, const optim::AdagradK &off, const MtArrays &a,
+                              cudaStream_t s) noexcept {
+    return mt_update(AdagradOp{on}, AdagradOp{off}, a, s);
+}
+
+const char *launch_mt_axpy(Fmt sf, void *dst, Fmt df, const MtSeg *segs, unsigned nsegs, float a,
+                           cudaStream_t s) noexcept {
+    if (nsegs == 0) return nullptr;
+    if (nsegs > kMtParamSegs) return "internal error: too many segments for one launch";
+    MtParamTable t;
+    for (unsigned i = 0; i < nsegs; ++i) t.segs[i] = segs[i];
+    t.nsegs = nsegs;
+    t.chunks = segs[nsegs - 1].first_chunk + mt_chunks_of(segs[nsegs - 1].count);
+    switch (sf) {
+    case Fmt::F32: return mt_axpy_from<F32>(dst, df, t, a, s);
+    case Fmt::F16: return mt_axpy_from<F16>(dst, df, t, a, s);
+    case Fmt::BF16: return mt_axpy_from<BF16>(dst, df, t, a, s);
+    default: return kBadFormat;
+    }
+}
+
+const char *launch_bound(int pass, void *g, Fmt g_fmt, float *p, float *m, float *v, void *p16, size_t n,
+                         float *partial, cudaStream_t s) noexcept {
+    if (n == 0) return nullptr;
+    size_t blocks = (n / 4 + kThreads - 1) / kThreads;
+    blocks = blocks < 1 ? 1 : blocks > kBoundBlocks ? kBoundBlocks : blocks;
+    const unsigned b = static_cast<unsigned>(blocks);
+    auto *g16 = static_cast<uint16_t *>(g);
+    auto *c16 = static_cast<uint16_t *>(p16);
+    if (pass == 0) {
+        switch (g_fmt) {
+        case Fmt::F32: bound_norm_kernel<F32><<<b, kThreads, 0, s>>>(static_cast<float *>(g), n, partial); break;
+        case Fmt::F16: bound_norm_kernel<F16><<<b, kThreads, 0, s>>>(g16, n, partial); break;
+        case Fmt::BF16: bound_norm_kernel<BF16><<<b, kThreads, 0, s>>>(g16, n, partial); break;
+        default: return kBadFormat;
+        }
+    } else {
+        switch (g_fmt) {
+        case Fmt::F32: bound_update_kernel<F32, NoCopy><<<b, kThreads, 0, s>>>(static_cast<float *>(g), p, m, v, nullptr, n); break;
+        case Fmt::F16: bound_update_kernel<F16, F16><<<b, kThreads, 0, s>>>(g16, p, m, v, c16, n); break;
+        case Fmt::BF16: bound_update_kernel<BF16, BF16><<<b, kThreads, 0, s>>>(g16, p, m, v, c16, n); break;
+        default: return kBadFormat;
+        }
+    }
+    return launched();
 }
 
 const char *launch_lion(const optim::LionK &k, const Arrays &a, float *m, cudaStream_t s) noexcept {

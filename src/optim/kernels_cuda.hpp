@@ -7,6 +7,11 @@
 //   fp16 or bf16 and multiplied by the constants' `scale` (the unscale) in
 //   the same pass, and the updated parameters can be written as fp16 or bf16
 //   in the same pass too;
+// - the same updates as multi-tensor launches (optim/multi_tensor.hpp): one
+//   kernel over a table of segments, each segment's constants picked by its
+//   weight decay flag, the gradients optionally zeroed in the same pass, with
+//   the per-tensor kernels' bits; and the multi-tensor accumulation of one
+//   rank's gradients into its partition;
 // - inspect(): one pass over a gradient giving the overflow flag (any Inf or
 //   NaN) and the sum of squares for the global norm, deterministically;
 // - conversions between fp32, fp16 and bf16, bit for bit as core/half.hpp;
@@ -44,6 +49,7 @@
 #include <cstdint>
 
 #include "optim/kernels.hpp"
+#include "optim/multi_tensor.hpp"
 
 // The stream type, declared exactly as CUDA's driver_types.h declares it, so
 // that this header does not need the CUDA include path.
@@ -104,6 +110,48 @@ const char *launch_lamb2(const optim::LambK &k, float neg_coef, const Arrays &a,
 const char *launch_inspect(const void *x, Fmt fmt, size_t n, float inv_scale, Reduction *out,
                            cudaStream_t s) noexcept;
 const char *launch_convert(const void *src, Fmt sf, void *dst, Fmt df, size_t n, cudaStream_t s) noexcept;
+// Multi-tensor launches (optim/multi_tensor.hpp): one kernel over a table of
+// segments in device memory. An update's arrays are indexed by the segments'
+// offsets; the segment's kMtDecay flag picks the constants `on`, else `off`.
+// zero_grads: the gradient elements read are set to zero after the update
+// (the fused zeroing). g and p16 as in Arrays.
+struct MtArrays {
+    float *p = nullptr;
+    const void *g = nullptr;
+    Fmt g_fmt = Fmt::F32;
+    float *s0 = nullptr, *s1 = nullptr;
+    void *p16 = nullptr;
+    Fmt p16_fmt = Fmt::NONE;
+    bool zero_grads = false;
+    const MtSeg *segs = nullptr; // device memory
+    const uint32_t *chunk_seg = nullptr; // device memory: mt_chunk_index() of the table, or NULL (a search)
+    unsigned nsegs = 0;
+    uint64_t chunks = 0;
+};
+const char *launch_mt_adam(const optim::AdamK &on, const optim::AdamK &off, const MtArrays &a, cudaStream_t s) noexcept;
+const char *launch_mt_sgd(const optim::SgdK &on, const optim::SgdK &off, const MtArrays &a, cudaStream_t s) noexcept;
+const char *launch_mt_lion(const optim::LionK &on, const optim::LionK &off, const MtArrays &a, cudaStream_t s) noexcept;
+const char *launch_mt_adagrad(const optim::AdagradK &on, const optim::AdagradK &off, const MtArrays &a,
+                              cudaStream_t s) noexcept;
+// dst[seg.offset + i] += a * src[i] for each segment, src the segment's aux
+// (an address, element format sf), dst in format df: the bits of
+// amp::Math::accumulate_into per segment (a 16-bit dst widened, added in
+// fp32, rounded once). Segments' destinations must not overlap (mt_batches).
+// The table travels in the launch's parameters (no upload, no wait): `segs`
+// is host memory, at most kMtParamSegs segments (first_chunk from 0).
+constexpr unsigned kMtParamSegs = 96;
+const char *launch_mt_axpy(Fmt sf, void *dst, Fmt df, const MtSeg *segs, unsigned nsegs, float a,
+                           cudaStream_t s) noexcept;
+// The bound of a step's memory traffic (dsm-bench zero --model --device cuda):
+// the two passes an update with clipping needs, with next to no arithmetic.
+// pass 0 reads g (n elements, fp32 or 16-bit) and writes one partial sum per
+// block into partial (kBoundBlocks floats); pass 1 reads g, p, m and v,
+// writes p, m and v, with a 16-bit g also p16 (g's format), and zeroes g:
+// fp32 36 bytes per element in all, 16-bit 32. Device memory, 16-byte
+// aligned.
+constexpr unsigned kBoundBlocks = 4096;
+const char *launch_bound(int pass, void *g, Fmt g_fmt, float *p, float *m, float *v, void *p16, size_t n,
+                         float *partial, cudaStream_t s) noexcept;
 // The device space's small kernels (device/space.hpp): x *= factor in fp32
 // (amp::scale_inplace), dst += a * src (amp::accumulate), x[i] = v.
 const char *launch_scale(void *x, Fmt f, size_t n, float factor, cudaStream_t s) noexcept;
@@ -121,7 +169,11 @@ const char *launch_copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
 // nvcc does not see MPI's headers, which dsm.h (and so core/error.hpp)
 // includes: kernels_cuda.cu sees only the part above.
 #ifndef __CUDACC__
+#include <algorithm>
+#include <vector>
+
 #include "core/error.hpp"
+#include "cuda/device.hpp"
 #include "dsm.h"
 
 namespace dsm {
@@ -253,6 +305,76 @@ inline void lamb2(const optim::LambK &k, float neg_coef, const Flat &f, const fl
     detail::need(v, 4, "v");
     detail::check_launch(detail::launch_lamb2(k, neg_coef, a, m, v, stream), "lamb2");
 }
+
+// ---------------------------------------------------------------- multi-tensor tables
+// The device tables of multi-tensor updates, each kept while its segments
+// stay the same: a step's table is uploaded at the first step after the
+// layout changes, then reused. Several tables (kSlots, least recently used
+// replaced): an update that runs in pieces (publish()'s slices) has one
+// per piece.
+class MtTables {
+public:
+    static constexpr size_t kSlots = 64;
+    // The device table of mt_plan(entries); *nsegs and *chunks are its size,
+    // *chunk_seg its mt_chunk_index() (on the device after the table). An
+    // upload waits for the stream's earlier work (a pageable copy).
+    const MtSeg *get(const std::vector<MtEntry> &entries, cudaStream_t stream, unsigned *nsegs, uint64_t *chunks,
+                     const uint32_t **chunk_seg) {
+        ++clock_;
+        Slot *hit = nullptr;
+        for (Slot &s : slots_)
+            if (s.key.size() == entries.size() && equal(s.key, entries)) hit = &s;
+        if (hit == nullptr) {
+            if (slots_.size() < kSlots) {
+                slots_.emplace_back();
+                hit = &slots_.back();
+            } else {
+                hit = &slots_.front();
+                for (Slot &s : slots_)
+                    if (s.used < hit->used) hit = &s;
+            }
+            hit->key = entries;
+            hit->table = mt_plan(entries);
+            DSM_REQUIRE(hit->table.segs.size() <= UINT32_MAX, DSM_ERR_INVALID_ARGUMENT, "multi-tensor launch of ",
+                        hit->table.segs.size(), " segments");
+            // One buffer: the segments, then the chunks' segment indices.
+            hit->index = mt_chunk_index(hit->table);
+            hit->segs_bytes = hit->table.segs.size() * sizeof(MtSeg);
+            const size_t bytes = std::max<size_t>(hit->segs_bytes + hit->index.size() * sizeof(uint32_t), 1);
+            if (hit->dev.bytes() < bytes) hit->dev = DeviceBuffer(bytes); // freeing waits for the device
+            if (!hit->table.segs.empty()) {
+                copy_bytes_async(hit->dev.get(), hit->table.segs.data(), hit->segs_bytes, stream);
+                copy_bytes_async(static_cast<char *>(hit->dev.get()) + hit->segs_bytes, hit->index.data(),
+                                 hit->index.size() * sizeof(uint32_t), stream);
+            }
+            ++uploads_;
+        }
+        hit->used = clock_;
+        *nsegs = static_cast<unsigned>(hit->table.segs.size());
+        *chunks = hit->table.chunks;
+        *chunk_seg = reinterpret_cast<const uint32_t *>(static_cast<const char *>(hit->dev.get()) + hit->segs_bytes);
+        return static_cast<const MtSeg *>(hit->dev.get());
+    }
+    // Tables uploaded so far (tests: a step with the same segments uploads none).
+    uint64_t uploads() const noexcept { return uploads_; }
+
+private:
+    static bool equal(const std::vector<MtEntry> &a, const std::vector<MtEntry> &b) noexcept {
+        for (size_t i = 0; i < a.size(); ++i)
+            if (a[i].offset != b[i].offset || a[i].count != b[i].count || a[i].aux != b[i].aux) return false;
+        return true;
+    }
+    struct Slot {
+        std::vector<MtEntry> key;
+        MtTable table;
+        std::vector<uint32_t> index;
+        size_t segs_bytes = 0;
+        DeviceBuffer dev;
+        uint64_t used = 0;
+    };
+    std::vector<Slot> slots_;
+    uint64_t clock_ = 0, uploads_ = 0;
+};
 
 // ---------------------------------------------------------------- precision
 

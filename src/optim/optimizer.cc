@@ -412,7 +412,9 @@ void Optimizer::step_upto(float *p, const float *g, const std::vector<Segment> &
     *done = end;
 }
 
-bool Optimizer::fuses() const noexcept { return space_->kind() == device::Kind::HOST && piecewise(); }
+bool Optimizer::fuses() const noexcept {
+    return (space_->kind() == device::Kind::HOST || !space_->host_addressable()) && piecewise();
+}
 
 void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
                      const SumFn &sum, const Fused *fused) {
@@ -420,6 +422,11 @@ void Optimizer::step(float *p, const float *g, const std::vector<Segment> &segme
         DSM_REQUIRE(fuses(), DSM_ERR_INTERNAL, "a fused step on ", space_->name(), " with ",
                     optimizer_name(hyper_.type));
         DSM_REQUIRE(args.step >= 1, DSM_ERR_INVALID_ARGUMENT, "optimizer step ", args.step, " (expected >= 1)");
+        if (!space_->host_addressable()) {
+            (void)items_of(segments, n_); // the checks, before anything is enqueued
+            cuda_step(p, g, segments, args, sum, fused);
+            return;
+        }
         host_step(p, g, segments, args, sum, fused);
         return;
     }
@@ -544,12 +551,13 @@ static void fill_device(device::Space &space, float *, size_t, float) {
 }
 #endif
 
-// The CUDA space: one fused kernel per segment on the space's stream (the
-// segment's constants differ by weight decay); Lamb's pass 1 writes one
-// Reduction per segment, whose results come back in one strided copy.
+// The CUDA space: one multi-tensor launch over the segments' table (each
+// segment's constants by its weight decay), with the Fused work in the same
+// pass; Lamb's pass 1 writes one Reduction per segment, whose results come
+// back in one strided copy.
 #if DSM_HAVE_CUDA_KERNELS
 void Optimizer::cuda_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-                          const SumFn &sum) {
+                          const SumFn &sum, const Fused *fused) {
     auto *stream = static_cast<cudaStream_t>(space_->queue().handle());
     auto flat = [&](const Segment &sg) {
         cuda::Flat f;
@@ -560,26 +568,61 @@ void Optimizer::cuda_step(float *p, const float *g, const std::vector<Segment> &
     };
     float *s0 = states_.empty() ? nullptr : state(0); // none: SGD without momentum
     float *s1 = states_.size() > 1 ? state(1) : nullptr;
+    // The multi-tensor arrays: the table (cached while the segments stay the
+    // same), p, the gradient (fp32 g, or Fused's 16-bit one), the states.
+    auto arrays = [&]() {
+        cuda::detail::MtArrays a;
+        std::vector<cuda::MtEntry> entries;
+        entries.reserve(segments.size());
+        size_t total = 0;
+        for (const Segment &sg : segments) {
+            entries.push_back(cuda::MtEntry{sg.offset, sg.count, sg.decay ? cuda::kMtDecay : 0});
+            total += sg.count;
+        }
+        if (total == 0) return a;
+        const Fused none;
+        const Fused &f = fused != nullptr ? *fused : none;
+        a.p = p;
+        a.g = f.grad16 != nullptr ? f.grad16 : g;
+        a.g_fmt = f.grad16 != nullptr ? cuda::detail::fmt_of(static_cast<dsm_dtype_t>(f.dtype), "gradient", false)
+                                      : cuda::detail::Fmt::F32;
+        cuda::detail::need(a.p, 4, "p");
+        cuda::detail::need(a.g, cuda::detail::fmt_size(a.g_fmt), "g");
+        if (f.param16 != nullptr) {
+            a.p16 = f.param16;
+            a.p16_fmt = cuda::detail::fmt_of(static_cast<dsm_dtype_t>(f.dtype), "p16", false);
+            cuda::detail::aligned(a.p16, 2, "p16");
+        }
+        a.zero_grads = f.zero_grads;
+        a.s0 = s0;
+        a.s1 = s1;
+        if (!mt_) mt_ = std::make_shared<cuda::MtTables>();
+        a.segs = static_cast<cuda::MtTables *>(mt_.get())->get(entries, stream, &a.nsegs, &a.chunks, &a.chunk_seg);
+        return a;
+    };
+    auto check = [](const char *err, const char *what) { cuda::detail::check_launch(err, what); };
     switch (hyper_.type) {
     case OptimizerType::ADAM:
     case OptimizerType::ADAMW: {
         const Pair<AdamK> k = pair(adam_k, hyper_, args);
-        for (const Segment &sg : segments) cuda::adam(k.of(sg), flat(sg), s0 + sg.offset, s1 + sg.offset, stream);
+        check(cuda::detail::launch_mt_adam(k.on, k.off, arrays(), stream), "adam");
         break;
     }
     case OptimizerType::SGD: {
         const Pair<SgdK> k = pair(sgd_k, hyper_, args);
-        for (const Segment &sg : segments) cuda::sgd(k.of(sg), flat(sg), s0 ? s0 + sg.offset : nullptr, stream);
+        DSM_REQUIRE(k.on.mode >= 0 && k.on.mode <= 2, DSM_ERR_INVALID_ARGUMENT, "sgd: mode ", k.on.mode,
+                    " (0: no momentum, 1: momentum, 2: nesterov)");
+        check(cuda::detail::launch_mt_sgd(k.on, k.off, arrays(), stream), "sgd");
         break;
     }
     case OptimizerType::LION: {
         const Pair<LionK> k = pair(lion_k, hyper_, args);
-        for (const Segment &sg : segments) cuda::lion(k.of(sg), flat(sg), s0 + sg.offset, stream);
+        check(cuda::detail::launch_mt_lion(k.on, k.off, arrays(), stream), "lion");
         break;
     }
     case OptimizerType::ADAGRAD: {
         const Pair<AdagradK> k = pair(adagrad_k, hyper_, args);
-        for (const Segment &sg : segments) cuda::adagrad(k.of(sg), flat(sg), s0 + sg.offset, stream);
+        check(cuda::detail::launch_mt_adagrad(k.on, k.off, arrays(), stream), "adagrad");
         break;
     }
     case OptimizerType::LAMB: {
@@ -616,7 +659,8 @@ void Optimizer::cuda_step(float *p, const float *g, const std::vector<Segment> &
     }
 }
 #else
-void Optimizer::cuda_step(float *, const float *, const std::vector<Segment> &, const StepArgs &, const SumFn &) {
+void Optimizer::cuda_step(float *, const float *, const std::vector<Segment> &, const StepArgs &, const SumFn &,
+                          const Fused *) {
     DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "the optimizer on ", space_->name(),
              ": libdsm was built without the CUDA kernels");
 }

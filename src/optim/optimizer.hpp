@@ -101,10 +101,11 @@ struct StepArgs {
 // are an error.
 using SumFn = std::function<void(std::vector<double> &)>;
 
-// The host step's fused pass (Optimizer::step's `fused`): what each work
-// item does besides the update, while its elements are in the cache, so the
-// step makes one pass over memory instead of one per operation. Offsets are
-// the partition's, as p's and g's.
+// The step's fused pass (Optimizer::step's `fused`): what each work item
+// does besides the update, while its elements are in the cache, so the step
+// makes one pass over memory instead of one per operation. Offsets are the
+// partition's, as p's and g's. On a CUDA device the multi-tensor kernel does
+// the same element by element (16-bit gradients widened in registers).
 struct Fused {
     // 16-bit gradients (bf16 or fp16, `dtype`) read in place of g: each work
     // item converts its own into a buffer of the thread (exact) and updates
@@ -135,8 +136,11 @@ int num_threads() noexcept; // the count a step uses now (>= 1)
 // The update runs where the memory is (device/space.hpp): on a
 // host-addressable space the CPU kernels above, in the space's queue order
 // (the simulated device defers them, and computes the same bits); on a CUDA
-// space the fused kernels of optim/kernels_cuda.hpp on its stream, one launch per
-// segment, with Lamb's per-parameter sums brought back in one small copy.
+// space the fused kernels of optim/kernels_cuda.hpp on its stream: one
+// multi-tensor launch over a table of the segments (optim/multi_tensor.hpp),
+// which also takes a Fused (16-bit gradients read, 16-bit parameters
+// written, gradients zeroed in the same pass); Lamb one launch per segment
+// and pass, with its per-parameter sums brought back in one small copy.
 class Optimizer {
 public:
     // States for `n` elements in `space`, zeroed (Adagrad:
@@ -168,8 +172,8 @@ public:
     // (Fused); g may then be null when grad16 is set.
     void step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
               const SumFn &sum = {}, const Fused *fused = nullptr);
-    // Whether step() takes a Fused here (host memory, an optimizer that
-    // updates element by element: not Lamb).
+    // Whether step() takes a Fused here (host memory or a CUDA device, an
+    // optimizer that updates element by element: not Lamb).
     bool fuses() const noexcept;
     // One piece of an update that runs in pieces (piecewise()): the step
     // over the parts of `segments` in [*done, upto rounded up to grain()),
@@ -182,12 +186,13 @@ private:
     void host_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
                    const SumFn &sum, const Fused *fused = nullptr);
     void cuda_step(float *p, const float *g, const std::vector<Segment> &segments, const StepArgs &args,
-                   const SumFn &sum);
+                   const SumFn &sum, const Fused *fused = nullptr);
 
     Hyper hyper_;
     size_t n_ = 0;
     device::Space *space_;
     std::vector<device::Buffer> states_;
+    std::shared_ptr<void> mt_; // a CUDA space's segment tables (cuda::MtTables), made at the first step
 };
 
 // The parts of `segments` that lie in elements [lo, hi), in the same order.

@@ -31,7 +31,9 @@
 // (StageSettings::direct). Gradients still go through the buckets: handing
 // out the partition's own elements changed the rounding of a gradient
 // acquired twice in a micro-step, which must match every other path bit for
-// bit (test_engine, test_offload).
+// bit (test_engine, test_offload). On a CUDA device a flush then adds its
+// gradients into the partition from where they were released, in one
+// multi-tensor launch (amp::Math::accumulate_pieces), with the same bits.
 //
 // hpZ (stage.hpp): the secondary partition is the flat layout split into
 // StageSettings::hpz parts (secondary_layout_: the same slots and offsets);
@@ -739,6 +741,22 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         const watchdog::Context ctx("gradient sum over sequence parallel", "parameter", p.param);
         if (sp_) sp_->allreduce(p.data, p.data, n, dt, comm::Op::SUM, queue());
         released.push_back(Released{p.param, p.offset, p.count});
+    }
+    // One rank (direct_): the sum over one rank is the gradient itself, so
+    // where the space's math has a multi-tensor accumulation (CUDA) each is
+    // added into the partition straight from where it was released, in one
+    // launch with accumulate_into's bits and in release order (no packing
+    // copy, no launch per gradient); elsewhere (false) the rounds below.
+    if (direct_ && !qgz_) {
+        std::vector<amp::Math::Piece> pieces;
+        pieces.reserve(pending.size());
+        for (const Pending &pe : pending)
+            pieces.push_back(amp::Math::Piece{pe.data, layout_->slot_of(pe.param)->offset + pe.offset - layout_->part_begin(part_), pe.count});
+        if (math_->accumulate_pieces(pieces, dt, grad_part_.data(), dt, post)) {
+            for (Pending &pe : pending) pool_.give(std::move(pe.grad));
+            timers_->reduce += MPI_Wtime() - t0;
+            return;
+        }
     }
     const std::vector<Round> rounds = plan_range_rounds(*layout_, released, bucket_cap_);
     // A gradient in the bucket that makes the first round alone is reduced

@@ -5,7 +5,11 @@
 // Lamb's two passes; the conversions against core/half.hpp bit for bit
 // (every 16-bit pattern, rounding ties, subnormals, Inf, NaN); inspect()
 // against amp::norm_part and its overflow flag; the Ulysses copies against
-// an index-by-index reference. Sizes 1, 3, 1023 and 2^20 + 5, at offsets
+// an index-by-index reference; the multi-tensor launches against the
+// per-tensor kernels (a list of 600 tiny tensors and odd sizes, every dtype,
+// weight decay flags, zeroing, Inf and NaN gradients), the optimizer's fused
+// device step against its plain one, and amp's one-launch accumulation
+// against accumulate_into piece by piece. Sizes 1, 3, 1023 and 2^20 + 5, at offsets
 // that take the vector path (all arrays equally misaligned) and the scalar
 // path (misalignments that differ), with guard elements around each array.
 //
@@ -29,6 +33,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -37,6 +42,8 @@
 #include <cuda_runtime.h>
 
 #include "amp/convert.hpp"
+#include "amp/math.hpp"
+#include "device/space.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "optim/kernels_cuda.hpp"
@@ -532,6 +539,370 @@ void test_adagrad(void **state) {
     check_update(u, cases(false), __LINE__);
 }
 
+// ---------------------------------------------------------------- multi-tensor
+
+// A parameter list as a partition: 600 tiny tensors (1 to 7 elements), odd
+// and chunk-edge sizes and a few large ones, 0 to 3 elements of padding
+// between them, weight decay on every other one.
+std::vector<dsm::optim::Segment> mt_list(size_t *total) {
+    std::vector<dsm::optim::Segment> out;
+    std::vector<size_t> sizes;
+    for (size_t i = 0; i < 600; ++i) sizes.push_back(1 + i % 7);
+    for (size_t n : {size_t{1023}, size_t{4095}, size_t{4096}, size_t{4097}, size_t{8193}, size_t{65537},
+                     size_t{300001}, size_t{768}, size_t{2304}})
+        sizes.push_back(n);
+    size_t at = 0;
+    int param = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+        at += i % 4; // padding
+        dsm::optim::Segment sg;
+        sg.offset = at;
+        sg.count = sizes[i];
+        sg.param = param++;
+        sg.decay = i % 2 == 0;
+        out.push_back(sg);
+        at += sizes[i];
+    }
+    *total = at + 3;
+    return out;
+}
+
+using PerTensor = std::function<void(const Flat &f, float *s0, float *s1, bool decay)>;
+using MultiTensor = std::function<void(const dsm::cuda::detail::MtArrays &a)>;
+
+// The multi-tensor launch against the per-tensor kernels, one per segment,
+// on the same data: p, the states, the 16-bit copy bit for bit over the
+// whole partition (padding untouched by both), and with zeroing the
+// gradient zero in the segments and untouched in the padding. Every
+// gradient dtype and copy, with and without zeroing, with the arrays
+// equally misaligned and misaligned differently, a gradient with Inf and
+// NaN (an overflow step's data) included; the table is uploaded once.
+void check_multi(const Update &u, const PerTensor &per, const MultiTensor &multi, int line) {
+    size_t n = 0;
+    const std::vector<dsm::optim::Segment> segs = mt_list(&n);
+    std::vector<dsm::cuda::MtEntry> entries;
+    for (const auto &sg : segs) entries.push_back(dsm::cuda::MtEntry{sg.offset, sg.count, sg.decay ? dsm::cuda::kMtDecay : 0u});
+    dsm::cuda::MtTables tables;
+    const dsm_dtype_t gt[] = {DSM_FLOAT32, DSM_FLOAT16, DSM_BFLOAT16};
+    const Offsets offs[] = {{0, 0}, {1, 1}, {2, 3}};
+    uint64_t seed = 100;
+    for (const Offsets &o : offs)
+        for (dsm_dtype_t g_type : gt)
+            for (int copy = 0; copy < 3; ++copy)
+                for (int zero = 0; zero < 2; ++zero) {
+                    const dsm_dtype_t p16_type = copy == 2 ? DSM_BFLOAT16 : DSM_FLOAT16;
+                    char where[160];
+                    std::snprintf(where, sizeof where, "%s, offsets %zu/%zu, %s gradient, %s, %s", u.name, o.arrays,
+                                  o.grad, tname(g_type), copy == 0 ? "no copy" : tname(p16_type),
+                                  zero ? "zeroing" : "no zeroing");
+                    const std::vector<float> p = random_vec(n, seed++, -1.0f, 1.0f);
+                    std::vector<float> g = random_vec(n, seed++, -1.0f, 1.0f);
+                    if (o.arrays == 1) { // an overflow step's gradient
+                        g[segs[5].offset] = INFINITY;
+                        g[segs.back().offset + 7] = NAN;
+                    }
+                    const std::vector<float> s0 = random_vec(n, seed++, u.s0_lo, u.s0_hi);
+                    const std::vector<float> s1 = random_vec(n, seed++, u.s1_lo, u.s1_hi);
+                    const Grad gr = make_grad(g, g_type);
+                    const size_t es = esize(g_type);
+                    std::vector<uint16_t> c16(n + 4, 0xdeadu);
+                    // Two copies of every array: [0] per tensor, [1] multi-tensor.
+                    Dev dp0((n + 4) * 4), dp1((n + 4) * 4), dg0((n + 4) * es), dg1((n + 4) * es);
+                    Dev da0((n + 4) * 4), da1((n + 4) * 4), db0((n + 4) * 4), db1((n + 4) * 4);
+                    Dev dc0((n + 4) * 2), dc1((n + 4) * 2);
+                    for (Dev *d : {&dp0, &dp1}) put(d->at<float>(o.arrays), p);
+                    for (Dev *d : {&da0, &da1}) put(d->at<float>(o.arrays), s0);
+                    for (Dev *d : {&db0, &db1}) put(d->at<float>(o.arrays), s1);
+                    for (Dev *d : {&dg0, &dg1}) put(d->at<unsigned char>(o.grad * es), gr.bytes);
+                    for (Dev *d : {&dc0, &dc1}) put(d->at<uint16_t>(0), c16);
+                    uploaded();
+                    float *st0[2] = {u.states > 0 ? da0.at<float>(o.arrays) : nullptr,
+                                     u.states > 0 ? da1.at<float>(o.arrays) : nullptr};
+                    float *st1[2] = {u.states > 1 ? db0.at<float>(o.arrays) : nullptr,
+                                     u.states > 1 ? db1.at<float>(o.arrays) : nullptr};
+                    for (const auto &sg : segs) {
+                        Flat f;
+                        f.p = dp0.at<float>(o.arrays + sg.offset);
+                        f.g = dg0.at<unsigned char>((o.grad + sg.offset) * es);
+                        f.g_type = g_type;
+                        f.p16 = copy ? dc0.at<uint16_t>(o.arrays + sg.offset) : nullptr;
+                        f.p16_type = p16_type;
+                        f.n = sg.count;
+                        per(f, st0[0] ? st0[0] + sg.offset : nullptr, st1[0] ? st1[0] + sg.offset : nullptr, sg.decay);
+                    }
+                    dsm::cuda::detail::MtArrays a;
+                    a.p = dp1.at<float>(o.arrays);
+                    a.g = dg1.at<unsigned char>(o.grad * es);
+                    a.g_fmt = dsm::cuda::detail::fmt_of(g_type, "g", true);
+                    a.s0 = st0[1];
+                    a.s1 = st1[1];
+                    a.p16 = copy ? dc1.at<uint16_t>(o.arrays) : nullptr;
+                    a.p16_fmt = copy ? dsm::cuda::detail::fmt_of(p16_type, "p16", false) : dsm::cuda::detail::Fmt::NONE;
+                    a.zero_grads = zero != 0;
+                    const uint64_t before = tables.uploads();
+                    a.segs = tables.get(entries, g_stream, &a.nsegs, &a.chunks, &a.chunk_seg);
+                    if (zero) a.chunk_seg = nullptr; // the binary search instead of the index
+                    if (before > 0 && tables.uploads() != before)
+                        fail_msg("line %d: [%s]: the same segments uploaded again", line, where);
+                    multi(a);
+                    sync();
+                    same_floats(get(dp1.at<float>(0), n + 4), get(dp0.at<float>(0), n + 4), 0, "p", where, line);
+                    if (u.states > 0)
+                        same_floats(get(da1.at<float>(0), n + 4), get(da0.at<float>(0), n + 4), 0, "s0", where, line);
+                    if (u.states > 1)
+                        same_floats(get(db1.at<float>(0), n + 4), get(db0.at<float>(0), n + 4), 0, "s1", where, line);
+                    same_halves(get(dc1.at<uint16_t>(0), n + 4), get(dc0.at<uint16_t>(0), n + 4), 0, "p16", where,
+                                line);
+                    // The gradient: zero in the segments when zeroing, else as uploaded.
+                    std::vector<unsigned char> want = gr.bytes;
+                    if (zero)
+                        for (const auto &sg : segs) std::memset(want.data() + sg.offset * es, 0, sg.count * es);
+                    const std::vector<unsigned char> got = get(dg1.at<unsigned char>(o.grad * es), n * es);
+                    for (size_t i = 0; i < want.size(); ++i)
+                        if (got[i] != want[i])
+                            fail_msg("line %d: g [%s]: byte %zu: got %02x, expected %02x", line, where, i, got[i],
+                                     want[i]);
+                }
+}
+
+void test_multi_tensor_updates(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    dsm::optim::Hyper h;
+    h.weight_decay = 0.1;
+    dsm::optim::StepArgs a;
+    a.step = 4;
+    a.lr = 6e-4;
+    a.grad_scale = 0.37f; // unscale times a clipping coefficient
+    const dsm::optim::AdamK on = adam_constants(h, a, true), off = adam_constants(h, a, false);
+    check_multi(Update{"adamw", 2, -0.1f, 0.1f, 0.0f, 0.01f, nullptr, nullptr},
+                [&](const Flat &f, float *m, float *v, bool d) { dsm::cuda::adam(d ? on : off, f, m, v, g_stream); },
+                [&](const dsm::cuda::detail::MtArrays &x) {
+                    dsm::cuda::detail::check_launch(dsm::cuda::detail::launch_mt_adam(on, off, x, g_stream), "mt");
+                },
+                __LINE__);
+    for (int mode = 0; mode < 3; ++mode) {
+        dsm::optim::SgdK kon{};
+        kon.wd = 0.01f;
+        kon.mom = 0.9f;
+        kon.damp = 0.9f;
+        kon.nesterov = 0.9f;
+        kon.neg_lr = -0.01f;
+        kon.scale = 0.25f;
+        kon.mode = mode;
+        dsm::optim::SgdK koff = kon;
+        koff.wd = 0.0f;
+        check_multi(Update{"sgd", mode > 0 ? 1 : 0, -1.0f, 1.0f, 0.0f, 0.0f, nullptr, nullptr},
+                    [&](const Flat &f, float *b, float *, bool d) { dsm::cuda::sgd(d ? kon : koff, f, b, g_stream); },
+                    [&](const dsm::cuda::detail::MtArrays &x) {
+                        dsm::cuda::detail::check_launch(dsm::cuda::detail::launch_mt_sgd(kon, koff, x, g_stream), "mt");
+                    },
+                    __LINE__);
+    }
+    dsm::optim::LionK lon{};
+    lon.b1 = 0.9f;
+    lon.omb1 = 0.1f;
+    lon.b2 = 0.99f;
+    lon.omb2 = 0.01f;
+    lon.neg_lr = -1e-4f;
+    lon.keep = static_cast<float>(1.0 - 1e-4 * 0.1);
+    lon.scale = 0.5f;
+    dsm::optim::LionK loff = lon;
+    loff.keep = 1.0f;
+    check_multi(Update{"lion", 1, -1.0f, 1.0f, 0.0f, 0.0f, nullptr, nullptr},
+                [&](const Flat &f, float *m, float *, bool d) { dsm::cuda::lion(d ? lon : loff, f, m, g_stream); },
+                [&](const dsm::cuda::detail::MtArrays &x) {
+                    dsm::cuda::detail::check_launch(dsm::cuda::detail::launch_mt_lion(lon, loff, x, g_stream), "mt");
+                },
+                __LINE__);
+    dsm::optim::AdagradK gon{};
+    gon.wd = 0.01f;
+    gon.eps = 1e-10f;
+    gon.neg_clr = -0.01f;
+    gon.scale = 1.0f / 64.0f;
+    dsm::optim::AdagradK goff = gon;
+    goff.wd = 0.0f;
+    check_multi(Update{"adagrad", 1, 0.0f, 1.0f, 0.0f, 0.0f, nullptr, nullptr},
+                [&](const Flat &f, float *sum, float *, bool d) { dsm::cuda::adagrad(d ? gon : goff, f, sum, g_stream); },
+                [&](const dsm::cuda::detail::MtArrays &x) {
+                    dsm::cuda::detail::check_launch(dsm::cuda::detail::launch_mt_adagrad(gon, goff, x, g_stream),
+                                                    "mt");
+                },
+                __LINE__);
+}
+
+// The multi-tensor accumulation (one rank's gradient reduction) against
+// accumulate_into's steps per piece: fp32 dst += a * src directly, a 16-bit
+// dst through fp32 (convert, axpy, convert); many tiny pieces and large ones
+// in one launch, every source and destination dtype.
+void test_multi_tensor_accumulate(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    using dsm::cuda::detail::Fmt;
+    size_t n = 0;
+    const std::vector<dsm::optim::Segment> segs = mt_list(&n);
+    const dsm_dtype_t types[] = {DSM_FLOAT32, DSM_FLOAT16, DSM_BFLOAT16};
+    const float scale = 1.0f; // one rank: the sum is the gradient itself (post-scale 1)
+    uint64_t seed = 500;
+    for (dsm_dtype_t st : types)
+        for (dsm_dtype_t dt : types) {
+            const std::string where = std::string(tname(st)) + " into " + tname(dt);
+            const size_t ses = esize(st), des = esize(dt);
+            const Grad dst = make_grad(random_vec(n, seed++, -1.0f, 1.0f), dt);
+            Dev d0(n * des), d1(n * des), scratch(n * 4);
+            put(d0.at<unsigned char>(0), dst.bytes);
+            put(d1.at<unsigned char>(0), dst.bytes);
+            std::vector<std::unique_ptr<Dev>> srcs;
+            std::vector<dsm::cuda::MtEntry> entries;
+            for (const auto &sg : segs) {
+                const Grad src = make_grad(random_vec(sg.count, seed++, -1.0f, 1.0f), st);
+                srcs.push_back(std::make_unique<Dev>(sg.count * ses));
+                put(srcs.back()->at<unsigned char>(0), src.bytes);
+                entries.push_back(dsm::cuda::MtEntry{sg.offset, sg.count, reinterpret_cast<uintptr_t>(srcs.back()->p)});
+            }
+            uploaded();
+            const Fmt sf = dsm::cuda::detail::fmt_of(st, "src", true), df = dsm::cuda::detail::fmt_of(dt, "dst", true);
+            for (size_t i = 0; i < segs.size(); ++i) {
+                unsigned char *d = d0.at<unsigned char>(segs[i].offset * des);
+                if (dt == DSM_FLOAT32) {
+                    dsm::cuda::detail::check_launch(dsm::cuda::detail::launch_axpy(srcs[i]->p, sf,
+                                                                                   reinterpret_cast<float *>(d),
+                                                                                   segs[i].count, scale, g_stream),
+                                                    "axpy");
+                } else {
+                    dsm::cuda::convert(d, dt, scratch.p, DSM_FLOAT32, segs[i].count, g_stream);
+                    dsm::cuda::detail::check_launch(dsm::cuda::detail::launch_axpy(srcs[i]->p, sf,
+                                                                                   scratch.at<float>(0), segs[i].count,
+                                                                                   scale, g_stream),
+                                                    "axpy");
+                    dsm::cuda::convert(scratch.p, DSM_FLOAT32, d, dt, segs[i].count, g_stream);
+                }
+            }
+            for (size_t b = 0; b < entries.size(); b += dsm::cuda::detail::kMtParamSegs) {
+                const size_t e = std::min(entries.size(), b + dsm::cuda::detail::kMtParamSegs);
+                const dsm::cuda::MtTable t = dsm::cuda::mt_plan(
+                    std::vector<dsm::cuda::MtEntry>(entries.begin() + static_cast<long>(b), entries.begin() + static_cast<long>(e)));
+                dsm::cuda::detail::check_launch(dsm::cuda::detail::launch_mt_axpy(sf, d1.p, df, t.segs.data(),
+                                                                                  static_cast<unsigned>(t.segs.size()),
+                                                                                  scale, g_stream),
+                                                "mt_axpy");
+            }
+            sync();
+            const std::vector<unsigned char> want = get(d0.at<unsigned char>(0), n * des);
+            const std::vector<unsigned char> got = get(d1.at<unsigned char>(0), n * des);
+            for (size_t i = 0; i < want.size(); ++i)
+                if (got[i] != want[i])
+                    fail_msg("line %d: [%s]: byte %zu: got %02x, expected %02x", __LINE__, where.c_str(), i, got[i],
+                             want[i]);
+        }
+}
+
+// The optimizer on a CUDA space with the fused step (bf16 and fp16
+// gradients read in place, 16-bit parameters written, gradients zeroed: the
+// engine's step), against the same optimizer without it (fp32 gradients
+// converted first, the parameters converted after), bit for bit; a second
+// step with the same segments uploads no table.
+void test_device_optimizer_fused(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    std::unique_ptr<dsm::device::Space> sp = dsm::device::make_cuda(0);
+    size_t n = 0;
+    const std::vector<dsm::optim::Segment> segs = mt_list(&n);
+    dsm::optim::Hyper h;
+    h.type = dsm::optim::OptimizerType::ADAMW;
+    h.weight_decay = 0.1;
+    dsm::optim::StepArgs a;
+    a.lr = 3e-4;
+    a.grad_scale = 0.61f;
+    for (dsm_dtype_t t : {DSM_BFLOAT16, DSM_FLOAT16}) {
+        const std::string where = tname(t);
+        dsm::optim::Optimizer fused(h, n, *sp), plain(h, n, *sp);
+        const std::vector<float> p = random_vec(n, 900, -1.0f, 1.0f);
+        dsm::device::Buffer p0(*sp, n * 4), p1(*sp, n * 4), g16(*sp, n * 2), g32(*sp, n * 4), c0(*sp, n * 2),
+            c1(*sp, n * 2);
+        sp->upload(p0.data(), p.data(), n * 4);
+        sp->upload(p1.data(), p.data(), n * 4);
+        for (int step = 1; step <= 2; ++step) {
+            const Grad gr = make_grad(random_vec(n, 900 + static_cast<uint64_t>(step), -1.0f, 1.0f), t);
+            sp->upload(g16.data(), gr.bytes.data(), n * 2);
+            sp->upload(g32.data(), gr.ref.data(), n * 4);
+            a.step = step;
+            dsm::optim::Fused f;
+            f.grad16 = g16.data();
+            f.param16 = c1.data();
+            f.dtype = t;
+            f.zero_grads = true;
+            assert_true(fused.fuses());
+            fused.step(static_cast<float *>(p1.data()), nullptr, segs, a, {}, &f);
+            plain.step(static_cast<float *>(p0.data()), static_cast<float *>(g32.data()), segs, a);
+            dsm::cuda::convert(p0.data(), DSM_FLOAT32, c0.data(), t, n,
+                               static_cast<cudaStream_t>(sp->queue().handle()));
+            sp->synchronize();
+            same_floats(get(static_cast<float *>(p1.data()), n), get(static_cast<float *>(p0.data()), n), 0, "p",
+                        where, __LINE__);
+            for (int s2 = 0; s2 < 2; ++s2)
+                same_floats(get(fused.state(s2), n), get(plain.state(s2), n), 0, "state", where, __LINE__);
+            // The 16-bit parameters of the segments (the padding is the caller's).
+            const std::vector<uint16_t> got = get(static_cast<uint16_t *>(c1.data()), n),
+                                        want = get(static_cast<uint16_t *>(c0.data()), n);
+            const std::vector<uint16_t> g_after = get(static_cast<uint16_t *>(g16.data()), n);
+            for (const auto &sg : segs)
+                for (size_t i = sg.offset; i < sg.offset + sg.count; ++i) {
+                    if (got[i] != want[i])
+                        fail_msg("p16 [%s]: element %zu: got %04x, expected %04x", where.c_str(), i, got[i], want[i]);
+                    if (g_after[i] != 0) fail_msg("g [%s]: element %zu not zeroed", where.c_str(), i);
+                }
+        }
+    }
+}
+
+// amp's multi-tensor accumulation on a CUDA space (one rank's reduction)
+// against accumulate_into piece by piece, with pieces that add twice into
+// the same elements (a gradient released twice in a flush: in order) and
+// more pieces than one launch takes.
+void test_accumulate_pieces(void **state) {
+    (void)state;
+    NEED_DEVICE();
+    std::unique_ptr<dsm::device::Space> sp = dsm::device::make_cuda(0);
+    std::unique_ptr<dsm::amp::Math> math = dsm::amp::make_math(*sp);
+    size_t n = 0;
+    const std::vector<dsm::optim::Segment> segs = mt_list(&n);
+    for (dsm_dtype_t dt : {DSM_FLOAT32, DSM_BFLOAT16, DSM_FLOAT16}) {
+        const size_t es = esize(dt);
+        std::vector<dsm::device::Buffer> srcs;
+        std::vector<dsm::amp::Math::Piece> pieces;
+        uint64_t seed = 700;
+        // Every segment, then the first 150 again (overlaps), then segment 3 a third time.
+        std::vector<size_t> order;
+        for (size_t i = 0; i < segs.size(); ++i) order.push_back(i);
+        for (size_t i = 0; i < 150; ++i) order.push_back(i);
+        order.push_back(3);
+        for (size_t i : order) {
+            const Grad g = make_grad(random_vec(segs[i].count, seed++, -1.0f, 1.0f), dt);
+            srcs.emplace_back(*sp, segs[i].count * es);
+            sp->upload(srcs.back().data(), g.bytes.data(), g.bytes.size());
+            pieces.push_back(dsm::amp::Math::Piece{srcs.back().data(), segs[i].offset, segs[i].count});
+        }
+        const Grad init = make_grad(random_vec(n, 701, -1.0f, 1.0f), dt);
+        dsm::device::Buffer d0(*sp, n * es), d1(*sp, n * es), scratch(*sp, n * 4);
+        sp->upload(d0.data(), init.bytes.data(), n * es);
+        sp->upload(d1.data(), init.bytes.data(), n * es);
+        for (const auto &pc : pieces)
+            math->accumulate_into(pc.src, dt, static_cast<char *>(d0.data()) + pc.offset * es, dt, pc.count, 1.0f,
+                                  static_cast<float *>(scratch.data()));
+        assert_true(math->accumulate_pieces(pieces, dt, d1.data(), dt, 1.0f));
+        sp->synchronize();
+        const std::vector<unsigned char> want = get(static_cast<unsigned char *>(d0.data()), n * es),
+                                         got = get(static_cast<unsigned char *>(d1.data()), n * es);
+        for (size_t i = 0; i < want.size(); ++i)
+            if (got[i] != want[i])
+                fail_msg("[%s]: byte %zu: got %02x, expected %02x", tname(dt), i, got[i], want[i]);
+    }
+    // The host's math has no such launch: false, nothing done.
+    std::unique_ptr<dsm::amp::Math> hm = dsm::amp::make_math(dsm::device::host());
+    assert_false(hm->accumulate_pieces({}, DSM_FLOAT32, nullptr, DSM_FLOAT32, 1.0f));
+}
+
 // |gpu - cpu| within the bound of any order of summing n nonnegative terms.
 void sums_agree(double gpu, double cpu_sum, size_t n, const char *what, const std::string &where, int line) {
     const double tol = 2.0 * static_cast<double>(n) * std::ldexp(1.0, -53) * cpu_sum;
@@ -967,6 +1338,10 @@ int main(void) {
         cmocka_unit_test(test_lion),
         cmocka_unit_test(test_adagrad),
         cmocka_unit_test(test_lamb),
+        cmocka_unit_test(test_multi_tensor_updates),
+        cmocka_unit_test(test_multi_tensor_accumulate),
+        cmocka_unit_test(test_device_optimizer_fused),
+        cmocka_unit_test(test_accumulate_pieces),
         cmocka_unit_test(test_inspect),
         cmocka_unit_test(test_convert),
         cmocka_unit_test(test_copies),

@@ -42,6 +42,9 @@
 #include "core/error.hpp"
 #include "cuda/device.hpp"
 #include "engine/engine.hpp"
+#if DSM_HAVE_CUDA_KERNELS
+#include "optim/kernels_cuda.hpp"
+#endif
 #include "optim/optimizer.hpp"
 
 namespace dsm {
@@ -194,6 +197,48 @@ double HostBound::run(MPI_Comm comm) {
     return t;
 }
 
+// The bound on a CUDA device: the same two passes as HostBound, as two
+// streaming kernels (optim/kernels_cuda.hpp, launch_bound) on arrays of the
+// rank's device; run(): seconds of one pass pair, every rank at once, the
+// slowest rank's time.
+#if DSM_HAVE_CUDA_KERNELS
+class DeviceBound {
+public:
+    DeviceBound(size_t n, bool half)
+        : n_(n), half_(half), g_(std::max<size_t>(n, 1) * (half ? 2 : 4), true), p_(std::max<size_t>(n, 1) * 4, true),
+          m_(std::max<size_t>(n, 1) * 4, true), v_(std::max<size_t>(n, 1) * 4, true),
+          p16_(half ? std::max<size_t>(n, 1) * 2 : 1, true), partial_(cuda::detail::kBoundBlocks * sizeof(float), true),
+          stream_(cuda::Stream::create()) {}
+    double run(MPI_Comm comm) {
+        const auto fmt = half_ ? cuda::detail::Fmt::BF16 : cuda::detail::Fmt::F32;
+        MPI_Barrier(comm);
+        const double t0 = MPI_Wtime();
+        for (int pass = 0; pass < 2; ++pass)
+            cuda::detail::check_launch(cuda::detail::launch_bound(pass, g_.get(), fmt, static_cast<float *>(p_.get()),
+                                                                  static_cast<float *>(m_.get()),
+                                                                  static_cast<float *>(v_.get()), p16_.get(), n_,
+                                                                  static_cast<float *>(partial_.get()), stream_.get()),
+                                       "the bound");
+        stream_.synchronize();
+        double t = MPI_Wtime() - t0;
+        MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
+        return t;
+    }
+
+private:
+    size_t n_;
+    bool half_;
+    cuda::DeviceBuffer g_, p_, m_, v_, p16_, partial_;
+    cuda::Stream stream_;
+};
+#else
+class DeviceBound {
+public:
+    DeviceBound(size_t, bool) {}
+    double run(MPI_Comm) { return -1.0; }
+};
+#endif
+
 // ---------------------------------------------------------------- PyTorch
 
 const char *kTorchScript = R"PY(
@@ -336,6 +381,8 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     const int threads = optim::num_threads();
     std::unique_ptr<HostBound> bound;
     if (device == "host") bound = std::make_unique<HostBound>(elements, esize == 2, threads);
+    std::unique_ptr<DeviceBound> dbound; // the same bytes on the rank's GPU, in the same run
+    if (device == "cuda") dbound = std::make_unique<DeviceBound>(elements, esize == 2);
     std::vector<unsigned char> host_grad;
     std::vector<double> total, update, bounds;
     for (int s = 0; s <= steps; ++s) {
@@ -360,7 +407,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
         eng->synchronize();
         const double t = now_seconds() - t0;
         const engine::Timers after = eng->timers();
-        const double tb = bound ? bound->run(world) : -1.0;
+        const double tb = bound ? bound->run(world) : dbound ? dbound->run(world) : -1.0;
         if (s == 0) continue;
         bounds.push_back(tb);
         total.push_back(t);
@@ -380,7 +427,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     r.peak_device = j["memory"]["rank_bytes_peak"]["device"].get<size_t>();
     r.threads = threads;
     eng->close();
-    r.bound = bound ? median_of(bounds) : -1.0;
+    r.bound = bound || dbound ? median_of(bounds) : -1.0;
     r.bytes_per_element = esize == 2 ? 32.0 : 36.0;
     return r;
 }

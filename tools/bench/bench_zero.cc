@@ -332,8 +332,8 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
     std::printf("step: every gradient released, then dsm_step; update: the step less its reduction and gather;\n"
                 "bound: a streaming kernel moving the %.0f bytes per element the update must move (gradient read by\n"
                 "the clipping's norm; gradient, master and moments read, master and moments written; gradient\n"
-                "zeroed; the 16-bit parameter written) over the elements each rank updates, same threads, all\n"
-                "ranks at once; torch/step > 1: libdsm is faster.\n",
+                "zeroed; the 16-bit parameter written) over the elements each rank updates, same threads (cuda:\n"
+                "two kernels on the rank's GPU), all ranks at once; torch/step > 1: libdsm is faster.\n",
                 results.empty() ? 36.0 : results.front().bytes_per_element);
     if (torch.step > 0)
         std::printf("torch %s, %s, %d threads: %.2f ms per step, %.2f ms with zero_grad(set_to_none=False)\n",
