@@ -49,7 +49,9 @@
 // (the unpack); the partitions, the master weights and the optimizer never
 // see quantized values. qgZ (StageSettings::qgz_block): each round's
 // reduce-scatter is comm::QuantizedReduce, whose fp32 result is added into
-// the gradient partition with the same scaling.
+// the gradient partition with the same scaling. On a device (CUDA, or the
+// simulated one) both run the space's quantization kernels on its queue
+// (comm/quantize_space.hpp), qgZ as comm::SpaceQuantizedReduce.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -57,7 +59,9 @@
 #include <map>
 #include <tuple>
 
+#include "comm/qgz_device.hpp"
 #include "comm/quantize.hpp"
+#include "comm/quantize_space.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
@@ -215,6 +219,8 @@ private:
 
     // qwZ/qgZ: the quantized reduction and the bytes moved quantized.
     std::unique_ptr<comm::QuantizedReduce> qgz_;
+    std::unique_ptr<comm::SpaceQuantizedReduce> qgz_space_; // qgZ on a device space
+    std::unique_ptr<comm::quant::SpaceKernels> qkernels_;   // qwZ: the space's kernels
     comm::QuantBytes qwz_bytes_, qgz_bytes_;
 
     SharedBuffer param_flat_;  // stage 2: T; stage 3: the persistent region
@@ -305,11 +311,18 @@ void Partitioned::allocate() {
         secondary_ = Buffer(*space_, (end - secondary_begin_) * esize_);
     }
     secondary_ok_.assign(static_cast<size_t>(max_param + 1), 0);
+    qgz_.reset();
+    qgz_space_.reset();
     if (s_.qgz_block > 0) {
         DSM_REQUIRE(static_cast<int>(nodes_.size()) == dp_->size(), DSM_ERR_INTERNAL, "qgZ: ", nodes_.size(),
                     " node colors for ", dp_->size(), " data-parallel ranks");
-        qgz_ = std::make_unique<comm::QuantizedReduce>(dp_, nodes_, s_.qgz_block, comm::quant::kGradientBits);
+        if (space_->kind() == device::Kind::HOST)
+            qgz_ = std::make_unique<comm::QuantizedReduce>(dp_, nodes_, s_.qgz_block, comm::quant::kGradientBits);
+        else
+            qgz_space_ = std::make_unique<comm::SpaceQuantizedReduce>(dp_, nodes_, s_.qgz_block,
+                                                                      comm::quant::kGradientBits, *space_);
     }
+    if (s_.qwz_block > 0) qkernels_ = comm::quant::make_space_kernels(*space_);
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
@@ -549,15 +562,16 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
     char *w = static_cast<char *>(send.data());
     for (const auto &jp : plan.pieces)
         if (jp.second.part == src.part) {
-            q::quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count, bits, block,
-                        w);
+            qkernels_->quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count,
+                                bits, block, w);
             w += q::packed_bytes(jp.second.count, bits, block);
         }
     src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
     const char *r = static_cast<const char *>(recv.data());
     for (const auto &jp : plan.pieces) {
         const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
-        q::dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype, false);
+        qkernels_->dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype,
+                              false);
         r += q::packed_bytes(jp.second.count, bits, block);
     }
     if (src.keep)
@@ -785,10 +799,11 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         char *recv = buf + mine * csize_;
         const watchdog::Context ctx("gradient reduce-scatter", "bucket", static_cast<int64_t>(k));
         dsm_dtype_t rd = cd; // the dtype of the reduced values at recv
-        if (qgz_) {
+        if (qgz_ || qgz_space_) {
             // qgZ: the sums in fp32, added into the partition below as the plain path's are.
             if (!qsum.data()) qsum = pool_.take(bucket_cap_ * sizeof(float), false);
-            qgz_->reduce_scatter(buf, r.counts, cd, static_cast<float *>(qsum.data()), &qgz_bytes_);
+            if (qgz_) qgz_->reduce_scatter(buf, r.counts, cd, static_cast<float *>(qsum.data()), &qgz_bytes_);
+            else qgz_space_->reduce_scatter(buf, r.counts, cd, static_cast<float *>(qsum.data()), &qgz_bytes_);
             recv = static_cast<char *>(qsum.data());
             rd = DSM_FLOAT32;
         } else {
