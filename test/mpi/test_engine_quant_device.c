@@ -7,8 +7,8 @@
  *   path (the space's kernels through its deferred queue, qgZ as
  *   SpaceQuantizedReduce over the host backends) computes the host
  *   engine's bits after steps with qwZ, qgZ, both, and both with hpZ, fp32
- *   and bf16, with and without overlap_comm, on the job's nodes and on two
- *   simulated ones; the bytes dsm_engine_describe() reports are the host's,
+ *   and bf16, with and without overlap_comm, on the job's nodes and on
+ *   simulated ones (2 equal nodes, and 3+1); the bytes dsm_engine_describe() reports are the host's,
  *   and it names the kernels ("simulated").
  * - CUDA (skipped without a device): the same steps on the device-resident
  *   engine stay within the host test's tolerance of the unquantized host
@@ -155,12 +155,17 @@ static void cases_for(int pr, int overlap, int hpz, variant_t c[5]) {
 static void test_sim_bits(void **state) {
     (void)state;
     static float host[NP][MAXN], sim[NP][MAXN];
-    const char *sims[2] = {NULL, test_size % 2 == 0 && test_size >= 2 && test_nnodes == 1 ? "2:block" : NULL};
-    for (int s = 0; s < 2; ++s) {
+    /* The job's nodes; on one node also two simulated ones (block) and two
+       uneven ones (all ranks but the last on one node). */
+    char uneven[256] = "";
+    for (int r = 0; r < test_size && test_size >= 3; ++r) strcat(uneven, r == test_size - 1 ? "b" : "a,");
+    const char *sims[3] = {NULL, test_size % 2 == 0 && test_size >= 2 && test_nnodes == 1 ? "2:block" : NULL,
+                           test_size >= 3 && test_nnodes == 1 ? uneven : NULL};
+    for (int s = 0; s < 3; ++s) {
         if (s > 0 && sims[s] == NULL) continue;
         if (sims[s]) setenv("DSM_SIM_NODES", sims[s], 1);
         dsm_mesh_t mesh = dp_mesh();
-        const int hpz = test_size % 2 == 0 && test_size > 1 ? 2 : 1;
+        const int hpz = test_size % 2 == 0 && test_size > 1 && s != 2 ? 2 : 1;
         for (int pr = 0; pr < 2; ++pr)
             for (int overlap = 0; overlap <= 1; ++overlap) {
                 if (s > 0 && overlap > 0) continue;
