@@ -201,6 +201,8 @@ private:
     // qwZ: one gather of `list` into `dst` (one buffer per parameter) over
     // src's group, the pieces quantized on the way.
     void gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
+    // The same on a device space: its kernels on its queue (qkernels_).
+    void gather_quantized_space(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
     bool qwz_on() const noexcept { return s_.stage == 3 && s_.qwz_block > 0 && !exact_; }
     // hpZ: this rank's slice of parameter `j` from its whole values.
     void keep_secondary(int j, const char *whole);
@@ -220,7 +222,7 @@ private:
     // qwZ/qgZ: the quantized reduction and the bytes moved quantized.
     std::unique_ptr<comm::QuantizedReduce> qgz_;
     std::unique_ptr<comm::SpaceQuantizedReduce> qgz_space_; // qgZ on a device space
-    std::unique_ptr<comm::quant::SpaceKernels> qkernels_;   // qwZ: the space's kernels
+    std::unique_ptr<comm::quant::SpaceKernels> qkernels_;   // qwZ on a device space: its kernels
     comm::QuantBytes qwz_bytes_, qgz_bytes_;
 
     SharedBuffer param_flat_;  // stage 2: T; stage 3: the persistent region
@@ -322,7 +324,8 @@ void Partitioned::allocate() {
             qgz_space_ = std::make_unique<comm::SpaceQuantizedReduce>(dp_, nodes_, s_.qgz_block,
                                                                       comm::quant::kGradientBits, *space_);
     }
-    if (s_.qwz_block > 0) qkernels_ = comm::quant::make_space_kernels(*space_);
+    qkernels_.reset();
+    if (s_.qwz_block > 0 && space_->kind() != device::Kind::HOST) qkernels_ = comm::quant::make_space_kernels(*space_);
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
@@ -546,6 +549,7 @@ void Partitioned::keep_secondary(int j, const char *whole) {
 // its own (its blocks start with it), so a rank packs its pieces without
 // reading another's and each piece dequantizes where it lands.
 void Partitioned::gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst) {
+    if (qkernels_) return gather_quantized_space(list, src, dst);
     namespace q = comm::quant;
     const size_t block = s_.qwz_block;
     const int bits = q::kWeightBits;
@@ -562,16 +566,15 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
     char *w = static_cast<char *>(send.data());
     for (const auto &jp : plan.pieces)
         if (jp.second.part == src.part) {
-            qkernels_->quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count,
-                                bits, block, w);
+            q::quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count, bits, block,
+                        w);
             w += q::packed_bytes(jp.second.count, bits, block);
         }
     src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
     const char *r = static_cast<const char *>(recv.data());
     for (const auto &jp : plan.pieces) {
         const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
-        qkernels_->dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype,
-                              false);
+        q::dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype, false);
         r += q::packed_bytes(jp.second.count, bits, block);
     }
     if (src.keep)
@@ -826,6 +829,53 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
     pool_.give(std::move(qsum));
     for (Pending &pe : pending) pool_.give(std::move(pe.grad));
     timers_->reduce += MPI_Wtime() - t0;
+}
+
+// qwZ on a device space (CUDA, simulated): gather_quantized() with the
+// space's kernels (comm/quantize_space.hpp), so the quantization, the
+// allgatherv (on the space's queue: NCCL orders it after the kernels on the
+// stream) and the dequantization into the compute dtype stay on the device.
+// The same plan, pieces and bytes as the host's.
+void Partitioned::gather_quantized_space(const std::vector<int> &list, const Source &src,
+                                         const std::vector<char *> &dst) {
+    namespace q = comm::quant;
+    const size_t block = s_.qwz_block;
+    const int bits = q::kWeightBits;
+    const GatherPlan plan = plan_gather(*src.layout, list);
+    const int n = src.group->size();
+    std::vector<size_t> bytes(static_cast<size_t>(n), 0), full(static_cast<size_t>(n), 0);
+    for (const auto &jp : plan.pieces) {
+        bytes[static_cast<size_t>(jp.second.part)] += q::packed_bytes(jp.second.count, bits, block);
+        full[static_cast<size_t>(jp.second.part)] += jp.second.count * esize_;
+    }
+    size_t total = 0;
+    for (size_t b : bytes) total += b;
+    Buffer send(*space_, bytes[static_cast<size_t>(src.part)] + 64, false), recv(*space_, total + 64, false);
+    char *w = static_cast<char *>(send.data());
+    for (const auto &jp : plan.pieces)
+        if (jp.second.part == src.part) {
+            qkernels_->quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count,
+                                bits, block, w);
+            w += q::packed_bytes(jp.second.count, bits, block);
+        }
+    src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
+    const char *r = static_cast<const char *>(recv.data());
+    for (const auto &jp : plan.pieces) {
+        const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
+        qkernels_->dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype,
+                              false);
+        r += q::packed_bytes(jp.second.count, bits, block);
+    }
+    if (src.keep)
+        for (size_t k = 0; k < list.size(); ++k) keep_secondary(list[k], dst[k]);
+    const int me = src.group->rank();
+    const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];
+    for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        const bool on = nodes_.size() == static_cast<size_t>(n) && nodes_[static_cast<size_t>(p)] == nodes_[static_cast<size_t>(me)];
+        (on ? qwz_bytes_.sent_on : qwz_bytes_.sent_off) += mine;
+        (on ? qwz_bytes_.full_on : qwz_bytes_.full_off) += mine_full;
+    }
 }
 
 } // namespace
