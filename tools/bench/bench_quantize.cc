@@ -95,9 +95,8 @@ struct Row {
 int run_quantize_cuda(int argc, char **argv); // bench_quantize_cuda.cc: --device cuda
 
 int run_quantize(int argc, char **argv) {
-    for (int i = 1; i < argc; ++i)
-        if ((std::strcmp(argv[i], "--device") == 0 && i + 1 < argc && std::strcmp(argv[i + 1], "cuda") == 0) ||
-            std::strcmp(argv[i], "--device=cuda") == 0)
+    for (int i = 1; i < argc; ++i) // --device (cuda; another value is refused there)
+        if (std::strcmp(argv[i], "--device") == 0 || std::strncmp(argv[i], "--device=", 9) == 0)
             return run_quantize_cuda(argc, argv);
     Harness h("quantize", usage);
     Options o;
