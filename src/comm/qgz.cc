@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "comm/quantize.hpp"
 #include "core/error.hpp"
@@ -12,15 +13,32 @@ namespace dsm {
 namespace comm {
 
 QuantizedReduce::QuantizedReduce(Backend *group, std::vector<int> nodes, size_t block, int bits)
-    : group_(group), nodes_(std::move(nodes)), topo_(nodes_), block_(block), bits_(bits) {
+    : group_(group), nodes_(std::move(nodes)), block_(block), bits_(bits) {
     DSM_REQUIRE(group_ != nullptr, DSM_ERR_NULL_POINTER, "qgZ: no group");
     DSM_REQUIRE(static_cast<int>(nodes_.size()) == group_->size(), DSM_ERR_INVALID_ARGUMENT, "qgZ: ",
                 nodes_.size(), " node colors for a group of ", group_->size());
     quant::check_block(block_, "qgZ");
     quant::check_bits(bits_);
+    std::map<int, int> index;
+    for (int c : nodes_)
+        if (!index.count(c)) index.emplace(c, static_cast<int>(index.size()));
+    nodes_count_ = static_cast<int>(index.size());
+    members_.assign(static_cast<size_t>(nodes_count_), {});
+    node_index_.resize(nodes_.size());
+    local_.resize(nodes_.size());
+    for (size_t r = 0; r < nodes_.size(); ++r) {
+        const int a = index[nodes_[r]];
+        node_index_[r] = a;
+        local_[r] = static_cast<int>(members_[static_cast<size_t>(a)].size());
+        members_[static_cast<size_t>(a)].push_back(static_cast<int>(r));
+    }
+    for (const auto &m : members_) all_single_ = all_single_ && m.size() == 1;
 }
 
-int QuantizedReduce::collector(int node, int owner) const { return topo_.collector(node, owner); }
+int QuantizedReduce::collector(int node, int owner) const {
+    const std::vector<int> &m = members_[static_cast<size_t>(node)];
+    return m[static_cast<size_t>(local_[static_cast<size_t>(owner)]) % m.size()];
+}
 
 void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t> &counts, dsm_dtype_t dtype,
                                      float *out, QuantBytes *bytes) {
@@ -30,7 +48,7 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
     const size_t es = dtype == DSM_FLOAT32 ? 4 : 2;
     std::vector<size_t> off(static_cast<size_t>(n) + 1, 0);
     for (int r = 0; r < n; ++r) off[static_cast<size_t>(r) + 1] = off[static_cast<size_t>(r)] + counts[static_cast<size_t>(r)];
-    const int A = topo_.node_of(me);
+    const int A = node_index_[static_cast<size_t>(me)];
     const char *src = static_cast<const char *>(send);
     auto qb = [this](size_t c) { return quant::packed_bytes(c, bits_, block_); };
 
@@ -63,21 +81,31 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
     }
     QuantBytes qb_sum;
 
-    // 1. Inside the node: each block to its collector, added in fp32. The
-    // plan (qgz_plan.hpp, the device's too): the bytes to and from each peer,
-    // the owners packed for each, the bytes counted.
-    const QgzPlan plan = plan_qgz(topo_, me, counts, es, bits_, block_);
-    qb_sum = plan.bytes;
-    if (plan.step1) {
+    // 1. Inside the node: each block to its collector, added in fp32.
+    if (!all_single_) {
+        std::vector<size_t> sb(static_cast<size_t>(n), 0), rb(static_cast<size_t>(n), 0);
+        size_t mine_bytes = 0; // what each peer of the node sends here: the blocks of the owners collected here
+        for (int o : mine) mine_bytes += qb(counts[static_cast<size_t>(o)]);
+        for (int p : members_[static_cast<size_t>(A)]) {
+            if (p == me) continue;
+            for (int o = 0; o < n; ++o)
+                if (collector(A, o) == p) {
+                    sb[static_cast<size_t>(p)] += qb(counts[static_cast<size_t>(o)]);
+                    qb_sum.full_on += counts[static_cast<size_t>(o)] * es;
+                }
+            rb[static_cast<size_t>(p)] = mine_bytes;
+        }
+        for (int p = 0; p < n; ++p) qb_sum.sent_on += sb[static_cast<size_t>(p)];
         group_->alltoall_packed(
-            plan.send1, plan.recv1,
+            sb, rb,
             [&](int peer, void *buf) {
                 char *w = static_cast<char *>(buf);
-                for (int o : plan.pack1[static_cast<size_t>(peer)]) {
-                    const size_t c = counts[static_cast<size_t>(o)];
-                    quant::quantize(src + off[static_cast<size_t>(o)] * es, dtype, c, bits_, block_, w);
-                    w += qb(c);
-                }
+                for (int o = 0; o < n; ++o)
+                    if (collector(A, o) == peer) {
+                        const size_t c = counts[static_cast<size_t>(o)];
+                        quant::quantize(src + off[static_cast<size_t>(o)] * es, dtype, c, bits_, block_, w);
+                        w += qb(c);
+                    }
             },
             [&](int, const void *buf) {
                 const char *r = static_cast<const char *>(buf);
@@ -94,9 +122,18 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
     }
 
     // 2. Between the nodes: each node's sum to its owner, added in fp32.
-    if (plan.step2) {
+    if (nodes_count_ > 1) {
+        std::vector<size_t> sb(static_cast<size_t>(n), 0), rb(static_cast<size_t>(n), 0);
+        for (size_t k = 0; k < mine.size(); ++k)
+            if (mine[k] != me) {
+                sb[static_cast<size_t>(mine[k])] = qb(counts[static_cast<size_t>(mine[k])]);
+                qb_sum.sent_off += sb[static_cast<size_t>(mine[k])];
+                qb_sum.full_off += counts[static_cast<size_t>(mine[k])] * es;
+            }
+        for (int B = 0; B < nodes_count_; ++B)
+            if (B != A) rb[static_cast<size_t>(collector(B, me))] = qb(counts[static_cast<size_t>(me)]);
         group_->alltoall_packed(
-            plan.send2, plan.recv2,
+            sb, rb,
             [&](int peer, void *buf) {
                 for (size_t k = 0; k < mine.size(); ++k)
                     if (mine[k] == peer)

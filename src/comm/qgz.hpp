@@ -26,10 +26,24 @@
 #include <vector>
 
 #include "comm/backend.hpp"
-#include "comm/qgz_plan.hpp" // QgzTopology, QuantBytes
 
 namespace dsm {
 namespace comm {
+
+// Bytes one member sent in quantized exchanges, inside its node and to other
+// nodes, as sent and as the same exchange would have sent at full precision
+// (the communication dtype's size per value).
+struct QuantBytes {
+    uint64_t sent_on = 0, sent_off = 0;
+    uint64_t full_on = 0, full_off = 0;
+    QuantBytes &operator+=(const QuantBytes &o) noexcept {
+        sent_on += o.sent_on;
+        sent_off += o.sent_off;
+        full_on += o.full_on;
+        full_off += o.full_off;
+        return *this;
+    }
+};
 
 class QuantizedReduce {
 public:
@@ -45,14 +59,17 @@ public:
     void reduce_scatter(const void *send, const std::vector<size_t> &counts, dsm_dtype_t dtype, float *out,
                         QuantBytes *bytes);
 
-    bool spans_nodes() const noexcept { return topo_.nodes() > 1; }
+    bool spans_nodes() const noexcept { return nodes_count_ > 1; }
 
 private:
     int collector(int node, int owner) const; // the member of `node` that collects for `owner`
 
     Backend *group_;
     std::vector<int> nodes_;
-    QgzTopology topo_; // the nodes' members and the collectors (qgz_plan.hpp)
+    std::vector<std::vector<int>> members_; // per node index: its members, ascending
+    std::vector<int> node_index_, local_;   // per member: its node's index, its index there
+    int nodes_count_ = 0;
+    bool all_single_ = true; // every node holds one member
     size_t block_;
     int bits_;
     std::vector<float> acc_; // the node's sums of the owners this member collects for
