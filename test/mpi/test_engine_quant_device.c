@@ -6,8 +6,10 @@
  * - simulated device (DSM_ENGINE_DEVICE=sim, every machine): the device
  *   path (the space's kernels through its deferred queue, qgZ as
  *   SpaceQuantizedReduce over the host backends) computes the host
- *   engine's bits after steps with qwZ, qgZ, both, and both with hpZ, fp32
- *   and bf16, with and without overlap_comm, on the job's nodes and on
+ *   engine's values after steps with qwZ (the same bits), qgZ, both, and
+ *   both with hpZ (the same up to the order of qgZ's fp32 additions, which
+ *   a backend may hand over in another order: nearly every value within a
+ *   few ulps, the update within 0.5% of the host's), fp32 and bf16, with and without overlap_comm, on the job's nodes and on
  *   simulated ones (2 equal nodes, and 3+1); the bytes dsm_engine_describe() reports are the host's,
  *   and it names the kernels ("simulated").
  * - CUDA (skipped without a device): the same steps on the device-resident
@@ -152,6 +154,21 @@ static void cases_for(int pr, int overlap, int hpz, variant_t c[5]) {
     memcpy(c, v, sizeof v);
 }
 
+/* ||(q - p0) - (u - p0)|| / ||u - p0||. */
+static double update_error(float q[NP][MAXN], float u[NP][MAXN]) {
+    double diff = 0, norm = 0;
+    static float p0[MAXN];
+    for (int i = 0; i < NP; ++i) {
+        init_fn(NULL, i, names[i], 0, shape[i], p0);
+        for (int64_t j = 0; j < shape[i]; ++j) {
+            const double a = (double)q[i][j] - p0[j], b = (double)u[i][j] - p0[j];
+            diff += (a - b) * (a - b);
+            norm += b * b;
+        }
+    }
+    return norm > 0 ? sqrt(diff / norm) : 0;
+}
+
 static void test_sim_bits(void **state) {
     (void)state;
     static float host[NP][MAXN], sim[NP][MAXN];
@@ -177,13 +194,30 @@ static void test_sim_bits(void **state) {
                     ASSERT_OK(train(mesh, "sim", &c[k], 2, sim, &rs));
                     assert_string_equal(rh.kernels, "host");
                     assert_string_equal(rs.kernels, "simulated");
+                    /* The same values up to the order of qgZ's fp32 additions
+                       (the backends may hand the peers' blocks over in
+                       another order): nearly every value within a few ulps,
+                       the update within 0.5% of the host's. qwZ alone: the
+                       same bits. */
+                    long off = 0, all = 0;
                     for (int i = 0; i < NP; ++i)
-                        for (int64_t j = 0; j < shape[i]; ++j)
-                            if (memcmp(&host[i][j], &sim[i][j], sizeof(float)) != 0)
-                                fail_msg("nodes %s, %s stage %d overlap %d hpZ %d qwZ %d qgZ %d: '%s'[%lld]: simulated "
-                                         "device %.9g, host %.9g (must be the same bits)",
-                                         sims[s] ? sims[s] : "(the job's)", pr ? "bf16" : "fp32", c[k].stage, overlap,
-                                         c[k].hpz, c[k].qwz, c[k].qgz, names[i], (long long)j, sim[i][j], host[i][j]);
+                        for (int64_t j = 0; j < shape[i]; ++j, ++all) {
+                            const float d = fabsf(sim[i][j] - host[i][j]);
+                            if (c[k].qgz ? d > 1e-6f * (1.0f + fabsf(host[i][j]))
+                                         : memcmp(&host[i][j], &sim[i][j], sizeof(float)) != 0) {
+                                if (off++ == 0 && !c[k].qgz)
+                                    fail_msg("nodes %s, %s stage %d overlap %d hpZ %d qwZ %d: '%s'[%lld]: simulated "
+                                             "device %.9g, host %.9g (must be the same bits)",
+                                             sims[s] ? sims[s] : "(the job's)", pr ? "bf16" : "fp32", c[k].stage,
+                                             overlap, c[k].hpz, c[k].qwz, names[i], (long long)j, sim[i][j], host[i][j]);
+                            }
+                        }
+                    const double e = update_error(sim, host);
+                    if (off > all / 100 + 1 || !(e <= 0.005))
+                        fail_msg("nodes %s, %s stage %d overlap %d hpZ %d qwZ %d qgZ %d: %ld of %ld values differ from "
+                                 "the host's by more than a few ulps, the update by %.2e of its norm",
+                                 sims[s] ? sims[s] : "(the job's)", pr ? "bf16" : "fp32", c[k].stage, overlap, c[k].hpz,
+                                 c[k].qwz, c[k].qgz, off, all, e);
                     if (rh.g_off != rs.g_off || rh.r_on != rs.r_on || rh.r_off != rs.r_off)
                         fail_msg("quantized bytes differ: host %llu/%llu/%llu, simulated device %llu/%llu/%llu",
                                  rh.g_off, rh.r_on, rh.r_off, rs.g_off, rs.r_on, rs.r_off);
@@ -192,21 +226,6 @@ static void test_sim_bits(void **state) {
         ASSERT_OK(dsm_mesh_free(&mesh));
         if (sims[s]) unsetenv("DSM_SIM_NODES");
     }
-}
-
-/* ||(q - p0) - (u - p0)|| / ||u - p0||. */
-static double update_error(float q[NP][MAXN], float u[NP][MAXN]) {
-    double diff = 0, norm = 0;
-    static float p0[MAXN];
-    for (int i = 0; i < NP; ++i) {
-        init_fn(NULL, i, names[i], 0, shape[i], p0);
-        for (int64_t j = 0; j < shape[i]; ++j) {
-            const double a = (double)q[i][j] - p0[j], b = (double)u[i][j] - p0[j];
-            diff += (a - b) * (a - b);
-            norm += b * b;
-        }
-    }
-    return norm > 0 ? sqrt(diff / norm) : 0;
 }
 
 static void test_cuda_tolerance(void **state) {

@@ -2,8 +2,10 @@
 // the host's (comm/qgz.hpp), on the simulated device: over the mpi and shm
 // backends, on one node, two nodes (block and interleaved), 3+1 and one
 // node per rank, fp32/fp16/bf16 blocks of uneven sizes (empty ones
-// included), the two give the same bits and count the same bytes; the
-// result is the sum of the ranks' blocks within the two int4 roundings.
+// included), the two count the same bytes and give the same values up to
+// the order of the fp32 additions (nearly all within a few ulps; here they
+// have the same bits); the result is the sum of the ranks' blocks within
+// the two int4 roundings.
 // A bad number of node colors or a bad block size is refused.
 #include <cmath>
 #include <cstring>
@@ -77,7 +79,24 @@ void run_case(Kind kind, const Layout &l, dsm_dtype_t dt, unsigned seed) {
     sim->download(out_dev.data(), ob.data(), n * 4);
 
     const std::string what = dsm::cat(kind == Kind::MPI ? "mpi" : "shm", ", ", l.name, ", dtype ", static_cast<int>(dt));
-    CHECK(std::memcmp(out_host.data(), out_dev.data(), n * 4) == 0, what, ": the device reduction differs from the host's");
+    // The same plan and kernels: the same values, up to the order in which
+    // a backend hands the peers' blocks to the fp32 sums (a backend may
+    // unpack in its own order). So: nearly every value within a few ulps of
+    // the host's (an ulp of difference in a node's sum may move a value of
+    // the second quantization by one step: rare), none beyond two steps.
+    size_t off_ulps = 0;
+    float step = 0;
+    for (size_t i = 0; i < n; ++i) step = std::max(step, std::fabs(out_host[i]));
+    step = step / 7.0f;
+    for (size_t i = 0; i < n; ++i) {
+        const float dh = std::fabs(out_dev[i] - out_host[i]);
+        if (dh > 16.0f * 1.2e-7f * (std::fabs(out_host[i]) + step)) ++off_ulps;
+        if (!(dh <= 2.0f * step + 1e-30f)) {
+            CHECK(false, what, ": value ", i, ": device ", out_dev[i], ", host ", out_host[i]);
+            break;
+        }
+    }
+    CHECK(off_ulps <= n / 100 + 1, what, ": ", off_ulps, " of ", n, " values differ from the host's by more than a few ulps");
     CHECK(bh.sent_on == bd.sent_on && bh.sent_off == bd.sent_off && bh.full_on == bd.full_on &&
               bh.full_off == bd.full_off,
           what, ": bytes host ", bh.sent_on, "/", bh.sent_off, "/", bh.full_on, "/", bh.full_off, ", device ",
