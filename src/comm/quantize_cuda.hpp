@@ -27,11 +27,21 @@ namespace cuda {
 void quantize(const float *x, size_t n, int bits, size_t block, void *dst, cudaStream_t stream);
 void dequantize(const void *src, size_t n, int bits, size_t block, float *out, bool accumulate, cudaStream_t stream);
 
+// The values' formats of the *_as launchers.
+constexpr int kF32 = 0, kF16 = 1, kBF16 = 2;
+
 // The launchers (quantize_cuda.cu), unchecked: the launch's cudaError_t
-// (0: launched), and its description.
+// (0: launched), and its description. The *_as forms read or write fp32,
+// fp16 or bf16 values (`format`), converted as core/half.hpp does on the
+// host (so a 16-bit round trip has the host's bits); dequantization adds
+// into fp32 values only. launch_widen: out (fp32) = x, converted.
 int launch_quantize(const float *x, size_t n, int bits, size_t block, void *dst, cudaStream_t stream);
 int launch_dequantize(const void *src, size_t n, int bits, size_t block, float *out, bool accumulate,
                       cudaStream_t stream);
+int launch_quantize_as(const void *x, int format, size_t n, int bits, size_t block, void *dst, cudaStream_t stream);
+int launch_dequantize_as(const void *src, size_t n, int bits, size_t block, void *out, int format, bool accumulate,
+                         cudaStream_t stream);
+int launch_widen(const void *x, int format, size_t n, float *out, cudaStream_t stream);
 const char *error_string(int error);
 
 } // namespace cuda

@@ -8,6 +8,8 @@
 
 #include <string>
 
+#include "dsm_config.h"
+
 #include "comm/quantize.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
@@ -29,16 +31,22 @@ void Engine::check_quantized(const config::Config &c) {
     qgz_block_ = z.zero_quantized_gradients ? comm::quant::gradient_block() : 0;
 }
 
-// After the backends: the space must be host memory (the host kernels read
-// it), the block sizes the same on every rank, and the stage learns the
+// After the backends: the space's kernels must exist (the host's, or the
+// CUDA ones of a build with nvcc) and, on CUDA memory, qgZ's exchanges
+// need the nccl backend (its staging is device memory, ordered on the
+// stream); the block sizes the same on every rank, and the stage learns the
 // node of each data-parallel rank. Collective over the world.
 void Engine::bind_quantized() {
     if (qwz_block_ == 0 && qgz_block_ == 0) return;
     agree(world_, [&] {
-        DSM_REQUIRE(space_->host_addressable(), DSM_ERR_NOT_SUPPORTED, "zero_optimization.",
-                    qwz_block_ ? "zero_quantized_weights" : "zero_quantized_gradients",
-                    ": quantized communication runs on host memory; this engine keeps its model state in ",
-                    space_->name(), " memory");
+        if (space_->host_addressable()) return;
+        DSM_REQUIRE(DSM_HAVE_CUDA_KERNELS, DSM_ERR_NOT_SUPPORTED, "zero_optimization.",
+                    qwz_block_ ? "zero_quantized_weights" : "zero_quantized_gradients", " on ", space_->name(),
+                    " memory needs the CUDA quantization kernels, which this build lacks (nvcc was not found)");
+        DSM_REQUIRE(qgz_block_ == 0 || dp_->capabilities().stream_ordered, DSM_ERR_NOT_SUPPORTED,
+                    "zero_optimization.zero_quantized_gradients on ", space_->name(),
+                    " memory needs the nccl backend for the data-parallel group, which uses ", dp_->name(),
+                    " (two ranks share a GPU, or DSM_COMM_BACKEND chose it)");
     });
     agree_same(world_, "the quantization block sizes (DSM_QWZ_BLOCK, DSM_QGZ_BLOCK)",
                std::to_string(qwz_block_) + "," + std::to_string(qgz_block_));
@@ -79,6 +87,7 @@ nlohmann::json Engine::quant_json() const {
         {"gradient_bits", comm::quant::kGradientBits},
         {"gradient_block", qgz_block_},
         {"isa", comm::quant::active_isa()},
+        {"kernels", space_->host_addressable() ? (space_->kind() == device::Kind::HOST ? "host" : "simulated") : "cuda"},
         {"last_step", {{"gather", bytes(last_quant_.gather)}, {"reduce", bytes(last_quant_.reduce)}}}};
 }
 

@@ -51,7 +51,9 @@
 // (the unpack); the partitions, the master weights and the optimizer never
 // see quantized values. qgZ (StageSettings::qgz_block): each round's
 // reduce-scatter is comm::QuantizedReduce, whose fp32 result is added into
-// the gradient partition with the same scaling.
+// the gradient partition with the same scaling. On a device (CUDA, or the
+// simulated one) both run the space's quantization kernels on its queue
+// (comm/quantize_space.hpp), qgZ as comm::SpaceQuantizedReduce.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -59,7 +61,9 @@
 #include <map>
 #include <tuple>
 
+#include "comm/qgz_device.hpp"
 #include "comm/quantize.hpp"
+#include "comm/quantize_space.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
@@ -199,6 +203,8 @@ private:
     // qwZ: one gather of `list` into `dst` (one buffer per parameter) over
     // src's group, the pieces quantized on the way.
     void gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
+    // The same on a device space: its kernels on its queue (qkernels_).
+    void gather_quantized_space(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
     bool qwz_on() const noexcept { return s_.stage == 3 && s_.qwz_block > 0 && !exact_; }
     // hpZ: this rank's slice of parameter `j` from its whole values.
     void keep_secondary(int j, const char *whole);
@@ -217,6 +223,8 @@ private:
 
     // qwZ/qgZ: the quantized reduction and the bytes moved quantized.
     std::unique_ptr<comm::QuantizedReduce> qgz_;
+    std::unique_ptr<comm::SpaceQuantizedReduce> qgz_space_; // qgZ on a device space
+    std::unique_ptr<comm::quant::SpaceKernels> qkernels_;   // qwZ on a device space: its kernels
     comm::QuantBytes qwz_bytes_, qgz_bytes_;
 
     SharedBuffer param_flat_;  // stage 2: T; stage 3: the persistent region
@@ -307,11 +315,19 @@ void Partitioned::allocate() {
         secondary_ = Buffer(*space_, (end - secondary_begin_) * esize_);
     }
     secondary_ok_.assign(static_cast<size_t>(max_param + 1), 0);
+    qgz_.reset();
+    qgz_space_.reset();
     if (s_.qgz_block > 0) {
         DSM_REQUIRE(static_cast<int>(nodes_.size()) == dp_->size(), DSM_ERR_INTERNAL, "qgZ: ", nodes_.size(),
                     " node colors for ", dp_->size(), " data-parallel ranks");
-        qgz_ = std::make_unique<comm::QuantizedReduce>(dp_, nodes_, s_.qgz_block, comm::quant::kGradientBits);
+        if (space_->kind() == device::Kind::HOST)
+            qgz_ = std::make_unique<comm::QuantizedReduce>(dp_, nodes_, s_.qgz_block, comm::quant::kGradientBits);
+        else
+            qgz_space_ = std::make_unique<comm::SpaceQuantizedReduce>(dp_, nodes_, s_.qgz_block,
+                                                                      comm::quant::kGradientBits, *space_);
     }
+    qkernels_.reset();
+    if (s_.qwz_block > 0 && space_->kind() != device::Kind::HOST) qkernels_ = comm::quant::make_space_kernels(*space_);
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
     gathered_.resize(static_cast<size_t>(max_param + 1));
@@ -535,6 +551,7 @@ void Partitioned::keep_secondary(int j, const char *whole) {
 // its own (its blocks start with it), so a rank packs its pieces without
 // reading another's and each piece dequantizes where it lands.
 void Partitioned::gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst) {
+    if (qkernels_) return gather_quantized_space(list, src, dst);
     namespace q = comm::quant;
     const size_t block = s_.qwz_block;
     const int bits = q::kWeightBits;
@@ -803,10 +820,11 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         char *recv = buf + mine * csize_;
         const watchdog::Context ctx("gradient reduce-scatter", "bucket", static_cast<int64_t>(k));
         dsm_dtype_t rd = cd; // the dtype of the reduced values at recv
-        if (qgz_) {
+        if (qgz_ || qgz_space_) {
             // qgZ: the sums in fp32, added into the partition below as the plain path's are.
             if (!qsum.data()) qsum = pool_.take(bucket_cap_ * sizeof(float), false);
-            qgz_->reduce_scatter(buf, r.counts, cd, static_cast<float *>(qsum.data()), &qgz_bytes_);
+            if (qgz_) qgz_->reduce_scatter(buf, r.counts, cd, static_cast<float *>(qsum.data()), &qgz_bytes_);
+            else qgz_space_->reduce_scatter(buf, r.counts, cd, static_cast<float *>(qsum.data()), &qgz_bytes_);
             recv = static_cast<char *>(qsum.data());
             rd = DSM_FLOAT32;
         } else {
@@ -829,6 +847,53 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
     pool_.give(std::move(qsum));
     for (Pending &pe : pending) pool_.give(std::move(pe.grad));
     timers_->reduce += MPI_Wtime() - t0;
+}
+
+// qwZ on a device space (CUDA, simulated): gather_quantized() with the
+// space's kernels (comm/quantize_space.hpp), so the quantization, the
+// allgatherv (on the space's queue: NCCL orders it after the kernels on the
+// stream) and the dequantization into the compute dtype stay on the device.
+// The same plan, pieces and bytes as the host's.
+void Partitioned::gather_quantized_space(const std::vector<int> &list, const Source &src,
+                                         const std::vector<char *> &dst) {
+    namespace q = comm::quant;
+    const size_t block = s_.qwz_block;
+    const int bits = q::kWeightBits;
+    const GatherPlan plan = plan_gather(*src.layout, list);
+    const int n = src.group->size();
+    std::vector<size_t> bytes(static_cast<size_t>(n), 0), full(static_cast<size_t>(n), 0);
+    for (const auto &jp : plan.pieces) {
+        bytes[static_cast<size_t>(jp.second.part)] += q::packed_bytes(jp.second.count, bits, block);
+        full[static_cast<size_t>(jp.second.part)] += jp.second.count * esize_;
+    }
+    size_t total = 0;
+    for (size_t b : bytes) total += b;
+    Buffer send(*space_, bytes[static_cast<size_t>(src.part)] + 64, false), recv(*space_, total + 64, false);
+    char *w = static_cast<char *>(send.data());
+    for (const auto &jp : plan.pieces)
+        if (jp.second.part == src.part) {
+            qkernels_->quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count,
+                                bits, block, w);
+            w += q::packed_bytes(jp.second.count, bits, block);
+        }
+    src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
+    const char *r = static_cast<const char *>(recv.data());
+    for (const auto &jp : plan.pieces) {
+        const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
+        qkernels_->dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype,
+                              false);
+        r += q::packed_bytes(jp.second.count, bits, block);
+    }
+    if (src.keep)
+        for (size_t k = 0; k < list.size(); ++k) keep_secondary(list[k], dst[k]);
+    const int me = src.group->rank();
+    const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];
+    for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        const bool on = nodes_.size() == static_cast<size_t>(n) && nodes_[static_cast<size_t>(p)] == nodes_[static_cast<size_t>(me)];
+        (on ? qwz_bytes_.sent_on : qwz_bytes_.sent_off) += mine;
+        (on ? qwz_bytes_.full_on : qwz_bytes_.full_off) += mine_full;
+    }
 }
 
 } // namespace

@@ -7,7 +7,8 @@
 # Environment: top_builddir (default .), MPIEXEC (default: the build's
 # mpirun-wrapper.sh launcher), GPU_CHECK_LOG (default
 # test/gpu/gpu-checks.log), GPU_CHECK_SANITIZER=0 to leave out
-# compute-sanitizer's memcheck runs.
+# compute-sanitizer's memcheck runs, GPU_CHECK_ONLY=zeropp for the ZeRO++
+# quantization checks alone.
 set -u
 B=${top_builddir:-.}
 LOG=${GPU_CHECK_LOG:-$B/test/gpu/gpu-checks.log}
@@ -39,8 +40,26 @@ run() {
 }
 
 T=$B/test
+bench() { echo "### dsm-bench $*" >> "$LOG"; "$WRAP" 1 "$B/tools/dsm-bench" "$@" >> "$LOG" 2>&1 || failed=$((failed + 1)); }
+# ZeRO++ on the device: the CUDA quantization kernels against the host's, and
+# a device-resident step with qwZ/qgZ within the host test's tolerance (at 2
+# ranks on one GPU the mpi backend: qwZ runs, qgZ is refused clearly).
+# GPU_CHECK_ONLY=zeropp runs these alone (a few minutes) and the kernels' benchmark.
+zeropp_checks() {
+  run test_quantize 0 300 "$T/unit/test_quantize"
+  run test_quantize_device 0 300 "$T/unit/test_quantize_device"
+  for np in 1 2; do run test_engine_quant_device $np 600 "$T/mpi/test_engine_quant_device"; done
+}
+if [ "${GPU_CHECK_ONLY:-}" = zeropp ]; then
+  zeropp_checks
+  bench quantize --device cuda
+  echo "check-gpu (zeropp): $failed failed; the whole output is in $LOG"
+  [ $failed = 0 ]
+  exit
+fi
 run test_cuda_kernels 0 300 "$T/unit/test_cuda_kernels"
 run test_space 0 300 "$T/unit/test_space"
+zeropp_checks
 for np in 1 2 4; do run test_cuda $np 300 "$T/mpi/test_cuda"; done
 for np in 1 2 4; do run test_engine $np 600 "$T/mpi/test_engine"; done
 for np in 1 2; do
@@ -56,13 +75,15 @@ done
 if [ "${GPU_CHECK_SANITIZER:-1}" != 0 ] && command -v compute-sanitizer > /dev/null 2>&1; then
   run "memcheck test_cuda_kernels" 0 600 compute-sanitizer --tool memcheck --error-exitcode 1 \
     "$T/unit/test_cuda_kernels"
+  run "memcheck test_quantize_device" 0 600 compute-sanitizer --tool memcheck --error-exitcode 1 \
+    "$T/unit/test_quantize_device"
   run "memcheck test_engine" 1 900 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 1 "$T/mpi/test_engine"
 fi
 
 # The benchmarks: figures for doc/performance.md, in the log.
-bench() { echo "### dsm-bench $*" >> "$LOG"; "$WRAP" 1 "$B/tools/dsm-bench" "$@" >> "$LOG" 2>&1 || failed=$((failed + 1)); }
 bench optimizer --device cuda
+bench quantize --device cuda
 bench zero --device cuda --stage all
 bench zero --device host --stage all --no-torch
 bench zero --device cuda --stage all --dtype bf16 --no-torch

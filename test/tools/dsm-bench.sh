@@ -122,6 +122,9 @@ for_each quantize --values 0 -1 1023 17179869185
 some quantize --rounds 0 1001
 some quantize --block 0 15 1048577
 refused quantize "--block: block size 24 is not a multiple of 16" --block 24
+refused quantize "--device 'tpu'" --device tpu
+refused quantize "--iters '0' is not an integer from 1 to 1000" --device cuda --iters 0
+refused quantize "--block: block size 24 is not a multiple of 16" --device cuda --block 24
 
 # ---------------------------------------------------------------- watchdog
 for_each watchdog --count 0 -1 268435457 9223372036854775807

@@ -92,7 +92,12 @@ struct Row {
 
 } // namespace
 
+int run_quantize_cuda(int argc, char **argv); // bench_quantize_cuda.cc: --device cuda
+
 int run_quantize(int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) // --device (cuda; another value is refused there)
+        if (std::strcmp(argv[i], "--device") == 0 || std::strncmp(argv[i], "--device=", 9) == 0)
+            return run_quantize_cuda(argc, argv);
     Harness h("quantize", usage);
     Options o;
     h.integer("values", 1024, 1LL << 34, [&](long long x) { o.values = x; });
