@@ -67,17 +67,22 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
     auto sum_of = [&](size_t k) { return mine[k] == me ? out : acc_.data() + at[k]; };
     mine.push_back(me);
     at.push_back(0);
-    for (size_t k = 0; k < mine.size(); ++k) {
+    // Each sum starts as this member's own block in fp32. In fp32 the first
+    // peer's block is dequantized onto it in the same pass (the same bits as
+    // a copy and then an accumulate); the sums no peer adds to are copied
+    // after step 1. 16-bit blocks are converted now.
+    std::vector<char> started(mine.size(), dtype != DSM_FLOAT32);
+    auto own = [&](size_t k) { return reinterpret_cast<const float *>(src + off[static_cast<size_t>(mine[k])] * es); };
+    for (size_t k = 0; k < mine.size() && dtype != DSM_FLOAT32; ++k) {
         const int o = mine[k];
         const size_t c = counts[static_cast<size_t>(o)];
         if (c == 0) continue; // an empty block: nothing to copy (and no buffer to copy into)
-        const char *b = src + off[static_cast<size_t>(o)] * es;
+        const uint16_t *b = reinterpret_cast<const uint16_t *>(src + off[static_cast<size_t>(o)] * es);
         float *d = sum_of(k);
-        if (dtype == DSM_FLOAT32) std::memcpy(d, b, c * sizeof(float));
-        else if (dtype == DSM_FLOAT16)
-            for (size_t i = 0; i < c; ++i) d[i] = fp16_to_fp32(reinterpret_cast<const uint16_t *>(b)[i]);
+        if (dtype == DSM_FLOAT16)
+            for (size_t i = 0; i < c; ++i) d[i] = fp16_to_fp32(b[i]);
         else
-            for (size_t i = 0; i < c; ++i) d[i] = bf16_to_fp32(reinterpret_cast<const uint16_t *>(b)[i]);
+            for (size_t i = 0; i < c; ++i) d[i] = bf16_to_fp32(b[i]);
     }
     QuantBytes qb_sum;
 
@@ -115,10 +120,15 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
                 std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return mine[x] < mine[y]; });
                 for (size_t k : order) {
                     const size_t c = counts[static_cast<size_t>(mine[k])];
-                    quant::dequantize(r, c, bits_, block_, sum_of(k), DSM_FLOAT32, true);
+                    if (c) quant::dequantize_add(r, c, bits_, block_, started[k] ? sum_of(k) : own(k), sum_of(k));
+                    started[k] = 1;
                     r += qb(c);
                 }
             });
+    }
+    for (size_t k = 0; k < mine.size(); ++k) {
+        const size_t c = counts[static_cast<size_t>(mine[k])];
+        if (!started[k] && c) std::memcpy(sum_of(k), own(k), c * sizeof(float));
     }
 
     // 2. Between the nodes: each node's sum to its owner, added in fp32.

@@ -527,6 +527,11 @@ void Partitioned::keep_secondary(int j, const char *whole) {
                          whole + (pc.flat_offset - s->offset) * esize_, pc.count * esize_);
 }
 
+// qwZ's dequantization works through a gathered piece in parts of about
+// this many bytes, so that what is done with a part next (hpZ's copy into
+// the secondary partition) reads it from the cache.
+constexpr size_t kHotBytes = size_t(128) << 10;
+
 // qwZ: the allgatherv of gather_from() with each piece quantized into its
 // owner's block of bytes in place of the pack's copy, and dequantized into
 // its parameter in place of the unpack's copy. Each piece is quantized on
@@ -554,14 +559,41 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
             w += q::packed_bytes(jp.second.count, bits, block);
         }
     src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
+    // hpZ: this rank's slices of the secondary partition, as [begin, end) in
+    // each parameter and where they go, copied out of each part of the
+    // parameter right after it is dequantized, while it is in the cache
+    // (keep_secondary() reads it back from memory).
+    struct Keep {
+        size_t begin, end, to;
+    };
+    std::vector<std::vector<Keep>> keep(list.size());
+    if (src.keep) {
+        const int g = hpz_->rank();
+        for (size_t k = 0; k < list.size(); ++k) {
+            const size_t base = layout_->slot_of(list[k])->offset;
+            for (const Piece &pc : secondary_layout_.param_pieces(list[k]))
+                if (pc.part == g)
+                    keep[k].push_back(Keep{pc.flat_offset - base, pc.flat_offset - base + pc.count,
+                                           (pc.flat_offset - secondary_begin_) * esize_});
+        }
+    }
+    const size_t part = std::max(block, kHotBytes / esize_ / block * block); // values per cache-sized part
     const char *r = static_cast<const char *>(recv.data());
     for (const auto &jp : plan.pieces) {
         const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
-        q::dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype, false);
-        r += q::packed_bytes(jp.second.count, bits, block);
+        const size_t count = jp.second.count, at = jp.second.param_offset;
+        for (size_t a = 0; a < count; a += part) {
+            const size_t len = std::min(part, count - a), lo = at + a, hi = lo + len;
+            q::dequantize_part(r, count, bits, block, a, len, dst[k] + lo * esize_, s_.dtype);
+            for (const Keep &kp : keep[k]) {
+                const size_t b = std::max(lo, kp.begin), e = std::min(hi, kp.end);
+                if (b < e)
+                    space_->copy(static_cast<char *>(secondary_.data()) + kp.to + (b - kp.begin) * esize_,
+                                 dst[k] + b * esize_, (e - b) * esize_);
+            }
+        }
+        r += q::packed_bytes(count, bits, block);
     }
-    if (src.keep)
-        for (size_t k = 0; k < list.size(); ++k) keep_secondary(list[k], dst[k]);
     // This rank's block goes to every other rank of the group.
     const int me = src.group->rank();
     const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];
