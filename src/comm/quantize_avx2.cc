@@ -77,14 +77,20 @@ struct Avx2 {
             const __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
             const __m128i v0 = _mm_sub_epi8(_mm_xor_si128(_mm_unpacklo_epi8(lo, hi), eight), eight);
             const __m128i v1 = _mm_sub_epi8(_mm_xor_si128(_mm_unpackhi_epi8(lo, hi), eight), eight);
-            __m256 r[4] = {_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)), vs),
-                           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8))), vs),
-                           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)), vs),
-                           _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8))), vs)};
-            for (int k = 0; k < 4; ++k) {
-                if (kAdd) r[k] = _mm256_add_ps(_mm256_loadu_ps(add + i + 8 * k), r[k]);
-                _mm256_storeu_ps(out + i + 8 * k, r[k]);
+            __m256 r0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v0)), vs);
+            __m256 r1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v0, 8))), vs);
+            __m256 r2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v1)), vs);
+            __m256 r3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v1, 8))), vs);
+            if (kAdd) {
+                r0 = _mm256_add_ps(_mm256_loadu_ps(add + i), r0);
+                r1 = _mm256_add_ps(_mm256_loadu_ps(add + i + 8), r1);
+                r2 = _mm256_add_ps(_mm256_loadu_ps(add + i + 16), r2);
+                r3 = _mm256_add_ps(_mm256_loadu_ps(add + i + 24), r3);
             }
+            _mm256_storeu_ps(out + i, r0);
+            _mm256_storeu_ps(out + i + 8, r1);
+            _mm256_storeu_ps(out + i + 16, r2);
+            _mm256_storeu_ps(out + i + 24, r3);
         }
         return i;
     }
