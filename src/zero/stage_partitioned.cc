@@ -197,6 +197,10 @@ private:
     // qwZ: one gather of `list` into `dst` (one buffer per parameter) over
     // src's group, the pieces quantized on the way.
     void gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
+    // hpZ: a gather from the secondary partitions as one single-copy
+    // alltoall_direct; false (on every member, nothing moved) where the
+    // group's backend cannot.
+    bool gather_direct(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
     bool qwz_on() const noexcept { return s_.stage == 3 && s_.qwz_block > 0 && !exact_; }
     // hpZ: this rank's slice of parameter `j` from its whole values.
     void keep_secondary(int j, const char *whole);
@@ -465,6 +469,10 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
                 timers_->gather += MPI_Wtime() - t0;
                 return;
             }
+            if (src.group == hpz_ && gather_direct({s->param}, src, {to})) {
+                timers_->gather += MPI_Wtime() - t0;
+                return;
+            }
             const std::vector<size_t> counts = src.layout->counts(s->offset, s->offset + s->numel);
             const size_t lo = std::max(s->offset, src.layout->part_begin(src.part));
             const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
@@ -486,6 +494,10 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
         const double t0 = MPI_Wtime();
         if (quantized) {
             gather_quantized(list, src, *dst);
+            timers_->gather += MPI_Wtime() - t0;
+            return;
+        }
+        if (src.group == hpz_ && gather_direct(list, src, *dst)) {
             timers_->gather += MPI_Wtime() - t0;
             return;
         }
@@ -525,6 +537,29 @@ void Partitioned::keep_secondary(int j, const char *whole) {
         if (pc.part == g)
             space_->copy(static_cast<char *>(secondary_.data()) + (pc.flat_offset - secondary_begin_) * esize_,
                          whole + (pc.flat_offset - s->offset) * esize_, pc.count * esize_);
+}
+
+// hpZ: each member of the group exposes its secondary slice and copies the
+// listed parameters' pieces straight out of its peers' slices into place
+// (one copy of each byte; an allgatherv copies this member's piece into the
+// backend's window and then every piece out of it).
+bool Partitioned::gather_direct(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst) {
+    const std::vector<comm::Backend::Exposed> exposed{{secondary_.data(), secondary_.bytes()}};
+    auto begin_of = [&](int part) { return std::max(secondary_layout_.part_begin(part), persist_end_); };
+    const watchdog::Context ctx("ZeRO-3 parameter gather (hpZ)", "first parameter", list.empty() ? -1 : list.front());
+    return src.group->alltoall_direct(
+        exposed,
+        [&](int peer, std::vector<comm::Backend::Piece> &pieces) {
+            for (size_t k = 0; k < list.size(); ++k) {
+                const size_t base = layout_->slot_of(list[k])->offset;
+                for (const Piece &pc : src.layout->param_pieces(list[k]))
+                    if (pc.part == peer && pc.count)
+                        pieces.push_back(comm::Backend::Piece{0, (pc.flat_offset - begin_of(peer)) * esize_,
+                                                              dst[k] + (pc.flat_offset - base) * esize_,
+                                                              pc.count * esize_});
+            }
+        },
+        queue());
 }
 
 // qwZ's dequantization works through a gathered piece in parts of about
