@@ -38,16 +38,19 @@
 // this rank holds part hpz_->rank() of it, less the persistent region, in
 // secondary_ (private memory, allocated once). A primary gather copies this
 // rank's slice of each parameter it gathered into secondary_ and marks the
-// parameter (secondary_ok_); a gather of marked parameters is the same
-// allgatherv over the group's backend, from secondary_. publish() clears the
+// parameter (secondary_ok_); a gather of marked parameters is one
+// single-copy alltoall_direct over the group's backend from the members'
+// secondary_ (gather_direct), or where the backend cannot, the same
+// allgatherv as a primary gather, from secondary_. publish() clears the
 // marks: the copies hold the values before the update.
 //
 // ZeRO++ qwZ (StageSettings::qwz_block): a gather from the primary
 // partitions quantizes each piece it sends into int8 blocks where it would
 // have copied it (the pack), moves the bytes with one allgatherv, and
 // dequantizes each piece into its parameter where it would have copied it
-// (the unpack); the partitions, the master weights and the optimizer never
-// see quantized values. qgZ (StageSettings::qgz_block): each round's
+// (the unpack; with hpZ, a cache-sized part at a time, this rank's secondary
+// slice copied out of each part while it is hot); the partitions, the
+// master weights and the optimizer never see quantized values. qgZ (StageSettings::qgz_block): each round's
 // reduce-scatter is comm::QuantizedReduce, whose fp32 result is added into
 // the gradient partition with the same scaling.
 #include <algorithm>
