@@ -588,7 +588,9 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
     }
     size_t total = 0;
     for (size_t b : bytes) total += b;
-    Buffer send(*space_, bytes[static_cast<size_t>(src.part)] + 64, false), recv(*space_, total + 64, false);
+    // From the pool: buffers of the same sizes every step, not fresh pages
+    // to fault in.
+    Buffer send = pool_.take(bytes[static_cast<size_t>(src.part)] + 64, false), recv = pool_.take(total + 64, false);
     char *w = static_cast<char *>(send.data());
     for (const auto &jp : plan.pieces)
         if (jp.second.part == src.part) {
@@ -632,6 +634,8 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
         }
         r += q::packed_bytes(count, bits, block);
     }
+    pool_.give(std::move(send));
+    pool_.give(std::move(recv));
     // This rank's block goes to every other rank of the group.
     const int me = src.group->rank();
     const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];
