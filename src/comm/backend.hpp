@@ -277,6 +277,13 @@ public:
 
     const Stats &stats() const noexcept { return stats_; }
     void reset_stats() noexcept { stats_ = Stats{}; }
+    // Count what a backend over some of this group's members moved on the
+    // group's behalf (qgZ's exchange inside the node).
+    void add_stats(const Stats &s) noexcept {
+        stats_.bytes_sent += s.bytes_sent;
+        stats_.bytes_off_node += s.bytes_off_node;
+        stats_.calls += s.calls;
+    }
     // The alltoall_pieces() calls that moved data so far (for the tests and
     // the benchmark).
     uint64_t pieces_calls() const noexcept { return pieces_calls_; }

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
 
 #include "comm/quantize.hpp"
+#include "core/comm.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 
@@ -33,6 +35,17 @@ QuantizedReduce::QuantizedReduce(Backend *group, std::vector<int> nodes, size_t 
         members_[static_cast<size_t>(a)].push_back(static_cast<int>(r));
     }
     for (const auto &m : members_) all_single_ = all_single_ && m.size() == 1;
+    // Collective over the group alike on every member: the same backend,
+    // node colors and sizes everywhere.
+    if (nodes_count_ > 1 && !all_single_ && std::string(group_->name()) == "shm") {
+        const int me = group_->rank();
+        MPI_Comm c = MPI_COMM_NULL;
+        DSM_CHECK_MPI(MPI_Comm_split(group_->comm(), nodes_[static_cast<size_t>(me)], me, &c));
+        const Comm node(c); // create_backend() keeps a duplicate
+        node_ = create_backend(c, Kind::SHM, nodes_[static_cast<size_t>(me)]);
+        DSM_REQUIRE(node_->size() == static_cast<int>(members_[static_cast<size_t>(node_index_[static_cast<size_t>(me)])].size()),
+                    DSM_ERR_INTERNAL, "qgZ: a node backend of ", node_->size(), " members");
+    }
 }
 
 int QuantizedReduce::collector(int node, int owner) const {
@@ -67,17 +80,22 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
     auto sum_of = [&](size_t k) { return mine[k] == me ? out : acc_.data() + at[k]; };
     mine.push_back(me);
     at.push_back(0);
-    for (size_t k = 0; k < mine.size(); ++k) {
+    // Each sum starts as this member's own block in fp32. In fp32 the first
+    // peer's block is dequantized onto it in the same pass (the same bits as
+    // a copy and then an accumulate); the sums no peer adds to are copied
+    // after step 1. 16-bit blocks are converted now.
+    std::vector<char> started(mine.size(), dtype != DSM_FLOAT32);
+    auto own = [&](size_t k) { return reinterpret_cast<const float *>(src + off[static_cast<size_t>(mine[k])] * es); };
+    for (size_t k = 0; k < mine.size() && dtype != DSM_FLOAT32; ++k) {
         const int o = mine[k];
         const size_t c = counts[static_cast<size_t>(o)];
         if (c == 0) continue; // an empty block: nothing to copy (and no buffer to copy into)
-        const char *b = src + off[static_cast<size_t>(o)] * es;
+        const uint16_t *b = reinterpret_cast<const uint16_t *>(src + off[static_cast<size_t>(o)] * es);
         float *d = sum_of(k);
-        if (dtype == DSM_FLOAT32) std::memcpy(d, b, c * sizeof(float));
-        else if (dtype == DSM_FLOAT16)
-            for (size_t i = 0; i < c; ++i) d[i] = fp16_to_fp32(reinterpret_cast<const uint16_t *>(b)[i]);
+        if (dtype == DSM_FLOAT16)
+            for (size_t i = 0; i < c; ++i) d[i] = fp16_to_fp32(b[i]);
         else
-            for (size_t i = 0; i < c; ++i) d[i] = bf16_to_fp32(reinterpret_cast<const uint16_t *>(b)[i]);
+            for (size_t i = 0; i < c; ++i) d[i] = bf16_to_fp32(b[i]);
     }
     QuantBytes qb_sum;
 
@@ -96,9 +114,23 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
             rb[static_cast<size_t>(p)] = mine_bytes;
         }
         for (int p = 0; p < n; ++p) qb_sum.sent_on += sb[static_cast<size_t>(p)];
-        group_->alltoall_packed(
+        // Over the node's backend, peers by their index in the node.
+        const std::vector<int> &node = members_[static_cast<size_t>(A)];
+        auto member = [&](int peer) { return node_ ? node[static_cast<size_t>(peer)] : peer; };
+        if (node_) {
+            std::vector<size_t> nsb(node.size()), nrb(node.size());
+            for (size_t l = 0; l < node.size(); ++l) {
+                nsb[l] = sb[static_cast<size_t>(node[l])];
+                nrb[l] = rb[static_cast<size_t>(node[l])];
+            }
+            sb.swap(nsb);
+            rb.swap(nrb);
+        }
+        const Stats before = node_ ? node_->stats() : Stats{};
+        (node_ ? node_.get() : group_)->alltoall_packed(
             sb, rb,
-            [&](int peer, void *buf) {
+            [&](int local_peer, void *buf) {
+                const int peer = member(local_peer);
                 char *w = static_cast<char *>(buf);
                 for (int o = 0; o < n; ++o)
                     if (collector(A, o) == peer) {
@@ -115,10 +147,20 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
                 std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return mine[x] < mine[y]; });
                 for (size_t k : order) {
                     const size_t c = counts[static_cast<size_t>(mine[k])];
-                    quant::dequantize(r, c, bits_, block_, sum_of(k), DSM_FLOAT32, true);
+                    if (c) quant::dequantize_add(r, c, bits_, block_, started[k] ? sum_of(k) : own(k), sum_of(k));
+                    started[k] = 1;
                     r += qb(c);
                 }
             });
+        if (node_) {
+            const Stats &after = node_->stats();
+            group_->add_stats(Stats{after.bytes_sent - before.bytes_sent, after.bytes_off_node - before.bytes_off_node,
+                                    after.calls - before.calls});
+        }
+    }
+    for (size_t k = 0; k < mine.size(); ++k) {
+        const size_t c = counts[static_cast<size_t>(mine[k])];
+        if (!started[k] && c) std::memcpy(sum_of(k), own(k), c * sizeof(float));
     }
 
     // 2. Between the nodes: each node's sum to its owner, added in fp32.

@@ -14,15 +14,19 @@
 // node, as in ZeRO++; an owner's own node collects for it at the owner
 // itself, so step 2 only crosses nodes. Nodes of unequal sizes work alike.
 //
-// Both steps are alltoall_packed() calls over the group's backend (shared
-// memory inside a node, MPI between nodes on the shm backend's communicator);
-// the packing quantizes and the unpacking dequantizes and adds (no separate
-// copy). A step whose every block is empty on every member (one node; one
+// Both steps are alltoall_packed() calls: step 1 over a backend of the
+// node's members alone (on a group of the shm backend spanning nodes: its
+// shared-memory exchange, which waits for the node's members only, not for
+// an agreement and messages across the nodes), step 2 over the group's
+// backend (MPI between the nodes); the packing quantizes and the unpacking
+// dequantizes and adds (no separate copy; the first block a sum receives is
+// added onto this member's own values in the same pass). A step whose every block is empty on every member (one node; one
 // member per node) is skipped on every member alike.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/backend.hpp"
@@ -73,6 +77,9 @@ private:
     size_t block_;
     int bits_;
     std::vector<float> acc_; // the node's sums of the owners this member collects for
+    // Step 1's backend: this member's node (its members in group order), on
+    // a shm group spanning several nodes; else null (step 1 over group_).
+    std::unique_ptr<Backend> node_;
 };
 
 } // namespace comm

@@ -143,19 +143,55 @@ void dequantize(const void *src, size_t n, int bits, size_t block, void *dst, ds
     const float *scales = static_cast<const float *>(src);
     const uint8_t *data = static_cast<const uint8_t *>(src) + blocks * sizeof(float);
     if (dtype == DSM_FLOAT32) {
-        k.dequantize(scales, data, n, bits, block, static_cast<float *>(dst), accumulate);
+        k.dequantize(scales, data, n, bits, block, static_cast<float *>(dst),
+                     accumulate ? static_cast<const float *>(dst) : nullptr);
         return;
     }
     uint16_t *h = static_cast<uint16_t *>(dst);
     float *t = scratch(block);
     for (size_t b = 0; b < blocks; ++b) {
         const size_t b0 = b * block, m = std::min(block, n - b0);
-        k.dequantize(scales + b, data + (bits == 8 ? b0 : b0 / 2), m, bits, block, t, false);
+        k.dequantize(scales + b, data + (bits == 8 ? b0 : b0 / 2), m, bits, block, t, nullptr);
         if (dtype == DSM_FLOAT16)
             for (size_t i = 0; i < m; ++i) h[b0 + i] = fp32_to_fp16(t[i]);
         else
             for (size_t i = 0; i < m; ++i) h[b0 + i] = fp32_to_bf16(t[i]);
     }
+}
+
+void dequantize_part(const void *src, size_t n, int bits, size_t block, size_t from, size_t count, void *dst,
+                     dsm_dtype_t dtype) {
+    check(dtype, n, bits, block, src, dst);
+    DSM_REQUIRE(from % block == 0 && from <= n && count <= n - from, DSM_ERR_INVALID_ARGUMENT, "dequantization of values ",
+                from, " to ", from + count, " of ", n, " in blocks of ", block);
+    if (count == 0) return;
+    const size_t blocks = (n + block - 1) / block, b = from / block;
+    const float *scales = static_cast<const float *>(src) + b;
+    const uint8_t *data = static_cast<const uint8_t *>(src) + blocks * sizeof(float) + (bits == 8 ? from : from / 2);
+    if (dtype == DSM_FLOAT32) {
+        kernels().dequantize(scales, data, count, bits, block, static_cast<float *>(dst), nullptr);
+        return;
+    }
+    // The 16-bit forms a block at a time, as in dequantize().
+    uint16_t *h = static_cast<uint16_t *>(dst);
+    float *t = scratch(block);
+    for (size_t k = 0; k * block < count; ++k) {
+        const size_t b0 = k * block, m = std::min(block, count - b0);
+        kernels().dequantize(scales + k, data + (bits == 8 ? b0 : b0 / 2), m, bits, block, t, nullptr);
+        if (dtype == DSM_FLOAT16)
+            for (size_t i = 0; i < m; ++i) h[b0 + i] = fp32_to_fp16(t[i]);
+        else
+            for (size_t i = 0; i < m; ++i) h[b0 + i] = fp32_to_bf16(t[i]);
+    }
+}
+
+void dequantize_add(const void *src, size_t n, int bits, size_t block, const float *add, float *dst) {
+    check(DSM_FLOAT32, n, bits, block, src, dst);
+    DSM_REQUIRE(n == 0 || add != nullptr, DSM_ERR_NULL_POINTER, "dequantization adding a NULL buffer");
+    if (n == 0) return;
+    const size_t blocks = (n + block - 1) / block;
+    kernels().dequantize(static_cast<const float *>(src), static_cast<const uint8_t *>(src) + blocks * sizeof(float),
+                         n, bits, block, dst, add);
 }
 
 const char *active_isa() noexcept { return kernels().name; }

@@ -65,6 +65,16 @@ void quantize(const void *src, dsm_dtype_t dtype, size_t n, int bits, size_t blo
 // Dequantize n values of the packed `src` into `dst` (FLOAT32, FLOAT16 or
 // BFLOAT16): dst = x' or, with `accumulate` (FLOAT32 only), dst += x'.
 void dequantize(const void *src, size_t n, int bits, size_t block, void *dst, dsm_dtype_t dtype, bool accumulate);
+// Values [from, from + count) of the packed segment of n values at `src`
+// into `dst` (dst[0] is value `from`; from a multiple of `block`), as
+// dequantize() without accumulate: so a caller can dequantize a long
+// segment a cache-sized part at a time and use each part while it is hot.
+void dequantize_part(const void *src, size_t n, int bits, size_t block, size_t from, size_t count, void *dst,
+                     dsm_dtype_t dtype);
+// fp32 only: dst = add + x' in one pass (add may be dst: the accumulate;
+// else the arrays must not overlap). The same bits as copying `add` into
+// dst and accumulating.
+void dequantize_add(const void *src, size_t n, int bits, size_t block, const float *add, float *dst);
 
 // The largest error a block whose largest magnitude is `amax` may show
 // after a round trip (s / 2 and the rounding of x / s).
@@ -81,8 +91,9 @@ void set_isa(const std::string &name);
 struct Kernels {
     const char *name;
     void (*quantize)(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data);
+    // out = q * s; with `add`, out = add + q * s (add == out: accumulate).
     void (*dequantize)(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
-                       bool accumulate);
+                       const float *add);
 };
 
 namespace generic {

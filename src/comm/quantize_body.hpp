@@ -11,15 +11,17 @@
 //       the block's largest magnitude, and whether it holds an inf or a NaN
 //   q8(const float *x16, float inv, float qmax, int8_t *q16)
 //       q = round-to-nearest-even(clamp(x * inv, -qmax, qmax))
-//   d8(const int8_t *q16, float s, float *out16, bool accumulate)
-//       out = q * s, or out += q * s (a multiply, then an add: no FMA, so that
-//       every instruction set gives the same bits)
+//   d8(const int8_t *q16, float s, float *out16, const float *add16)
+//       out = q * s, or with `add` out = add + q * s (add == out: the
+//       accumulate; a multiply, then an add: no FMA, so that every
+//       instruction set gives the same bits)
 // The 4-bit forms pack and unpack two values per byte around q8 and d8.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "comm/quantize.hpp"
 
@@ -119,9 +121,9 @@ struct Scalar16 {
     static void q8(const float *x, float inv, float qmax, int8_t *q) {
         for (int j = 0; j < 16; ++j) q[j] = q1(x[j], inv, qmax);
     }
-    static void d8(const int8_t *q, float s, float *out, bool accumulate) {
-        if (accumulate)
-            for (int j = 0; j < 16; ++j) out[j] = out[j] + static_cast<float>(q[j]) * s;
+    static void d8(const int8_t *q, float s, float *out, const float *add) {
+        if (add)
+            for (int j = 0; j < 16; ++j) out[j] = add[j] + static_cast<float>(q[j]) * s;
         else
             for (int j = 0; j < 16; ++j) out[j] = static_cast<float>(q[j]) * s;
     }
@@ -131,13 +133,20 @@ struct Scalar16 {
         q8(x, inv, qmax, t);
         return _mm_load_si128(reinterpret_cast<const __m128i *>(t));
     }
-    static void d8r(__m128i q, float s, float *out, bool accumulate) {
+    static void d8r(__m128i q, float s, float *out, const float *add) {
         alignas(16) int8_t t[16];
         _mm_store_si128(reinterpret_cast<__m128i *>(t), q);
-        d8(t, s, out, accumulate);
+        d8(t, s, out, add);
     }
 #endif
 };
+
+// Whether V has its own int4 dequantization of a block's whole vector part,
+// V::d4(q, m, s, out, add), returning how many values it did (a
+// multiple of 16; the body finishes the rest); else the body unpacks sixteen
+// values at a time around d8r.
+template <class V, class = void> struct HasD4 : std::false_type {};
+template <class V> struct HasD4<V, std::void_t<decltype(&V::d4)>> : std::true_type {};
 
 template <class V>
 void quantize_segment(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
@@ -203,36 +212,38 @@ void quantize_segment(const float *x, size_t n, int bits, size_t block, float *s
 
 template <class V>
 void dequantize_segment(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
-                        bool accumulate) {
+                        const float *add) {
     size_t k = 0;
     for (size_t b0 = 0; b0 < n; b0 += block, ++k) {
         const size_t m = n - b0 < block ? n - b0 : block;
         float s;
         std::memcpy(&s, scales + k, sizeof s);
         float *ob = out + b0;
+        const float *ab = add ? add + b0 : nullptr;
         size_t i = 0;
         if (bits == 8) {
             const int8_t *q = reinterpret_cast<const int8_t *>(data) + b0;
-            for (; i + 16 <= m; i += 16) V::d8(q + i, s, ob + i, accumulate);
+            for (; i + 16 <= m; i += 16) V::d8(q + i, s, ob + i, ab ? ab + i : nullptr);
             for (; i < m; ++i) {
                 const float v = static_cast<float>(q[i]) * s;
-                ob[i] = accumulate ? ob[i] + v : v;
+                ob[i] = ab ? ab[i] + v : v;
             }
         } else {
             const uint8_t *q = data + b0 / 2;
+            if constexpr (HasD4<V>::value) i = V::d4(q, m, s, ob, ab);
             for (; i + 16 <= m; i += 16) {
 #if defined(__SSE2__)
-                V::d8r(unpack4r(q + i / 2), s, ob + i, accumulate);
+                V::d8r(unpack4r(q + i / 2), s, ob + i, ab ? ab + i : nullptr);
 #else
                 alignas(16) int8_t t[16];
                 unpack4(q + i / 2, t);
-                V::d8(t, s, ob + i, accumulate);
+                V::d8(t, s, ob + i, ab ? ab + i : nullptr);
 #endif
             }
             for (; i < m; ++i) {
                 const uint8_t byte = q[i / 2];
                 const float v = static_cast<float>(nibble(i % 2 ? byte >> 4 : byte & 0x0Fu)) * s;
-                ob[i] = accumulate ? ob[i] + v : v;
+                ob[i] = ab ? ab[i] + v : v;
             }
         }
     }
@@ -243,8 +254,8 @@ template <class V> struct KernelSet {
         quantize_segment<V>(x, n, bits, block, scales, data);
     }
     static void dequantize(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
-                           bool accumulate) {
-        dequantize_segment<V>(scales, data, n, bits, block, out, accumulate);
+                           const float *add) {
+        dequantize_segment<V>(scales, data, n, bits, block, out, add);
     }
     static const Kernels *table(const char *name) {
         static const Kernels k{name, &quantize, &dequantize};

@@ -40,16 +40,19 @@
 // this rank holds part hpz_->rank() of it, less the persistent region, in
 // secondary_ (private memory, allocated once). A primary gather copies this
 // rank's slice of each parameter it gathered into secondary_ and marks the
-// parameter (secondary_ok_); a gather of marked parameters is the same
-// allgatherv over the group's backend, from secondary_. publish() clears the
+// parameter (secondary_ok_); a gather of marked parameters is one
+// single-copy alltoall_direct over the group's backend from the members'
+// secondary_ (gather_direct), or where the backend cannot, the same
+// allgatherv as a primary gather, from secondary_. publish() clears the
 // marks: the copies hold the values before the update.
 //
 // ZeRO++ qwZ (StageSettings::qwz_block): a gather from the primary
 // partitions quantizes each piece it sends into int8 blocks where it would
 // have copied it (the pack), moves the bytes with one allgatherv, and
 // dequantizes each piece into its parameter where it would have copied it
-// (the unpack); the partitions, the master weights and the optimizer never
-// see quantized values. qgZ (StageSettings::qgz_block): each round's
+// (the unpack; with hpZ, a cache-sized part at a time, this rank's secondary
+// slice copied out of each part while it is hot); the partitions, the
+// master weights and the optimizer never see quantized values. qgZ (StageSettings::qgz_block): each round's
 // reduce-scatter is comm::QuantizedReduce, whose fp32 result is added into
 // the gradient partition with the same scaling. On a device (CUDA, or the
 // simulated one) both run the space's quantization kernels on its queue
@@ -205,6 +208,10 @@ private:
     void gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
     // The same on a device space: its kernels on its queue (qkernels_).
     void gather_quantized_space(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
+    // hpZ: a gather from the secondary partitions as one single-copy
+    // alltoall_direct; false (on every member, nothing moved) where the
+    // group's backend cannot.
+    bool gather_direct(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
     bool qwz_on() const noexcept { return s_.stage == 3 && s_.qwz_block > 0 && !exact_; }
     // hpZ: this rank's slice of parameter `j` from its whole values.
     void keep_secondary(int j, const char *whole);
@@ -483,6 +490,10 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
                 timers_->gather += MPI_Wtime() - t0;
                 return;
             }
+            if (src.group == hpz_ && gather_direct({s->param}, src, {to})) {
+                timers_->gather += MPI_Wtime() - t0;
+                return;
+            }
             const std::vector<size_t> counts = src.layout->counts(s->offset, s->offset + s->numel);
             const size_t lo = std::max(s->offset, src.layout->part_begin(src.part));
             const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
@@ -504,6 +515,10 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
         const double t0 = MPI_Wtime();
         if (quantized) {
             gather_quantized(list, src, *dst);
+            timers_->gather += MPI_Wtime() - t0;
+            return;
+        }
+        if (src.group == hpz_ && gather_direct(list, src, *dst)) {
             timers_->gather += MPI_Wtime() - t0;
             return;
         }
@@ -545,6 +560,34 @@ void Partitioned::keep_secondary(int j, const char *whole) {
                          whole + (pc.flat_offset - s->offset) * esize_, pc.count * esize_);
 }
 
+// hpZ: each member of the group exposes its secondary slice and copies the
+// listed parameters' pieces straight out of its peers' slices into place
+// (one copy of each byte; an allgatherv copies this member's piece into the
+// backend's window and then every piece out of it).
+bool Partitioned::gather_direct(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst) {
+    const std::vector<comm::Backend::Exposed> exposed{{secondary_.data(), secondary_.bytes()}};
+    auto begin_of = [&](int part) { return std::max(secondary_layout_.part_begin(part), persist_end_); };
+    const watchdog::Context ctx("ZeRO-3 parameter gather (hpZ)", "first parameter", list.empty() ? -1 : list.front());
+    return src.group->alltoall_direct(
+        exposed,
+        [&](int peer, std::vector<comm::Backend::Piece> &pieces) {
+            for (size_t k = 0; k < list.size(); ++k) {
+                const size_t base = layout_->slot_of(list[k])->offset;
+                for (const Piece &pc : src.layout->param_pieces(list[k]))
+                    if (pc.part == peer && pc.count)
+                        pieces.push_back(comm::Backend::Piece{0, (pc.flat_offset - begin_of(peer)) * esize_,
+                                                              dst[k] + (pc.flat_offset - base) * esize_,
+                                                              pc.count * esize_});
+            }
+        },
+        queue());
+}
+
+// qwZ's dequantization works through a gathered piece in parts of about
+// this many bytes, so that what is done with a part next (hpZ's copy into
+// the secondary partition) reads it from the cache.
+constexpr size_t kHotBytes = size_t(128) << 10;
+
 // qwZ: the allgatherv of gather_from() with each piece quantized into its
 // owner's block of bytes in place of the pack's copy, and dequantized into
 // its parameter in place of the unpack's copy. Each piece is quantized on
@@ -564,7 +607,9 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
     }
     size_t total = 0;
     for (size_t b : bytes) total += b;
-    Buffer send(*space_, bytes[static_cast<size_t>(src.part)] + 64, false), recv(*space_, total + 64, false);
+    // From the pool: buffers of the same sizes every step, not fresh pages
+    // to fault in.
+    Buffer send = pool_.take(bytes[static_cast<size_t>(src.part)] + 64, false), recv = pool_.take(total + 64, false);
     char *w = static_cast<char *>(send.data());
     for (const auto &jp : plan.pieces)
         if (jp.second.part == src.part) {
@@ -573,14 +618,43 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
             w += q::packed_bytes(jp.second.count, bits, block);
         }
     src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
+    // hpZ: this rank's slices of the secondary partition, as [begin, end) in
+    // each parameter and where they go, copied out of each part of the
+    // parameter right after it is dequantized, while it is in the cache
+    // (keep_secondary() reads it back from memory).
+    struct Keep {
+        size_t begin, end, to;
+    };
+    std::vector<std::vector<Keep>> keep(list.size());
+    if (src.keep) {
+        const int g = hpz_->rank();
+        for (size_t k = 0; k < list.size(); ++k) {
+            const size_t base = layout_->slot_of(list[k])->offset;
+            for (const Piece &pc : secondary_layout_.param_pieces(list[k]))
+                if (pc.part == g)
+                    keep[k].push_back(Keep{pc.flat_offset - base, pc.flat_offset - base + pc.count,
+                                           (pc.flat_offset - secondary_begin_) * esize_});
+        }
+    }
+    const size_t part = std::max(block, kHotBytes / esize_ / block * block); // values per cache-sized part
     const char *r = static_cast<const char *>(recv.data());
     for (const auto &jp : plan.pieces) {
         const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
-        q::dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype, false);
-        r += q::packed_bytes(jp.second.count, bits, block);
+        const size_t count = jp.second.count, at = jp.second.param_offset;
+        for (size_t a = 0; a < count; a += part) {
+            const size_t len = std::min(part, count - a), lo = at + a, hi = lo + len;
+            q::dequantize_part(r, count, bits, block, a, len, dst[k] + lo * esize_, s_.dtype);
+            for (const Keep &kp : keep[k]) {
+                const size_t b = std::max(lo, kp.begin), e = std::min(hi, kp.end);
+                if (b < e)
+                    space_->copy(static_cast<char *>(secondary_.data()) + kp.to + (b - kp.begin) * esize_,
+                                 dst[k] + b * esize_, (e - b) * esize_);
+            }
+        }
+        r += q::packed_bytes(count, bits, block);
     }
-    if (src.keep)
-        for (size_t k = 0; k < list.size(); ++k) keep_secondary(list[k], dst[k]);
+    pool_.give(std::move(send));
+    pool_.give(std::move(recv));
     // This rank's block goes to every other rank of the group.
     const int me = src.group->rank();
     const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];

@@ -136,6 +136,39 @@ static void test_overflow_becomes_nan(void **) {
     quant::set_isa("auto");
 }
 
+// dequantize_add (out = add + x', in one pass) and dequantize_part (a range
+// of blocks) give the bits of dequantize() on every instruction set.
+static void test_add_and_part(void **) {
+    const size_t n = 5000 + 7, block = 256;
+    const std::vector<float> x = sample(n, 11), base = sample(n, 12);
+    for (int bits : {8, 4})
+        for (const std::string &isa : quant::available_isas()) {
+            quant::set_isa(isa);
+            const std::string ctx = isa + " bits=" + std::to_string(bits);
+            std::vector<uint8_t> q(quant::packed_bytes(n, bits, block));
+            quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data());
+            std::vector<float> y(n), z(n, -1.0f), w(n + 1, -7.0f);
+            quant::dequantize(q.data(), n, bits, block, y.data(), DSM_FLOAT32, false);
+            quant::dequantize_add(q.data(), n, bits, block, base.data(), z.data());
+            for (size_t i = 0; i < n; ++i)
+                if (z[i] != base[i] + y[i]) fail_msg("%s: dequantize_add at %zu", ctx.c_str(), i);
+            // Parts of 3 blocks and the short tail, into place.
+            for (size_t from = 0; from < n; from += 3 * block)
+                quant::dequantize_part(q.data(), n, bits, block, from, std::min(3 * block, n - from), w.data() + from,
+                                       DSM_FLOAT32);
+            assert_true(w[n] == -7.0f);
+            if (std::memcmp(w.data(), y.data(), n * sizeof(float)) != 0)
+                fail_msg("%s: dequantize_part differs from dequantize", ctx.c_str());
+            // bf16: the same as dequantize() into bf16.
+            std::vector<uint16_t> h(n), hp(n);
+            quant::dequantize(q.data(), n, bits, block, h.data(), DSM_BFLOAT16, false);
+            quant::dequantize_part(q.data(), n, bits, block, block, n - block, hp.data() + block, DSM_BFLOAT16);
+            if (std::memcmp(h.data() + block, hp.data() + block, (n - block) * 2) != 0)
+                fail_msg("%s: dequantize_part (bf16) differs from dequantize", ctx.c_str());
+        }
+    quant::set_isa("auto");
+}
+
 static void test_bad_arguments(void **) {
     float x[32] = {0};
     uint8_t q[256];
@@ -152,6 +185,14 @@ static void test_bad_arguments(void **) {
                     __LINE__);
     expect_error_at([&] { quant::dequantize(q, 32, 8, 16, x, DSM_FLOAT16, true); }, DSM_ERR_INVALID_ARGUMENT,
                     {"FLOAT32"}, __LINE__);
+    expect_error_at([&] { quant::dequantize_part(q, 32, 8, 16, 8, 16, x, DSM_FLOAT32); }, DSM_ERR_INVALID_ARGUMENT,
+                    {"values 8 to 24 of 32"}, __LINE__);
+    expect_error_at([&] { quant::dequantize_part(q, 32, 8, 16, 16, 17, x, DSM_FLOAT32); }, DSM_ERR_INVALID_ARGUMENT,
+                    {"values 16 to 33 of 32"}, __LINE__);
+    expect_error_at([&] { quant::dequantize_add(q, 32, 8, 16, nullptr, x); }, DSM_ERR_NULL_POINTER, {"NULL"},
+                    __LINE__);
+    expect_error_at([&] { quant::dequantize_add(q, 32, 8, 24, x, x); }, DSM_ERR_INVALID_ARGUMENT, {"block size 24"},
+                    __LINE__);
     expect_error_at([] { quant::set_isa("bogus"); }, DSM_ERR_INVALID_ARGUMENT, {"\"bogus\""}, __LINE__);
     // The environment's block sizes.
     setenv("DSM_QWZ_BLOCK", "1000", 1);
@@ -222,6 +263,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_every_isa),
         cmocka_unit_test(test_sixteen_bit),
         cmocka_unit_test(test_overflow_becomes_nan),
+        cmocka_unit_test(test_add_and_part),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_device_kernels),
     };
