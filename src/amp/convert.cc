@@ -24,6 +24,7 @@
 #define DSM_AMP_F16C 1
 #endif
 
+#include "core/cpu.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 
@@ -325,6 +326,88 @@ double sumsq_block(const float *x, size_t n, double scale) {
     return lane[0];
 }
 
+// sumsq_block() of the fp32 widening of n bf16 values, read in place: the
+// same products and additions in the same order (the widening is exact), so
+// the same bits, without a buffer to write and read again.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+double sumsq_block_bf16(const uint16_t *x, size_t n, double scale) {
+    constexpr size_t L = 16;
+    double lane[L] = {};
+    size_t i = 0;
+    for (; i + L <= n; i += L) {
+        for (size_t j = 0; j < L; ++j) {
+            const double v = static_cast<double>(bits_float(static_cast<uint32_t>(x[i + j]) << 16)) * scale;
+            lane[j] += v * v;
+        }
+    }
+    for (size_t j = 0; i < n; ++i, ++j) {
+        const double v = static_cast<double>(bits_float(static_cast<uint32_t>(x[i]) << 16)) * scale;
+        lane[j] += v * v;
+    }
+    for (size_t w = L / 2; w >= 1; w /= 2)
+        for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
+    return lane[0];
+}
+
+// The same two sums with AVX-512 (the CPU checked by the caller): lanes 0-7
+// and 8-15 of the sixteen in two registers, a product and a sum per lane
+// (no FMA: avx512f alone does not let the compiler contract them), the tail
+// and the pairwise combination as above. Same bits.
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12's AVX-512 intrinsics fill "undefined" operands with `__m512 __Y = __Y`,
+// which -Wmaybe-uninitialized reports at every inlined call (GCC bug 105593).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) double sumsq_avx512(const float *x, const uint16_t *h, size_t n,
+                                                       double scale) {
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    const __m512d s = _mm512_set1_pd(scale);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 f =
+            h != nullptr
+                ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i))), 16))
+                : _mm512_loadu_ps(x + i);
+        const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(f)), s);
+        const __m512d hi =
+            _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))), s);
+        a0 = _mm512_add_pd(a0, _mm512_mul_pd(lo, lo));
+        a1 = _mm512_add_pd(a1, _mm512_mul_pd(hi, hi));
+    }
+    double lane[16];
+    _mm512_storeu_pd(lane, a0);
+    _mm512_storeu_pd(lane + 8, a1);
+    for (size_t j = 0; i < n; ++i, ++j) {
+        const float f = h != nullptr ? bits_float(static_cast<uint32_t>(h[i]) << 16) : x[i];
+        const double v = static_cast<double>(f) * scale;
+        lane[j] += v * v;
+    }
+    for (size_t w = 8; w >= 1; w /= 2)
+        for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
+    return lane[0];
+}
+#pragma GCC diagnostic pop
+const bool kSumsqAvx512 = cpu_has_avx512();
+#define DSM_AMP_SUMSQ_AVX512 1
+#endif
+
+double sumsq_of(const float *x, size_t n, double scale) {
+#ifdef DSM_AMP_SUMSQ_AVX512
+    if (kSumsqAvx512) return sumsq_avx512(x, nullptr, n, scale);
+#endif
+    return sumsq_block(x, n, scale);
+}
+
+double sumsq_of_bf16(const uint16_t *h, size_t n, double scale) {
+#ifdef DSM_AMP_SUMSQ_AVX512
+    if (kSumsqAvx512) return sumsq_avx512(nullptr, h, n, scale);
+#endif
+    return sumsq_block_bf16(h, n, scale);
+}
+
 // ---------------------------------------------------------------- dispatch
 
 void require_float(dsm_dtype_t t, const char *what) {
@@ -450,7 +533,7 @@ NormPart norm_part(const float *x, size_t n, float scale) {
     const size_t nb = (n + kBlock - 1) / kBlock;
     std::vector<double> part(nb);
     double *p = part.data();
-    blocks(n, [=](size_t at, size_t len) { p[at / kBlock] = sumsq_block(x + at, len, scale); });
+    blocks(n, [=](size_t at, size_t len) { p[at / kBlock] = sumsq_of(x + at, len, scale); });
     for (size_t b = 0; b < nb; ++b) out.sumsq += p[b];
     // With a finite scale every finite x gives a finite square, and the sum
     // of at most 2^64 squares of fp32 values stays far below the fp64 range:
@@ -466,18 +549,22 @@ NormPart norm_part(const void *x, dsm_dtype_t type, size_t n, float scale) {
     NormPart out;
     if (n == 0) return out;
     DSM_ARG_NOT_NULL(x);
-    // Each block converted into the thread's buffer (exact), then summed as
-    // norm_part() sums the same block of fp32 values.
+    // Each block summed as norm_part() sums its fp32 widening: bf16 read in
+    // place (its widening is a shift), fp16 converted into the thread's
+    // buffer first (exact).
     const size_t nb = (n + kBlock - 1) / kBlock;
     std::vector<double> part(nb);
     double *p = part.data();
     const auto *h = static_cast<const uint16_t *>(x);
     blocks(n, [=](size_t at, size_t len) {
+        if (type == DSM_BFLOAT16) {
+            p[at / kBlock] = sumsq_of_bf16(h + at, len, scale);
+            return;
+        }
         thread_local std::vector<float> buf;
         if (buf.size() < kBlock) buf.resize(kBlock);
-        if (type == DSM_BFLOAT16) convert_range<BF16, F32>(h + at, buf.data(), len);
-        else convert_range<F16, F32>(h + at, buf.data(), len);
-        p[at / kBlock] = sumsq_block(buf.data(), len, scale);
+        convert_range<F16, F32>(h + at, buf.data(), len);
+        p[at / kBlock] = sumsq_of(buf.data(), len, scale);
     });
     for (size_t b = 0; b < nb; ++b) out.sumsq += p[b];
     out.nonfinite = std::isfinite(scale) ? !std::isfinite(out.sumsq) : has_nonfinite(x, type, n);

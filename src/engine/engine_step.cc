@@ -247,8 +247,12 @@ void Engine::step(dsm_step_info_t *info) {
                                          : math_->inspect(g, layout_.part_size(), static_cast<float>(inv));
             double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
             {
+                // A reduction: its time (mostly the wait for the ranks whose
+                // reduction ended last) counts as the reduction's.
                 const watchdog::WaitScope wait("gradient norm and overflow check (allreduce)", &world_watch_);
+                timers_.reduce -= now();
                 DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
+                timers_.reduce += now();
             }
             // Every copy of a partition was counted: one partition (stage 0)
             // has world_size copies, the others one per SP rank.

@@ -17,9 +17,13 @@
 //   set(float), add, mul, div, sqrt, fma(a, b, c) = a * b + c
 //   sign(x)                -1, 0 or +1 per lane
 //   D, dzero(), dacc(D, R) (adds x^2 in fp64), dsum(D)  Lamb's norms
+//   bload(const uint16_t *)  W bf16 values widened to fp32 (exact)
+//   bstore(uint16_t *, R)    W values rounded to bf16 as core/half.hpp's
+//                            fp32_to_bf16 (nearest even; a NaN stays a quiet NaN)
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace dsm {
 namespace optim {
@@ -71,6 +75,14 @@ struct LambK {
 struct Kernels {
     const char *name;
     void (*adam)(const AdamK &k, float *p, const float *g, float *m, float *v, size_t n);
+    // adam() that also zeroes g (the host step's fused zeroing).
+    void (*adam_zero)(const AdamK &k, float *p, float *g, float *m, float *v, size_t n);
+    // Adam from bf16 gradients g, the bits of adam() on their fp32 widening,
+    // which also writes the bf16 rounding of the updated p to p16 and, with
+    // zero_g, zeroes g: the host step's 16-bit pass (optim::Fused) without
+    // a conversion buffer.
+    void (*adam_bf16)(const AdamK &k, float *p, uint16_t *g, float *m, float *v, uint16_t *p16, size_t n,
+                      bool zero_g);
     void (*sgd)(const SgdK &k, float *p, const float *g, float *buf, size_t n);
     void (*lion)(const LionK &k, float *p, const float *g, float *m, size_t n);
     void (*adagrad)(const AdagradK &k, float *p, const float *g, float *sum, size_t n);
@@ -126,6 +138,18 @@ struct Scalar {
     static D dzero() { return 0.0; }
     static D dacc(D acc, R x) { return acc + static_cast<double>(x) * static_cast<double>(x); }
     static double dsum(D acc) { return acc; }
+    static R bload(const uint16_t *h) {
+        const uint32_t u = static_cast<uint32_t>(*h) << 16;
+        float x;
+        __builtin_memcpy(&x, &u, 4);
+        return x;
+    }
+    static void bstore(uint16_t *h, R x) {
+        uint32_t u;
+        __builtin_memcpy(&u, &x, 4);
+        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        *h = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x0040u : rounded);
+    }
 };
 
 // body.at<V>(i) for each whole vector of V in [0, n), then body.at<Scalar>(i)
@@ -137,26 +161,66 @@ template <class V, class Body> inline void sweep(size_t n, const Body &body) {
     for (; i < n; ++i) body.template at<Scalar>(i);
 }
 
+// Adam on one vector at element i from the gradient's fp32 value `graw`:
+// stores m and v, returns the new p (stored by the caller).
+template <class V>
+inline typename V::R adam_at(const AdamK &k, float *p, typename V::R graw, float *m, float *v, size_t i) {
+    using R = typename V::R;
+    R pr = V::load(p + i);
+    R gr = V::mul(graw, V::set(k.scale));
+    gr = V::fma(V::set(k.l2), pr, gr);
+    const R mr = V::fma(V::set(k.omb1), gr, V::mul(V::set(k.b1), V::load(m + i)));
+    const R vr = V::fma(V::set(k.omb2), V::mul(gr, gr), V::mul(V::set(k.b2), V::load(v + i)));
+    const R den = V::fma(V::sqrt(vr), V::set(k.ibc2), V::set(k.eps));
+    pr = V::fma(V::set(k.decay), pr, pr);
+    pr = V::fma(V::set(k.step), V::div(mr, den), pr);
+    V::store(m + i, mr);
+    V::store(v + i, vr);
+    return pr;
+}
+
 // The bodies hold copies of the constants: stores through p, m, v cannot
 // alias a local copy, so the compiler keeps them in registers.
-struct AdamBody {
+// Adam's division and square root keep the core busy long enough that the
+// out-of-order window no longer reaches far ahead in memory: the vector
+// bodies prefetch kAhead elements ahead (a prefetch never faults, past the
+// end included), so that memory keeps streaming while they compute.
+constexpr size_t kAhead = 1024;
+template <class V> inline void ahead(const void *x, size_t bytes_per_elem, size_t i) {
+    if (V::W > 1) __builtin_prefetch(static_cast<const char *>(x) + (i + kAhead) * bytes_per_elem, 1, 3);
+}
+
+template <bool ZeroG> struct AdamBody {
     const AdamK k;
     float *p;
     const float *g;
     float *m, *v;
     template <class V> void at(size_t i) const {
-        using R = typename V::R;
-        R pr = V::load(p + i);
-        R gr = V::mul(V::load(g + i), V::set(k.scale));
-        gr = V::fma(V::set(k.l2), pr, gr);
-        const R mr = V::fma(V::set(k.omb1), gr, V::mul(V::set(k.b1), V::load(m + i)));
-        const R vr = V::fma(V::set(k.omb2), V::mul(gr, gr), V::mul(V::set(k.b2), V::load(v + i)));
-        const R den = V::fma(V::sqrt(vr), V::set(k.ibc2), V::set(k.eps));
-        pr = V::fma(V::set(k.decay), pr, pr);
-        pr = V::fma(V::set(k.step), V::div(mr, den), pr);
+        ahead<V>(p, 4, i);
+        ahead<V>(g, 4, i);
+        ahead<V>(m, 4, i);
+        ahead<V>(v, 4, i);
+        V::store(p + i, adam_at<V>(k, p, V::load(g + i), m, v, i));
+        if (ZeroG) V::store(const_cast<float *>(g) + i, V::set(0.0f));
+    }
+};
+
+template <bool ZeroG> struct AdamBf16Body {
+    const AdamK k;
+    float *p;
+    uint16_t *g;
+    float *m, *v;
+    uint16_t *p16;
+    template <class V> void at(size_t i) const {
+        ahead<V>(p, 4, i);
+        ahead<V>(g, 2, i);
+        ahead<V>(m, 4, i);
+        ahead<V>(v, 4, i);
+        ahead<V>(p16, 2, i);
+        const auto pr = adam_at<V>(k, p, V::bload(g + i), m, v, i);
         V::store(p + i, pr);
-        V::store(m + i, mr);
-        V::store(v + i, vr);
+        V::bstore(p16 + i, pr);
+        if (ZeroG) V::bstore(g + i, V::set(0.0f));
     }
 };
 
@@ -266,7 +330,15 @@ struct Lamb2Body {
 // The Kernels table of the traits type V.
 template <class V> struct KernelSet {
     static void adam(const AdamK &k, float *p, const float *g, float *m, float *v, size_t n) {
-        sweep<V>(n, AdamBody{k, p, g, m, v});
+        sweep<V>(n, AdamBody<false>{k, p, g, m, v});
+    }
+    static void adam_zero(const AdamK &k, float *p, float *g, float *m, float *v, size_t n) {
+        sweep<V>(n, AdamBody<true>{k, p, g, m, v});
+    }
+    static void adam_bf16(const AdamK &k, float *p, uint16_t *g, float *m, float *v, uint16_t *p16, size_t n,
+                          bool zero_g) {
+        if (zero_g) sweep<V>(n, AdamBf16Body<true>{k, p, g, m, v, p16});
+        else sweep<V>(n, AdamBf16Body<false>{k, p, g, m, v, p16});
     }
     static void sgd(const SgdK &k, float *p, const float *g, float *buf, size_t n) {
         if (k.mode == 0)
@@ -291,7 +363,7 @@ template <class V> struct KernelSet {
         sweep<V>(n, Lamb2Body{k, neg_coef, p, m, v});
     }
     static const Kernels *table(const char *name) noexcept {
-        static const Kernels t{name, adam, sgd, lion, adagrad, lamb1, lamb2};
+        static const Kernels t{name, adam, adam_zero, adam_bf16, sgd, lion, adagrad, lamb1, lamb2};
         return &t;
     }
 };

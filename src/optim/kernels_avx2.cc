@@ -42,6 +42,23 @@ struct Avx2 {
         _mm256_store_pd(l, _mm256_add_pd(acc.lo, acc.hi));
         return (l[0] + l[1]) + (l[2] + l[3]);
     }
+    static R bload(const uint16_t *h) {
+        const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    }
+    static void bstore(uint16_t *h, R x) {
+        const __m256i u = _mm256_castps_si256(x);
+        const __m256i hi = _mm256_srli_epi32(u, 16);
+        const __m256i rounded = _mm256_srli_epi32(
+            _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(hi, _mm256_set1_epi32(1))), 16);
+        // |u| and 0x7f800000 are below 2^31: the signed compare is the unsigned one.
+        const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                               _mm256_set1_epi32(0x7f800000));
+        const __m256i r = _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, _mm256_set1_epi32(0x0040)), nan);
+        // Every lane is below 2^16: the unsigned saturating pack keeps it.
+        const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(h), packed);
+    }
 };
 
 } // namespace

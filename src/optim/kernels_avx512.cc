@@ -46,6 +46,20 @@ struct Avx512 {
         _mm512_store_pd(l, _mm512_add_pd(acc.lo, acc.hi));
         return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
     }
+    static R bload(const uint16_t *h) {
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+    static void bstore(uint16_t *h, R x) {
+        const __m512i u = _mm512_castps_si512(x);
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        const __m512i rounded = _mm512_srli_epi32(
+            _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), _mm512_and_si512(hi, _mm512_set1_epi32(1))), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                      _mm512_set1_epi32(0x7f800000));
+        const __m512i r = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x0040)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(h), _mm512_cvtepi32_epi16(r));
+    }
 };
 
 } // namespace

@@ -41,6 +41,22 @@ struct Sse2 {
         _mm_storeu_pd(l, _mm_add_pd(acc.lo, acc.hi));
         return l[0] + l[1];
     }
+    static R bload(const uint16_t *h) {
+        const __m128i w = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(h));
+        return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), w)); // h << 16 in each lane
+    }
+    static void bstore(uint16_t *h, R x) {
+        const __m128i u = _mm_castps_si128(x);
+        const __m128i hi = _mm_srli_epi32(u, 16);
+        const __m128i rounded =
+            _mm_srli_epi32(_mm_add_epi32(_mm_add_epi32(u, _mm_set1_epi32(0x7fff)), _mm_and_si128(hi, _mm_set1_epi32(1))), 16);
+        const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, _mm_set1_epi32(0x7fffffff)), _mm_set1_epi32(0x7f800000));
+        const __m128i quiet = _mm_or_si128(hi, _mm_set1_epi32(0x0040));
+        const __m128i r = _mm_or_si128(_mm_and_si128(nan, quiet), _mm_andnot_si128(nan, rounded));
+        // Lanes below 2^16, sign-extended from 16 bits so that the signed pack keeps their bits.
+        const __m128i s = _mm_srai_epi32(_mm_slli_epi32(r, 16), 16);
+        _mm_storel_epi64(reinterpret_cast<__m128i *>(h), _mm_packs_epi32(s, s));
+    }
 };
 using Generic = Sse2;
 

@@ -496,6 +496,27 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
     case OptimizerType::ADAMW: {
         const Pair<AdamK> k = pair(adam_k, hyper_, args);
         float *s1 = state(1);
+        if (bf16 && f.grad16 != nullptr && f.param16 != nullptr) {
+            // bf16 gradients widened, parameters rounded and gradients zeroed
+            // in the kernel's registers: one pass, no conversion buffer.
+            auto *g16 = static_cast<uint16_t *>(const_cast<void *>(f.grad16));
+            auto *p16 = static_cast<uint16_t *>(f.param16);
+            for_items(items.size(), [&](size_t i) {
+                const Item &it = items[i];
+                kern.adam_bf16(k.of(*it.seg), p + it.begin, g16 + it.begin, s0 + it.begin, s1 + it.begin,
+                               p16 + it.begin, it.count, f.zero_grads);
+            });
+            break;
+        }
+        if (f.grad16 == nullptr && f.param16 == nullptr && f.zero_grads) {
+            // fp32: the gradients zeroed by the kernel as it reads them.
+            float *gz = const_cast<float *>(g);
+            for_items(items.size(), [&](size_t i) {
+                const Item &it = items[i];
+                kern.adam_zero(k.of(*it.seg), p + it.begin, gz + it.begin, s0 + it.begin, s1 + it.begin, it.count);
+            });
+            break;
+        }
         for_items(items.size(), [&](size_t i) {
             const Item &it = items[i];
             item(it, [&](const float *gi) {

@@ -838,7 +838,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
     // added into the partition straight from where it was released, in one
     // launch with accumulate_into's bits and in release order (no packing
     // copy, no launch per gradient); elsewhere (false) the rounds below.
-    if (direct_ && !qgz_) {
+    if (direct_ && !qgz_ && !qgz_space_) {
         std::vector<amp::Math::Piece> pieces;
         pieces.reserve(pending.size());
         for (const Pending &pe : pending)
@@ -876,7 +876,19 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
     const size_t my_begin = layout_->part_begin(part_);
     Buffer scratch, qsum;
     if (dt != DSM_FLOAT32) scratch = pool_.take(bucket_cap_ * sizeof(float), false);
-    for (size_t k = 0; k < rounds.size(); ++k) {
+    // One data-parallel rank: the reduce-scatter is the identity and the
+    // packing an exact copy (or an exact widening to an fp32 comm dtype), so
+    // each piece is added into the partition straight from the released
+    // gradient, with the bits of the packed path.
+    const bool alone = dp_->size() == 1 && !qgz_ && !qgz_space_ && (cd == dt || cd == DSM_FLOAT32);
+    for (size_t k = 0; alone && k < rounds.size(); ++k)
+        for (const SendPiece &pc : rounds[k].pieces) {
+            if (pc.part != part_) continue; // none: one rank holds every part
+            math_->accumulate_into(pending[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt,
+                                   static_cast<char *>(grad_part_.data()) + (pc.flat - my_begin) * esize_, dt,
+                                   pc.count, post, static_cast<float *>(scratch.data()));
+        }
+    for (size_t k = 0; !alone && k < rounds.size(); ++k) {
         const Round &r = rounds[k];
         char *buf = send;
         if (k == 0 && in_place) {

@@ -4,7 +4,8 @@
 # overflow or exceed the machine's memory. Each refusal: exit status 2, no
 # signal, no sanitizer report, one line on stderr naming the option and the
 # value; under mpiexec with 2 ranks every rank refuses (the job ends, nonzero,
-# without hanging). Nothing here runs a benchmark.
+# without hanging). Nothing here runs a benchmark but one step of
+# `optimizer --model` on a tiny list.
 set -u
 # shellcheck disable=SC2154 # set by the test harness (AM_TESTS_ENVIRONMENT)
 bin=$top_builddir/tools/dsm-bench
@@ -68,6 +69,24 @@ refused optimizer "--params 17592186044416" --params 17592186044416
 refused optimizer "--isa 'sse9'" --isa sse9
 refused optimizer "--device 'tpu'" --device tpu
 refused optimizer "--params needs a value" --params
+refused optimizer "--dtype 'fp8'" --dtype fp8
+refused optimizer "--dtype bf16 needs --model" --dtype bf16
+refused optimizer "--model 'nope' is not gpt2" --model nope
+printf '{"parameters": [{"name": "a", "shape": [-3]}]}' > "$tmp/bad.json"
+refused optimizer "parameters[0] ('a')" --model "$tmp/bad.json"
+refused optimizer "--model llama-7b needs" --model llama-7b --no-torch
+# --model on a tiny list runs (one step): the step, the bound and their
+# ratio in the JSON; --device cuda runs, or says why it skipped, exit 0.
+printf '{"parameters": [{"name": "w", "shape": [40, 30]}, {"name": "b", "shape": [30]}]}' > "$tmp/tiny.json"
+for dt in fp32 bf16; do
+    timeout 60 "$bin" optimizer --model "$tmp/tiny.json" --dtype $dt --iters 1 --threads 2 --no-torch --json \
+        > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err"; fail "optimizer --model tiny.json --dtype $dt failed"; }
+    grep -q '"params":1230,' "$tmp/out" && grep -q '"bound_over_step":[0-9]' "$tmp/out" &&
+        grep -q "\"dtype\":\"$dt\"" "$tmp/out" || { cat "$tmp/out"; fail "optimizer --model tiny.json: no ratio"; }
+done
+timeout 120 "$bin" optimizer --model "$tmp/tiny.json" --device cuda --iters 1 --no-torch > "$tmp/out" 2> "$tmp/err" ||
+    { cat "$tmp/err"; fail "optimizer --model tiny.json --device cuda failed"; }
+grep -q "bound/step\|no CUDA device: skipped" "$tmp/out" || { cat "$tmp/out"; fail "optimizer --device cuda: no result"; }
 
 # ---------------------------------------------------------------- collectives
 for_each collectives --count 0 -1 2147483648 9223372036854775807

@@ -404,6 +404,51 @@ static void test_norm_part(void **) {
     assert_false(z.nonfinite);
 }
 
+// The exact bits of the norm: blocks of 32768 elements, each summed in 16
+// fp64 lanes (element i in lane i % 16, the tail from lane 0) combined
+// pairwise, the blocks added in order; the same for bf16 read in place as
+// for its fp32 widening, on whichever vector path this CPU takes.
+static double norm_reference(const std::vector<float> &x, double scale) {
+    const size_t block = 32 * 1024;
+    double total = 0.0;
+    for (size_t at = 0; at < x.size(); at += block) {
+        const size_t len = std::min(block, x.size() - at);
+        double lane[16] = {};
+        size_t i = 0;
+        for (; i + 16 <= len; i += 16)
+            for (size_t j = 0; j < 16; ++j) {
+                const double v = static_cast<double>(x[at + i + j]) * scale;
+                lane[j] += v * v;
+            }
+        for (size_t j = 0; i < len; ++i, ++j) {
+            const double v = static_cast<double>(x[at + i]) * scale;
+            lane[j] += v * v;
+        }
+        for (size_t w = 8; w >= 1; w /= 2)
+            for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
+        total += lane[0];
+    }
+    return total;
+}
+
+static void test_norm_part_bits(void **) {
+    const std::vector<float> x = random_floats(kBig * 2 + 32 * 1024 + 21, 11);
+    std::vector<uint16_t> h(x.size());
+    std::vector<float> wide(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        h[i] = dsm::fp32_to_bf16(x[i]);
+        wide[i] = dsm::bf16_to_fp32(h[i]);
+    }
+    for (size_t n : {size_t{5}, size_t{16}, size_t{37}, size_t{32 * 1024 + 3}, x.size()}) {
+        const std::vector<float> a(x.begin(), x.begin() + n), b(wide.begin(), wide.begin() + n);
+        const double want = norm_reference(a, 0.25), wantb = norm_reference(b, 0.25);
+        const double got = dsm::amp::norm_part(a.data(), n, 0.25f).sumsq;
+        const double gotb = dsm::amp::norm_part(h.data(), DSM_BFLOAT16, n, 0.25f).sumsq;
+        assert_memory_equal(&got, &want, sizeof got);
+        assert_memory_equal(&gotb, &wantb, sizeof gotb);
+    }
+}
+
 static void test_norm_part_thread_count(void **) {
 #ifdef _OPENMP
     const std::vector<float> x = random_floats(kBig * 5 + 17, 5);
@@ -508,6 +553,7 @@ int main() {
         cmocka_unit_test(test_scale_inplace),
         cmocka_unit_test(test_norm_part),
         cmocka_unit_test(test_norm_part_thread_count),
+        cmocka_unit_test(test_norm_part_bits),
         cmocka_unit_test(test_norm_part_nonfinite),
         cmocka_unit_test(test_has_nonfinite),
         cmocka_unit_test(test_zero_length),

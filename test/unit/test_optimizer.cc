@@ -18,6 +18,8 @@
 #include "config/config.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "core/half.hpp"
+#include "dsm.h"
 #include "optim/optimizer.hpp"
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
@@ -728,6 +730,86 @@ static void test_step_errors(void **) {
         DSM_ERR_INTERNAL, {"parameters up to 3"}, __LINE__);
 }
 
+// The host step's fused pass (optim::Fused) against the plain step: with
+// bf16 gradients (read, widened and zeroed by the kernel, the bf16
+// parameters written by it) the bits of a plain step on the widened
+// gradients and the bf16 rounding of its parameters; with fp32 gradients
+// zeroed by the kernel, the plain step's bits. Every ISA, 1 and 2 threads,
+// items of several work items with tails, padding between segments left
+// alone, NaN and Inf among the gradients and parameters.
+static void test_fused_host_step(void **) {
+    const size_t n = 2 * Optimizer::grain() + 16 * 7 + 5;
+    const std::vector<Segment> segs = {seg(0, 20011, 0, true), seg(20016, n - 20016 - 3, 1, false)};
+    std::vector<char> covered(n, 0);
+    for (const Segment &s : segs) std::fill(covered.begin() + s.offset, covered.begin() + s.offset + s.count, 1);
+    Rng rng(77);
+    std::vector<float> p0(n), g32(n);
+    std::vector<uint16_t> g16(n);
+    for (size_t i = 0; i < n; ++i) {
+        p0[i] = rng.next();
+        g16[i] = dsm::fp32_to_bf16(rng.next() * 1e-2f);
+    }
+    g16[5] = 0x7fc1;           // NaN gradient: p becomes NaN, its bf16 stays a quiet NaN
+    g16[20000] = 0x7f80;       // +Inf
+    const uint32_t snan = 0x7f800001u; // a signalling NaN
+    std::memcpy(&p0[33], &snan, 4);
+    // Without decay and with zero gradients p stays as it is: its bf16 is
+    // written from values halfway between two bf16 (ties to even, both ways,
+    // both signs) and the largest finite value's rounding to Inf.
+    const uint32_t ties[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u, 0x7f7fffffu, 0x00008000u};
+    for (size_t k = 0; k < 6 * 5; ++k) {
+        g16[20100 + k] = 0;
+        std::memcpy(&p0[20100 + k], &ties[k % 6], 4);
+    }
+    for (size_t i = 0; i < n; ++i) g32[i] = dsm::bf16_to_fp32(g16[i]);
+    const Hyper h = hyper(OptimizerType::ADAMW);
+    for (const std::string &isa : available_isas()) {
+        dsm::optim::set_isa(isa);
+        for (int threads : {1, 2}) {
+            dsm::optim::set_num_threads(threads);
+            const std::string ctx = "fused isa=" + isa + " threads=" + std::to_string(threads);
+            Optimizer ref(h, n), bf(h, n), f32(h, n);
+            std::vector<float> pr = p0, pb = p0, pf = p0;
+            for (int64_t step = 1; step <= 2; ++step) {
+                StepArgs a;
+                a.step = step;
+                a.lr = 1e-2 * static_cast<double>(step);
+                a.grad_scale = 0.75f;
+                std::vector<uint16_t> gb = g16, pb16(n, 0xabcd);
+                std::vector<float> gf = g32;
+                ref.step(pr.data(), g32.data(), segs, a);
+                dsm::optim::Fused fb;
+                fb.grad16 = gb.data();
+                fb.param16 = pb16.data();
+                fb.dtype = DSM_BFLOAT16;
+                fb.zero_grads = true;
+                bf.step(pb.data(), nullptr, segs, a, {}, &fb);
+                dsm::optim::Fused ff;
+                ff.zero_grads = true;
+                f32.step(pf.data(), gf.data(), segs, a, {}, &ff);
+                if (!same_bits(pb, pr)) fail_msg("%s step %lld: bf16 p differs from the plain step", ctx.c_str(), (long long)step);
+                if (!same_bits(pf, pr)) fail_msg("%s step %lld: fp32 p differs from the plain step", ctx.c_str(), (long long)step);
+                for (int s = 0; s < 2; ++s)
+                    for (size_t i = 0; i < n; ++i)
+                        if (std::memcmp(bf.state(s) + i, ref.state(s) + i, 4) != 0 ||
+                            std::memcmp(f32.state(s) + i, ref.state(s) + i, 4) != 0)
+                            fail_msg("%s: state %d [%zu] differs", ctx.c_str(), s, i);
+                for (size_t i = 0; i < n; ++i) {
+                    const uint16_t want16 = covered[i] ? dsm::fp32_to_bf16(pr[i]) : 0xabcd;
+                    if (pb16[i] != want16) fail_msg("%s: p16[%zu] = %#x, expected %#x", ctx.c_str(), i, pb16[i], want16);
+                    const uint16_t wantg = covered[i] ? 0 : g16[i];
+                    if (gb[i] != wantg) fail_msg("%s: bf16 g[%zu] = %#x, expected %#x", ctx.c_str(), i, gb[i], wantg);
+                    const float wantf = covered[i] ? 0.0f : g32[i];
+                    if (std::memcmp(&gf[i], &wantf, 4) != 0) fail_msg("%s: fp32 g[%zu] not as expected", ctx.c_str(), i);
+                }
+            }
+            assert_true(std::isnan(pr[5]) && std::isnan(pr[33]));
+        }
+    }
+    dsm::optim::set_isa("auto");
+    dsm::optim::set_num_threads(0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_adam_l2),
@@ -750,6 +832,7 @@ int main(void) {
         cmocka_unit_test(test_isa_and_threads),
         cmocka_unit_test(test_piecewise),
         cmocka_unit_test(test_step_errors),
+        cmocka_unit_test(test_fused_host_step),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

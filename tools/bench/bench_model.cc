@@ -122,32 +122,13 @@ void update_chunk16(uint16_t *__restrict g, float *__restrict p, float *__restri
     }
 }
 
-struct Free {
-    void operator()(void *p) const noexcept { std::free(p); }
-};
-
 void *aligned(size_t bytes) {
     void *p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
     DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "the bound's arrays: ", bytes, " bytes");
     return p;
 }
 
-// The bound on the host: the step's two passes over n elements with
-// `threads` threads (chunks as the optimizer's). run(): seconds of one pass
-// pair, every rank of `comm` at once, the slowest rank's time. The steps and
-// the bound run in turn, so that a noisy neighbour hits both alike.
-class HostBound {
-public:
-    HostBound(size_t n, bool half, int threads);
-    double run(MPI_Comm comm);
-
-private:
-    size_t n_;
-    bool half_;
-    int threads_;
-    std::unique_ptr<void, Free> g_, p_, m_, v_, p16_;
-    float sink_ = 0;
-};
+} // namespace
 
 HostBound::HostBound(size_t n, bool half, int threads)
     : n_(n), half_(half), threads_(threads), g_(aligned(n * (half ? 2 : 4))), p_(aligned(n * 4)), m_(aligned(n * 4)),
@@ -197,6 +178,7 @@ double HostBound::run(MPI_Comm comm) {
     return t;
 }
 
+namespace {
 // The bound on a CUDA device: the same two passes as HostBound, as two
 // streaming kernels (optim/kernels_cuda.hpp, launch_bound) on arrays of the
 // rank's device; run(): seconds of one pass pair, every rank at once, the
@@ -428,7 +410,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     r.threads = threads;
     eng->close();
     r.bound = bound || dbound ? median_of(bounds) : -1.0;
-    r.bytes_per_element = esize == 2 ? 32.0 : 36.0;
+    r.bytes_per_element = HostBound::bytes_per_element(esize == 2);
     return r;
 }
 

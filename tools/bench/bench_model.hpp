@@ -1,9 +1,11 @@
-// dsm-bench zero --model (bench_model.cc): the engine's step on a real
-// model's parameter list, the bound on the bytes it moves, and PyTorch's
-// clip_grad_norm_ + AdamW on the same tensors.
+// dsm-bench zero --model and optimizer --model (bench_model.cc): the
+// engine's step on a real model's parameter list, the bound on the bytes it
+// moves, and PyTorch's clip_grad_norm_ + AdamW on the same tensors.
 #pragma once
 
 #include <cstddef>
+#include <cstdlib>
+#include <memory>
 #include <string>
 
 #include <mpi.h>
@@ -29,6 +31,32 @@ struct TorchModel {
     std::string version, what;
     int threads = 0;
     double step = -1, step_zero_grad = -1; // seconds per step; -1: not measured
+};
+
+// The bound on the host: the bytes a step with gradient clipping and AdamW
+// must move over n elements, moved by a streaming kernel with `threads`
+// threads (work items as the optimizer's): a pass that reads the gradient
+// (the norm), then one that reads gradient, fp32 master and both moments and
+// writes master and moments back, zeroes the gradient and (half) writes the
+// 16-bit parameter. 36 bytes per element with fp32 gradients, 32 with 16-bit
+// ones. run(): seconds of the two passes, every rank of `comm` at once, the
+// slowest rank's time (run in turn with the measured step, so that a noisy
+// neighbour hits both alike).
+class HostBound {
+public:
+    HostBound(size_t n, bool half, int threads);
+    double run(MPI_Comm comm);
+    static double bytes_per_element(bool half) { return half ? 32.0 : 36.0; }
+
+private:
+    struct Free {
+        void operator()(void *p) const noexcept { std::free(p); }
+    };
+    size_t n_;
+    bool half_;
+    int threads_;
+    std::unique_ptr<void, Free> g_, p_, m_, v_, p16_;
+    float sink_ = 0;
 };
 
 // Collective over `world`.
