@@ -20,34 +20,22 @@
 // an agreement and messages across the nodes), step 2 over the group's
 // backend (MPI between the nodes); the packing quantizes and the unpacking
 // dequantizes and adds (no separate copy; the first block a sum receives is
-// added onto this member's own values in the same pass). A step whose every block is empty on every member (one node; one
-// member per node) is skipped on every member alike.
+// added onto this member's own values in the same pass). A step whose every
+// block is empty on every member (one node; one member per node) is skipped
+// on every member alike. Who collects for whom, what each member packs for
+// each peer and the bytes are plan_qgz()'s (qgz_plan.hpp), the plan that the
+// device reduction (qgz_device.hpp) runs on too.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "comm/backend.hpp"
+#include "comm/qgz_plan.hpp" // QgzTopology, plan_qgz, QuantBytes
 
 namespace dsm {
 namespace comm {
-
-// Bytes one member sent in quantized exchanges, inside its node and to other
-// nodes, as sent and as the same exchange would have sent at full precision
-// (the communication dtype's size per value).
-struct QuantBytes {
-    uint64_t sent_on = 0, sent_off = 0;
-    uint64_t full_on = 0, full_off = 0;
-    QuantBytes &operator+=(const QuantBytes &o) noexcept {
-        sent_on += o.sent_on;
-        sent_off += o.sent_off;
-        full_on += o.full_on;
-        full_off += o.full_off;
-        return *this;
-    }
-};
 
 class QuantizedReduce {
 public:
@@ -63,17 +51,12 @@ public:
     void reduce_scatter(const void *send, const std::vector<size_t> &counts, dsm_dtype_t dtype, float *out,
                         QuantBytes *bytes);
 
-    bool spans_nodes() const noexcept { return nodes_count_ > 1; }
+    bool spans_nodes() const noexcept { return topo_.nodes() > 1; }
 
 private:
-    int collector(int node, int owner) const; // the member of `node` that collects for `owner`
-
     Backend *group_;
-    std::vector<int> nodes_;
-    std::vector<std::vector<int>> members_; // per node index: its members, ascending
-    std::vector<int> node_index_, local_;   // per member: its node's index, its index there
-    int nodes_count_ = 0;
-    bool all_single_ = true; // every node holds one member
+    std::vector<int> nodes_; // the node colors (step 1's backend splits by them)
+    QgzTopology topo_;       // who collects for whom (plan_qgz)
     size_t block_;
     int bits_;
     std::vector<float> acc_; // the node's sums of the owners this member collects for

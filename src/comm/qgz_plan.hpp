@@ -1,19 +1,34 @@
 // The plan of ZeRO++ qgZ's hierarchical reduce-scatter (qgz.hpp), pure: who
 // collects for whom, what each member packs for each peer at each step, the
 // bytes it sends and receives, and what it counts as sent on and off the
-// node. No communication and no memory of a space: the device reduction
-// (qgz_device.hpp) runs on it, and test_qgz_plan checks it on the CPU (each
-// member's contribution reaches its owner once, what one member sends is
-// what its peer expects), for any layout of nodes.
+// node. No communication and no memory of a space: both reductions, the
+// host's (qgz.hpp) and the device's (qgz_device.hpp), run on it, and
+// test_quantize_device checks it on the CPU (each member's contribution
+// reaches its owner once, what one member sends is what its peer expects),
+// for any layout of nodes.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
-
-#include "comm/qgz.hpp" // QuantBytes
 
 namespace dsm {
 namespace comm {
+
+// Bytes one member sent in quantized exchanges, inside its node and to other
+// nodes, as sent and as the same exchange would have sent at full precision
+// (the communication dtype's size per value).
+struct QuantBytes {
+    uint64_t sent_on = 0, sent_off = 0;
+    uint64_t full_on = 0, full_off = 0;
+    QuantBytes &operator+=(const QuantBytes &o) noexcept {
+        sent_on += o.sent_on;
+        sent_off += o.sent_off;
+        full_on += o.full_on;
+        full_off += o.full_off;
+        return *this;
+    }
+};
 
 class QgzTopology {
 public:
@@ -49,7 +64,7 @@ struct QgzPlan {
     // Step 2, between nodes: the node's sum of each collected owner to its
     // owner (one owner per peer), and what `me` receives from each node's collector.
     std::vector<size_t> send2, recv2;
-    QuantBytes bytes; // what this member sends, as qgz.hpp counts it
+    QuantBytes bytes; // what this member sends (full_*: at `esize` bytes per value)
 };
 
 QgzPlan plan_qgz(const QgzTopology &topo, int me, const std::vector<size_t> &counts, size_t esize, int bits,

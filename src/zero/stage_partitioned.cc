@@ -208,6 +208,14 @@ private:
     void gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
     // The same on a device space: its kernels on its queue (qkernels_).
     void gather_quantized_space(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst);
+    // What the two have in common: the plan of pieces and the bytes of each
+    // part, this rank's pieces packed by `quantize(from, count, to)`, and the
+    // bytes counted once the gather is done.
+    struct QwzGather;
+    QwzGather plan_quantized(const std::vector<int> &list, const Source &src) const;
+    template <class Quantize>
+    void pack_quantized(const QwzGather &g, const Source &src, char *w, Quantize quantize) const;
+    void count_quantized(const QwzGather &g, const Source &src);
     // hpZ: a gather from the secondary partitions as one single-copy
     // alltoall_direct; false (on every member, nothing moved) where the
     // group's backend cannot.
@@ -588,6 +596,52 @@ bool Partitioned::gather_direct(const std::vector<int> &list, const Source &src,
 // the secondary partition) reads it from the cache.
 constexpr size_t kHotBytes = size_t(128) << 10;
 
+// qwZ's gather as the host and a space run it alike: its plan of pieces
+// and the bytes of each part.
+struct Partitioned::QwzGather {
+    size_t block;
+    int bits;
+    GatherPlan plan;
+    std::vector<size_t> bytes, full; // per part: its pieces quantized, and at full precision
+    size_t total = 0;                // sum of bytes
+    size_t packed(size_t count) const { return comm::quant::packed_bytes(count, bits, block); }
+};
+
+Partitioned::QwzGather Partitioned::plan_quantized(const std::vector<int> &list, const Source &src) const {
+    QwzGather g{s_.qwz_block, comm::quant::kWeightBits, plan_gather(*src.layout, list), {}, {}, 0};
+    const size_t n = static_cast<size_t>(src.group->size());
+    g.bytes.assign(n, 0);
+    g.full.assign(n, 0);
+    for (const auto &jp : g.plan.pieces) {
+        g.bytes[static_cast<size_t>(jp.second.part)] += g.packed(jp.second.count);
+        g.full[static_cast<size_t>(jp.second.part)] += jp.second.count * esize_;
+    }
+    for (size_t b : g.bytes) g.total += b;
+    return g;
+}
+
+// This rank's pieces, in the plan's order, each quantized on its own into `w`.
+template <class Quantize>
+void Partitioned::pack_quantized(const QwzGather &g, const Source &src, char *w, Quantize quantize) const {
+    for (const auto &jp : g.plan.pieces)
+        if (jp.second.part == src.part) {
+            quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, jp.second.count, w);
+            w += g.packed(jp.second.count);
+        }
+}
+
+// This rank's block goes to every other rank of the group.
+void Partitioned::count_quantized(const QwzGather &g, const Source &src) {
+    const int n = src.group->size(), me = src.group->rank();
+    const size_t mine = g.bytes[static_cast<size_t>(src.part)], mine_full = g.full[static_cast<size_t>(src.part)];
+    for (int p = 0; p < n; ++p) {
+        if (p == me) continue;
+        const bool on = nodes_.size() == static_cast<size_t>(n) && nodes_[static_cast<size_t>(p)] == nodes_[static_cast<size_t>(me)];
+        (on ? qwz_bytes_.sent_on : qwz_bytes_.sent_off) += mine;
+        (on ? qwz_bytes_.full_on : qwz_bytes_.full_off) += mine_full;
+    }
+}
+
 // qwZ: the allgatherv of gather_from() with each piece quantized into its
 // owner's block of bytes in place of the pack's copy, and dequantized into
 // its parameter in place of the unpack's copy. Each piece is quantized on
@@ -596,28 +650,15 @@ constexpr size_t kHotBytes = size_t(128) << 10;
 void Partitioned::gather_quantized(const std::vector<int> &list, const Source &src, const std::vector<char *> &dst) {
     if (qkernels_) return gather_quantized_space(list, src, dst);
     namespace q = comm::quant;
-    const size_t block = s_.qwz_block;
-    const int bits = q::kWeightBits;
-    const GatherPlan plan = plan_gather(*src.layout, list);
-    const int n = src.group->size();
-    std::vector<size_t> bytes(static_cast<size_t>(n), 0), full(static_cast<size_t>(n), 0);
-    for (const auto &jp : plan.pieces) {
-        bytes[static_cast<size_t>(jp.second.part)] += q::packed_bytes(jp.second.count, bits, block);
-        full[static_cast<size_t>(jp.second.part)] += jp.second.count * esize_;
-    }
-    size_t total = 0;
-    for (size_t b : bytes) total += b;
+    const QwzGather g = plan_quantized(list, src);
+    const size_t block = g.block;
+    const int bits = g.bits;
     // From the pool: buffers of the same sizes every step, not fresh pages
     // to fault in.
-    Buffer send = pool_.take(bytes[static_cast<size_t>(src.part)] + 64, false), recv = pool_.take(total + 64, false);
-    char *w = static_cast<char *>(send.data());
-    for (const auto &jp : plan.pieces)
-        if (jp.second.part == src.part) {
-            q::quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count, bits, block,
-                        w);
-            w += q::packed_bytes(jp.second.count, bits, block);
-        }
-    src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
+    Buffer send = pool_.take(g.bytes[static_cast<size_t>(src.part)] + 64, false), recv = pool_.take(g.total + 64, false);
+    pack_quantized(g, src, static_cast<char *>(send.data()),
+                   [&](const char *from, size_t count, char *to) { q::quantize(from, s_.dtype, count, bits, block, to); });
+    src.group->allgatherv(send.data(), recv.data(), g.bytes, DSM_UINT8, queue());
     // hpZ: this rank's slices of the secondary partition, as [begin, end) in
     // each parameter and where they go, copied out of each part of the
     // parameter right after it is dequantized, while it is in the cache
@@ -638,7 +679,7 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
     }
     const size_t part = std::max(block, kHotBytes / esize_ / block * block); // values per cache-sized part
     const char *r = static_cast<const char *>(recv.data());
-    for (const auto &jp : plan.pieces) {
+    for (const auto &jp : g.plan.pieces) {
         const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
         const size_t count = jp.second.count, at = jp.second.param_offset;
         for (size_t a = 0; a < count; a += part) {
@@ -651,19 +692,11 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
                                  dst[k] + b * esize_, (e - b) * esize_);
             }
         }
-        r += q::packed_bytes(count, bits, block);
+        r += g.packed(count);
     }
     pool_.give(std::move(send));
     pool_.give(std::move(recv));
-    // This rank's block goes to every other rank of the group.
-    const int me = src.group->rank();
-    const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];
-    for (int p = 0; p < n; ++p) {
-        if (p == me) continue;
-        const bool on = nodes_.size() == static_cast<size_t>(n) && nodes_[static_cast<size_t>(p)] == nodes_[static_cast<size_t>(me)];
-        (on ? qwz_bytes_.sent_on : qwz_bytes_.sent_off) += mine;
-        (on ? qwz_bytes_.full_on : qwz_bytes_.full_off) += mine_full;
-    }
+    count_quantized(g, src);
 }
 
 // overlap_comm, ZeRO-3: gather now the parameters of the recorded trace
@@ -942,44 +975,22 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
 // The same plan, pieces and bytes as the host's.
 void Partitioned::gather_quantized_space(const std::vector<int> &list, const Source &src,
                                          const std::vector<char *> &dst) {
-    namespace q = comm::quant;
-    const size_t block = s_.qwz_block;
-    const int bits = q::kWeightBits;
-    const GatherPlan plan = plan_gather(*src.layout, list);
-    const int n = src.group->size();
-    std::vector<size_t> bytes(static_cast<size_t>(n), 0), full(static_cast<size_t>(n), 0);
-    for (const auto &jp : plan.pieces) {
-        bytes[static_cast<size_t>(jp.second.part)] += q::packed_bytes(jp.second.count, bits, block);
-        full[static_cast<size_t>(jp.second.part)] += jp.second.count * esize_;
-    }
-    size_t total = 0;
-    for (size_t b : bytes) total += b;
-    Buffer send(*space_, bytes[static_cast<size_t>(src.part)] + 64, false), recv(*space_, total + 64, false);
-    char *w = static_cast<char *>(send.data());
-    for (const auto &jp : plan.pieces)
-        if (jp.second.part == src.part) {
-            qkernels_->quantize(src.base + (jp.second.flat_offset - src.begin) * esize_, s_.dtype, jp.second.count,
-                                bits, block, w);
-            w += q::packed_bytes(jp.second.count, bits, block);
-        }
-    src.group->allgatherv(send.data(), recv.data(), bytes, DSM_UINT8, queue());
+    const QwzGather g = plan_quantized(list, src);
+    Buffer send(*space_, g.bytes[static_cast<size_t>(src.part)] + 64, false), recv(*space_, g.total + 64, false);
+    pack_quantized(g, src, static_cast<char *>(send.data()), [&](const char *from, size_t count, char *to) {
+        qkernels_->quantize(from, s_.dtype, count, g.bits, g.block, to);
+    });
+    src.group->allgatherv(send.data(), recv.data(), g.bytes, DSM_UINT8, queue());
     const char *r = static_cast<const char *>(recv.data());
-    for (const auto &jp : plan.pieces) {
+    for (const auto &jp : g.plan.pieces) {
         const size_t k = static_cast<size_t>(std::find(list.begin(), list.end(), jp.first) - list.begin());
-        qkernels_->dequantize(r, jp.second.count, bits, block, dst[k] + jp.second.param_offset * esize_, s_.dtype,
+        qkernels_->dequantize(r, jp.second.count, g.bits, g.block, dst[k] + jp.second.param_offset * esize_, s_.dtype,
                               false);
-        r += q::packed_bytes(jp.second.count, bits, block);
+        r += g.packed(jp.second.count);
     }
     if (src.keep)
         for (size_t k = 0; k < list.size(); ++k) keep_secondary(list[k], dst[k]);
-    const int me = src.group->rank();
-    const size_t mine = bytes[static_cast<size_t>(src.part)], mine_full = full[static_cast<size_t>(src.part)];
-    for (int p = 0; p < n; ++p) {
-        if (p == me) continue;
-        const bool on = nodes_.size() == static_cast<size_t>(n) && nodes_[static_cast<size_t>(p)] == nodes_[static_cast<size_t>(me)];
-        (on ? qwz_bytes_.sent_on : qwz_bytes_.sent_off) += mine;
-        (on ? qwz_bytes_.full_on : qwz_bytes_.full_off) += mine_full;
-    }
+    count_quantized(g, src);
 }
 
 } // namespace
