@@ -74,10 +74,8 @@ void SpaceQuantizedReduce::reduce_scatter(const void *send, const std::vector<si
         group_->alltoall_packed(
             p.send2, p.recv2,
             [&](int peer, void *buf) {
-                for (size_t k = 0; k < p.collected.size(); ++k)
-                    if (p.collected[k] == peer)
-                        kernels_->quantize(sum_of(k), DSM_FLOAT32, counts[static_cast<size_t>(peer)], bits_, block_,
-                                           buf);
+                kernels_->quantize(sum_of(p.slot(peer)), DSM_FLOAT32, counts[static_cast<size_t>(peer)], bits_, block_,
+                                   buf);
                 kernels_->settle();
             },
             [&](int, const void *buf) {

@@ -1,6 +1,7 @@
 // The plan of qgZ's hierarchical reduce-scatter (qgz_plan.hpp).
 #include "comm/qgz_plan.hpp"
 
+#include <algorithm>
 #include <map>
 
 #include "comm/quantize.hpp"
@@ -28,6 +29,12 @@ QgzTopology::QgzTopology(const std::vector<int> &nodes) {
 int QgzTopology::collector(int node, int owner) const {
     const std::vector<int> &m = members_[static_cast<size_t>(node)];
     return m[static_cast<size_t>(local_[static_cast<size_t>(owner)]) % m.size()];
+}
+
+size_t QgzPlan::slot(int o) const {
+    const auto it = std::lower_bound(collected.begin(), collected.end(), o);
+    DSM_REQUIRE(it != collected.end() && *it == o, DSM_ERR_INTERNAL, "qgZ: owner ", o, " is not collected here");
+    return static_cast<size_t>(it - collected.begin());
 }
 
 QgzPlan plan_qgz(const QgzTopology &topo, int me, const std::vector<size_t> &counts, size_t esize, int bits,

@@ -65,6 +65,9 @@ struct QgzPlan {
     // owner (one owner per peer), and what `me` receives from each node's collector.
     std::vector<size_t> send2, recv2;
     QuantBytes bytes; // what this member sends (full_*: at `esize` bytes per value)
+    // The index in `collected` of owner o (step 2 sends peer o that sum);
+    // DSM_ERR_INTERNAL where `me` does not collect for o.
+    size_t slot(int o) const;
 };
 
 QgzPlan plan_qgz(const QgzTopology &topo, int me, const std::vector<size_t> &counts, size_t esize, int bits,

@@ -76,6 +76,10 @@ void check_layout(const std::vector<int> &nodes, const std::vector<size_t> &coun
             if (same && q != m && p.send2[static_cast<size_t>(q)] != 0)
                 fail_msg("%s: step 2 sends from member %d to %d on its own node", what, m, q);
         }
+        for (size_t k = 0; k < p.collected.size(); ++k)
+            if (p.slot(p.collected[k]) != k)
+                fail_msg("%s: member %d finds owner %d at %zu, not %zu", what, m, p.collected[k],
+                         p.slot(p.collected[k]), k);
         if (p.off[N] != [&] { size_t s = 0; for (size_t c : counts) s += c; return s; }())
             fail_msg("%s: offsets end at %zu", what, p.off[N]);
     }
@@ -161,6 +165,7 @@ static void test_plan_bytes(void **) {
                     {"3 counts for a group of 2"}, __LINE__);
     expect_error_at([&] { plan_qgz(QgzTopology({0, 1}), 2, {1, 2}, 4, 8, 16); }, DSM_ERR_INVALID_ARGUMENT,
                     {"member 2 of a group of 2"}, __LINE__);
+    expect_error_at([&] { (void)one.slot(0); }, DSM_ERR_INTERNAL, {"owner 0 is not collected here"}, __LINE__);
 }
 
 // The host's and the simulated device's kernels give quantize.hpp's bits.
