@@ -111,7 +111,8 @@ void QuantizedReduce::reduce_scatter(const void *send, const std::vector<size_t>
         group_->alltoall_packed(
             p.send2, p.recv2,
             [&](int peer, void *buf) {
-                quant::quantize(sum_of(p.slot(peer)), DSM_FLOAT32, counts[static_cast<size_t>(peer)], bits_, block_, buf);
+                quant::quantize(sum_of(p.slot(peer)), DSM_FLOAT32, counts[static_cast<size_t>(peer)], bits_, block_,
+                                buf);
             },
             [&](int, const void *buf) {
                 quant::dequantize(buf, counts[static_cast<size_t>(me)], bits_, block_, out, DSM_FLOAT32, true);

@@ -655,9 +655,11 @@ void Partitioned::gather_quantized(const std::vector<int> &list, const Source &s
     const int bits = g.bits;
     // From the pool: buffers of the same sizes every step, not fresh pages
     // to fault in.
-    Buffer send = pool_.take(g.bytes[static_cast<size_t>(src.part)] + 64, false), recv = pool_.take(g.total + 64, false);
-    pack_quantized(g, src, static_cast<char *>(send.data()),
-                   [&](const char *from, size_t count, char *to) { q::quantize(from, s_.dtype, count, bits, block, to); });
+    Buffer send = pool_.take(g.bytes[static_cast<size_t>(src.part)] + 64, false);
+    Buffer recv = pool_.take(g.total + 64, false);
+    pack_quantized(g, src, static_cast<char *>(send.data()), [&](const char *from, size_t count, char *to) {
+        q::quantize(from, s_.dtype, count, bits, block, to);
+    });
     src.group->allgatherv(send.data(), recv.data(), g.bytes, DSM_UINT8, queue());
     // hpZ: this rank's slices of the secondary partition, as [begin, end) in
     // each parameter and where they go, copied out of each part of the
