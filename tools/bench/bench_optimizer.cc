@@ -179,6 +179,19 @@ std::vector<std::string> available_isas() {
     return out;
 }
 
+// --threads and --isa given to the optimizer: 0, else the exit status after
+// the message (2 for a bad value, 1 for an instruction set this CPU lacks).
+int set_threads_isa(const Options &o) {
+    try {
+        optim::set_num_threads(o.threads);
+        optim::set_isa(o.isa);
+    } catch (const Error &e) {
+        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
+        return e.status() == DSM_ERR_INVALID_ARGUMENT ? 2 : 1;
+    }
+    return 0;
+}
+
 // torch.optim.Adam on n parameters, default and foreach, best of iters
 // steps after one untimed step; one JSON line on stdout.
 const char *kTorchScript = R"PY(
@@ -514,15 +527,7 @@ int run_optimizer(int argc, char **argv) {
     h.choice("device", {"cpu", "cuda"}, [&](const std::string &v) { o.device = v; });
     h.choice("dtype", {"fp32", "fp16", "bf16"}, [&](const std::string &v) { o.dtype = v; });
     ModelList list;
-    h.text("model", [&](const char *v) {
-        try {
-            list = model_list(v);
-        } catch (const Error &e) {
-            return h.refuse("%s", e.message().c_str());
-        }
-        o.model = v;
-        return true;
-    });
+    model_option(h, list, o.model);
     const int rc = h.parse(argc, argv);
     if (rc != 0) return rc == 1 ? 0 : 2;
     if (o.model.empty() && o.dtype != "fp32") {
@@ -560,14 +565,7 @@ int run_optimizer(int argc, char **argv) {
 namespace {
 
 int run_cpu(const Harness &h, const Options &o) {
-
-    try {
-        optim::set_num_threads(o.threads);
-        optim::set_isa(o.isa);
-    } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
-        return e.status() == DSM_ERR_INVALID_ARGUMENT ? 2 : 1;
-    }
+    if (const int rc = set_threads_isa(o)) return rc;
     const std::string selected = optim::active_isa();
     const int threads = optim::num_threads();
     const size_t n = static_cast<size_t>(o.params);
@@ -841,13 +839,7 @@ int run_model(const Harness &h, const Options &o, const ModelList &list) {
             return 0;
         }
     } else {
-        try {
-            optim::set_num_threads(o.threads);
-            optim::set_isa(o.isa);
-        } catch (const Error &e) {
-            std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
-            return e.status() == DSM_ERR_INVALID_ARGUMENT ? 2 : 1;
-        }
+        if (const int rc = set_threads_isa(o)) return rc;
         threads = optim::num_threads();
 #ifdef _OPENMP
         omp_set_num_threads(threads); // the norm's loops

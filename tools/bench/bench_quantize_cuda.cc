@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "harness.hpp"
+#include "bench_quantize.hpp"
 #include "comm/quantize.hpp"
 #include "core/error.hpp"
 
@@ -86,12 +86,6 @@ struct Run {
     }
 };
 
-struct Row {
-    std::string op;
-    int bits;
-    size_t block;
-    double seconds, bound_seconds, bytes;
-};
 #endif
 
 } // namespace
@@ -105,14 +99,7 @@ int run_quantize_cuda(int argc, char **argv) {
     h.integer("block", 16, static_cast<long long>(comm::quant::kMaxBlock), [&](long long x) { o.block = x; });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
-    if (o.block) {
-        try {
-            comm::quant::check_block(static_cast<size_t>(o.block), "--block");
-        } catch (const Error &e) {
-            std::fprintf(stderr, "dsm-bench quantize: %s\n", e.what());
-            return 2;
-        }
-    }
+    if (const int rc = check_block_option(o.block)) return rc;
 #if !DSM_BENCH_QCUDA
     return skipped(h, "libdsm was built without the CUDA kernels");
 #else
@@ -138,21 +125,15 @@ int run_quantize_cuda(int argc, char **argv) {
         check(cudaMemset(cs, 0, copy_max), "cudaMemset");
         check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
         const cudaEvent_t c0 = run.event(), c1 = run.event(), k0 = run.event(), k1 = run.event();
-        std::vector<Row> rows;
+        std::vector<QuantRow> rows;
         for (int bits : {8, 4}) {
-            const size_t block = o.block ? static_cast<size_t>(o.block)
-                                         : (bits == 8 ? comm::quant::kWeightBlock : comm::quant::kGradientBlock);
+            const size_t block = block_of(o.block, bits);
             const double qb = static_cast<double>(comm::quant::packed_bytes(n, bits, block));
-            struct Op {
-                const char *name;
-                double bytes;
-                int which;
-            };
-            const Op ops[3] = {{"quantize", 4.0 * n + qb, 0}, {"dequantize", qb + 4.0 * n, 1},
-                               {"accumulate", qb + 8.0 * n, 2}};
+            const std::array<QuantOp, 3> ops = quant_ops(n, qb);
             check(static_cast<cudaError_t>(comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream)),
                   "quantize kernel");
-            for (const Op &op : ops) {
+            for (int which = 0; which < 3; ++which) {
+                const QuantOp &op = ops[which];
                 std::vector<double> ks, bs;
                 const size_t copy = static_cast<size_t>(op.bytes / 2);
                 for (int it = 0; it <= o.iters; ++it) {
@@ -161,8 +142,8 @@ int run_quantize_cuda(int argc, char **argv) {
                     check(cudaEventRecord(c1, run.stream), "cudaEventRecord");
                     check(cudaEventRecord(k0, run.stream), "cudaEventRecord");
                     int e = 0;
-                    if (op.which == 0) e = comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream);
-                    else e = comm::quant::cuda::launch_dequantize(q, n, bits, block, y, op.which == 2, run.stream);
+                    if (which == 0) e = comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream);
+                    else e = comm::quant::cuda::launch_dequantize(q, n, bits, block, y, which == 2, run.stream);
                     check(static_cast<cudaError_t>(e), op.name);
                     check(cudaEventRecord(k1, run.stream), "cudaEventRecord");
                     check(cudaEventSynchronize(k1), "cudaEventSynchronize");
@@ -174,19 +155,12 @@ int run_quantize_cuda(int argc, char **argv) {
                         ks.push_back(kms * 1e-3);
                     }
                 }
-                rows.push_back(Row{op.name, bits, block, median(ks), median(bs), op.bytes});
+                rows.push_back(QuantRow{op.name, "", bits, block, median(ks), median(bs), op.bytes});
             }
         }
         if (h.json()) {
             Json out = Json::array();
-            for (const Row &r : rows)
-                out.push_back({{"op", r.op},
-                               {"bits", r.bits},
-                               {"block", r.block},
-                               {"seconds", r.seconds},
-                               {"gbs", r.bytes / r.seconds / 1e9},
-                               {"bound_seconds", r.bound_seconds},
-                               {"fraction_of_bound", r.bound_seconds / r.seconds}});
+            for (const QuantRow &r : rows) out.push_back(row_json(r));
             h.print(h.result({{"device", "cuda"}, {"gpu", prop.name}, {"values", static_cast<long long>(n)},
                               {"results", out}}));
             return 0;
@@ -194,7 +168,7 @@ int run_quantize_cuda(int argc, char **argv) {
         std::printf("dsm-bench quantize --device cuda: %s, %zu fp32 values, median of %d runs (CUDA events)\n",
                     prop.name, n, o.iters);
         std::printf("%-11s %4s %6s %10s %9s %10s %9s\n", "op", "bits", "block", "ms", "GB/s", "copy ms", "of bound");
-        for (const Row &r : rows)
+        for (const QuantRow &r : rows)
             std::printf("%-11s %4d %6zu %10.3f %9.1f %10.3f %9.2f\n", r.op.c_str(), r.bits, r.block, r.seconds * 1e3,
                         r.bytes / r.seconds / 1e9, r.bound_seconds * 1e3, r.bound_seconds / r.seconds);
         std::printf("bound: a device-to-device cudaMemcpyAsync of half the kernel's bytes (it reads and writes\n"

@@ -364,15 +364,7 @@ int run_zero(int argc, char **argv) {
     h.integer("hpz", 1, INT_MAX, [&](long long x) { o.hpz = static_cast<int>(x); });
     h.integer("reuse-distance", 0, kMaxParams, [&](long long x) { o.reuse = x; });
     ModelList list;
-    h.text("model", [&](const char *v) {
-        try {
-            list = model_list(v);
-        } catch (const Error &e) {
-            return h.refuse("%s", e.message().c_str());
-        }
-        o.model = v;
-        return true;
-    });
+    model_option(h, list, o.model);
     h.flag("qwz", [&] { o.qwz = true; });
     h.flag("qgz", [&] { o.qgz = true; });
     h.flag("zeropp", [&] { o.zeropp = true; });
