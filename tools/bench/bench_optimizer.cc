@@ -53,6 +53,7 @@
 #define DSM_BENCH_CUDA 1
 #include <cuda_runtime_api.h>
 
+#include "cuda_run.hpp"
 #include "optim/kernels_cuda.hpp"
 #endif
 #endif
@@ -324,38 +325,6 @@ int cuda_skipped(const Harness &h, const Options &o, const std::string &why) {
 }
 
 #if DSM_BENCH_CUDA
-
-
-void cuda_check(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) DSM_FAIL(DSM_ERR_CUDA, what, ": ", cudaGetErrorString(e));
-}
-
-// The CUDA resources of one measurement, released however it ends.
-struct CudaRun {
-    std::vector<void *> buffers;
-    std::vector<cudaEvent_t> events;
-    cudaStream_t stream = nullptr;
-    CudaRun() { cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
-    ~CudaRun() {
-        for (void *b : buffers) cudaFree(b);
-        for (cudaEvent_t e : events) cudaEventDestroy(e);
-        cudaStreamDestroy(stream);
-    }
-    CudaRun(const CudaRun &) = delete;
-    CudaRun &operator=(const CudaRun &) = delete;
-    void *alloc(size_t bytes) {
-        void *p = nullptr;
-        cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
-        buffers.push_back(p);
-        return p;
-    }
-    cudaEvent_t event() {
-        cudaEvent_t e = nullptr;
-        cuda_check(cudaEventCreate(&e), "cudaEventCreate");
-        events.push_back(e);
-        return e;
-    }
-};
 
 // The constants optim::adam_update uses for one step (optimizer.cc's
 // adam_k(), which is not exported), with decay on.

@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/quantize_cuda.hpp"
+#include "cuda_run.hpp"
 #else
 #define DSM_BENCH_QCUDA 0
 #endif
@@ -55,39 +56,6 @@ int skipped(const Harness &h, const std::string &why) {
     return 0;
 }
 
-#if DSM_BENCH_QCUDA
-void check(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) DSM_FAIL(DSM_ERR_CUDA, what, ": ", cudaGetErrorString(e));
-}
-
-struct Run {
-    std::vector<void *> buffers;
-    std::vector<cudaEvent_t> events;
-    cudaStream_t stream = nullptr;
-    Run() { check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
-    ~Run() {
-        for (void *b : buffers) cudaFree(b);
-        for (cudaEvent_t e : events) cudaEventDestroy(e);
-        cudaStreamDestroy(stream);
-    }
-    Run(const Run &) = delete;
-    Run &operator=(const Run &) = delete;
-    void *alloc(size_t bytes) {
-        void *p = nullptr;
-        check(cudaMalloc(&p, bytes), "cudaMalloc");
-        buffers.push_back(p);
-        return p;
-    }
-    cudaEvent_t event() {
-        cudaEvent_t e = nullptr;
-        check(cudaEventCreate(&e), "cudaEventCreate");
-        events.push_back(e);
-        return e;
-    }
-};
-
-#endif
-
 } // namespace
 
 int run_quantize_cuda(int argc, char **argv) {
@@ -109,47 +77,47 @@ int run_quantize_cuda(int argc, char **argv) {
     if (count == 0) return skipped(h, "cudaGetDeviceCount found none");
     if (h.rank() != 0) return 0;
     return h.guard([&] {
-        check(cudaSetDevice(0), "cudaSetDevice");
+        cuda_check(cudaSetDevice(0), "cudaSetDevice");
         cudaDeviceProp prop{};
-        check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+        cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
         const size_t n = static_cast<size_t>(o.values);
-        Run run;
+        CudaRun run;
         float *x = static_cast<float *>(run.alloc(n * 4)), *y = static_cast<float *>(run.alloc(n * 4));
         void *q = run.alloc(comm::quant::packed_bytes(n, 8, 16) + 64);
         const size_t copy_max = (n * 12 + comm::quant::packed_bytes(n, 8, 16)) / 2 + 64;
         void *cs = run.alloc(copy_max), *cd = run.alloc(copy_max);
         std::vector<float> host(n);
         for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-        check(cudaMemcpy(x, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-        check(cudaMemset(y, 0, n * 4), "cudaMemset");
-        check(cudaMemset(cs, 0, copy_max), "cudaMemset");
-        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        cuda_check(cudaMemcpy(x, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+        cuda_check(cudaMemset(y, 0, n * 4), "cudaMemset");
+        cuda_check(cudaMemset(cs, 0, copy_max), "cudaMemset");
+        cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
         const cudaEvent_t c0 = run.event(), c1 = run.event(), k0 = run.event(), k1 = run.event();
         std::vector<QuantRow> rows;
         for (int bits : {8, 4}) {
             const size_t block = block_of(o.block, bits);
             const double qb = static_cast<double>(comm::quant::packed_bytes(n, bits, block));
             const std::array<QuantOp, 3> ops = quant_ops(n, qb);
-            check(static_cast<cudaError_t>(comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream)),
+            cuda_check(static_cast<cudaError_t>(comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream)),
                   "quantize kernel");
             for (int which = 0; which < 3; ++which) {
                 const QuantOp &op = ops[which];
                 std::vector<double> ks, bs;
                 const size_t copy = static_cast<size_t>(op.bytes / 2);
                 for (int it = 0; it <= o.iters; ++it) {
-                    check(cudaEventRecord(c0, run.stream), "cudaEventRecord");
-                    check(cudaMemcpyAsync(cd, cs, copy, cudaMemcpyDeviceToDevice, run.stream), "cudaMemcpyAsync");
-                    check(cudaEventRecord(c1, run.stream), "cudaEventRecord");
-                    check(cudaEventRecord(k0, run.stream), "cudaEventRecord");
+                    cuda_check(cudaEventRecord(c0, run.stream), "cudaEventRecord");
+                    cuda_check(cudaMemcpyAsync(cd, cs, copy, cudaMemcpyDeviceToDevice, run.stream), "cudaMemcpyAsync");
+                    cuda_check(cudaEventRecord(c1, run.stream), "cudaEventRecord");
+                    cuda_check(cudaEventRecord(k0, run.stream), "cudaEventRecord");
                     int e = 0;
                     if (which == 0) e = comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream);
                     else e = comm::quant::cuda::launch_dequantize(q, n, bits, block, y, which == 2, run.stream);
-                    check(static_cast<cudaError_t>(e), op.name);
-                    check(cudaEventRecord(k1, run.stream), "cudaEventRecord");
-                    check(cudaEventSynchronize(k1), "cudaEventSynchronize");
+                    cuda_check(static_cast<cudaError_t>(e), op.name);
+                    cuda_check(cudaEventRecord(k1, run.stream), "cudaEventRecord");
+                    cuda_check(cudaEventSynchronize(k1), "cudaEventSynchronize");
                     float cms = 0, kms = 0;
-                    check(cudaEventElapsedTime(&cms, c0, c1), "cudaEventElapsedTime");
-                    check(cudaEventElapsedTime(&kms, k0, k1), "cudaEventElapsedTime");
+                    cuda_check(cudaEventElapsedTime(&cms, c0, c1), "cudaEventElapsedTime");
+                    cuda_check(cudaEventElapsedTime(&kms, k0, k1), "cudaEventElapsedTime");
                     if (it > 0) {
                         bs.push_back(cms * 1e-3);
                         ks.push_back(kms * 1e-3);
