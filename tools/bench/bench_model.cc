@@ -333,6 +333,15 @@ void torch_model(const ModelList &list, int threads, int steps, const std::strin
 
 // ---------------------------------------------------------------- the engine
 
+Json torch_json(const TorchModel &t) {
+    if (!(t.step > 0)) return nullptr;
+    return {{"version", t.version},
+            {"what", t.what},
+            {"threads", t.threads},
+            {"step_seconds", t.step},
+            {"step_zero_grad_seconds", t.step_zero_grad}};
+}
+
 void model_option(Harness &h, ModelList &list, std::string &name) {
     h.text("model", [&h, &list, &name](const char *v) {
         try {

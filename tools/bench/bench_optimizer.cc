@@ -821,13 +821,7 @@ int run_model(const Harness &h, const Options &o, const ModelList &list) {
     auto ratio = [](double a, double b) { return a > 0 && b > 0 ? Json(a / b) : Json(nullptr); };
     const long long params = static_cast<long long>(list.numel());
     if (h.json()) {
-        Json t = nullptr;
-        if (torch.step > 0)
-            t = {{"version", torch.version},
-                 {"what", torch.what},
-                 {"threads", torch.threads},
-                 {"step_seconds", torch.step},
-                 {"step_zero_grad_seconds", torch.step_zero_grad}};
+        const Json t = torch_json(torch);
         h.print(h.result({{"model", list.name},
                          {"tensors", list.tensors.size()},
                          {"params", params},

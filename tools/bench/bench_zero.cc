@@ -291,13 +291,7 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
                             {"torch_zero_grad_over_step", ratio(torch.step_zero_grad, r.step)},
                             {"peak_host_bytes", r.peak_host},
                             {"peak_device_bytes", r.peak_device}});
-        Json t = nullptr;
-        if (torch.step > 0)
-            t = {{"version", torch.version},
-                 {"what", torch.what},
-                 {"threads", torch.threads},
-                 {"step_seconds", torch.step},
-                 {"step_zero_grad_seconds", torch.step_zero_grad}};
+        const Json t = torch_json(torch);
         h.print(h.result({{"model", list.name},
                          {"tensors", list.tensors.size()},
                          {"params", list.numel()},
