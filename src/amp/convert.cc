@@ -300,30 +300,36 @@ bool nonfinite_f64(const double *x, size_t n) {
     return std::isnan(sum);
 }
 
-// Sum of (scale * x[i])^2 over one block: sixteen fp64 lanes in a fixed
-// order (vector registers, with enough independent sums to hide the add
-// latency), then a fixed pairwise combination. The fp64 product of two floats
-// is exact.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-double sumsq_block(const float *x, size_t n, double scale) {
+// Sum of (scale * widen(x[i]))^2 over one block: sixteen fp64 lanes in a
+// fixed order (vector registers, with enough independent sums to hide the
+// add latency), then a fixed pairwise combination. The fp64 product of two
+// floats is exact. Inlined into each instruction set's clone below.
+template <class T, class Widen>
+__attribute__((always_inline)) inline double sumsq_lanes(const T *x, size_t n, double scale, Widen widen) {
     constexpr size_t L = 16;
     double lane[L] = {};
     size_t i = 0;
     for (; i + L <= n; i += L) {
         for (size_t j = 0; j < L; ++j) {
-            const double v = static_cast<double>(x[i + j]) * scale;
+            const double v = static_cast<double>(widen(x[i + j])) * scale;
             lane[j] += v * v;
         }
     }
     for (size_t j = 0; i < n; ++i, ++j) {
-        const double v = static_cast<double>(x[i]) * scale;
+        const double v = static_cast<double>(widen(x[i])) * scale;
         lane[j] += v * v;
     }
     for (size_t w = L / 2; w >= 1; w /= 2)
         for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
     return lane[0];
+}
+
+// sumsq_lanes() of n fp32 values.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+double sumsq_block(const float *x, size_t n, double scale) {
+    return sumsq_lanes(x, n, scale, [](float v) { return v; });
 }
 
 // sumsq_block() of the fp32 widening of n bf16 values, read in place: the
@@ -333,22 +339,7 @@ double sumsq_block(const float *x, size_t n, double scale) {
 __attribute__((target_clones("avx2", "default")))
 #endif
 double sumsq_block_bf16(const uint16_t *x, size_t n, double scale) {
-    constexpr size_t L = 16;
-    double lane[L] = {};
-    size_t i = 0;
-    for (; i + L <= n; i += L) {
-        for (size_t j = 0; j < L; ++j) {
-            const double v = static_cast<double>(bits_float(static_cast<uint32_t>(x[i + j]) << 16)) * scale;
-            lane[j] += v * v;
-        }
-    }
-    for (size_t j = 0; i < n; ++i, ++j) {
-        const double v = static_cast<double>(bits_float(static_cast<uint32_t>(x[i]) << 16)) * scale;
-        lane[j] += v * v;
-    }
-    for (size_t w = L / 2; w >= 1; w /= 2)
-        for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
-    return lane[0];
+    return sumsq_lanes(x, n, scale, [](uint16_t v) { return bits_float(static_cast<uint32_t>(v) << 16); });
 }
 
 // The same two sums with AVX-512 (the CPU checked by the caller): lanes 0-7

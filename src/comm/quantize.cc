@@ -66,33 +66,7 @@ float error_bound(float amax, int bits) noexcept {
     return amax / qmax * 0.5f + amax * 8.0f * std::numeric_limits<float>::epsilon();
 }
 
-namespace {
-
-const Kernels *usable(const std::string &name) noexcept {
-    if (name == "avx512") return cpu_has_avx512() ? avx512::kernels() : nullptr;
-    if (name == "avx2") return cpu_has_avx2() ? avx2::kernels() : nullptr;
-    if (name == "generic") return generic::kernels();
-    return nullptr;
-}
-
-const Kernels *best() noexcept {
-    for (const char *name : {"avx512", "avx2"})
-        if (const Kernels *k = usable(name)) return k;
-    return generic::kernels();
-}
-
-std::atomic<const Kernels *> g_kernels{nullptr};
-
-const Kernels &kernels() noexcept {
-    const Kernels *k = g_kernels.load(std::memory_order_acquire);
-    if (k == nullptr) {
-        k = best();
-        g_kernels.store(k, std::memory_order_release);
-    }
-    return *k;
-}
-
-void check(dsm_dtype_t dtype, size_t n, int bits, size_t block, const void *a, const void *b) {
+void check_args(dsm_dtype_t dtype, size_t n, int bits, size_t block, const void *a, const void *b) {
     check_bits(bits);
     check_block(block, "quantization");
     DSM_REQUIRE(dtype == DSM_FLOAT32 || dtype == DSM_FLOAT16 || dtype == DSM_BFLOAT16, DSM_ERR_INVALID_ARGUMENT,
@@ -100,6 +74,12 @@ void check(dsm_dtype_t dtype, size_t n, int bits, size_t block, const void *a, c
     DSM_REQUIRE(n == 0 || (a != nullptr && b != nullptr), DSM_ERR_NULL_POINTER, "quantization of ", n,
                 " values with a NULL buffer");
 }
+
+namespace {
+
+IsaChoice<Kernels> g_isa{generic::kernels, avx2::kernels, avx512::kernels};
+
+const Kernels &kernels() noexcept { return g_isa.active(); }
 
 // One block of 16-bit values in fp32 (the kernels work in fp32).
 float *scratch(size_t n) {
@@ -111,7 +91,7 @@ float *scratch(size_t n) {
 } // namespace
 
 void quantize(const void *src, dsm_dtype_t dtype, size_t n, int bits, size_t block, void *dst) {
-    check(dtype, n, bits, block, src, dst);
+    check_args(dtype, n, bits, block, src, dst);
     if (n == 0) return;
     const Kernels &k = kernels();
     const size_t blocks = (n + block - 1) / block;
@@ -134,7 +114,7 @@ void quantize(const void *src, dsm_dtype_t dtype, size_t n, int bits, size_t blo
 }
 
 void dequantize(const void *src, size_t n, int bits, size_t block, void *dst, dsm_dtype_t dtype, bool accumulate) {
-    check(dtype, n, bits, block, src, dst);
+    check_args(dtype, n, bits, block, src, dst);
     DSM_REQUIRE(!accumulate || dtype == DSM_FLOAT32, DSM_ERR_INVALID_ARGUMENT,
                 "dequantization adds into FLOAT32 values only");
     if (n == 0) return;
@@ -161,7 +141,7 @@ void dequantize(const void *src, size_t n, int bits, size_t block, void *dst, ds
 
 void dequantize_part(const void *src, size_t n, int bits, size_t block, size_t from, size_t count, void *dst,
                      dsm_dtype_t dtype) {
-    check(dtype, n, bits, block, src, dst);
+    check_args(dtype, n, bits, block, src, dst);
     DSM_REQUIRE(from % block == 0 && from <= n && count <= n - from, DSM_ERR_INVALID_ARGUMENT, "dequantization of values ",
                 from, " to ", from + count, " of ", n, " in blocks of ", block);
     if (count == 0) return;
@@ -186,7 +166,7 @@ void dequantize_part(const void *src, size_t n, int bits, size_t block, size_t f
 }
 
 void dequantize_add(const void *src, size_t n, int bits, size_t block, const float *add, float *dst) {
-    check(DSM_FLOAT32, n, bits, block, src, dst);
+    check_args(DSM_FLOAT32, n, bits, block, src, dst);
     DSM_REQUIRE(n == 0 || add != nullptr, DSM_ERR_NULL_POINTER, "dequantization adding a NULL buffer");
     if (n == 0) return;
     const size_t blocks = (n + block - 1) / block;
@@ -196,37 +176,21 @@ void dequantize_add(const void *src, size_t n, int bits, size_t block, const flo
 
 const char *active_isa() noexcept { return kernels().name; }
 
-std::vector<std::string> available_isas() {
-    std::vector<std::string> v;
-    for (const char *name : {"avx512", "avx2", "generic"})
-        if (usable(name) != nullptr) v.emplace_back(name);
-    return v;
-}
+std::vector<std::string> available_isas() { return g_isa.available(); }
 
-void set_isa(const std::string &name) {
-    if (name == "auto") {
-        g_kernels.store(best(), std::memory_order_release);
-        return;
-    }
-    DSM_REQUIRE(name == "avx512" || name == "avx2" || name == "generic", DSM_ERR_INVALID_ARGUMENT,
-                "instruction set \"", name, "\" is not one of avx512, avx2, generic, auto");
-    const Kernels *k = usable(name);
-    DSM_REQUIRE(k != nullptr, DSM_ERR_NOT_SUPPORTED, "instruction set \"", name,
-                "\" is not supported by this CPU or build (best here: ", best()->name, ")");
-    g_kernels.store(k, std::memory_order_release);
-}
+void set_isa(const std::string &name) { g_isa.set(name); }
 
 #if DSM_HAVE_CUDA_KERNELS
 namespace cuda {
 
 void quantize(const float *x, size_t n, int bits, size_t block, void *dst, cudaStream_t stream) {
-    check(DSM_FLOAT32, n, bits, block, x, dst);
+    check_args(DSM_FLOAT32, n, bits, block, x, dst);
     const int e = launch_quantize(x, n, bits, block, dst, stream);
     DSM_REQUIRE(e == 0, DSM_ERR_CUDA, "quantize kernel: ", error_string(e));
 }
 
 void dequantize(const void *src, size_t n, int bits, size_t block, float *out, bool accumulate, cudaStream_t stream) {
-    check(DSM_FLOAT32, n, bits, block, src, out);
+    check_args(DSM_FLOAT32, n, bits, block, src, out);
     const int e = launch_dequantize(src, n, bits, block, out, accumulate, stream);
     DSM_REQUIRE(e == 0, DSM_ERR_CUDA, "dequantize kernel: ", error_string(e));
 }

@@ -51,6 +51,10 @@ constexpr int kWeightBits = 8, kGradientBits = 4;
 // valid block size; likewise for bits other than 4 or 8.
 void check_block(size_t block, const char *what);
 void check_bits(int bits);
+// The checks of every entry point on n values of `dtype` between the
+// buffers a and b: bits, block, dtype (FLOAT32, FLOAT16 or BFLOAT16) and
+// DSM_ERR_NULL_POINTER for a NULL buffer when n > 0.
+void check_args(dsm_dtype_t dtype, size_t n, int bits, size_t block, const void *a, const void *b);
 
 // The environment's block sizes (DSM_QWZ_BLOCK, DSM_QGZ_BLOCK), checked.
 size_t weight_block();

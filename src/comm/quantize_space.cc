@@ -22,16 +22,6 @@ namespace quant {
 
 namespace {
 
-// The checks of quantize.cc's entry points, made before anything is enqueued.
-void check_args(dsm_dtype_t dtype, size_t n, int bits, size_t block, const void *a, const void *b) {
-    check_bits(bits);
-    check_block(block, "quantization");
-    DSM_REQUIRE(dtype == DSM_FLOAT32 || dtype == DSM_FLOAT16 || dtype == DSM_BFLOAT16, DSM_ERR_INVALID_ARGUMENT,
-                "quantization of dtype ", static_cast<int>(dtype), " (expected FLOAT32, FLOAT16 or BFLOAT16)");
-    DSM_REQUIRE(n == 0 || (a != nullptr && b != nullptr), DSM_ERR_NULL_POINTER, "quantization of ", n,
-                " values with a NULL buffer");
-}
-
 void widen_host(const void *src, dsm_dtype_t dtype, size_t n, float *dst) {
     if (dtype == DSM_FLOAT32) {
         std::memcpy(dst, src, n * sizeof(float));

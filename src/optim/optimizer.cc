@@ -44,31 +44,10 @@ constexpr size_t kChunk = 16384;
 
 // ---------------------------------------------------------------- ISA choice
 
-// The kernels of one instruction set when both the build and the CPU have it.
-const Kernels *usable(const std::string &name) noexcept {
-    if (name == "avx512") return cpu_has_avx512() ? avx512::kernels() : nullptr;
-    if (name == "avx2") return cpu_has_avx2() ? avx2::kernels() : nullptr;
-    if (name == "generic") return generic::kernels();
-    return nullptr;
-}
-
-const Kernels *best() noexcept {
-    for (const char *name : {"avx512", "avx2"})
-        if (const Kernels *k = usable(name)) return k;
-    return generic::kernels();
-}
-
-std::atomic<const Kernels *> g_kernels{nullptr};
+IsaChoice<Kernels> g_isa{generic::kernels, avx2::kernels, avx512::kernels};
 std::atomic<int> g_threads{0};
 
-const Kernels &kernels() noexcept {
-    const Kernels *k = g_kernels.load(std::memory_order_acquire);
-    if (k == nullptr) {
-        k = best();
-        g_kernels.store(k, std::memory_order_release);
-    }
-    return *k;
-}
+const Kernels &kernels() noexcept { return g_isa.active(); }
 
 // ---------------------------------------------------------------- 16-bit
 
@@ -322,18 +301,7 @@ const char *state_name(OptimizerType type, int index) {
 
 const char *active_isa() noexcept { return kernels().name; }
 
-void set_isa(const std::string &name) {
-    if (name == "auto") {
-        g_kernels.store(best(), std::memory_order_release);
-        return;
-    }
-    DSM_REQUIRE(name == "avx512" || name == "avx2" || name == "generic", DSM_ERR_INVALID_ARGUMENT,
-                "instruction set \"", name, "\" is not one of avx512, avx2, generic, auto");
-    const Kernels *k = usable(name);
-    DSM_REQUIRE(k != nullptr, DSM_ERR_NOT_SUPPORTED, "instruction set \"", name,
-                "\" is not supported by this CPU or build (best here: ", best()->name, ")");
-    g_kernels.store(k, std::memory_order_release);
-}
+void set_isa(const std::string &name) { g_isa.set(name); }
 
 void set_num_threads(int n) {
     DSM_REQUIRE(n >= 0, DSM_ERR_INVALID_ARGUMENT, "optimizer thread count ", n,

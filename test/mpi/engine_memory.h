@@ -4,7 +4,8 @@
  * they are device memory and go through a copy; on the host and the
  * simulated device they are host memory. For the C tests that compute
  * forward and backward on the host (include after mpi_test.h), and the
- * deterministic values they train on (test_hashf).
+ * deterministic values they train on (test_hashf), the data-parallel mesh
+ * they train on and the figures they read from dsm_engine_describe().
  */
 #ifndef DSM_TEST_ENGINE_MEMORY_H
 #define DSM_TEST_ENGINE_MEMORY_H
@@ -40,6 +41,24 @@ static inline void test_vector_params(dsm_param_desc_t *d, int n, const char *co
         d[i].trainable = 1;
         d[i].init_fn = init;
     }
+}
+
+/* A mesh of one "data_parallel" dimension of every rank. */
+static inline dsm_mesh_t test_dp_mesh(void) {
+    dsm_mesh_t mesh = NULL;
+    const int shp[1] = {test_size};
+    const char *dims[1] = {"data_parallel"};
+    ASSERT_OK(dsm_mesh_create(MPI_COMM_WORLD, 1, shp, dims, &mesh));
+    return mesh;
+}
+
+/* The number after `key` in the object after `object` of a JSON text. */
+static inline unsigned long long test_json_after(const char *text, const char *object, const char *key) {
+    const char *o = strstr(text, object);
+    assert_non_null(o);
+    const char *k = strstr(o, key);
+    assert_non_null(k);
+    return strtoull(k + strlen(key), NULL, 10);
 }
 
 static inline int engine_on_cuda(dsm_engine_t e) {

@@ -60,23 +60,6 @@ static void make_config(char *buf, size_t len, const variant_t *v, int stage, in
              v->gas, v->precision, stage, v->overlap ? "true" : "false", v->threshold, v->prefetch, reuse, hpz);
 }
 
-static dsm_mesh_t dp_mesh(void) {
-    dsm_mesh_t mesh = NULL;
-    const int shp[1] = {test_size};
-    const char *dims[1] = {"data_parallel"};
-    ASSERT_OK(dsm_mesh_create(MPI_COMM_WORLD, 1, shp, dims, &mesh));
-    return mesh;
-}
-
-/* The number after `key` in the object after `object` of a JSON text. */
-static unsigned long long json_after(const char *text, const char *object, const char *key) {
-    const char *o = strstr(text, object);
-    assert_non_null(o);
-    const char *k = strstr(o, key);
-    assert_non_null(k);
-    return strtoull(k + strlen(key), NULL, 10);
-}
-
 typedef struct {
     unsigned long long off_node, sent, secondary;
     int partition_size, within_node;
@@ -86,10 +69,10 @@ static report_t describe(dsm_engine_t e) {
     char *text = NULL;
     ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
     report_t r;
-    r.off_node = json_after(text, "\"last_step\"", "\"bytes_off_node\":");
-    r.sent = json_after(text, "\"last_step\"", "\"bytes_sent\":");
-    r.secondary = json_after(text, "\"hpz\"", "\"secondary_partition_bytes\":");
-    r.partition_size = (int)json_after(text, "\"hpz\"", "\"partition_size\":");
+    r.off_node = test_json_after(text, "\"last_step\"", "\"bytes_off_node\":");
+    r.sent = test_json_after(text, "\"last_step\"", "\"bytes_sent\":");
+    r.secondary = test_json_after(text, "\"hpz\"", "\"secondary_partition_bytes\":");
+    r.partition_size = (int)test_json_after(text, "\"hpz\"", "\"partition_size\":");
     r.within_node = strstr(text, "\"group_within_node\":true") != NULL;
     dsm_free(text);
     ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_TEXT, &text));
@@ -163,7 +146,7 @@ static const variant_t variants[] = {
 static void test_bits(void **state) {
     (void)state;
     static float plain[NP][MAXN], hpz[NP][MAXN];
-    dsm_mesh_t mesh = dp_mesh();
+    dsm_mesh_t mesh = test_dp_mesh();
     for (size_t k = 0; k < sizeof variants / sizeof variants[0]; ++k) {
         train(mesh, &variants[k], 1, 3, plain);
         for (int h = 2; h <= test_size; ++h) {
@@ -212,7 +195,7 @@ static void off_node_case(int nodes, int per, int h, int gas) {
     /* A group across nodes is the whole data-parallel group here: its
        gathers cross the nodes as the primary ones do. */
     const variant_t v = {"", 0, 0, 1, 600, gas};
-    dsm_mesh_t mesh = dp_mesh();
+    dsm_mesh_t mesh = test_dp_mesh();
     const report_t plain = train(mesh, &v, 1, 2, NULL), hpz = train(mesh, &v, h, 2, NULL);
     ASSERT_OK(dsm_mesh_free(&mesh));
     const int within = h <= per;
@@ -269,7 +252,7 @@ static void test_bad_values(void **state) {
     const variant_t v = {"", 0, 0, 0, 600, 1};
     dsm_param_desc_t d[NP];
     params(d);
-    dsm_mesh_t mesh = dp_mesh();
+    dsm_mesh_t mesh = test_dp_mesh();
     dsm_engine_t e = NULL;
     /* A size that does not divide the data-parallel size (larger ones included). */
     const int bad[3] = {test_size + 1, test_size >= 4 ? 3 : 2 * test_size, 2 * test_size};

@@ -68,22 +68,6 @@ static void make_config(char *buf, size_t len, const variant_t *v, const char *o
              v->qgz ? "true" : "false", optimizer);
 }
 
-static dsm_mesh_t dp_mesh(void) {
-    dsm_mesh_t mesh = NULL;
-    const int shp[1] = {test_size};
-    const char *dims[1] = {"data_parallel"};
-    ASSERT_OK(dsm_mesh_create(MPI_COMM_WORLD, 1, shp, dims, &mesh));
-    return mesh;
-}
-
-static unsigned long long json_after(const char *text, const char *object, const char *key) {
-    const char *o = strstr(text, object);
-    assert_non_null(o);
-    const char *k = strstr(o, key);
-    assert_non_null(k);
-    return strtoull(k + strlen(key), NULL, 10);
-}
-
 typedef struct {
     unsigned long long off_node;
     unsigned long long g_off, g_full_off, r_on, r_full_on, r_off, r_full_off; /* quantized bytes, last step */
@@ -94,17 +78,17 @@ static report_t describe(dsm_engine_t e, const variant_t *v) {
     ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
     report_t r;
     memset(&r, 0, sizeof r);
-    r.off_node = json_after(text, "\"last_step\"", "\"bytes_off_node\":");
+    r.off_node = test_json_after(text, "\"last_step\"", "\"bytes_off_node\":");
     const char *z = strstr(text, "\"zeropp_quantization\"");
     assert_non_null(z);
     assert_int_equal(strstr(z, "\"weights\":true") != NULL, v->qwz);
     assert_int_equal(strstr(z, "\"gradients\":true") != NULL, v->qgz);
-    r.g_off = json_after(z, "\"gather\"", "\"sent_off_node\":");
-    r.g_full_off = json_after(z, "\"gather\"", "\"full_precision_off_node\":");
-    r.r_on = json_after(z, "\"reduce\"", "\"sent_on_node\":");
-    r.r_full_on = json_after(z, "\"reduce\"", "\"full_precision_on_node\":");
-    r.r_off = json_after(z, "\"reduce\"", "\"sent_off_node\":");
-    r.r_full_off = json_after(z, "\"reduce\"", "\"full_precision_off_node\":");
+    r.g_off = test_json_after(z, "\"gather\"", "\"sent_off_node\":");
+    r.g_full_off = test_json_after(z, "\"gather\"", "\"full_precision_off_node\":");
+    r.r_on = test_json_after(z, "\"reduce\"", "\"sent_on_node\":");
+    r.r_full_on = test_json_after(z, "\"reduce\"", "\"full_precision_on_node\":");
+    r.r_off = test_json_after(z, "\"reduce\"", "\"sent_off_node\":");
+    r.r_full_off = test_json_after(z, "\"reduce\"", "\"full_precision_off_node\":");
     dsm_free(text);
     ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_TEXT, &text));
     if (v->qwz || v->qgz) assert_non_null(strstr(text, "ZeRO++ quantized communication:"));
@@ -194,7 +178,7 @@ static void test_tolerance(void **state) {
     for (int sim = 0; sim < 3; ++sim) {
         if (sim > 0 && (sims[sim] == NULL || test_nnodes > 1)) continue;
         if (sims[sim]) setenv("DSM_SIM_NODES", sims[sim], 1);
-        dsm_mesh_t mesh = dp_mesh();
+        dsm_mesh_t mesh = test_dp_mesh();
         const int hpz = test_size % 2 == 0 && test_size > 1 && sim != 2 ? 2 : 1;
         for (int pr = 0; pr < 2; ++pr)
             for (int overlap = 0; overlap <= 1; ++overlap) {
@@ -276,7 +260,7 @@ static void test_off_node(void **state) {
         skip();
         return;
     }
-    dsm_mesh_t mesh = dp_mesh();
+    dsm_mesh_t mesh = test_dp_mesh();
     const char *precisions[2] = {"", "\"bf16\": {\"enabled\": true},"};
     reuse0 = 1;
     for (int pr = 0; pr < 2; ++pr) {
@@ -311,7 +295,7 @@ static void test_bad_values(void **state) {
     char cfg[1200], want[200];
     dsm_param_desc_t d[NP];
     params(d);
-    dsm_mesh_t mesh = dp_mesh();
+    dsm_mesh_t mesh = test_dp_mesh();
     dsm_engine_t e = NULL;
     for (int stage = 0; stage <= 2; ++stage) {
         const variant_t v = {"", stage, 0, 1, 1, 0};

@@ -59,27 +59,11 @@ static void make_config(char *buf, size_t len, const variant_t *v, const char *o
              v->qgz ? "true" : "false", optimizer);
 }
 
-static dsm_mesh_t dp_mesh(void) {
-    dsm_mesh_t mesh = NULL;
-    const int shp[1] = {test_size};
-    const char *dims[1] = {"data_parallel"};
-    ASSERT_OK(dsm_mesh_create(MPI_COMM_WORLD, 1, shp, dims, &mesh));
-    return mesh;
-}
-
 /* The quantized bytes of the last step (gather off, reduce on, reduce off) and the kernels' place. */
 typedef struct {
     unsigned long long g_off, r_on, r_off;
     char kernels[16];
 } report_t;
-
-static unsigned long long json_after(const char *text, const char *object, const char *key) {
-    const char *o = strstr(text, object);
-    assert_non_null(o);
-    const char *k = strstr(o, key);
-    assert_non_null(k);
-    return strtoull(k + strlen(key), NULL, 10);
-}
 
 static report_t describe(dsm_engine_t e) {
     char *text = NULL;
@@ -88,9 +72,9 @@ static report_t describe(dsm_engine_t e) {
     memset(&r, 0, sizeof r);
     const char *z = strstr(text, "\"zeropp_quantization\"");
     assert_non_null(z);
-    r.g_off = json_after(z, "\"gather\"", "\"sent_off_node\":");
-    r.r_on = json_after(z, "\"reduce\"", "\"sent_on_node\":");
-    r.r_off = json_after(z, "\"reduce\"", "\"sent_off_node\":");
+    r.g_off = test_json_after(z, "\"gather\"", "\"sent_off_node\":");
+    r.r_on = test_json_after(z, "\"reduce\"", "\"sent_on_node\":");
+    r.r_off = test_json_after(z, "\"reduce\"", "\"sent_off_node\":");
     const char *k = strstr(z, "\"kernels\":\"");
     assert_non_null(k);
     k += strlen("\"kernels\":\"");
@@ -181,7 +165,7 @@ static void test_sim_bits(void **state) {
     for (int s = 0; s < 3; ++s) {
         if (s > 0 && sims[s] == NULL) continue;
         if (sims[s]) setenv("DSM_SIM_NODES", sims[s], 1);
-        dsm_mesh_t mesh = dp_mesh();
+        dsm_mesh_t mesh = test_dp_mesh();
         const int hpz = test_size % 2 == 0 && test_size > 1 && s != 2 ? 2 : 1;
         for (int pr = 0; pr < 2; ++pr)
             for (int overlap = 0; overlap <= 1; ++overlap) {
@@ -241,7 +225,7 @@ static void test_cuda_tolerance(void **state) {
         return;
     }
     static float plain[NP][MAXN], quant[NP][MAXN], hostq[NP][MAXN];
-    dsm_mesh_t mesh = dp_mesh();
+    dsm_mesh_t mesh = test_dp_mesh();
     const int hpz = test_size % 2 == 0 && test_size > 1 ? 2 : 1;
     for (int pr = 0; pr < 2; ++pr)
         for (int overlap = 0; overlap <= 1; ++overlap) {

@@ -30,21 +30,12 @@
 #include <cuda_runtime.h>
 #endif
 
-#include "cxx_test.h"
+#include "quantize_test.h"
 
 using namespace dsm;
 using namespace dsm::comm;
 
 namespace {
-
-std::vector<float> sample(size_t n, unsigned seed) {
-    std::mt19937 g(seed);
-    std::normal_distribution<float> d(0.0f, 1.0f);
-    std::vector<float> x(n);
-    for (size_t i = 0; i < n; ++i) x[i] = d(g) * std::ldexp(1.0f, static_cast<int>((i / 100) % 20) - 10);
-    for (size_t i = 2 * 64; i < 3 * 64 && i < n; ++i) x[i] = 0.0f;
-    return x;
-}
 
 // The exchanges of every member's plan, run on symbols: member m's
 // contribution to owner o is the bit 1 << m; every owner must end with all
@@ -265,18 +256,11 @@ static void test_space_kernels_cuda(void **) {
                 space->download(ag.data(), acc.data(), n * 4);
                 assert_memory_equal(ag.data(), base.data(), n * 4);
                 // Within the bound of each block (fp32 only: 16-bit adds its own rounding).
-                if (dt == DSM_FLOAT32)
-                    for (size_t b0 = 0; b0 < n; b0 += block) {
-                        const size_t m = std::min(block, n - b0);
-                        float amax = 0;
-                        for (size_t i = 0; i < m; ++i) amax = std::max(amax, std::fabs(x[b0 + i]));
-                        const float bound = quant::error_bound(amax, bits);
-                        const float *yy = reinterpret_cast<const float *>(yg.data());
-                        for (size_t i = 0; i < m; ++i)
-                            if (!(std::fabs(x[b0 + i] - yy[b0 + i]) <= bound))
-                                fail_msg("cuda round trip: value %zu: %.9g became %.9g (bound %.9g)", b0 + i, x[b0 + i],
-                                         yy[b0 + i], bound);
-                    }
+                if (dt == DSM_FLOAT32) {
+                    std::vector<float> yf(n);
+                    std::memcpy(yf.data(), yg.data(), n * 4);
+                    check_round_trip(x, yf, bits, block, "cuda round trip");
+                }
             }
 #else
     print_message("[          ] built without the CUDA kernels\n");

@@ -333,6 +333,27 @@ void torch_model(const ModelList &list, int threads, int steps, const std::strin
 
 // ---------------------------------------------------------------- the engine
 
+Json torch_json(const TorchModel &t) {
+    if (!(t.step > 0)) return nullptr;
+    return {{"version", t.version},
+            {"what", t.what},
+            {"threads", t.threads},
+            {"step_seconds", t.step},
+            {"step_zero_grad_seconds", t.step_zero_grad}};
+}
+
+void model_option(Harness &h, ModelList &list, std::string &name) {
+    h.text("model", [&h, &list, &name](const char *v) {
+        try {
+            list = model_list(v);
+        } catch (const Error &e) {
+            return h.refuse("%s", e.message().c_str());
+        }
+        name = v;
+        return true;
+    });
+}
+
 ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, const std::string &device,
                            const ModelList &list, int steps) {
     std::vector<dsm_param_desc_t> d(list.tensors.size());

@@ -59,6 +59,14 @@ private:
     float sink_ = 0;
 };
 
+// `t` as JSON (version, what, threads, step_seconds, step_zero_grad_seconds),
+// null where PyTorch was not measured.
+Json torch_json(const TorchModel &t);
+
+// Declares --model on `h`: a name or file model_list() reads into `list`
+// (its text into `name`), else refused with model_list()'s message.
+void model_option(Harness &h, ModelList &list, std::string &name);
+
 // Collective over `world`.
 ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, const std::string &device,
                            const ModelList &list, int steps);

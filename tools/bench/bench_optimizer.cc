@@ -53,6 +53,7 @@
 #define DSM_BENCH_CUDA 1
 #include <cuda_runtime_api.h>
 
+#include "cuda_run.hpp"
 #include "optim/kernels_cuda.hpp"
 #endif
 #endif
@@ -177,6 +178,19 @@ std::vector<std::string> available_isas() {
         }
     }
     return out;
+}
+
+// --threads and --isa given to the optimizer: 0, else the exit status after
+// the message (2 for a bad value, 1 for an instruction set this CPU lacks).
+int set_threads_isa(const Options &o) {
+    try {
+        optim::set_num_threads(o.threads);
+        optim::set_isa(o.isa);
+    } catch (const Error &e) {
+        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
+        return e.status() == DSM_ERR_INVALID_ARGUMENT ? 2 : 1;
+    }
+    return 0;
 }
 
 // torch.optim.Adam on n parameters, default and foreach, best of iters
@@ -311,38 +325,6 @@ int cuda_skipped(const Harness &h, const Options &o, const std::string &why) {
 }
 
 #if DSM_BENCH_CUDA
-
-
-void cuda_check(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) DSM_FAIL(DSM_ERR_CUDA, what, ": ", cudaGetErrorString(e));
-}
-
-// The CUDA resources of one measurement, released however it ends.
-struct CudaRun {
-    std::vector<void *> buffers;
-    std::vector<cudaEvent_t> events;
-    cudaStream_t stream = nullptr;
-    CudaRun() { cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
-    ~CudaRun() {
-        for (void *b : buffers) cudaFree(b);
-        for (cudaEvent_t e : events) cudaEventDestroy(e);
-        cudaStreamDestroy(stream);
-    }
-    CudaRun(const CudaRun &) = delete;
-    CudaRun &operator=(const CudaRun &) = delete;
-    void *alloc(size_t bytes) {
-        void *p = nullptr;
-        cuda_check(cudaMalloc(&p, bytes), "cudaMalloc");
-        buffers.push_back(p);
-        return p;
-    }
-    cudaEvent_t event() {
-        cudaEvent_t e = nullptr;
-        cuda_check(cudaEventCreate(&e), "cudaEventCreate");
-        events.push_back(e);
-        return e;
-    }
-};
 
 // The constants optim::adam_update uses for one step (optimizer.cc's
 // adam_k(), which is not exported), with decay on.
@@ -514,15 +496,7 @@ int run_optimizer(int argc, char **argv) {
     h.choice("device", {"cpu", "cuda"}, [&](const std::string &v) { o.device = v; });
     h.choice("dtype", {"fp32", "fp16", "bf16"}, [&](const std::string &v) { o.dtype = v; });
     ModelList list;
-    h.text("model", [&](const char *v) {
-        try {
-            list = model_list(v);
-        } catch (const Error &e) {
-            return h.refuse("%s", e.message().c_str());
-        }
-        o.model = v;
-        return true;
-    });
+    model_option(h, list, o.model);
     const int rc = h.parse(argc, argv);
     if (rc != 0) return rc == 1 ? 0 : 2;
     if (o.model.empty() && o.dtype != "fp32") {
@@ -560,14 +534,7 @@ int run_optimizer(int argc, char **argv) {
 namespace {
 
 int run_cpu(const Harness &h, const Options &o) {
-
-    try {
-        optim::set_num_threads(o.threads);
-        optim::set_isa(o.isa);
-    } catch (const Error &e) {
-        std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
-        return e.status() == DSM_ERR_INVALID_ARGUMENT ? 2 : 1;
-    }
+    if (const int rc = set_threads_isa(o)) return rc;
     const std::string selected = optim::active_isa();
     const int threads = optim::num_threads();
     const size_t n = static_cast<size_t>(o.params);
@@ -841,13 +808,7 @@ int run_model(const Harness &h, const Options &o, const ModelList &list) {
             return 0;
         }
     } else {
-        try {
-            optim::set_num_threads(o.threads);
-            optim::set_isa(o.isa);
-        } catch (const Error &e) {
-            std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
-            return e.status() == DSM_ERR_INVALID_ARGUMENT ? 2 : 1;
-        }
+        if (const int rc = set_threads_isa(o)) return rc;
         threads = optim::num_threads();
 #ifdef _OPENMP
         omp_set_num_threads(threads); // the norm's loops
@@ -860,13 +821,7 @@ int run_model(const Harness &h, const Options &o, const ModelList &list) {
     auto ratio = [](double a, double b) { return a > 0 && b > 0 ? Json(a / b) : Json(nullptr); };
     const long long params = static_cast<long long>(list.numel());
     if (h.json()) {
-        Json t = nullptr;
-        if (torch.step > 0)
-            t = {{"version", torch.version},
-                 {"what", torch.what},
-                 {"threads", torch.threads},
-                 {"step_seconds", torch.step},
-                 {"step_zero_grad_seconds", torch.step_zero_grad}};
+        const Json t = torch_json(torch);
         h.print(h.result({{"model", list.name},
                          {"tensors", list.tensors.size()},
                          {"params", params},

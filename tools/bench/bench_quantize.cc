@@ -20,7 +20,7 @@
 
 #include <immintrin.h>
 
-#include "harness.hpp"
+#include "bench_quantize.hpp"
 #include "comm/quantize.hpp"
 #include "core/error.hpp"
 
@@ -83,16 +83,39 @@ void bound_out4(const uint8_t *, float *, size_t, int, bool) {}
 bool bounds_usable() { return false; }
 #endif
 
-struct Row {
-    std::string op, isa;
-    int bits;
-    size_t block;
-    double seconds, bound_seconds, bytes;
-};
-
 } // namespace
 
-int run_quantize_cuda(int argc, char **argv); // bench_quantize_cuda.cc: --device cuda
+int check_block_option(long long block) {
+    if (block) {
+        try {
+            comm::quant::check_block(static_cast<size_t>(block), "--block");
+        } catch (const Error &e) {
+            std::fprintf(stderr, "dsm-bench quantize: %s\n", e.what());
+            return 2;
+        }
+    }
+    return 0;
+}
+
+size_t block_of(long long option, int bits) {
+    return option ? static_cast<size_t>(option) : (bits == 8 ? comm::quant::kWeightBlock : comm::quant::kGradientBlock);
+}
+
+std::array<QuantOp, 3> quant_ops(size_t n, double packed) {
+    return {{{"quantize", 4.0 * n + packed}, {"dequantize", packed + 4.0 * n}, {"accumulate", packed + 8.0 * n}}};
+}
+
+Json row_json(const QuantRow &r) {
+    Json j = {{"op", r.op}};
+    if (!r.isa.empty()) j["isa"] = r.isa;
+    j["bits"] = r.bits;
+    j["block"] = r.block;
+    j["seconds"] = r.seconds;
+    j["gbs"] = r.bytes / r.seconds / 1e9;
+    j["bound_seconds"] = r.bound_seconds;
+    j["fraction_of_bound"] = r.bound_seconds / r.seconds;
+    return j;
+}
 
 int run_quantize(int argc, char **argv) {
     for (int i = 1; i < argc; ++i) // --device (cuda; another value is refused there)
@@ -105,14 +128,7 @@ int run_quantize(int argc, char **argv) {
     h.integer("block", 16, static_cast<long long>(comm::quant::kMaxBlock), [&](long long x) { o.block = x; });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
-    if (o.block) {
-        try {
-            comm::quant::check_block(static_cast<size_t>(o.block), "--block");
-        } catch (const Error &e) {
-            std::fprintf(stderr, "dsm-bench quantize: %s\n", e.what());
-            return 2;
-        }
-    }
+    if (const int rc = check_block_option(o.block)) return rc;
     if (h.rank() != 0) return 0;
     if (!bounds_usable()) {
         std::fprintf(stderr, "dsm-bench quantize: the bandwidth bound needs AVX-512 (not on this CPU)\n");
@@ -125,24 +141,23 @@ int run_quantize(int argc, char **argv) {
     std::fill(y.begin(), y.end(), 0.0f);
     std::fill(b.begin(), b.end(), 3);
     const std::vector<std::string> isas = comm::quant::available_isas();
-    std::vector<Row> rows;
+    std::vector<QuantRow> rows;
     for (int bits : {8, 4}) {
-        const size_t block = o.block ? static_cast<size_t>(o.block)
-                                     : (bits == 8 ? comm::quant::kWeightBlock : comm::quant::kGradientBlock);
+        const size_t block = block_of(o.block, bits);
         const double qb = static_cast<double>(comm::quant::packed_bytes(n, bits, block));
+        const std::array<QuantOp, 3> what = quant_ops(n, qb);
         struct Op {
-            const char *name;
-            double bytes;
+            QuantOp what;
             std::function<void()> bound, kernel;
         };
         std::vector<Op> ops = {
-            {"quantize", 4.0 * n + qb,
+            {what[0],
              [&] { bound_in4_out(x.data(), b.data(), n, bits); },
              [&] { comm::quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data()); }},
-            {"dequantize", qb + 4.0 * n,
+            {what[1],
              [&] { bound_out4(b.data(), y.data(), n, bits, false); },
              [&] { comm::quant::dequantize(q.data(), n, bits, block, y.data(), DSM_FLOAT32, false); }},
-            {"accumulate", qb + 8.0 * n,
+            {what[2],
              [&] { bound_out4(b.data(), y.data(), n, bits, true); },
              [&] { comm::quant::dequantize(q.data(), n, bits, block, y.data(), DSM_FLOAT32, true); }},
         };
@@ -161,21 +176,13 @@ int run_quantize(int argc, char **argv) {
             }
             comm::quant::set_isa("auto");
             for (size_t k = 0; k < isas.size(); ++k)
-                rows.push_back(Row{op.name, isas[k], bits, block, best[k], bound, op.bytes});
+                rows.push_back(QuantRow{op.what.name, isas[k], bits, block, best[k], bound, op.what.bytes});
         }
     }
     const std::string selected = comm::quant::active_isa();
     if (h.json()) {
         Json out = Json::array();
-        for (const Row &r : rows)
-            out.push_back({{"op", r.op},
-                           {"isa", r.isa},
-                           {"bits", r.bits},
-                           {"block", r.block},
-                           {"seconds", r.seconds},
-                           {"gbs", r.bytes / r.seconds / 1e9},
-                           {"bound_seconds", r.bound_seconds},
-                           {"fraction_of_bound", r.bound_seconds / r.seconds}});
+        for (const QuantRow &r : rows) out.push_back(row_json(r));
         h.print(h.result({{"values", static_cast<long long>(n)}, {"threads", 1}, {"selected_isa", selected},
                           {"results", out}}));
         return 0;
@@ -183,7 +190,7 @@ int run_quantize(int argc, char **argv) {
     std::printf("dsm-bench quantize: %zu fp32 values, 1 thread, fastest of %d rounds\n", n, o.rounds);
     std::printf("%-11s %4s %6s %-8s %10s %9s %10s %9s\n", "op", "bits", "block", "isa", "ms", "GB/s", "bound ms",
                 "of bound");
-    for (const Row &r : rows)
+    for (const QuantRow &r : rows)
         std::printf("%-11s %4d %6zu %-8s %10.3f %9.2f %10.3f %9.2f%s\n", r.op.c_str(), r.bits, r.block, r.isa.c_str(),
                     r.seconds * 1e3, r.bytes / r.seconds / 1e9, r.bound_seconds * 1e3, r.bound_seconds / r.seconds,
                     r.isa == selected ? "  <- selected" : "");

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "harness.hpp"
+#include "bench_quantize.hpp"
 #include "comm/quantize.hpp"
 #include "core/error.hpp"
 
@@ -24,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "comm/quantize_cuda.hpp"
+#include "cuda_run.hpp"
 #else
 #define DSM_BENCH_QCUDA 0
 #endif
@@ -55,45 +56,6 @@ int skipped(const Harness &h, const std::string &why) {
     return 0;
 }
 
-#if DSM_BENCH_QCUDA
-void check(cudaError_t e, const char *what) {
-    if (e != cudaSuccess) DSM_FAIL(DSM_ERR_CUDA, what, ": ", cudaGetErrorString(e));
-}
-
-struct Run {
-    std::vector<void *> buffers;
-    std::vector<cudaEvent_t> events;
-    cudaStream_t stream = nullptr;
-    Run() { check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"); }
-    ~Run() {
-        for (void *b : buffers) cudaFree(b);
-        for (cudaEvent_t e : events) cudaEventDestroy(e);
-        cudaStreamDestroy(stream);
-    }
-    Run(const Run &) = delete;
-    Run &operator=(const Run &) = delete;
-    void *alloc(size_t bytes) {
-        void *p = nullptr;
-        check(cudaMalloc(&p, bytes), "cudaMalloc");
-        buffers.push_back(p);
-        return p;
-    }
-    cudaEvent_t event() {
-        cudaEvent_t e = nullptr;
-        check(cudaEventCreate(&e), "cudaEventCreate");
-        events.push_back(e);
-        return e;
-    }
-};
-
-struct Row {
-    std::string op;
-    int bits;
-    size_t block;
-    double seconds, bound_seconds, bytes;
-};
-#endif
-
 } // namespace
 
 int run_quantize_cuda(int argc, char **argv) {
@@ -105,14 +67,7 @@ int run_quantize_cuda(int argc, char **argv) {
     h.integer("block", 16, static_cast<long long>(comm::quant::kMaxBlock), [&](long long x) { o.block = x; });
     const int p = h.parse(argc, argv);
     if (p != 0) return p == 1 ? 0 : 2;
-    if (o.block) {
-        try {
-            comm::quant::check_block(static_cast<size_t>(o.block), "--block");
-        } catch (const Error &e) {
-            std::fprintf(stderr, "dsm-bench quantize: %s\n", e.what());
-            return 2;
-        }
-    }
+    if (const int rc = check_block_option(o.block)) return rc;
 #if !DSM_BENCH_QCUDA
     return skipped(h, "libdsm was built without the CUDA kernels");
 #else
@@ -122,71 +77,58 @@ int run_quantize_cuda(int argc, char **argv) {
     if (count == 0) return skipped(h, "cudaGetDeviceCount found none");
     if (h.rank() != 0) return 0;
     return h.guard([&] {
-        check(cudaSetDevice(0), "cudaSetDevice");
+        cuda_check(cudaSetDevice(0), "cudaSetDevice");
         cudaDeviceProp prop{};
-        check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+        cuda_check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
         const size_t n = static_cast<size_t>(o.values);
-        Run run;
+        CudaRun run;
         float *x = static_cast<float *>(run.alloc(n * 4)), *y = static_cast<float *>(run.alloc(n * 4));
         void *q = run.alloc(comm::quant::packed_bytes(n, 8, 16) + 64);
         const size_t copy_max = (n * 12 + comm::quant::packed_bytes(n, 8, 16)) / 2 + 64;
         void *cs = run.alloc(copy_max), *cd = run.alloc(copy_max);
         std::vector<float> host(n);
         for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
-        check(cudaMemcpy(x, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
-        check(cudaMemset(y, 0, n * 4), "cudaMemset");
-        check(cudaMemset(cs, 0, copy_max), "cudaMemset");
-        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+        cuda_check(cudaMemcpy(x, host.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+        cuda_check(cudaMemset(y, 0, n * 4), "cudaMemset");
+        cuda_check(cudaMemset(cs, 0, copy_max), "cudaMemset");
+        cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
         const cudaEvent_t c0 = run.event(), c1 = run.event(), k0 = run.event(), k1 = run.event();
-        std::vector<Row> rows;
+        std::vector<QuantRow> rows;
         for (int bits : {8, 4}) {
-            const size_t block = o.block ? static_cast<size_t>(o.block)
-                                         : (bits == 8 ? comm::quant::kWeightBlock : comm::quant::kGradientBlock);
+            const size_t block = block_of(o.block, bits);
             const double qb = static_cast<double>(comm::quant::packed_bytes(n, bits, block));
-            struct Op {
-                const char *name;
-                double bytes;
-                int which;
-            };
-            const Op ops[3] = {{"quantize", 4.0 * n + qb, 0}, {"dequantize", qb + 4.0 * n, 1},
-                               {"accumulate", qb + 8.0 * n, 2}};
-            check(static_cast<cudaError_t>(comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream)),
+            const std::array<QuantOp, 3> ops = quant_ops(n, qb);
+            cuda_check(static_cast<cudaError_t>(comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream)),
                   "quantize kernel");
-            for (const Op &op : ops) {
+            for (int which = 0; which < 3; ++which) {
+                const QuantOp &op = ops[which];
                 std::vector<double> ks, bs;
                 const size_t copy = static_cast<size_t>(op.bytes / 2);
                 for (int it = 0; it <= o.iters; ++it) {
-                    check(cudaEventRecord(c0, run.stream), "cudaEventRecord");
-                    check(cudaMemcpyAsync(cd, cs, copy, cudaMemcpyDeviceToDevice, run.stream), "cudaMemcpyAsync");
-                    check(cudaEventRecord(c1, run.stream), "cudaEventRecord");
-                    check(cudaEventRecord(k0, run.stream), "cudaEventRecord");
+                    cuda_check(cudaEventRecord(c0, run.stream), "cudaEventRecord");
+                    cuda_check(cudaMemcpyAsync(cd, cs, copy, cudaMemcpyDeviceToDevice, run.stream), "cudaMemcpyAsync");
+                    cuda_check(cudaEventRecord(c1, run.stream), "cudaEventRecord");
+                    cuda_check(cudaEventRecord(k0, run.stream), "cudaEventRecord");
                     int e = 0;
-                    if (op.which == 0) e = comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream);
-                    else e = comm::quant::cuda::launch_dequantize(q, n, bits, block, y, op.which == 2, run.stream);
-                    check(static_cast<cudaError_t>(e), op.name);
-                    check(cudaEventRecord(k1, run.stream), "cudaEventRecord");
-                    check(cudaEventSynchronize(k1), "cudaEventSynchronize");
+                    if (which == 0) e = comm::quant::cuda::launch_quantize(x, n, bits, block, q, run.stream);
+                    else e = comm::quant::cuda::launch_dequantize(q, n, bits, block, y, which == 2, run.stream);
+                    cuda_check(static_cast<cudaError_t>(e), op.name);
+                    cuda_check(cudaEventRecord(k1, run.stream), "cudaEventRecord");
+                    cuda_check(cudaEventSynchronize(k1), "cudaEventSynchronize");
                     float cms = 0, kms = 0;
-                    check(cudaEventElapsedTime(&cms, c0, c1), "cudaEventElapsedTime");
-                    check(cudaEventElapsedTime(&kms, k0, k1), "cudaEventElapsedTime");
+                    cuda_check(cudaEventElapsedTime(&cms, c0, c1), "cudaEventElapsedTime");
+                    cuda_check(cudaEventElapsedTime(&kms, k0, k1), "cudaEventElapsedTime");
                     if (it > 0) {
                         bs.push_back(cms * 1e-3);
                         ks.push_back(kms * 1e-3);
                     }
                 }
-                rows.push_back(Row{op.name, bits, block, median(ks), median(bs), op.bytes});
+                rows.push_back(QuantRow{op.name, "", bits, block, median(ks), median(bs), op.bytes});
             }
         }
         if (h.json()) {
             Json out = Json::array();
-            for (const Row &r : rows)
-                out.push_back({{"op", r.op},
-                               {"bits", r.bits},
-                               {"block", r.block},
-                               {"seconds", r.seconds},
-                               {"gbs", r.bytes / r.seconds / 1e9},
-                               {"bound_seconds", r.bound_seconds},
-                               {"fraction_of_bound", r.bound_seconds / r.seconds}});
+            for (const QuantRow &r : rows) out.push_back(row_json(r));
             h.print(h.result({{"device", "cuda"}, {"gpu", prop.name}, {"values", static_cast<long long>(n)},
                               {"results", out}}));
             return 0;
@@ -194,7 +136,7 @@ int run_quantize_cuda(int argc, char **argv) {
         std::printf("dsm-bench quantize --device cuda: %s, %zu fp32 values, median of %d runs (CUDA events)\n",
                     prop.name, n, o.iters);
         std::printf("%-11s %4s %6s %10s %9s %10s %9s\n", "op", "bits", "block", "ms", "GB/s", "copy ms", "of bound");
-        for (const Row &r : rows)
+        for (const QuantRow &r : rows)
             std::printf("%-11s %4d %6zu %10.3f %9.1f %10.3f %9.2f\n", r.op.c_str(), r.bits, r.block, r.seconds * 1e3,
                         r.bytes / r.seconds / 1e9, r.bound_seconds * 1e3, r.bound_seconds / r.seconds);
         std::printf("bound: a device-to-device cudaMemcpyAsync of half the kernel's bytes (it reads and writes\n"

@@ -291,13 +291,7 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
                             {"torch_zero_grad_over_step", ratio(torch.step_zero_grad, r.step)},
                             {"peak_host_bytes", r.peak_host},
                             {"peak_device_bytes", r.peak_device}});
-        Json t = nullptr;
-        if (torch.step > 0)
-            t = {{"version", torch.version},
-                 {"what", torch.what},
-                 {"threads", torch.threads},
-                 {"step_seconds", torch.step},
-                 {"step_zero_grad_seconds", torch.step_zero_grad}};
+        const Json t = torch_json(torch);
         h.print(h.result({{"model", list.name},
                          {"tensors", list.tensors.size()},
                          {"params", list.numel()},
@@ -364,15 +358,7 @@ int run_zero(int argc, char **argv) {
     h.integer("hpz", 1, INT_MAX, [&](long long x) { o.hpz = static_cast<int>(x); });
     h.integer("reuse-distance", 0, kMaxParams, [&](long long x) { o.reuse = x; });
     ModelList list;
-    h.text("model", [&](const char *v) {
-        try {
-            list = model_list(v);
-        } catch (const Error &e) {
-            return h.refuse("%s", e.message().c_str());
-        }
-        o.model = v;
-        return true;
-    });
+    model_option(h, list, o.model);
     h.flag("qwz", [&] { o.qwz = true; });
     h.flag("qgz", [&] { o.qgz = true; });
     h.flag("zeropp", [&] { o.zeropp = true; });
