@@ -116,7 +116,10 @@ std::string Engine::describe(dsm_format_t format) const {
           {"secondary_partition_bytes", m.secondary}}},
         {"zeropp_quantization", quant_json()},
         {"timers_seconds",
-         {{"reduce", timers_.reduce}, {"optimizer", timers_.optimizer}, {"gather", timers_.gather}}},
+         {{"reduce", timers_.reduce},
+          {"optimizer", timers_.optimizer},
+          {"gather", timers_.gather},
+          {"wait", timers_.wait}}},
     };
     std::ostringstream offload;
     compute_->describe(j, offload); // ZeRO-Offload: "offload" and its line

@@ -62,7 +62,7 @@ void Engine::record_step(double norm) {
     const double secs = t - (monitor_last_ > 0 ? monitor_last_ : window_start_);
     monitor_last_ = t;
     const Timers dt{timers_.reduce - monitor_timers_.reduce, timers_.optimizer - monitor_timers_.optimizer,
-                    timers_.gather - monitor_timers_.gather};
+                    timers_.gather - monitor_timers_.gather, timers_.wait - monitor_timers_.wait};
     monitor_timers_ = timers_;
     const bool mean = loss_count_ > 0;
     const double loss = mean ? loss_sum_ / static_cast<double>(loss_count_) : 0.0;
@@ -84,6 +84,7 @@ void Engine::record_step(double norm) {
         monitor_->write("Train/Samples/elapsed_time_ms_backward_allreduce", 1e3 * dt.reduce, step);
         monitor_->write("Train/Samples/elapsed_time_ms_step", 1e3 * dt.optimizer, step);
         monitor_->write("Train/Samples/elapsed_time_ms_allgather", 1e3 * dt.gather, step);
+        monitor_->write("Train/Samples/elapsed_time_ms_wait", 1e3 * dt.wait, step);
         // This rank's (the first's) memory high-water marks since the engine's creation.
         monitor_->write("Memory/host_peak_bytes", static_cast<double>(memstat::peak(memstat::Kind::HOST)), step);
         monitor_->write("Memory/device_peak_bytes", static_cast<double>(memstat::peak(memstat::Kind::DEVICE)), step);

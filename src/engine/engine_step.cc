@@ -198,7 +198,10 @@ void Engine::step(dsm_step_info_t *info) {
     }
     drain_offload(status, why);
     try {
+        // The wait for the ranks still reducing what they released.
+        timers_.wait -= now();
         sync(SyncPoint::STEP, micro_steps_, why, status);
+        timers_.wait += now();
     } catch (...) {
         broken_ = true;
         throw;
@@ -378,8 +381,8 @@ void Engine::log_step(double norm) const {
                 static_cast<long long>(global_steps_), static_cast<long long>(skipped_steps_), current_lr(),
                 scaler_->scale(), norm, rate);
     if (cfg_.wall_clock_breakdown)
-        std::printf("[dsm] time (s): reduce=%.4f optimizer=%.4f gather=%.4f\n", timers_.reduce,
-                    timers_.optimizer, timers_.gather);
+        std::printf("[dsm] time (s): reduce=%.4f optimizer=%.4f gather=%.4f wait=%.4f\n", timers_.reduce,
+                    timers_.optimizer, timers_.gather, timers_.wait);
     std::fflush(stdout);
 }
 

@@ -405,7 +405,8 @@ static void test_metrics(void **state) {
         if (strcmp(text, want) != 0) fail_msg("%s is \"%s\", expected \"%s\"", path, text, want);
         const char *names[] = {"Train_Samples_lr", "Train_Samples_loss_scale", "Train_Samples_grad_norm",
                                "Train_Samples_skipped_steps", "Train_Samples_samples_per_sec",
-                               "Train_Samples_elapsed_time_ms_step", "Train_Samples_tflops", "Train_Samples_mfu"};
+                               "Train_Samples_elapsed_time_ms_step", "Train_Samples_elapsed_time_ms_wait",
+                               "Train_Samples_tflops", "Train_Samples_mfu"};
         for (size_t k = 0; k < sizeof names / sizeof names[0]; ++k) {
             snprintf(path, sizeof path, "%s/csv/job/%s.csv", root, names[k]);
             read_text(path, text, sizeof text);
@@ -433,6 +434,42 @@ static void test_metrics(void **state) {
 }
 
 /* ZeRO-2: released gradients differ across ranks -> mismatch at the bucket or the step. */
+/* timers_seconds.wait: the time dsm_step waits at its opening agreement for
+ * the ranks that came later. The last rank comes 0.3 s late to one step; the
+ * others' wait must show it (at least 0.2 s), not the reduction's timer or
+ * the optimizer's; a rank alone never waits for anybody. */
+static double described_timer(dsm_engine_t e, const char *key) {
+    char *text = NULL;
+    ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
+    const char *t = strstr(text, "\"timers_seconds\":");
+    assert_non_null(t);
+    char want[64];
+    snprintf(want, sizeof want, "\"%s\":", key);
+    const char *at = strstr(t, want);
+    if (at == NULL) fail_msg("no timers_seconds.%s in %s", key, t);
+    const double v = strtod(at + strlen(want), NULL);
+    dsm_free(text);
+    return v;
+}
+
+static void test_wait_timer(void **state) {
+    (void)state;
+    dsm_param_desc_t d[3];
+    params(d);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG2, d, 3, &e));
+    ASSERT_OK(dsm_step(e, NULL));
+    const double before = described_timer(e, "wait"), reduce0 = described_timer(e, "reduce");
+    if (test_rank == test_size - 1) usleep(300000);
+    ASSERT_OK(dsm_step(e, NULL));
+    const double waited = described_timer(e, "wait") - before, reduced = described_timer(e, "reduce") - reduce0;
+    if (test_size > 1 && test_rank == 0 && waited < 0.2)
+        fail_msg("rank 0 waited %.3f s for a rank 0.3 s late (reduce took %.3f s)", waited, reduced);
+    if (reduced >= 0.2) fail_msg("the late rank's 0.3 s counted in the reduction timer (%.3f s)", reduced);
+    if (test_size == 1 && waited >= 0.2) fail_msg("one rank waited %.3f s", waited);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
 static void test_release_mismatch(void **state) {
     (void)state;
     if (test_size < 2) skip();
@@ -674,7 +711,7 @@ static void test_min_scale(void **state) {
 int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_descriptors), cmocka_unit_test(test_bad_arguments),
-        cmocka_unit_test(test_f32_helpers_errors), cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_f32_helpers_errors), cmocka_unit_test(test_metrics), cmocka_unit_test(test_wait_timer),
         cmocka_unit_test(test_init_fn_failure), cmocka_unit_test(test_local_misuse),
         cmocka_unit_test(test_unreleased_gradient), cmocka_unit_test(test_release_mismatch),
         cmocka_unit_test(test_gather_mismatch), cmocka_unit_test(test_free_mismatch),
