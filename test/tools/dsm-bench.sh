@@ -71,7 +71,7 @@ refused optimizer "--device 'tpu'" --device tpu
 refused optimizer "--params needs a value" --params
 refused optimizer "--dtype 'fp8'" --dtype fp8
 refused optimizer "--dtype bf16 needs --model" --dtype bf16
-refused optimizer "--model 'nope' is not gpt2" --model nope
+refused optimizer "--model 'nope' is not gpt2, gpt2-medium, gpt2-large, gpt2-xl or llama-7b" --model nope
 printf '{"parameters": [{"name": "a", "shape": [-3]}]}' > "$tmp/bad.json"
 refused optimizer "parameters[0] ('a')" --model "$tmp/bad.json"
 refused optimizer "--model llama-7b needs" --model llama-7b --no-torch
@@ -100,7 +100,7 @@ some zero --device gpu ""
 refused zero "--params 1125899906842624" --params 1125899906842624 --no-torch
 # --model: an unknown name, files that are not a parameter list, a model
 # larger than the machine.
-refused zero "--model 'nope' is not gpt2" --model nope
+refused zero "--model 'nope' is not gpt2, gpt2-medium, gpt2-large, gpt2-xl or llama-7b" --model nope
 printf '{"parameters": [{"name": "a", "shape": [4, 0]}]}' > "$tmp/bad.json"
 refused zero "parameters[0] ('a'): shape extent 0" --model "$tmp/bad.json"
 printf '{"parameters": [{"name": "a", "shape": [4], "decay": 1}]}' > "$tmp/bad.json"

@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/cli.hpp"
 #include "core/error.hpp"
 
 namespace dsm {
@@ -85,7 +86,7 @@ ModelList llama7b() {
 ModelList from_json(const std::string &path) {
     std::ifstream in(path);
     DSM_REQUIRE(in.good(), DSM_ERR_INVALID_ARGUMENT, "--model '", path, "' is not ",
-                "gpt2, gpt2-medium, gpt2-xl or llama-7b, and no file of that name can be read");
+                tools::one_of(model_names()), ", and no file of that name can be read");
     std::stringstream ss;
     ss << in.rdbuf();
     nlohmann::json j;
