@@ -323,7 +323,8 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
         std::printf("%5d %10.2f %10.2f %10s %12s %12s %10s %10s\n", r.stage, 1e3 * r.step, 1e3 * r.update, b, bu, bs,
                     ts, tz);
     }
-    std::printf("step: every gradient released, then dsm_step; update: the step less its reduction and gather;\n"
+    std::printf("step: every gradient released, then dsm_step; update: the step less its reduction, gather and\n"
+                "wait for the other ranks (timers_seconds);\n"
                 "bound: a streaming kernel moving the %.0f bytes per element the update must move (gradient read by\n"
                 "the clipping's norm; gradient, master and moments read, master and moments written; gradient\n"
                 "zeroed; the 16-bit parameter written) over the elements each rank updates, same threads (cuda:\n"
