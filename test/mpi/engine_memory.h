@@ -53,12 +53,15 @@ static inline dsm_mesh_t test_dp_mesh(void) {
 }
 
 /* The number after `key` in the object after `object` of a JSON text. */
-static inline unsigned long long test_json_after(const char *text, const char *object, const char *key) {
+static inline const char *test_json_at(const char *text, const char *object, const char *key) {
     const char *o = strstr(text, object);
-    assert_non_null(o);
+    if (o == NULL) fail_msg("no %s in %s", object, text);
     const char *k = strstr(o, key);
-    assert_non_null(k);
-    return strtoull(k + strlen(key), NULL, 10);
+    if (k == NULL) fail_msg("no %s after %s in %s", key, object, text);
+    return k + strlen(key);
+}
+static inline unsigned long long test_json_after(const char *text, const char *object, const char *key) {
+    return strtoull(test_json_at(text, object, key), NULL, 10);
 }
 
 static inline int engine_on_cuda(dsm_engine_t e) {

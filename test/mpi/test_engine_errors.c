@@ -441,13 +441,9 @@ static void test_metrics(void **state) {
 static double described_timer(dsm_engine_t e, const char *key) {
     char *text = NULL;
     ASSERT_OK(dsm_engine_describe(e, DSM_FORMAT_JSON, &text));
-    const char *t = strstr(text, "\"timers_seconds\":");
-    assert_non_null(t);
     char want[64];
     snprintf(want, sizeof want, "\"%s\":", key);
-    const char *at = strstr(t, want);
-    if (at == NULL) fail_msg("no timers_seconds.%s in %s", key, t);
-    const double v = strtod(at + strlen(want), NULL);
+    const double v = strtod(test_json_at(text, "\"timers_seconds\":", want), NULL);
     dsm_free(text);
     return v;
 }
