@@ -581,9 +581,10 @@ static dsm_status_t model_alloc(struct model *m, int host_compute, int *ok) {
 
 static void model_free(struct model *m) {
     if (m->P > 1 && m->sp) {
-        float *shared[] = {m->qs, m->ks, m->vs, m->datty, m->oh, m->dqh, m->dkh, m->dvh};
+        float **shared[] = {&m->qs, &m->ks, &m->vs, &m->datty, &m->oh, &m->dqh, &m->dkh, &m->dvh};
         for (size_t i = 0; i < sizeof shared / sizeof shared[0]; ++i)
-            if (shared[i]) dsm_sp_free_memory(m->sp, shared[i]);
+            if (*shared[i] && dsm_sp_free_memory(m->sp, (void **)shared[i]) != DSM_SUCCESS)
+                fprintf(stderr, "train_gpt: dsm_sp_free_memory: %s\n", dsm_last_error());
     } else {
         free(m->datty);
     }
