@@ -65,6 +65,90 @@ struct Avx2 {
         _mm256_storeu_ps(out, r0);
         _mm256_storeu_ps(out + 8, r1);
     }
+    // The runs of quantize_body.hpp's HasRuns, 64 values per step (as the
+    // AVX-512 kernels'). The magnitudes' maximum as integers: an and and a
+    // max per eight values, on four registers, one reduction per block.
+    struct Max4 {
+        __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+        static __m256i abs_bits(const float *y) {
+            return _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(y)),
+                                    _mm256_set1_epi32(0x7FFFFFFF));
+        }
+        void add32(const float *y) {
+            a0 = _mm256_max_epu32(a0, abs_bits(y));
+            a1 = _mm256_max_epu32(a1, abs_bits(y + 8));
+            a2 = _mm256_max_epu32(a2, abs_bits(y + 16));
+            a3 = _mm256_max_epu32(a3, abs_bits(y + 24));
+        }
+        void fin(uint32_t *bits) const {
+            const __m256i v = _mm256_max_epu32(_mm256_max_epu32(a0, a1), _mm256_max_epu32(a2, a3));
+            __m128i h = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0x4E));
+            h = _mm_max_epu32(h, _mm_shuffle_epi32(h, 0xB1));
+            const uint32_t r = static_cast<uint32_t>(_mm_cvtsi128_si32(h));
+            *bits = r > *bits ? r : *bits;
+        }
+    };
+    static size_t amax_run(const float *x, size_t m, uint32_t *bits) {
+        Max4 a;
+        size_t i = 0;
+        for (; i + 32 <= m; i += 32) a.add32(x + i);
+        for (; i + 16 <= m; i += 16) {
+            a.a0 = _mm256_max_epu32(a.a0, Max4::abs_bits(x + i));
+            a.a1 = _mm256_max_epu32(a.a1, Max4::abs_bits(x + i + 8));
+        }
+        a.fin(bits);
+        return i;
+    }
+    // q8r's integers of 32 values as bytes in order: the saturating packs
+    // (no-ops on values already clamped) leave each 128-bit lane holding
+    // four values of each register, which one permutation puts back.
+    static __m256i q32(const float *x, __m256 vi, __m256 lo, __m256 hi) {
+        const __m256i i0 = q(_mm256_loadu_ps(x), vi, lo, hi), i1 = q(_mm256_loadu_ps(x + 8), vi, lo, hi),
+                      i2 = q(_mm256_loadu_ps(x + 16), vi, lo, hi), i3 = q(_mm256_loadu_ps(x + 24), vi, lo, hi);
+        const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    }
+    template <int kBits> static void put32(__m256i b, uint8_t *q) {
+        if (kBits == 8) {
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm256_castsi256_si128(b));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm256_extracti128_si256(b, 1));
+        } else {
+            // Each 16-bit pair's low nibbles into its low byte (the
+            // even-indexed value low), the high byte zero, then the bytes.
+            const __m256i w = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi16(0x000F)),
+                                              _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi16(0x00F0)));
+            _mm_storeu_si128(reinterpret_cast<__m128i *>(q),
+                             _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+        }
+    }
+    static constexpr size_t kAhead = 2048; // values (8 KiB)
+    template <int kBits, bool kY>
+    static size_t q_loop(const float *x, size_t m, float inv, float qmax, uint8_t *qb, const float *y, uint32_t *ybits) {
+        const __m256 vi = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-qmax), hi = _mm256_set1_ps(qmax);
+        Max4 a;
+        size_t i = 0;
+        for (; i + 64 <= m; i += 64) {
+            if (kY) {
+                // The next block from memory, fetched into L2 ahead.
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 16), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 32), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 48), _MM_HINT_T1);
+                a.add32(y + i);
+                a.add32(y + i + 32);
+            }
+            put32<kBits>(q32(x + i, vi, lo, hi), qb + (kBits == 8 ? i : i / 2));
+            put32<kBits>(q32(x + i + 32, vi, lo, hi), qb + (kBits == 8 ? i + 32 : (i + 32) / 2));
+        }
+        if (kY) a.fin(ybits);
+        return i;
+    }
+    template <int kBits>
+    static size_t q_run(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
+        return y ? q_loop<kBits, true>(x, m, inv, qmax, q, y, ybits)
+                 : q_loop<kBits, false>(x, m, inv, qmax, q, nullptr, nullptr);
+    }
     // int4, 32 values per step: one 16-byte load unpacked into 32 signed
     // bytes in order (the even-indexed value from the low nibble), then four
     // widenings; the arithmetic is d8r's (q * s, then the add).

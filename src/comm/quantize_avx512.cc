@@ -8,7 +8,6 @@
 // be used uninitialized (a false positive of its headers, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
-
 namespace dsm {
 namespace comm {
 namespace quant {
@@ -44,6 +43,86 @@ struct Avx512 {
     }
     static void d8(const int8_t *q, float s, float *out, const float *add) {
         d8r(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q)), s, out, add);
+    }
+    // The runs of quantize_body.hpp's HasRuns, 64 values per step. The
+    // magnitudes' maximum as integers: an and and a max per sixteen values,
+    // on four registers, with one reduction per block.
+    struct Max4 {
+        __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+        void add(const float *y) {
+            const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF);
+            a0 = _mm512_max_epu32(a0, _mm512_and_si512(_mm512_loadu_si512(y), abs));
+            a1 = _mm512_max_epu32(a1, _mm512_and_si512(_mm512_loadu_si512(y + 16), abs));
+            a2 = _mm512_max_epu32(a2, _mm512_and_si512(_mm512_loadu_si512(y + 32), abs));
+            a3 = _mm512_max_epu32(a3, _mm512_and_si512(_mm512_loadu_si512(y + 48), abs));
+        }
+        void fin(uint32_t *bits) const {
+            const uint32_t r =
+                _mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_max_epu32(a0, a1), _mm512_max_epu32(a2, a3)));
+            *bits = r > *bits ? r : *bits;
+        }
+    };
+    static size_t amax_run(const float *x, size_t m, uint32_t *bits) {
+        Max4 a;
+        size_t i = 0;
+        for (; i + 64 <= m; i += 64) a.add(x + i);
+        for (; i + 16 <= m; i += 16)
+            a.a0 = _mm512_max_epu32(a.a0, _mm512_and_si512(_mm512_loadu_si512(x + i), _mm512_set1_epi32(0x7FFFFFFF)));
+        a.fin(bits);
+        return i;
+    }
+    // q8r's integers of 64 values, as bytes in order: the two saturating
+    // packs (no-ops on values already clamped) leave each 128-bit lane
+    // holding four values of each register, which one permutation puts back.
+    static __m512i q16(const float *x, __m512 vi, __m512 lo, __m512 hi) {
+        return _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(x), vi), lo), hi));
+    }
+    static __m512i q64(const float *x, __m512 vi, __m512 lo, __m512 hi) {
+        const __m512i r0 = q16(x, vi, lo, hi), r1 = q16(x + 16, vi, lo, hi), r2 = q16(x + 32, vi, lo, hi),
+                      r3 = q16(x + 48, vi, lo, hi);
+        const __m512i p = _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
+        return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), p);
+    }
+    static constexpr size_t kAhead = 2048; // values (8 KiB)
+    // The bytes go out 16 at a time: a segment's values may start anywhere,
+    // and wider stores that cross cache lines measured slower.
+    template <int kBits, bool kY>
+    static size_t q_loop(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
+        const __m512 vi = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-qmax), hi = _mm512_set1_ps(qmax);
+        Max4 a;
+        size_t i = 0;
+        for (; i + 64 <= m; i += 64) {
+            if (kY) {
+                // The next block from memory: fetched into L2 a few blocks
+                // ahead (no hardware prefetcher was seen to stream it in time).
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 16), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 32), _MM_HINT_T1);
+                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 48), _MM_HINT_T1);
+                a.add(y + i);
+            }
+            const __m512i b = q64(x + i, vi, lo, hi);
+            if (kBits == 8) {
+                _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i), _mm512_castsi512_si128(b));
+                _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i + 16), _mm512_extracti32x4_epi32(b, 1));
+                _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i + 32), _mm512_extracti32x4_epi32(b, 2));
+                _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i + 48), _mm512_extracti32x4_epi32(b, 3));
+            } else {
+                // Each 16-bit pair's low nibbles into its low byte (the
+                // even-indexed value low), then the low bytes.
+                const __m512i w = _mm512_ternarylogic_epi32(b, _mm512_srli_epi16(b, 4), _mm512_set1_epi8(0x0F), 0xE4);
+                const __m256i c = _mm512_cvtepi16_epi8(w);
+                _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i / 2), _mm256_castsi256_si128(c));
+                _mm_storeu_si128(reinterpret_cast<__m128i *>(q + i / 2 + 16), _mm256_extracti128_si256(c, 1));
+            }
+        }
+        if (kY) a.fin(ybits);
+        return i;
+    }
+    template <int kBits>
+    static size_t q_run(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
+        return y ? q_loop<kBits, true>(x, m, inv, qmax, q, y, ybits)
+                 : q_loop<kBits, false>(x, m, inv, qmax, q, nullptr, nullptr);
     }
     // int4: the sixteen possible values times the scale in one register,
     // looked up by nibble (vpermps reads an index's low 4 bits only, so the

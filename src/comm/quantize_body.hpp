@@ -16,6 +16,17 @@
 //       accumulate; a multiply, then an add: no FMA, so that every
 //       instruction set gives the same bits)
 // The 4-bit forms pack and unpack two values per byte around q8 and d8.
+//
+// A V may also work on a block's whole vector part at once (HasRuns), so
+// that the quantization streams through memory as one pass:
+//   amax_run(x, m, &bits)   *bits = max(*bits, the bits of |x[i]|) over the
+//       first r values; returns r (a multiple of 16). A magnitude's bits order
+//       as the magnitudes do, and an inf or a NaN gives 0x7F800000 or more.
+//   q_run<kBits>(x, m, inv, qmax, q, y, &ybits)   q8's values of the first r
+//       values of x (r: m rounded down to a multiple of 64), one per byte
+//       (kBits 8) or two per byte as pack4 lays them out (kBits 4); with y,
+//       amax_run's maximum of y's first r values alongside (y: the next
+//       block, read from memory while this one is quantized from the cache).
 #pragma once
 
 #include <cstddef>
@@ -148,6 +159,88 @@ struct Scalar16 {
 template <class V, class = void> struct HasD4 : std::false_type {};
 template <class V> struct HasD4<V, std::void_t<decltype(&V::d4)>> : std::true_type {};
 
+template <class V, class = void> struct HasRuns : std::false_type {};
+template <class V> struct HasRuns<V, std::void_t<decltype(&V::amax_run)>> : std::true_type {};
+
+// A value's magnitude as the bits of an fp32.
+inline uint32_t abs_bits(float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, sizeof u);
+    return u & 0x7FFFFFFFu;
+}
+
+// The values [i, m) of a block quantized sixteen and then one at a time.
+template <class V>
+void quantize_rest(const float *xb, size_t i, size_t m, int bits, float inv, float qmax, uint8_t *data, size_t b0) {
+    if (bits == 8) {
+        int8_t *q = reinterpret_cast<int8_t *>(data) + b0;
+        for (; i + 16 <= m; i += 16) V::q8(xb + i, inv, qmax, q + i);
+        for (; i < m; ++i) q[i] = q1(xb[i], inv, qmax);
+        return;
+    }
+    uint8_t *q = data + b0 / 2;
+    for (; i + 16 <= m; i += 16) {
+#if defined(__SSE2__)
+        pack4r(V::q8r(xb + i, inv, qmax), q + i / 2);
+#else
+        alignas(16) int8_t t[16];
+        V::q8(xb + i, inv, qmax, t);
+        pack4(t, q + i / 2);
+#endif
+    }
+    for (; i < m; i += 2) {
+        const int8_t lo = q1(xb[i], inv, qmax), hi = i + 1 < m ? q1(xb[i + 1], inv, qmax) : 0;
+        q[i / 2] = static_cast<uint8_t>((lo & 0x0F) | ((hi & 0x0F) << 4));
+    }
+}
+
+// quantize_segment with a V that HasRuns: one pass over memory, each block's
+// largest magnitude found while the block before it is quantized. The same
+// bits as the two passes per block below: amax is the float maximum of the
+// magnitudes where no value is an inf or a NaN, and q8's arithmetic is the
+// same.
+template <class V>
+void quantize_pipelined(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
+    const float qmax = bits == 8 ? 127.0f : 7.0f;
+    const auto amax_from = [](const float *y, size_t j, size_t m, uint32_t mb) {
+        if (j < m) j += V::amax_run(y + j, m - j, &mb);
+        for (; j < m; ++j) mb = abs_bits(y[j]) > mb ? abs_bits(y[j]) : mb;
+        return mb;
+    };
+    uint32_t mb = amax_from(x, 0, n < block ? n : block, 0);
+    size_t k = 0;
+    for (size_t b0 = 0; b0 < n; b0 += block, ++k) {
+        const size_t m = n - b0 < block ? n - b0 : block;
+        const size_t mn = n - b0 - m < block ? n - b0 - m : block; // the next block's (0: none)
+        const float *xb = x + b0, *xn = xb + m;
+        const bool bad = mb >= 0x7F800000u;
+        float amax;
+        std::memcpy(&amax, &mb, sizeof amax);
+        float s = 0.0f, inv = 0.0f;
+        if (bad) s = __builtin_nanf("");
+        else if (amax > 0.0f) {
+            s = amax / qmax;
+            inv = qmax / amax;
+        }
+        std::memcpy(scales + k, &s, sizeof s);
+        uint32_t nb = 0;
+        size_t j = 0;
+        if (bad) {
+            std::memset(bits == 8 ? data + b0 : data + b0 / 2, 0, bits == 8 ? m : (m + 1) / 2);
+        } else {
+            const size_t both = m < mn ? m : mn;
+            size_t i = bits == 8 ? V::template q_run<8>(xb, both, inv, qmax, data + b0, xn, &nb)
+                                 : V::template q_run<4>(xb, both, inv, qmax, data + b0 / 2, xn, &nb);
+            j = i;
+            if (i + 64 <= m)
+                i += bits == 8 ? V::template q_run<8>(xb + i, m - i, inv, qmax, data + b0 + i, nullptr, nullptr)
+                               : V::template q_run<4>(xb + i, m - i, inv, qmax, data + (b0 + i) / 2, nullptr, nullptr);
+            quantize_rest<V>(xb, i, m, bits, inv, qmax, data, b0);
+        }
+        if (mn) mb = amax_from(xn, j, mn, nb);
+    }
+}
+
 template <class V>
 void quantize_segment(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
     const float qmax = bits == 8 ? 127.0f : 7.0f;
@@ -251,7 +344,8 @@ void dequantize_segment(const float *scales, const uint8_t *data, size_t n, int 
 
 template <class V> struct KernelSet {
     static void quantize(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
-        quantize_segment<V>(x, n, bits, block, scales, data);
+        if constexpr (HasRuns<V>::value) quantize_pipelined<V>(x, n, bits, block, scales, data);
+        else quantize_segment<V>(x, n, bits, block, scales, data);
     }
     static void dequantize(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
                            const float *add) {

@@ -106,6 +106,54 @@ static void test_overflow_becomes_nan(void **) {
     quant::set_isa("auto");
 }
 
+// Blocks the fast kernels find the largest magnitude of while they quantize
+// the block before (blocks of 64 values or more): an inf, a NaN or a -inf in
+// every position class (a step of 64, a step of 16, the last values), a
+// block of zeros and -0, subnormals (whose 1 / amax overflows), the largest
+// magnitude in the last value, a short last block. Every instruction set
+// gives the portable kernel's bits, and bad blocks a NaN scale.
+static void test_special_blocks_every_isa(void **) {
+    for (int bits : {8, 4})
+        for (size_t block : {size_t(64), size_t(80), size_t(1024), size_t(1040)}) {
+            const size_t n = 7 * block + 37, nb = (n + block - 1) / block;
+            std::vector<float> x = sample(n, static_cast<unsigned>(block + bits));
+            x[block + 3] = INFINITY;                  // block 1, in a step of 64
+            x[3 * block - 1] = NAN;                   // block 2, its last value
+            for (size_t i = 3 * block; i < 4 * block; ++i) x[i] = i % 3 ? 0.0f : -0.0f; // block 3
+            for (size_t i = 4 * block; i < 5 * block; ++i) x[i] = (i % 2 ? 1.0f : -1.0f) * 1e-45f * static_cast<float>(i % 7);
+            x[5 * block - 1] = -3e-44f;               // block 4's largest, last
+            x[6 * block - 10] = 1e30f;                // block 5's largest, past the steps of 64 where block % 64
+            x[6 * block + 1] = -INFINITY;             // block 6
+            x[n - 1] = NAN;                           // the short last block
+            const size_t bytes = quant::packed_bytes(n, bits, block);
+            std::vector<uint8_t> ref;
+            for (const std::string &isa : quant::available_isas()) {
+                quant::set_isa(isa);
+                std::vector<uint8_t> q(bytes + 8, 0xAB);
+                quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data());
+                for (size_t i = bytes; i < q.size(); ++i) assert_int_equal(q[i], 0xAB);
+                q.resize(bytes);
+                const std::string ctx = isa + " bits=" + std::to_string(bits) + " block=" + std::to_string(block);
+                std::vector<float> s(nb);
+                std::memcpy(s.data(), q.data(), nb * 4);
+                for (size_t k = 0; k < nb; ++k) {
+                    bool bad = false;
+                    for (size_t i = k * block; i < std::min(n, (k + 1) * block); ++i) bad = bad || !std::isfinite(x[i]);
+                    if (bad != std::isnan(s[k])) fail_msg("%s: block %zu has scale %g", ctx.c_str(), k, s[k]);
+                }
+                if (s[3] != 0.0f) fail_msg("%s: the zero block has scale %g", ctx.c_str(), s[3]);
+                if (s[4] != 3e-44f / (bits == 8 ? 127.0f : 7.0f))
+                    fail_msg("%s: the subnormal block has scale %g", ctx.c_str(), s[4]);
+                if (ref.empty()) ref = q;
+                else if (std::memcmp(ref.data(), q.data(), bytes) != 0)
+                    fail_msg("%s: packed bytes differ from %s's", ctx.c_str(), quant::available_isas().front().c_str());
+            }
+            // The portable kernel among them.
+            assert_true(quant::available_isas().back() == "generic");
+        }
+    quant::set_isa("auto");
+}
+
 // dequantize_add (out = add + x', in one pass) and dequantize_part (a range
 // of blocks) give the bits of dequantize() on every instruction set.
 static void test_add_and_part(void **) {
@@ -233,6 +281,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_every_isa),
         cmocka_unit_test(test_sixteen_bit),
         cmocka_unit_test(test_overflow_becomes_nan),
+        cmocka_unit_test(test_special_blocks_every_isa),
         cmocka_unit_test(test_add_and_part),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_device_kernels),
