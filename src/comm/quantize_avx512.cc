@@ -83,7 +83,7 @@ struct Avx512 {
         const __m512i p = _mm512_packs_epi16(_mm512_packs_epi32(r0, r1), _mm512_packs_epi32(r2, r3));
         return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), p);
     }
-    static constexpr size_t kAhead = 2048; // values (8 KiB)
+    static constexpr size_t kAhead = 4096; // values (16 KiB; 8 and 4 measured a little slower)
     // The bytes go out 16 at a time: a segment's values may start anywhere,
     // and wider stores that cross cache lines measured slower.
     template <int kBits, bool kY>
