@@ -65,6 +65,7 @@ struct Avx2 {
         _mm256_storeu_ps(out, r0);
         _mm256_storeu_ps(out + 8, r1);
     }
+    static constexpr bool kRuns8 = true;
     // The runs of quantize_body.hpp's HasRuns, 64 values per step (as the
     // AVX-512 kernels'). The magnitudes' maximum as integers: an and and a
     // max per eight values, on four registers, one reduction per block.

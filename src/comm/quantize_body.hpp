@@ -23,10 +23,13 @@
 //       first r values; returns r (a multiple of 16). A magnitude's bits order
 //       as the magnitudes do, and an inf or a NaN gives 0x7F800000 or more.
 //   q_run<kBits>(x, m, inv, qmax, q, y, &ybits)   q8's values of the first r
-//       values of x (r: m rounded down to a multiple of 64), one per byte
-//       (kBits 8) or two per byte as pack4 lays them out (kBits 4); with y,
-//       amax_run's maximum of y's first r values alongside (y: the next
-//       block, read from memory while this one is quantized from the cache).
+//       values of x (r: m rounded down to a multiple of 64), two per byte as
+//       pack4 lays them out (kBits 4) or, where kRuns8, one per byte (kBits
+//       8); with y, amax_run's maximum of y's first r values alongside (y:
+//       the next block, read from memory while this one is quantized from
+//       the cache).
+//   kRuns8   whether the 8-bit quantization takes this way too (else it
+//       keeps the two passes per block of quantize_segment)
 #pragma once
 
 #include <cstddef>
@@ -199,9 +202,9 @@ void quantize_rest(const float *xb, size_t i, size_t m, int bits, float inv, flo
 // bits as the two passes per block below: amax is the float maximum of the
 // magnitudes where no value is an inf or a NaN, and q8's arithmetic is the
 // same.
-template <class V>
-void quantize_pipelined(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
-    const float qmax = bits == 8 ? 127.0f : 7.0f;
+template <class V, int kBits>
+void quantize_pipelined(const float *x, size_t n, size_t block, float *scales, uint8_t *data) {
+    const float qmax = kBits == 8 ? 127.0f : 7.0f;
     const auto amax_from = [](const float *y, size_t j, size_t m, uint32_t mb) {
         if (j < m) j += V::amax_run(y + j, m - j, &mb);
         for (; j < m; ++j) mb = abs_bits(y[j]) > mb ? abs_bits(y[j]) : mb;
@@ -226,16 +229,14 @@ void quantize_pipelined(const float *x, size_t n, int bits, size_t block, float 
         uint32_t nb = 0;
         size_t j = 0;
         if (bad) {
-            std::memset(bits == 8 ? data + b0 : data + b0 / 2, 0, bits == 8 ? m : (m + 1) / 2);
+            std::memset(kBits == 8 ? data + b0 : data + b0 / 2, 0, kBits == 8 ? m : (m + 1) / 2);
         } else {
             const size_t both = m < mn ? m : mn;
-            size_t i = bits == 8 ? V::template q_run<8>(xb, both, inv, qmax, data + b0, xn, &nb)
-                                 : V::template q_run<4>(xb, both, inv, qmax, data + b0 / 2, xn, &nb);
+            const auto out = [&](size_t i) { return kBits == 8 ? data + b0 + i : data + (b0 + i) / 2; };
+            size_t i = V::template q_run<kBits>(xb, both, inv, qmax, out(0), xn, &nb);
             j = i;
-            if (i + 64 <= m)
-                i += bits == 8 ? V::template q_run<8>(xb + i, m - i, inv, qmax, data + b0 + i, nullptr, nullptr)
-                               : V::template q_run<4>(xb + i, m - i, inv, qmax, data + (b0 + i) / 2, nullptr, nullptr);
-            quantize_rest<V>(xb, i, m, bits, inv, qmax, data, b0);
+            if (i + 64 <= m) i += V::template q_run<kBits>(xb + i, m - i, inv, qmax, out(i), nullptr, nullptr);
+            quantize_rest<V>(xb, i, m, kBits, inv, qmax, data, b0);
         }
         if (mn) mb = amax_from(xn, j, mn, nb);
     }
@@ -344,8 +345,11 @@ void dequantize_segment(const float *scales, const uint8_t *data, size_t n, int 
 
 template <class V> struct KernelSet {
     static void quantize(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
-        if constexpr (HasRuns<V>::value) quantize_pipelined<V>(x, n, bits, block, scales, data);
-        else quantize_segment<V>(x, n, bits, block, scales, data);
+        if constexpr (HasRuns<V>::value) {
+            if (bits == 4) return quantize_pipelined<V, 4>(x, n, block, scales, data);
+            if constexpr (V::kRuns8) return quantize_pipelined<V, 8>(x, n, block, scales, data);
+        }
+        quantize_segment<V>(x, n, bits, block, scales, data);
     }
     static void dequantize(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
                            const float *add) {
