@@ -65,8 +65,7 @@ struct Avx2 {
         _mm256_storeu_ps(out, r0);
         _mm256_storeu_ps(out + 8, r1);
     }
-    static constexpr bool kRuns8 = true;
-    // The runs of quantize_body.hpp's HasRuns, 64 values per step (as the
+    // The int4 runs of quantize_body.hpp's HasRuns, 64 values per step (as the
     // AVX-512 kernels'). The magnitudes' maximum as integers: an and and a
     // max per eight values, on four registers, one reduction per block.
     struct Max4 {
@@ -110,21 +109,16 @@ struct Avx2 {
         const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
         return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     }
-    template <int kBits> static void put32(__m256i b, uint8_t *q) {
-        if (kBits == 8) {
-            _mm_storeu_si128(reinterpret_cast<__m128i *>(q), _mm256_castsi256_si128(b));
-            _mm_storeu_si128(reinterpret_cast<__m128i *>(q + 16), _mm256_extracti128_si256(b, 1));
-        } else {
-            // Each 16-bit pair's low nibbles into its low byte (the
-            // even-indexed value low), the high byte zero, then the bytes.
-            const __m256i w = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi16(0x000F)),
-                                              _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi16(0x00F0)));
-            _mm_storeu_si128(reinterpret_cast<__m128i *>(q),
-                             _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
-        }
+    // Each 16-bit pair's low nibbles into its low byte (the even-indexed
+    // value low), the high byte zero, then the sixteen bytes.
+    static void put32(__m256i b, uint8_t *q) {
+        const __m256i w = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi16(0x000F)),
+                                          _mm256_and_si256(_mm256_srli_epi16(b, 4), _mm256_set1_epi16(0x00F0)));
+        _mm_storeu_si128(reinterpret_cast<__m128i *>(q),
+                         _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
     }
     static constexpr size_t kAhead = 3072; // values (12 KiB; 8 and 16 measured a little slower)
-    template <int kBits, bool kY>
+    template <bool kY>
     static size_t q_loop(const float *x, size_t m, float inv, float qmax, uint8_t *qb, const float *y, uint32_t *ybits) {
         const __m256 vi = _mm256_set1_ps(inv), lo = _mm256_set1_ps(-qmax), hi = _mm256_set1_ps(qmax);
         Max4 a;
@@ -139,16 +133,14 @@ struct Avx2 {
                 a.add32(y + i);
                 a.add32(y + i + 32);
             }
-            put32<kBits>(q32(x + i, vi, lo, hi), qb + (kBits == 8 ? i : i / 2));
-            put32<kBits>(q32(x + i + 32, vi, lo, hi), qb + (kBits == 8 ? i + 32 : (i + 32) / 2));
+            put32(q32(x + i, vi, lo, hi), qb + i / 2);
+            put32(q32(x + i + 32, vi, lo, hi), qb + (i + 32) / 2);
         }
         if (kY) a.fin(ybits);
         return i;
     }
-    template <int kBits>
-    static size_t q_run(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
-        return y ? q_loop<kBits, true>(x, m, inv, qmax, q, y, ybits)
-                 : q_loop<kBits, false>(x, m, inv, qmax, q, nullptr, nullptr);
+    static size_t q4_run(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
+        return y ? q_loop<true>(x, m, inv, qmax, q, y, ybits) : q_loop<false>(x, m, inv, qmax, q, nullptr, nullptr);
     }
     // int4, 32 values per step: one 16-byte load unpacked into 32 signed
     // bytes in order (the even-indexed value from the low nibble), then four

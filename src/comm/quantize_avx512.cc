@@ -44,12 +44,7 @@ struct Avx512 {
     static void d8(const int8_t *q, float s, float *out, const float *add) {
         d8r(_mm_loadu_si128(reinterpret_cast<const __m128i *>(q)), s, out, add);
     }
-    // The int8 quantization keeps the two passes per block: streamed once as
-    // int4 is, it measured slower in dsm-bench quantize on the development
-    // machine (0.77-0.86 of the bound in blocks of 4096, 0.92-1.03 before),
-    // while the AVX2 kernels' single pass did not.
-    static constexpr bool kRuns8 = false;
-    // The runs of quantize_body.hpp's HasRuns, 64 values per step. The
+    // The int4 runs of quantize_body.hpp's HasRuns, 64 values per step. The
     // magnitudes' maximum as integers: an and and a max per sixteen values,
     // on four registers, with one reduction per block.
     struct Max4 {
@@ -89,11 +84,10 @@ struct Avx512 {
         return _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), p);
     }
     static constexpr size_t kAhead = 4096; // values (16 KiB; 8 and 4 measured a little slower)
-    // The bytes go out 16 at a time: a segment's values may start anywhere,
-    // and wider stores that cross cache lines measured slower.
-    template <int kBits, bool kY>
+    // The 32 bytes of 64 values go out as two 16-byte stores (one 32-byte
+    // store measured no faster; a segment's bytes may start anywhere).
+    template <bool kY>
     static size_t q_loop(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
-        static_assert(kBits == 4, "int4 only: see kRuns8");
         const __m512 vi = _mm512_set1_ps(inv), lo = _mm512_set1_ps(-qmax), hi = _mm512_set1_ps(qmax);
         Max4 a;
         size_t i = 0;
@@ -118,10 +112,8 @@ struct Avx512 {
         if (kY) a.fin(ybits);
         return i;
     }
-    template <int kBits>
-    static size_t q_run(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
-        return y ? q_loop<kBits, true>(x, m, inv, qmax, q, y, ybits)
-                 : q_loop<kBits, false>(x, m, inv, qmax, q, nullptr, nullptr);
+    static size_t q4_run(const float *x, size_t m, float inv, float qmax, uint8_t *q, const float *y, uint32_t *ybits) {
+        return y ? q_loop<true>(x, m, inv, qmax, q, y, ybits) : q_loop<false>(x, m, inv, qmax, q, nullptr, nullptr);
     }
     // int4: the sixteen possible values times the scale in one register,
     // looked up by nibble (vpermps reads an index's low 4 bits only, so the

@@ -17,19 +17,15 @@
 //       instruction set gives the same bits)
 // The 4-bit forms pack and unpack two values per byte around q8 and d8.
 //
-// A V may also work on a block's whole vector part at once (HasRuns), so
-// that the quantization streams through memory as one pass:
+// A V may also quantize into int4 in one pass over memory (HasRuns):
 //   amax_run(x, m, &bits)   *bits = max(*bits, the bits of |x[i]|) over the
 //       first r values; returns r (a multiple of 16). A magnitude's bits order
 //       as the magnitudes do, and an inf or a NaN gives 0x7F800000 or more.
-//   q_run<kBits>(x, m, inv, qmax, q, y, &ybits)   q8's values of the first r
-//       values of x (r: m rounded down to a multiple of 64), two per byte as
-//       pack4 lays them out (kBits 4) or, where kRuns8, one per byte (kBits
-//       8); with y, amax_run's maximum of y's first r values alongside (y:
-//       the next block, read from memory while this one is quantized from
-//       the cache).
-//   kRuns8   whether the 8-bit quantization takes this way too (else it
-//       keeps the two passes per block of quantize_segment)
+//   q4_run(x, m, inv, qmax, q, y, &ybits)   q8's values of the first r values
+//       of x (r: m rounded down to a multiple of 64), two per byte as pack4
+//       lays them out; with y, amax_run's maximum of y's first r values
+//       alongside (y: the next block, read from memory while this one is
+//       quantized from the cache).
 #pragma once
 
 #include <cstddef>
@@ -172,16 +168,8 @@ inline uint32_t abs_bits(float x) {
     return u & 0x7FFFFFFFu;
 }
 
-// The values [i, m) of a block quantized sixteen and then one at a time.
-template <class V>
-void quantize_rest(const float *xb, size_t i, size_t m, int bits, float inv, float qmax, uint8_t *data, size_t b0) {
-    if (bits == 8) {
-        int8_t *q = reinterpret_cast<int8_t *>(data) + b0;
-        for (; i + 16 <= m; i += 16) V::q8(xb + i, inv, qmax, q + i);
-        for (; i < m; ++i) q[i] = q1(xb[i], inv, qmax);
-        return;
-    }
-    uint8_t *q = data + b0 / 2;
+// The int4 values [i, m) of a block, sixteen and then two at a time.
+template <class V> void quantize4_rest(const float *xb, size_t i, size_t m, float inv, float qmax, uint8_t *q) {
     for (; i + 16 <= m; i += 16) {
 #if defined(__SSE2__)
         pack4r(V::q8r(xb + i, inv, qmax), q + i / 2);
@@ -197,14 +185,15 @@ void quantize_rest(const float *xb, size_t i, size_t m, int bits, float inv, flo
     }
 }
 
-// quantize_segment with a V that HasRuns: one pass over memory, each block's
-// largest magnitude found while the block before it is quantized. The same
-// bits as the two passes per block below: amax is the float maximum of the
-// magnitudes where no value is an inf or a NaN, and q8's arithmetic is the
-// same.
-template <class V, int kBits>
-void quantize_pipelined(const float *x, size_t n, size_t block, float *scales, uint8_t *data) {
-    const float qmax = kBits == 8 ? 127.0f : 7.0f;
+// The int4 quantization with a V that HasRuns: one pass over memory, each
+// block's largest magnitude found while the block before it is quantized.
+// The same bits as quantize_segment's two passes per block: amax is the float
+// maximum of the magnitudes where no value is an inf or a NaN, and q8's
+// arithmetic is the same. (The int8 quantization keeps the two passes: taken
+// this way it measured no faster, and slower in blocks of 4096, in dsm-bench
+// quantize on the development machine.)
+template <class V> void quantize4_pipelined(const float *x, size_t n, size_t block, float *scales, uint8_t *data) {
+    const float qmax = 7.0f;
     const auto amax_from = [](const float *y, size_t j, size_t m, uint32_t mb) {
         if (j < m) j += V::amax_run(y + j, m - j, &mb);
         for (; j < m; ++j) mb = abs_bits(y[j]) > mb ? abs_bits(y[j]) : mb;
@@ -229,14 +218,12 @@ void quantize_pipelined(const float *x, size_t n, size_t block, float *scales, u
         uint32_t nb = 0;
         size_t j = 0;
         if (bad) {
-            std::memset(kBits == 8 ? data + b0 : data + b0 / 2, 0, kBits == 8 ? m : (m + 1) / 2);
+            std::memset(data + b0 / 2, 0, (m + 1) / 2);
         } else {
-            const size_t both = m < mn ? m : mn;
-            const auto out = [&](size_t i) { return kBits == 8 ? data + b0 + i : data + (b0 + i) / 2; };
-            size_t i = V::template q_run<kBits>(xb, both, inv, qmax, out(0), xn, &nb);
+            size_t i = V::q4_run(xb, m < mn ? m : mn, inv, qmax, data + b0 / 2, xn, &nb);
             j = i;
-            if (i + 64 <= m) i += V::template q_run<kBits>(xb + i, m - i, inv, qmax, out(i), nullptr, nullptr);
-            quantize_rest<V>(xb, i, m, kBits, inv, qmax, data, b0);
+            if (i + 64 <= m) i += V::q4_run(xb + i, m - i, inv, qmax, data + (b0 + i) / 2, nullptr, nullptr);
+            quantize4_rest<V>(xb, i, m, inv, qmax, data + b0 / 2);
         }
         if (mn) mb = amax_from(xn, j, mn, nb);
     }
@@ -345,10 +332,8 @@ void dequantize_segment(const float *scales, const uint8_t *data, size_t n, int 
 
 template <class V> struct KernelSet {
     static void quantize(const float *x, size_t n, int bits, size_t block, float *scales, uint8_t *data) {
-        if constexpr (HasRuns<V>::value) {
-            if (bits == 4) return quantize_pipelined<V, 4>(x, n, block, scales, data);
-            if constexpr (V::kRuns8) return quantize_pipelined<V, 8>(x, n, block, scales, data);
-        }
+        if constexpr (HasRuns<V>::value)
+            if (bits == 4) return quantize4_pipelined<V>(x, n, block, scales, data);
         quantize_segment<V>(x, n, bits, block, scales, data);
     }
     static void dequantize(const float *scales, const uint8_t *data, size_t n, int bits, size_t block, float *out,
