@@ -436,7 +436,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
         if (s == 0) continue;
         bounds.push_back(tb);
         total.push_back(t);
-        // Less the wait at the step's opening agreement for a rank whose
+        // Less the wait at the step's agreements for a rank whose
         // releases' reductions ended later (timers_seconds.wait).
         update.push_back(t - (after.reduce - before.reduce) - (after.gather - before.gather) -
                          (after.wait - before.wait));
