@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -98,6 +99,14 @@ struct F64 {
     static T store(float x) { return x; }
 };
 
+// The bf16 conversions' instruction set: 2 AVX-512, 1 AVX2, 0 the portable
+// loops (set_bf16_isa() for tests).
+#ifdef DSM_AMP_F16C
+std::atomic<int> bf16_isa{cpu_has_avx512() ? 2 : cpu_has_avx2() ? 1 : 0};
+#else
+std::atomic<int> bf16_isa{0};
+#endif
+
 // ---------------------------------------------------------------- F16C
 
 // fp32 <-> fp16 with the F16C instructions, 8 at a time. The hardware rounds
@@ -148,6 +157,71 @@ __attribute__((target("f16c,avx2"))) void f16_to_f32_f16c(const uint16_t *s, flo
     for (; i < n; ++i) d[i] = from_fp16(s[i]);
 }
 
+// fp32 <-> bf16, 16 (AVX-512) or 16 per two registers (AVX2) at a time, with
+// to_bf16's rounding and NaN rule and bf16_to_fp32's widening (a shift):
+// the same bits as the scalar loops, which are not vectorized at -O2.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized" // GCC bug 105593, as below
+__attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float *s, uint16_t *d, size_t n) {
+    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512i u = _mm512_loadu_si512(s + i);
+        const __m512i hi = _mm512_srli_epi32(u, 16);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(hi, one)), 16);
+        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
+        r = _mm512_mask_or_epi32(r, nan, hi, quiet);
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i), _mm512_cvtepi32_epi16(r));
+    }
+    for (; i < n; ++i) d[i] = to_bf16(s[i]);
+}
+
+__attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const uint16_t *s, float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + i));
+        _mm512_storeu_si512(d + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    }
+    for (; i < n; ++i) d[i] = bf16_to_fp32(s[i]);
+}
+
+#pragma GCC diagnostic pop
+
+// Eight fp32 at p rounded to bf16, one per 32-bit lane.
+__attribute__((target("avx2"))) inline __m256i round8_bf16_avx2(const float *p) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    const __m256i r = _mm256_srli_epi32(
+        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+        16);
+    // Signed compare of |u| (< 2^31) against Inf's bits: the NaN lanes.
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+}
+
+__attribute__((target("avx2"))) void f32_to_bf16_avx2(const float *s, uint16_t *d, size_t n) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        // Each lane is at most 0xffff, so the unsigned saturating pack is exact;
+        // it interleaves 128-bit halves, which the permute puts back in order.
+        const __m256i p = _mm256_packus_epi32(round8_bf16_avx2(s + i), round8_bf16_avx2(s + i + 8));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i), _mm256_permute4x64_epi64(p, 0xd8));
+    }
+    for (; i < n; ++i) d[i] = to_bf16(s[i]);
+}
+
+__attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t *s, float *d, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i));
+        _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    }
+    for (; i < n; ++i) d[i] = bf16_to_fp32(s[i]);
+}
+
+
 bool have_f16c() {
     static const bool yes = [] {
         // Not every compiler's __builtin_cpu_supports knows "f16c" (clang 14
@@ -189,6 +263,18 @@ template <> void widen<F16>(const uint16_t *s, float *t, size_t m) {
 template <> void narrow<F16>(const float *t, uint16_t *d, size_t m) {
     if (have_f16c()) return f32_to_f16_f16c(t, d, m);
     narrow_portable<F16>(t, d, m);
+}
+template <> void widen<BF16>(const uint16_t *s, float *t, size_t m) {
+    const int isa = bf16_isa.load(std::memory_order_relaxed);
+    if (isa == 2) return bf16_to_f32_avx512(s, t, m);
+    if (isa == 1) return bf16_to_f32_avx2(s, t, m);
+    widen_portable<BF16>(s, t, m);
+}
+template <> void narrow<BF16>(const float *t, uint16_t *d, size_t m) {
+    const int isa = bf16_isa.load(std::memory_order_relaxed);
+    if (isa == 2) return f32_to_bf16_avx512(t, d, m);
+    if (isa == 1) return f32_to_bf16_avx2(t, d, m);
+    narrow_portable<BF16>(t, d, m);
 }
 #endif
 
@@ -232,6 +318,25 @@ template <typename S> void accumulate_range(const typename S::T *s, float *d, si
             widen<S>(s + i, tmp, m);
             axpy_chunk(tmp, d + i, m, scale);
         }
+    }
+}
+
+// d (16-bit) += scale * s, a chunk at a time in fp32 on the stack: the bits
+// of widening d into fp32, accumulate_range() and narrowing it back, without
+// a buffer of n floats.
+template <typename S, typename D> void accumulate_narrow_range(const typename S::T *s, typename D::T *d, size_t n,
+                                                               float scale) {
+    float acc[kChunk], tmp[kChunk];
+    for (size_t i = 0; i < n; i += kChunk) {
+        const size_t m = n - i < kChunk ? n - i : kChunk;
+        widen<D>(d + i, acc, m);
+        if constexpr (std::is_same<S, F32>::value) {
+            axpy_chunk(s + i, acc, m, scale);
+        } else {
+            widen<S>(s + i, tmp, m);
+            axpy_chunk(tmp, acc, m, scale);
+        }
+        narrow<D>(acc, d + i, m);
     }
 }
 
@@ -496,6 +601,45 @@ void accumulate(const void *src, dsm_dtype_t src_type, float *dst, size_t n, flo
     case DSM_BFLOAT16: return run(BF16{});
     default: return run(F64{});
     }
+}
+
+void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n, float scale) {
+    if (dst_type == DSM_FLOAT32) return accumulate(src, src_type, static_cast<float *>(dst), n, scale);
+    require_float(src_type, "accumulate_into source");
+    DSM_REQUIRE(dst_type == DSM_FLOAT16 || dst_type == DSM_BFLOAT16, DSM_ERR_INVALID_ARGUMENT,
+                "accumulate_into destination: dtype ", static_cast<int>(dst_type), " (", dtype_name(dst_type),
+                ") is not float32, float16 or bfloat16");
+    if (n == 0) return;
+    DSM_ARG_NOT_NULL(src);
+    DSM_ARG_NOT_NULL(dst);
+    auto run = [&](auto sfmt, auto dfmt) {
+        using S = decltype(sfmt);
+        using D = decltype(dfmt);
+        const auto *s = static_cast<const typename S::T *>(src);
+        auto *d = static_cast<typename D::T *>(dst);
+        blocks(n, [=](size_t at, size_t len) { accumulate_narrow_range<S, D>(s + at, d + at, len, scale); });
+    };
+    auto to = [&](auto dfmt) {
+        switch (src_type) {
+        case DSM_FLOAT32: return run(F32{}, dfmt);
+        case DSM_FLOAT16: return run(F16{}, dfmt);
+        case DSM_BFLOAT16: return run(BF16{}, dfmt);
+        default: return run(F64{}, dfmt);
+        }
+    };
+    if (dst_type == DSM_FLOAT16) return to(F16{});
+    to(BF16{});
+}
+
+bool set_bf16_isa(const char *name) {
+    const std::string n = name != nullptr ? name : "";
+    const int isa = n == "avx512" ? 2 : n == "avx2" ? 1 : n == "generic" ? 0 : -1;
+    if (isa < 0 || (isa == 2 && !cpu_has_avx512()) || (isa == 1 && !cpu_has_avx2())) return false;
+#ifndef DSM_AMP_F16C
+    if (isa > 0) return false; // no vector kernels in this build
+#endif
+    bf16_isa.store(isa);
+    return true;
 }
 
 void scale_inplace(void *x, dsm_dtype_t dtype, size_t n, double scale) {

@@ -23,6 +23,16 @@ void convert(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_t
 // dst[i] += scale * src[i] in fp32.
 void accumulate(const void *src, dsm_dtype_t src_type, float *dst, size_t n, float scale);
 
+// dst[i] += scale * src[i] where dst is float32, float16 or bfloat16: a
+// 16-bit dst is widened, added in fp32 and rounded once, a chunk at a time
+// (the bits of convert() to fp32, accumulate() and convert() back).
+void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n, float scale);
+
+// For tests: the instruction set of the bf16 conversions, "avx512", "avx2" or
+// "generic" (the portable loops; every set gives the same bits). False, and
+// nothing changes, where the build or the CPU lacks it.
+bool set_bf16_isa(const char *name);
+
 // x[i] *= scale in place (any floating dtype).
 void scale_inplace(void *x, dsm_dtype_t dtype, size_t n, double scale);
 

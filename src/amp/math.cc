@@ -34,6 +34,11 @@ public:
         space_.synchronize();
         return amp::has_nonfinite(x, t, n);
     }
+    void accumulate_into(const void *src, dsm_dtype_t st, void *dst, dsm_dtype_t dt, size_t n, float scale,
+                         float *) override {
+        if (n > 0) space_.run([=] { amp::accumulate_into(src, st, dst, dt, n, scale); });
+    }
+    bool needs_scratch() const override { return false; }
 
 private:
     device::Space &space_;

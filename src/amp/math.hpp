@@ -48,9 +48,13 @@ public:
     }
 
     // dst (any float dtype) += scale * src; a 16-bit dst is added in fp32
-    // through `scratch` (n floats of the space) and rounded once.
-    void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
-                         float scale, float *scratch);
+    // and rounded once: on the host a chunk at a time on the stack
+    // (amp::accumulate_into), elsewhere through `scratch` (n floats of the
+    // space; NULL where needs_scratch() is false).
+    virtual void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
+                                 float scale, float *scratch);
+    // Whether accumulate_into() into a 16-bit dst needs its scratch.
+    virtual bool needs_scratch() const { return true; }
 };
 
 // The table of `space` (kept by reference: the space outlives it).

@@ -221,7 +221,19 @@ void Engine::step(dsm_step_info_t *info) {
         last_skipped_ = false;
         // Prefetched parameters nobody acquired are dropped; the trace rolls over.
         stage_->new_micro_step(false);
-        stage_->reduce(boundary, at_point(SyncPoint::FLUSH));
+        // The agreement before the last bucket's reduction is a wait for
+        // the ranks whose earlier reductions ended later, as the opening one.
+        const zero::Stage::Before flush_point = at_point(SyncPoint::FLUSH);
+        stage_->reduce(boundary, [this, &flush_point](int64_t detail) {
+            const double t0 = now();
+            try {
+                flush_point(detail);
+            } catch (...) {
+                timers_.wait += now() - t0;
+                throw;
+            }
+            timers_.wait += now() - t0;
+        });
         if (boundary) {
             // The step's traffic: since the previous step's reduction (its
             // update's gathers, every micro-step's gathers and reductions);

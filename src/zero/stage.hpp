@@ -64,8 +64,9 @@ namespace dsm {
 namespace zero {
 
 // What one micro-step's reductions and update cost (wall_clock_breakdown).
-// wait: dsm_step's opening agreement of the ranks, where a rank that came
-// early (its releases' reductions ended first) waits for the others.
+// wait: dsm_step's agreements of the ranks (the opening one and the one
+// before the last bucket's reduction), where a rank that came early (its
+// releases' reductions ended first) waits for the others.
 struct Timers {
     double reduce = 0, optimizer = 0, gather = 0, wait = 0;
 };

@@ -496,7 +496,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
     }
     const size_t my_begin = layout_->part_begin(part_);
     Buffer scratch, qsum;
-    if (dt != DSM_FLOAT32) scratch = pool_.take(bucket_cap_ * sizeof(float), false);
+    if (dt != DSM_FLOAT32 && math_->needs_scratch()) scratch = pool_.take(bucket_cap_ * sizeof(float), false);
     // One data-parallel rank: the reduce-scatter is the identity and the
     // packing an exact copy (or an exact widening to an fp32 comm dtype), so
     // each piece is added into the partition straight from the released

@@ -108,6 +108,17 @@ refused zero "\"decay\" is not true or false" --model "$tmp/bad.json"
 printf 'not json' > "$tmp/bad.json"
 refused zero "not JSON" --model "$tmp/bad.json"
 refused zero "--model llama-7b needs" --model llama-7b --no-torch
+# zero --model on the tiny list, 2 ranks, every stage, one step: ZeRO-1's
+# bound also zeroes the gradient elements outside the rank's partition (every
+# gradient stays whole there), the other stages' none.
+timeout 120 "$launcher" -n 2 "$bin" zero --model "$tmp/tiny.json" --stage all --steps 1 --no-torch --json \
+    > "$tmp/out" 2> "$tmp/err" || { cat "$tmp/err"; fail "zero --model tiny.json on 2 ranks failed"; }
+tr '{' '\n' < "$tmp/out" | grep '"stage":' > "$tmp/rows"
+[ "$(wc -l < "$tmp/rows")" -eq 4 ] || { cat "$tmp/out"; fail "zero --model tiny.json: expected 4 stages"; }
+grep '"stage":1,' "$tmp/rows" | grep -q '"zeroed_elements_per_rank":[1-9]' ||
+    { cat "$tmp/out"; fail "zero --model: stage 1's bound zeroes no gradient elements outside the partition"; }
+[ "$(grep -c '"zeroed_elements_per_rank":0,' "$tmp/rows")" -eq 3 ] ||
+    { cat "$tmp/out"; fail "zero --model: stages 0, 2 and 3 should zero nothing outside what they update"; }
 
 # ---------------------------------------------------------------- checkpoint
 for_each checkpoint --params 0 -1 1125899906842625 9223372036854775807

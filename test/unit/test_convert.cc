@@ -341,6 +341,72 @@ static void test_accumulate(void **) {
     }
 }
 
+// accumulate_into(): into fp32 as accumulate(); into a 16-bit dst with the
+// bits of widening it, accumulate() and narrowing it back (Inf, NaN and
+// overflow included), from every source dtype, at offsets that put elements
+// in vector bodies and tails.
+static void test_accumulate_into(void **) {
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> dist(-70000.0f, 70000.0f); // past fp16's range
+    std::vector<double> v(kBig), d0(kBig);
+    for (auto &x : v) x = dist(rng);
+    for (auto &x : d0) x = dist(rng);
+    v[3] = std::numeric_limits<double>::infinity();
+    v[4] = std::numeric_limits<double>::quiet_NaN();
+    d0[5] = -std::numeric_limits<double>::infinity();
+    d0[6] = std::numeric_limits<double>::quiet_NaN();
+    const float scale = 0.375f;
+    for (dsm_dtype_t dt : {DSM_FLOAT32, DSM_FLOAT16, DSM_BFLOAT16})
+        for (dsm_dtype_t st : kTypes)
+            for (size_t off : {size_t(0), size_t(5)}) {
+                const size_t n = kBig - off;
+                const std::vector<char> src = make(st, v);
+                std::vector<char> dst = make(dt, d0), want = dst;
+                std::vector<float> wide(n);
+                char *w = want.data() + off * esize(dt);
+                dsm::amp::convert(w, dt, wide.data(), DSM_FLOAT32, n);
+                dsm::amp::accumulate(src.data() + off * esize(st), st, wide.data(), n, scale);
+                dsm::amp::convert(wide.data(), DSM_FLOAT32, w, dt, n);
+                dsm::amp::accumulate_into(src.data() + off * esize(st), st, dst.data() + off * esize(dt), dt, n, scale);
+                if (std::memcmp(dst.data(), want.data(), dst.size()) != 0)
+                    fail_msg("accumulate_into from %s into %s at offset %zu: not the bits of widen, accumulate, "
+                             "narrow", dsm::dtype_name(st), dsm::dtype_name(dt), off);
+            }
+    uint16_t h[2] = {0, 0};
+    double f64[2] = {0, 0};
+    expect_error_at([&] { dsm::amp::accumulate_into(h, DSM_FLOAT16, f64, DSM_FLOAT64, 2, 1.0f); },
+                    DSM_ERR_INVALID_ARGUMENT, {"accumulate_into destination", "float64"}, __LINE__);
+    expect_error_at([&] { dsm::amp::accumulate_into(h, DSM_FLOAT16, h, DSM_INT8, 2, 1.0f); },
+                    DSM_ERR_INVALID_ARGUMENT, {"accumulate_into destination", "dtype 4", "int8"}, __LINE__);
+    expect_error_at([&] { dsm::amp::accumulate_into(h, DSM_INT32, h, DSM_BFLOAT16, 2, 1.0f); },
+                    DSM_ERR_INVALID_ARGUMENT, {"accumulate_into source", "dtype 6", "int32"}, __LINE__);
+    expect_error_at([&] { dsm::amp::accumulate_into(nullptr, DSM_FLOAT32, h, DSM_BFLOAT16, 2, 1.0f); },
+                    DSM_ERR_NULL_POINTER, {"src"}, __LINE__);
+}
+
+static void test_bf16_patterns_and_ties(void **);
+
+// The bf16 conversions on every instruction set the CPU has (the vector
+// kernels and the portable loops give the same bits): every bf16 pattern,
+// ties, specials, the fp32 spread and accumulate_into.
+static void test_bf16_every_isa(void **) {
+    int ran = 0;
+    for (const char *isa : {"generic", "avx2", "avx512"}) {
+        if (!dsm::amp::set_bf16_isa(isa)) {
+            print_message("bf16 conversions: %s not available here\n", isa);
+            continue;
+        }
+        ++ran;
+        test_bf16_patterns_and_ties(nullptr);
+        test_accumulate_into(nullptr);
+    }
+    assert_true(ran >= 1);
+    assert_false(dsm::amp::set_bf16_isa("sse9"));
+    assert_false(dsm::amp::set_bf16_isa(nullptr));
+    // Back to the best: avx512, else avx2, else the loops.
+    if (!dsm::amp::set_bf16_isa("avx512") && !dsm::amp::set_bf16_isa("avx2")) dsm::amp::set_bf16_isa("generic");
+}
+
 static void test_scale_inplace(void **) {
     std::mt19937 rng(11);
     std::uniform_real_distribution<float> dist(-1000.0f, 1000.0f);
@@ -519,6 +585,12 @@ static void test_zero_length(void **) {
     assert_false(dsm::amp::has_nonfinite(nullptr, DSM_FLOAT64, 0));
 }
 
+static void test_bf16_patterns_and_ties(void **) {
+    test_all_bf16_patterns(nullptr);
+    test_fp32_ties_and_specials(nullptr);
+    test_fp32_spread(nullptr);
+}
+
 static void test_bad_dtype(void **) {
     float f[2] = {1, 2};
     uint16_t h[2];
@@ -550,6 +622,8 @@ int main() {
         cmocka_unit_test(test_copy_and_in_place),
         cmocka_unit_test(test_overlap),
         cmocka_unit_test(test_accumulate),
+        cmocka_unit_test(test_accumulate_into),
+        cmocka_unit_test(test_bf16_every_isa),
         cmocka_unit_test(test_scale_inplace),
         cmocka_unit_test(test_norm_part),
         cmocka_unit_test(test_norm_part_thread_count),

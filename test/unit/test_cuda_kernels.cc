@@ -856,51 +856,67 @@ void test_device_optimizer_fused(void **state) {
     }
 }
 
-// amp's multi-tensor accumulation on a CUDA space (one rank's reduction)
-// against accumulate_into piece by piece, with pieces that add twice into
-// the same elements (a gradient released twice in a flush: in order) and
-// more pieces than one launch takes.
+// amp's multi-tensor accumulation on a CUDA space (one rank's reduction),
+// and its accumulate_into() piece by piece (a 16-bit dst in one launch, no
+// scratch), against the host's accumulate_into() piece by piece, with pieces
+// that add twice into the same elements (a gradient released twice in a
+// flush: in order) and more pieces than one launch takes. Scales 1 and 0.5
+// (a product that is exact, fused or not).
 void test_accumulate_pieces(void **state) {
     (void)state;
     NEED_DEVICE();
     std::unique_ptr<dsm::device::Space> sp = dsm::device::make_cuda(0);
     std::unique_ptr<dsm::amp::Math> math = dsm::amp::make_math(*sp);
+    assert_false(math->needs_scratch());
     size_t n = 0;
     const std::vector<dsm::optim::Segment> segs = mt_list(&n);
-    for (dsm_dtype_t dt : {DSM_FLOAT32, DSM_BFLOAT16, DSM_FLOAT16}) {
-        const size_t es = esize(dt);
-        std::vector<dsm::device::Buffer> srcs;
-        std::vector<dsm::amp::Math::Piece> pieces;
-        uint64_t seed = 700;
-        // Every segment, then the first 150 again (overlaps), then segment 3 a third time.
-        std::vector<size_t> order;
-        for (size_t i = 0; i < segs.size(); ++i) order.push_back(i);
-        for (size_t i = 0; i < 150; ++i) order.push_back(i);
-        order.push_back(3);
-        for (size_t i : order) {
-            const Grad g = make_grad(random_vec(segs[i].count, seed++, -1.0f, 1.0f), dt);
-            srcs.emplace_back(*sp, segs[i].count * es);
-            sp->upload(srcs.back().data(), g.bytes.data(), g.bytes.size());
-            pieces.push_back(dsm::amp::Math::Piece{srcs.back().data(), segs[i].offset, segs[i].count});
+    for (const float scale : {1.0f, 0.5f}) {
+        for (dsm_dtype_t dt : {DSM_FLOAT32, DSM_BFLOAT16, DSM_FLOAT16}) {
+            const size_t es = esize(dt);
+            std::vector<dsm::device::Buffer> srcs;
+            std::vector<Grad> host_srcs;
+            std::vector<dsm::amp::Math::Piece> pieces;
+            uint64_t seed = 700;
+            // Every segment, then the first 150 again (overlaps), then segment 3 a third time.
+            std::vector<size_t> order;
+            for (size_t i = 0; i < segs.size(); ++i) order.push_back(i);
+            for (size_t i = 0; i < 150; ++i) order.push_back(i);
+            order.push_back(3);
+            for (size_t i : order) {
+                host_srcs.push_back(make_grad(random_vec(segs[i].count, seed++, -1.0f, 1.0f), dt));
+                srcs.emplace_back(*sp, segs[i].count * es);
+                sp->upload(srcs.back().data(), host_srcs.back().bytes.data(), host_srcs.back().bytes.size());
+                pieces.push_back(dsm::amp::Math::Piece{srcs.back().data(), segs[i].offset, segs[i].count});
+            }
+            const Grad init = make_grad(random_vec(n, 701, -1.0f, 1.0f), dt);
+            std::vector<unsigned char> want = init.bytes;
+            for (size_t k = 0; k < pieces.size(); ++k)
+                dsm::amp::accumulate_into(host_srcs[k].bytes.data(), dt, want.data() + pieces[k].offset * es, dt,
+                                          pieces[k].count, scale);
+            dsm::device::Buffer d0(*sp, n * es), d1(*sp, n * es);
+            sp->upload(d0.data(), init.bytes.data(), n * es);
+            sp->upload(d1.data(), init.bytes.data(), n * es);
+            for (const auto &pc : pieces)
+                math->accumulate_into(pc.src, dt, static_cast<char *>(d0.data()) + pc.offset * es, dt, pc.count, scale,
+                                      nullptr);
+            assert_true(math->accumulate_pieces(pieces, dt, d1.data(), dt, scale));
+            sp->synchronize();
+            const std::vector<unsigned char> got0 = get(static_cast<unsigned char *>(d0.data()), n * es),
+                                             got1 = get(static_cast<unsigned char *>(d1.data()), n * es);
+            for (size_t i = 0; i < want.size(); ++i) {
+                if (got0[i] != want[i])
+                    fail_msg("accumulate_into [%s, scale %g]: byte %zu: got %02x, expected %02x", tname(dt), scale, i,
+                             got0[i], want[i]);
+                if (got1[i] != want[i])
+                    fail_msg("accumulate_pieces [%s, scale %g]: byte %zu: got %02x, expected %02x", tname(dt), scale, i,
+                             got1[i], want[i]);
+            }
         }
-        const Grad init = make_grad(random_vec(n, 701, -1.0f, 1.0f), dt);
-        dsm::device::Buffer d0(*sp, n * es), d1(*sp, n * es), scratch(*sp, n * 4);
-        sp->upload(d0.data(), init.bytes.data(), n * es);
-        sp->upload(d1.data(), init.bytes.data(), n * es);
-        for (const auto &pc : pieces)
-            math->accumulate_into(pc.src, dt, static_cast<char *>(d0.data()) + pc.offset * es, dt, pc.count, 1.0f,
-                                  static_cast<float *>(scratch.data()));
-        assert_true(math->accumulate_pieces(pieces, dt, d1.data(), dt, 1.0f));
-        sp->synchronize();
-        const std::vector<unsigned char> want = get(static_cast<unsigned char *>(d0.data()), n * es),
-                                         got = get(static_cast<unsigned char *>(d1.data()), n * es);
-        for (size_t i = 0; i < want.size(); ++i)
-            if (got[i] != want[i])
-                fail_msg("[%s]: byte %zu: got %02x, expected %02x", tname(dt), i, got[i], want[i]);
     }
-    // The host's math has no such launch: false, nothing done.
+    // The host's math has no such launch: false, nothing done; it needs no scratch either.
     std::unique_ptr<dsm::amp::Math> hm = dsm::amp::make_math(dsm::device::host());
     assert_false(hm->accumulate_pieces({}, DSM_FLOAT32, nullptr, DSM_FLOAT32, 1.0f));
+    assert_false(hm->needs_scratch());
 }
 
 // |gpu - cpu| within the bound of any order of summing n nonnegative terms.

@@ -130,9 +130,10 @@ void *aligned(size_t bytes) {
 
 } // namespace
 
-HostBound::HostBound(size_t n, bool half, int threads)
-    : n_(n), half_(half), threads_(threads), g_(aligned(n * (half ? 2 : 4))), p_(aligned(n * 4)), m_(aligned(n * 4)),
-      v_(aligned(n * 4)), p16_(aligned(half ? n * 2 : 1)) {
+HostBound::HostBound(size_t n, bool half, int threads, size_t outside)
+    : n_(n), outside_(outside), half_(half), threads_(threads), g_(aligned(n * (half ? 2 : 4))), p_(aligned(n * 4)),
+      m_(aligned(n * 4)), v_(aligned(n * 4)), p16_(aligned(half ? n * 2 : 1)),
+      z_(aligned(outside * (half ? 2 : 4))) {
     const long long chunks = static_cast<long long>((n + kChunk - 1) / kChunk);
     void *g = g_.get(), *p = p_.get(), *m = m_.get(), *v = v_.get(), *p16 = p16_.get();
     // First touch by the threads that stream the pages later.
@@ -144,6 +145,21 @@ HostBound::HostBound(size_t n, bool half, int threads)
         std::memset(static_cast<float *>(m) + b, 0, (e - b) * 4);
         std::memset(static_cast<float *>(v) + b, 0, (e - b) * 4);
         if (half) std::memset(static_cast<uint16_t *>(p16) + b, 0, (e - b) * 2);
+    }
+    zero_outside(); // first touch
+}
+
+// The gradient elements outside the updated ones, zeroed as the engine
+// zeroes host memory: 1 MiB memsets over the threads.
+void HostBound::zero_outside() {
+    constexpr size_t kBlockBytes = size_t(1) << 20;
+    const size_t bytes = outside_ * (half_ ? 2 : 4);
+    const long long nb = static_cast<long long>((bytes + kBlockBytes - 1) / kBlockBytes);
+    char *z = static_cast<char *>(z_.get());
+#pragma omp parallel for schedule(static) num_threads(threads_)
+    for (long long b = 0; b < nb; ++b) {
+        const size_t at = static_cast<size_t>(b) * kBlockBytes;
+        std::memset(z + at, 0, std::min(kBlockBytes, bytes - at));
     }
 }
 
@@ -173,6 +189,7 @@ double HostBound::run(MPI_Comm comm) {
             update_chunk32(static_cast<float *>(g), static_cast<float *>(p), static_cast<float *>(m),
                            static_cast<float *>(v), b, e);
     }
+    zero_outside();
     double t = MPI_Wtime() - t0;
     MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
     return t;
@@ -186,8 +203,10 @@ namespace {
 #if DSM_HAVE_CUDA_KERNELS
 class DeviceBound {
 public:
-    DeviceBound(size_t n, bool half)
-        : n_(n), half_(half), g_(std::max<size_t>(n, 1) * (half ? 2 : 4), true), p_(std::max<size_t>(n, 1) * 4, true),
+    DeviceBound(size_t n, bool half, size_t outside)
+        : n_(n), outside_bytes_(outside * (half ? 2 : 4)), half_(half),
+          z_(std::max<size_t>(outside_bytes_, 1), true), g_(std::max<size_t>(n, 1) * (half ? 2 : 4), true),
+          p_(std::max<size_t>(n, 1) * 4, true),
           m_(std::max<size_t>(n, 1) * 4, true), v_(std::max<size_t>(n, 1) * 4, true),
           p16_(half ? std::max<size_t>(n, 1) * 2 : 1, true), partial_(cuda::detail::kBoundBlocks * sizeof(float), true),
           stream_(cuda::Stream::create()) {}
@@ -202,21 +221,22 @@ public:
                                                                   static_cast<float *>(partial_.get()), stream_.get()),
                                        "the bound");
         stream_.synchronize();
+        if (outside_bytes_ > 0) cuda::zero_bytes(z_.get(), outside_bytes_); // ZeRO-1: the gradients not updated
         double t = MPI_Wtime() - t0;
         MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, comm);
         return t;
     }
 
 private:
-    size_t n_;
+    size_t n_, outside_bytes_;
     bool half_;
-    cuda::DeviceBuffer g_, p_, m_, v_, p16_, partial_;
+    cuda::DeviceBuffer z_, g_, p_, m_, v_, p16_, partial_;
     cuda::Stream stream_;
 };
 #else
 class DeviceBound {
 public:
-    DeviceBound(size_t, bool) {}
+    DeviceBound(size_t, bool, size_t) {}
     double run(MPI_Comm) { return -1.0; }
 };
 #endif
@@ -379,13 +399,15 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
     // The elements this rank's optimizer updates: its share of the flat layout.
     const auto desc0 = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
-    const size_t elements = stage == 0 ? desc0["trainable_elements"].get<size_t>()
-                                       : desc0["partition_elements"].get<size_t>();
+    const size_t trainable = desc0["trainable_elements"].get<size_t>();
+    const size_t elements = stage == 0 ? trainable : desc0["partition_elements"].get<size_t>();
+    // ZeRO-1 keeps every gradient whole and zeroes them all at the step.
+    const size_t outside = stage == 1 && elements < trainable ? trainable - elements : 0;
     const int threads = optim::num_threads();
     std::unique_ptr<HostBound> bound;
-    if (device == "host") bound = std::make_unique<HostBound>(elements, esize == 2, threads);
+    if (device == "host") bound = std::make_unique<HostBound>(elements, esize == 2, threads, outside);
     std::unique_ptr<DeviceBound> dbound; // the same bytes on the rank's GPU, in the same run
-    if (device == "cuda") dbound = std::make_unique<DeviceBound>(elements, esize == 2);
+    if (device == "cuda") dbound = std::make_unique<DeviceBound>(elements, esize == 2, outside);
     std::vector<unsigned char> host_grad;
     std::vector<double> total, update, bounds;
     for (int s = 0; s <= steps; ++s) {
@@ -414,7 +436,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
         if (s == 0) continue;
         bounds.push_back(tb);
         total.push_back(t);
-        // Less the wait at the step's opening agreement for a rank whose
+        // Less the wait at the step's agreements for a rank whose
         // releases' reductions ended later (timers_seconds.wait).
         update.push_back(t - (after.reduce - before.reduce) - (after.gather - before.gather) -
                          (after.wait - before.wait));
@@ -429,6 +451,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     r.update = v[1];
     const auto j = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
     r.elements = elements;
+    r.outside = outside;
     r.peak_host = j["memory"]["rank_bytes_peak"]["host"].get<size_t>() + j["memory"]["rank_bytes_peak"]["shared"].get<size_t>();
     r.peak_device = j["memory"]["rank_bytes_peak"]["device"].get<size_t>();
     r.threads = threads;

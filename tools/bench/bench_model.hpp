@@ -23,6 +23,7 @@ struct ModelStage {
     double bound = -1; // seconds: the bound's kernel on this rank's elements (host; -1: not measured)
     double bytes_per_element = 36.0;
     size_t elements = 0; // elements this rank's optimizer updates
+    size_t outside = 0;  // gradient elements the step zeroes but does not update (ZeRO-1)
     size_t peak_host = 0, peak_device = 0; // high-water marks (dsm_engine_describe): host + shared, device
     int threads = 1;
 };
@@ -39,24 +40,28 @@ struct TorchModel {
 // (the norm), then one that reads gradient, fp32 master and both moments and
 // writes master and moments back, zeroes the gradient and (half) writes the
 // 16-bit parameter. 36 bytes per element with fp32 gradients, 32 with 16-bit
-// ones. run(): seconds of the two passes, every rank of `comm` at once, the
-// slowest rank's time (run in turn with the measured step, so that a noisy
-// neighbour hits both alike).
+// ones. Where the stage keeps every gradient whole but updates a partition
+// (ZeRO-1), the step also zeroes the `outside` gradient elements it does not
+// update: a third pass writes zeros over that many. run(): seconds of the
+// passes, every rank of `comm` at once, the slowest rank's time (run in turn
+// with the measured step, so that a noisy neighbour hits both alike).
 class HostBound {
 public:
-    HostBound(size_t n, bool half, int threads);
+    HostBound(size_t n, bool half, int threads, size_t outside = 0);
     double run(MPI_Comm comm);
     static double bytes_per_element(bool half) { return half ? 32.0 : 36.0; }
+    size_t outside() const noexcept { return outside_; }
 
 private:
     struct Free {
         void operator()(void *p) const noexcept { std::free(p); }
     };
-    size_t n_;
+    size_t n_, outside_;
     bool half_;
     int threads_;
-    std::unique_ptr<void, Free> g_, p_, m_, v_, p16_;
+    std::unique_ptr<void, Free> g_, p_, m_, v_, p16_, z_;
     float sink_ = 0;
+    void zero_outside();
 };
 
 // `t` as JSON (version, what, threads, step_seconds, step_zero_grad_seconds),

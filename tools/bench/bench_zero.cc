@@ -285,6 +285,7 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
                             {"bound_seconds", r.bound > 0 ? Json(r.bound) : Json(nullptr)},
                             {"bound_bytes_per_element", r.bytes_per_element},
                             {"elements_per_rank", r.elements},
+                            {"zeroed_elements_per_rank", r.outside},
                             {"bound_over_update", ratio(r.bound, r.update)},
                             {"bound_over_step", ratio(r.bound, r.step)},
                             {"torch_over_step", ratio(torch.step, r.step)},
@@ -327,8 +328,10 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
                 "wait for the other ranks (timers_seconds);\n"
                 "bound: a streaming kernel moving the %.0f bytes per element the update must move (gradient read by\n"
                 "the clipping's norm; gradient, master and moments read, master and moments written; gradient\n"
-                "zeroed; the 16-bit parameter written) over the elements each rank updates, same threads (cuda:\n"
-                "two kernels on the rank's GPU), all ranks at once; torch/step > 1: libdsm is faster.\n",
+                "zeroed; the 16-bit parameter written) over the elements each rank updates, and (stage 1, which\n"
+                "keeps whole gradients) zeros written over the gradient elements it does not update, same threads\n"
+                "(cuda: two kernels and a memset on the rank's GPU), all ranks at once; torch/step > 1: libdsm is\n"
+                "faster.\n",
                 results.empty() ? 36.0 : results.front().bytes_per_element);
     if (torch.step > 0)
         std::printf("torch %s, %s, %d threads: %.2f ms per step, %.2f ms with zero_grad(set_to_none=False)\n",
