@@ -54,6 +54,9 @@ double seconds_of(const std::function<void()> &f) {
 // widest vectors this CPU has (n a multiple of 64): each reads its inputs
 // and writes its output once, with full-width loads and stores.
 #if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12's AVX-512 intrinsics fill "undefined" operands with `__Y = __Y`,
+// which -Wmaybe-uninitialized reports at every inlined call (GCC bug 105593).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define DSM_AVX512 __attribute__((target("avx512f,avx512bw")))
 DSM_AVX512 void bound_in4_out(const float *x, uint8_t *o, size_t n, int bits) {
     // 64 values: 256 bytes in, 64 (int8) or 32 (int4) bytes out.
