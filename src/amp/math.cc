@@ -34,28 +34,15 @@ public:
         space_.synchronize();
         return amp::has_nonfinite(x, t, n);
     }
-    void accumulate_into(const void *src, dsm_dtype_t st, void *dst, dsm_dtype_t dt, size_t n, float scale,
-                         float *) override {
+    void accumulate_into(const void *src, dsm_dtype_t st, void *dst, dsm_dtype_t dt, size_t n, float scale) override {
         if (n > 0) space_.run([=] { amp::accumulate_into(src, st, dst, dt, n, scale); });
     }
-    bool needs_scratch() const override { return false; }
 
 private:
     device::Space &space_;
 };
 
 } // namespace
-
-void Math::accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
-                           float scale, float *scratch) {
-    if (dst_type == DSM_FLOAT32) {
-        accumulate(src, src_type, static_cast<float *>(dst), n, scale);
-        return;
-    }
-    convert(dst, dst_type, scratch, DSM_FLOAT32, n);
-    accumulate(src, src_type, scratch, n, scale);
-    convert(scratch, DSM_FLOAT32, dst, dst_type, n);
-}
 
 std::unique_ptr<Math> make_math(device::Space &space) {
     if (space.host_addressable()) return std::make_unique<HostMath>(space);

@@ -47,14 +47,12 @@ public:
         return false;
     }
 
-    // dst (any float dtype) += scale * src; a 16-bit dst is added in fp32
-    // and rounded once: on the host a chunk at a time on the stack
-    // (amp::accumulate_into), elsewhere through `scratch` (n floats of the
-    // space; NULL where needs_scratch() is false).
+    // dst (float32, float16 or bfloat16) += scale * src; a 16-bit dst is
+    // widened, added in fp32 and rounded once, with no buffer of n floats
+    // (the host: amp::accumulate_into, a chunk at a time on the stack; CUDA:
+    // one multi-tensor launch, in registers).
     virtual void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n,
-                                 float scale, float *scratch);
-    // Whether accumulate_into() into a 16-bit dst needs its scratch.
-    virtual bool needs_scratch() const { return true; }
+                                 float scale) = 0;
 };
 
 // The table of `space` (kept by reference: the space outlives it).

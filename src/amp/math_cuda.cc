@@ -84,14 +84,11 @@ public:
         return true;
     }
     // A 16-bit dst: one multi-tensor launch of one piece, widened, added in
-    // fp32 and rounded once in registers (the bits of the scratch path), so
-    // the stage takes no n-float scratch of device memory per reduction.
-    void accumulate_into(const void *src, dsm_dtype_t st, void *dst, dsm_dtype_t dt, size_t n, float scale,
-                         float *) override {
+    // fp32 and rounded once in registers (the host's bits).
+    void accumulate_into(const void *src, dsm_dtype_t st, void *dst, dsm_dtype_t dt, size_t n, float scale) override {
         if (dt == DSM_FLOAT32) return accumulate(src, st, static_cast<float *>(dst), n, scale);
         if (n > 0) accumulate_pieces({Piece{src, 0, n}}, st, dst, dt, scale);
     }
-    bool needs_scratch() const override { return false; }
     bool has_nonfinite(const void *x, dsm_dtype_t t, size_t n) override {
         return reduce(x, t, n, 1.0f).nonfinite != 0;
     }

@@ -495,8 +495,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         send = static_cast<char *>(spare.data());
     }
     const size_t my_begin = layout_->part_begin(part_);
-    Buffer scratch, qsum;
-    if (dt != DSM_FLOAT32 && math_->needs_scratch()) scratch = pool_.take(bucket_cap_ * sizeof(float), false);
+    Buffer qsum;
     // One data-parallel rank: the reduce-scatter is the identity and the
     // packing an exact copy (or an exact widening to an fp32 comm dtype), so
     // each piece is added into the partition straight from the released
@@ -507,7 +506,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
             if (pc.part != part_) continue; // none: one rank holds every part
             math_->accumulate_into(pending[static_cast<size_t>(pc.entry)].data + pc.src * esize_, dt,
                                    static_cast<char *>(grad_part_.data()) + (pc.flat - my_begin) * esize_, dt,
-                                   pc.count, post, static_cast<float *>(scratch.data()));
+                                   pc.count, post);
         }
     for (size_t k = 0; !alone && k < rounds.size(); ++k) {
         const Round &r = rounds[k];
@@ -543,14 +542,13 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         for (const SendPiece &pc : r.pieces) {
             if (pc.part != part_) continue;
             const size_t dst = pc.flat - my_begin;
-            // A 16-bit partition adds in fp32 through the scratch buffer, rounded once.
+            // A 16-bit partition adds in fp32, rounded once.
             math_->accumulate_into(recv + at * rsize, rd, static_cast<char *>(grad_part_.data()) + dst * esize_, dt,
-                                    pc.count, post, static_cast<float *>(scratch.data()));
+                                    pc.count, post);
             at += pc.count;
         }
     }
     pool_.give(std::move(spare));
-    pool_.give(std::move(scratch));
     pool_.give(std::move(qsum));
     for (Pending &pe : pending) pool_.give(std::move(pe.grad));
     timers_->reduce += MPI_Wtime() - t0;

@@ -867,7 +867,6 @@ void test_accumulate_pieces(void **state) {
     NEED_DEVICE();
     std::unique_ptr<dsm::device::Space> sp = dsm::device::make_cuda(0);
     std::unique_ptr<dsm::amp::Math> math = dsm::amp::make_math(*sp);
-    assert_false(math->needs_scratch());
     size_t n = 0;
     const std::vector<dsm::optim::Segment> segs = mt_list(&n);
     for (const float scale : {1.0f, 0.5f}) {
@@ -897,8 +896,8 @@ void test_accumulate_pieces(void **state) {
             sp->upload(d0.data(), init.bytes.data(), n * es);
             sp->upload(d1.data(), init.bytes.data(), n * es);
             for (const auto &pc : pieces)
-                math->accumulate_into(pc.src, dt, static_cast<char *>(d0.data()) + pc.offset * es, dt, pc.count, scale,
-                                      nullptr);
+                math->accumulate_into(pc.src, dt, static_cast<char *>(d0.data()) + pc.offset * es, dt, pc.count,
+                                      scale);
             assert_true(math->accumulate_pieces(pieces, dt, d1.data(), dt, scale));
             sp->synchronize();
             const std::vector<unsigned char> got0 = get(static_cast<unsigned char *>(d0.data()), n * es),
@@ -913,10 +912,9 @@ void test_accumulate_pieces(void **state) {
             }
         }
     }
-    // The host's math has no such launch: false, nothing done; it needs no scratch either.
+    // The host's math has no such launch: false, nothing done.
     std::unique_ptr<dsm::amp::Math> hm = dsm::amp::make_math(dsm::device::host());
     assert_false(hm->accumulate_pieces({}, DSM_FLOAT32, nullptr, DSM_FLOAT32, 1.0f));
-    assert_false(hm->needs_scratch());
 }
 
 // |gpu - cpu| within the bound of any order of summing n nonnegative terms.
