@@ -41,6 +41,7 @@
 #include "bench_model.hpp"
 #include "core/error.hpp"
 #include "cuda/device.hpp"
+#include "device/space.hpp"
 #include "engine/engine.hpp"
 #if DSM_HAVE_CUDA_KERNELS
 #include "optim/kernels_cuda.hpp"
@@ -149,19 +150,9 @@ HostBound::HostBound(size_t n, bool half, int threads, size_t outside)
     zero_outside(); // first touch
 }
 
-// The gradient elements outside the updated ones, zeroed as the engine
-// zeroes host memory: 1 MiB memsets over the threads.
-void HostBound::zero_outside() {
-    constexpr size_t kBlockBytes = size_t(1) << 20;
-    const size_t bytes = outside_ * (half_ ? 2 : 4);
-    const long long nb = static_cast<long long>((bytes + kBlockBytes - 1) / kBlockBytes);
-    char *z = static_cast<char *>(z_.get());
-#pragma omp parallel for schedule(static) num_threads(threads_)
-    for (long long b = 0; b < nb; ++b) {
-        const size_t at = static_cast<size_t>(b) * kBlockBytes;
-        std::memset(z + at, 0, std::min(kBlockBytes, bytes - at));
-    }
-}
+// The gradient elements outside the updated ones, zeroed by the engine's
+// own zeroing of host memory.
+void HostBound::zero_outside() { device::host().zero(z_.get(), outside_ * (half_ ? 2 : 4)); }
 
 double HostBound::run(MPI_Comm comm) {
     const size_t n = n_;
