@@ -126,10 +126,7 @@ struct Avx2 {
         for (; i + 64 <= m; i += 64) {
             if (kY) {
                 // The next block from memory, fetched into L2 ahead.
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 16), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 32), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 48), _MM_HINT_T1);
+                prefetch_l2<4>(y + i + kAhead);
                 a.add32(y + i);
                 a.add32(y + i + 32);
             }
@@ -153,8 +150,7 @@ struct Avx2 {
             if (kAdd) {
                 // The sum's stream into L2 ahead, as the quantization's (the
                 // hardware prefetchers alone leave the memory idle here).
-                _mm_prefetch(reinterpret_cast<const char *>(add + i + kAhead), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(add + i + kAhead + 16), _MM_HINT_T1);
+                prefetch_l2<2>(add + i + kAhead);
             }
             const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + i / 2));
             const __m128i lo = _mm_and_si128(b, mask), hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);

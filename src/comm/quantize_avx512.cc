@@ -95,10 +95,7 @@ struct Avx512 {
             if (kY) {
                 // The next block from memory: fetched into L2 a few blocks
                 // ahead (no hardware prefetcher was seen to stream it in time).
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 16), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 32), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(y + i + kAhead + 48), _MM_HINT_T1);
+                prefetch_l2<4>(y + i + kAhead);
                 a.add(y + i);
             }
             // Each 16-bit pair's low nibbles into its low byte (the
@@ -127,8 +124,7 @@ struct Avx512 {
         for (; i + 32 <= m; i += 32) {
             if (kAdd) {
                 // The sum's stream into L2 ahead, as the quantization's.
-                _mm_prefetch(reinterpret_cast<const char *>(add + i + kAhead), _MM_HINT_T1);
-                _mm_prefetch(reinterpret_cast<const char *>(add + i + kAhead + 16), _MM_HINT_T1);
+                prefetch_l2<2>(add + i + kAhead);
             }
             const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(q + i / 2));
             const __m128i h = _mm_srli_epi16(b, 4); // each byte's high nibble in its low bits
