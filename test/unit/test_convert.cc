@@ -20,6 +20,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "dtype_values.h"
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
 
@@ -35,8 +36,6 @@ using dsm::fp32_to_fp16;
 static const size_t kBig = 100003;
 
 static const dsm_dtype_t kTypes[] = {DSM_FLOAT32, DSM_FLOAT16, DSM_BFLOAT16, DSM_FLOAT64};
-
-static size_t esize(dsm_dtype_t t) { return t == DSM_FLOAT64 ? 8 : t == DSM_FLOAT32 ? 4 : 2; }
 
 // convert() in calls of 7 elements: shorter than the 8-wide F16C loop, so
 // even on a CPU with F16C these take the portable fp16 code.
@@ -207,28 +206,6 @@ static void test_fp32_exhaustive(void **) {
 // --- dtype pairs ----------------------------------------------------------------------
 
 // Values exact in every dtype, as doubles, stored in dtype t.
-static std::vector<char> make(dsm_dtype_t t, const std::vector<double> &v) {
-    std::vector<float> f(v.begin(), v.end());
-    std::vector<char> out(v.size() * esize(t));
-    if (t == DSM_FLOAT64)
-        std::memcpy(out.data(), v.data(), out.size());
-    else
-        dsm::amp::convert(f.data(), DSM_FLOAT32, out.data(), t, v.size());
-    return out;
-}
-
-static double value_at(dsm_dtype_t t, const std::vector<char> &buf, size_t i) {
-    uint16_t h;
-    float f;
-    double d;
-    switch (t) {
-    case DSM_FLOAT32: std::memcpy(&f, buf.data() + 4 * i, 4); return f;
-    case DSM_FLOAT64: std::memcpy(&d, buf.data() + 8 * i, 8); return d;
-    case DSM_FLOAT16: std::memcpy(&h, buf.data() + 2 * i, 2); return fp16_to_fp32(h);
-    default: std::memcpy(&h, buf.data() + 2 * i, 2); return bf16_to_fp32(h);
-    }
-}
-
 static void test_all_pairs(void **) {
     std::vector<double> v;
     for (int k = -255; k <= 255; ++k) // at most 8 significant bits: exact in bf16

@@ -16,54 +16,13 @@
 #include "comm/reduce.hpp"
 #include "core/dtype.hpp"
 #include "core/half.hpp"
+#include "dtype_values.h"
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
 
 using dsm::comm::Op;
 
 namespace {
-
-size_t esize(dsm_dtype_t t) { return t == DSM_FLOAT64 ? 8 : t == DSM_FLOAT32 ? 4 : 2; }
-
-double load(dsm_dtype_t t, const std::vector<unsigned char> &b, size_t i) {
-    const unsigned char *p = b.data() + i * esize(t);
-    switch (t) {
-    case DSM_FLOAT64: {
-        double d;
-        std::memcpy(&d, p, 8);
-        return d;
-    }
-    case DSM_FLOAT32: {
-        float f;
-        std::memcpy(&f, p, 4);
-        return f;
-    }
-    default: {
-        uint16_t h;
-        std::memcpy(&h, p, 2);
-        return t == DSM_FLOAT16 ? dsm::fp16_to_fp32(h) : dsm::bf16_to_fp32(h);
-    }
-    }
-}
-
-// The values stored as `t` (16-bit: rounded to nearest even).
-std::vector<unsigned char> make(dsm_dtype_t t, const std::vector<double> &v) {
-    std::vector<unsigned char> b(v.size() * esize(t));
-    for (size_t i = 0; i < v.size(); ++i) {
-        unsigned char *p = b.data() + i * esize(t);
-        if (t == DSM_FLOAT64) {
-            std::memcpy(p, &v[i], 8);
-        } else if (t == DSM_FLOAT32) {
-            const float f = static_cast<float>(v[i]);
-            std::memcpy(p, &f, 4);
-        } else {
-            const float f = static_cast<float>(v[i]);
-            const uint16_t h = t == DSM_FLOAT16 ? dsm::fp32_to_fp16(f) : dsm::fp32_to_bf16(f);
-            std::memcpy(p, &h, 2);
-        }
-    }
-    return b;
-}
 
 template <typename A> A combine(Op op, A acc, A x) {
     switch (op) {
@@ -76,16 +35,16 @@ template <typename A> A combine(Op op, A acc, A x) {
 
 // Element i of the reference: fp64 in fp64, the others in fp32 (16-bit
 // widened, combined, rounded once).
-void reference_at(dsm_dtype_t t, Op op, const std::vector<std::vector<unsigned char>> &srcs, size_t i,
-                  unsigned char *out) {
+void reference_at(dsm_dtype_t t, Op op, const std::vector<std::vector<char>> &srcs, size_t i,
+                  char *out) {
     if (t == DSM_FLOAT64) {
-        double acc = load(t, srcs[0], i);
-        for (size_t k = 1; k < srcs.size(); ++k) acc = combine(op, acc, load(t, srcs[k], i));
+        double acc = value_at(t, srcs[0], i);
+        for (size_t k = 1; k < srcs.size(); ++k) acc = combine(op, acc, value_at(t, srcs[k], i));
         std::memcpy(out, &acc, 8);
         return;
     }
-    float acc = static_cast<float>(load(t, srcs[0], i));
-    for (size_t k = 1; k < srcs.size(); ++k) acc = combine(op, acc, static_cast<float>(load(t, srcs[k], i)));
+    float acc = static_cast<float>(value_at(t, srcs[0], i));
+    for (size_t k = 1; k < srcs.size(); ++k) acc = combine(op, acc, static_cast<float>(value_at(t, srcs[k], i)));
     if (t == DSM_FLOAT32) {
         std::memcpy(out, &acc, 4);
         return;
@@ -112,11 +71,11 @@ std::vector<double> values(size_t n, unsigned seed) {
 }
 
 void check(dsm_dtype_t t, Op op, size_t nsrc, size_t n, bool in_place, int line) {
-    std::vector<std::vector<unsigned char>> srcs;
+    std::vector<std::vector<char>> srcs;
     for (size_t k = 0; k < nsrc; ++k) srcs.push_back(make(t, values(n, static_cast<unsigned>(11 + k))));
-    std::vector<unsigned char> want(n * esize(t));
+    std::vector<char> want(n * esize(t));
     for (size_t i = 0; i < n; ++i) reference_at(t, op, srcs, i, want.data() + i * esize(t));
-    std::vector<unsigned char> got(n * esize(t), 0xa5);
+    std::vector<char> got(n * esize(t), 0xa5);
     std::vector<const void *> ptrs;
     for (const auto &s : srcs) ptrs.push_back(s.data());
     void *dst = got.data();
@@ -126,8 +85,8 @@ void check(dsm_dtype_t t, Op op, size_t nsrc, size_t n, bool in_place, int line)
     for (size_t i = 0; i < n; ++i)
         if (std::memcmp(got.data() + i * esize(t), want.data() + i * esize(t), esize(t)) != 0)
             fail_msg("line %d: %s %s of %zu sources, %zu elements%s: element %zu is %.9g, expected %.9g", line,
-                     dsm::dtype_name(t), op_name(op), nsrc, n, in_place ? " in place" : "", i, load(t, got, i),
-                     load(t, want, i));
+                     dsm::dtype_name(t), op_name(op), nsrc, n, in_place ? " in place" : "", i, value_at(t, got, i),
+                     value_at(t, want, i));
 }
 
 const dsm_dtype_t kTypes[] = {DSM_FLOAT32, DSM_FLOAT64, DSM_FLOAT16, DSM_BFLOAT16};
@@ -159,8 +118,8 @@ static void test_reduce_into(void **) {
     for (dsm_dtype_t t : kTypes)
         for (Op op : kOps) {
             const size_t n = 2053;
-            const std::vector<unsigned char> in = make(t, values(n, 3)), inout0 = make(t, values(n, 4));
-            std::vector<unsigned char> inout = inout0, want(n * esize(t));
+            const std::vector<char> in = make(t, values(n, 3)), inout0 = make(t, values(n, 4));
+            std::vector<char> inout = inout0, want(n * esize(t));
             for (size_t i = 0; i < n; ++i) reference_at(t, op, {in, inout0}, i, want.data() + i * esize(t));
             dsm::comm::reduce_into(inout.data(), in.data(), n, t, op);
             if (inout != want) fail_msg("reduce_into %s %s: not the reference's bits", dsm::dtype_name(t), op_name(op));
