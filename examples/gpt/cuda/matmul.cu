@@ -81,7 +81,17 @@ static int lt_matmul(gpt_cuda_t ctx, void *D, cudaDataType_t dt, const void *A, 
                                             &align_d, sizeof align_d));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                             &align_d, sizeof align_d));
-    LT(cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &nheur));
+    /* No algorithm for these alignments or shapes comes back as
+     * NOT_SUPPORTED as often as success with none (PyTorch's cuBLASLt path
+     * met it with mixed 2-byte and wider alignments): both mean "none". */
+    s = cublasLtMatmulAlgoGetHeuristic(ctx->lt, op, la, lb, ld, ld, pref, 1, &heur, &nheur);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED) {
+        nheur = 0;
+    } else if (s != CUBLAS_STATUS_SUCCESS) {
+        rc = gpt_fail(ctx, "%s:%d: cublasLtMatmulAlgoGetHeuristic: %s (M %d N %d K %d)", __FILE__,
+                      __LINE__, cublasGetStatusString(s), M, N, K);
+        goto done;
+    }
     if (nheur == 0) {
         /* None for these alignments or shapes: cuBLAS's GEMM takes any
          * (same arithmetic: fp32 compute, one rounding), then the bias. */
