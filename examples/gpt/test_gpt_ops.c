@@ -159,6 +159,28 @@ int main(void) {
         check("classifier", "wte", WTE, VP * C, dwte, f_classifier);
         free(dx), free(dwte), free(X), free(WTE);
     }
+    { /* no counted token (every label -100, as in a micro-batch of T = 1)
+       * and dloss 0: the loss is 0 of 0 tokens, dx is zero and wte's
+       * gradient keeps its bits; with counted tokens and dloss 0 as well */
+        X = rand_vec(N * C, 1.0f), WTE = rand_vec(VP * C, 1.0f);
+        float *dx = rand_vec(N * C, 1.0f), *dwte = rand_vec(VP * C, 1.0f), *keep = malloc(VP * C * sizeof(float));
+        memcpy(keep, dwte, VP * C * sizeof(float));
+        int64_t none[N], count = -1;
+        for (int n = 0; n < N; ++n) none[n] = -100;
+        for (int pass = 0; pass < 2; ++pass) {
+            const int64_t *labels = pass == 0 ? none : LAB;
+            const double loss = classifier_forward(OUT, X, WTE, labels, N, C, V, VP, &count);
+            classifier_backward(dx, dwte, OUT, X, WTE, labels, 0.0f, N, C, V, VP);
+            int zero = 1;
+            for (int i = 0; i < N * C; ++i) zero &= dx[i] == 0.0f;
+            const int same = memcmp(keep, dwte, VP * C * sizeof(float)) == 0;
+            const int ok = zero && same && (pass == 1 || (loss == 0.0 && count == 0));
+            printf("%-11s %-26s %s\n", "classifier", pass == 0 ? "no counted token, dloss 0" : "dloss 0",
+                   ok ? "ok" : "FAILED (a gradient where there is none)");
+            failures += !ok;
+        }
+        free(dx), free(dwte), free(keep), free(X), free(WTE);
+    }
     free(OUT), free(MEAN), free(RSTD);
     printf("%s\n", failures ? "test_gpt_ops: FAILED" : "test_gpt_ops: every backward matches finite differences");
     return failures ? 1 : 0;

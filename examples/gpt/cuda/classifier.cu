@@ -2,7 +2,8 @@
  * The classifier's loss in one pass over the logits: per row the softmax
  * over the V real columns (online max and sum), the cross-entropy loss of
  * the target, and the logits overwritten by their gradient
- * dloss (p - onehot(target)), zero in the padded columns V..Vp-1.
+ * dloss (p - onehot(target)), zero in the padded columns V..Vp-1 (and
+ * everywhere when dloss is 0).
  */
 #include "common.cuh"
 
@@ -58,8 +59,9 @@ __global__ void __launch_bounds__(CLS_THREADS)
         else loss = m + logf(s) - sh_xt;
         losses[row] = loss;
     }
-    if (dloss == 0.f) return;
-    bool use = tgt >= 0 && tgt < V;
+    /* dloss 0 (a micro-batch without a counted token) writes zeros too:
+     * the backward reads this buffer as dlogits whatever dloss was. */
+    bool use = tgt >= 0 && tgt < V && dloss != 0.f;
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) {
         float g = 0.f;
         if (use && j < V) g = dloss * (__expf(to_f(x[j]) - m) * inv - (j == tgt ? 1.f : 0.f));

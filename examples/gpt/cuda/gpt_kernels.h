@@ -174,9 +174,11 @@ int gpt_cast(gpt_cuda_t ctx, void *dst, int dst_f32, const void *src, int src_f3
 /* ------------------------------------------------------------- classifier */
 
 /** Softmax over the first V of Vp columns of each of the N rows of
- *  logits, losses[i] = -log p[i][targets[i]] (fp32), and, when dloss !=
- *  0, the logits OVERWRITTEN by their gradient dloss * (p - onehot) (zero
- *  in the padded columns). A target < 0 ignores its row (loss 0, gradient
+ *  logits, losses[i] = -log p[i][targets[i]] (fp32), and the logits
+ *  OVERWRITTEN by their gradient dloss * (p - onehot) (zero in the padded
+ *  columns; zero everywhere when dloss is 0, as the host path gives for a
+ *  micro-batch without a counted token, so that the backward can always
+ *  read them as dlogits). A target < 0 ignores its row (loss 0, gradient
  *  0: the host path's -100 labels); a target >= V makes its row's loss NaN (so a bad id shows in the
  *  loss) and its gradient zero. dloss is the loss's weight per token (1/(B*T) for the batch mean). */
 int gpt_fused_classifier(gpt_cuda_t ctx, void *logits, float *losses, const int64_t *targets,

@@ -537,10 +537,12 @@ static void check_classifier(gpt_cuda_t ctx) {
     ref_classifier(dl, losses, logits, tg, dloss, N, V, Vp);
     compare("fused_classifier losses (fp32)", Dloss.get(), losses, 1e-4f);
     compare("fused_classifier dlogits (padding zero)", Dl.get(), dl, TOL_OP);
-    /* loss only: logits untouched */
+    /* dloss 0 (no counted token in the batch): the same losses, and a zero
+     * gradient, which the backward reads in place of the logits */
     Dl.put(logits);
     GK(gpt_fused_classifier(ctx, Dl.p, (float *)Dloss.p, dtg, 0.f, N, V, Vp));
-    compare("fused_classifier dloss 0: logits untouched", Dl.get(), logits, 0.f);
+    compare("fused_classifier dloss 0: losses (fp32)", Dloss.get(), losses, 1e-4f);
+    compare("fused_classifier dloss 0: dlogits all zero", Dl.get(), vec((size_t)N * Vp, 0.f), 0.f);
     cudaFree(dtg);
 }
 
@@ -553,7 +555,7 @@ static void check_classifier(gpt_cuda_t ctx) {
 static const float TOL_MODEL = 6e-2f;
 enum { P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_PROJW, P_PROJB, P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPW, P_FCPB, P_N };
 
-static void check_model(gpt_cuda_t ctx) {
+static void check_model(gpt_cuda_t ctx, bool no_counted_token = false) {
     const int B = 2, T = 8, C = 32, NH = 4, hs = C / NH, L = 2, V = 50, Vp = 64, N = B * T;
     const size_t n = (size_t)N, c = C;
     const size_t psz[P_N] = {c, c, 3 * c * c, 3 * c, c * c, c, c, c, 4 * c * c, 4 * c, 4 * c * c, c};
@@ -579,8 +581,13 @@ static void check_model(gpt_cuda_t ctx) {
         lab[i] = (i * 7 + 3) % V;
     }
     lab[N - 1] = -100;
-    const int counted = N - 1;
-    const float dloss = 1.f / counted;
+    /* no counted token (a micro-batch of T = 1): dloss 0, and every
+     * gradient must stay as it was, as on the host */
+    if (no_counted_token)
+        for (int i = 0; i < N; ++i) lab[i] = -100;
+    const int counted = no_counted_token ? 0 : N - 1;
+    const float dloss = counted ? 1.f / counted : 0.f;
+    const char *pre = no_counted_token ? "model, no counted token:" : "model:";
 
     /* ---- the reference, fp32 */
     struct Acts { vec ln1, m1, r1, qkv, att, atty, proj, res2, ln2, m2, r2, fch, fchg, fcp, res3; };
@@ -613,7 +620,7 @@ static void check_model(gpt_cuda_t ctx) {
     ref_classifier(dlogits, losses, logits, lab, dloss, N, V, Vp);
     double ref_loss = 0;
     for (int i = 0; i < N; ++i) ref_loss += losses[i];
-    ref_loss /= counted;
+    if (counted) ref_loss /= counted;
     vec rgwte = gwte, rgwpe = gwpe, rglnfw = glnfw, rglnfb = glnfb;
     std::vector<vec> RG = G;
     vec dlnf(n * c, 0.f), dres(n * c, 0.f), nob(Vp, 0.f);
@@ -685,7 +692,7 @@ static void check_model(gpt_cuda_t ctx) {
     vec got_losses = Dlosses->get();
     double loss = 0;
     for (int i = 0; i < N; ++i) loss += got_losses[i];
-    loss /= counted;
+    if (counted) loss /= counted;
     GK(gpt_matmul_backward(ctx, Ddlnf->p, Gwte.p, nullptr, gd, Dlogits->p, Dlnf->p, Dwte.p, GPT_W_OUT_IN, N, C, Vp));
     GK(gpt_layernorm_backward(ctx, Ddres->p, Glnfw.p, Glnfb.p, gd, Ddlnf->p, dx, Dlnfw.p, (float *)Dmf->p, (float *)Drf->p, N, C));
     for (int l = L - 1; l >= 0; --l) {
@@ -706,22 +713,26 @@ static void check_model(gpt_cuda_t ctx) {
     }
     GK(gpt_encoder_backward(ctx, Gwte.p, Gwpe.p, gd, Ddres->p, tok.data(), pos.data(), N, C, Vp, T));
 
-    float lerr = (float)fabs(loss - ref_loss) / (float)fabs(ref_loss);
+    float lerr = (float)fabs(loss - ref_loss) / fmaxf((float)fabs(ref_loss), 1e-6f);
     bool lok = lerr <= 1e-2f;
-    printf("%-44s %s  %.6f vs %.6f (rel %.2e, tol 1.0e-02)\n", "model: mean loss", lok ? "ok  " : "FAIL",
-           loss, ref_loss, lerr);
+    char w[96];
+    snprintf(w, sizeof w, "%s mean loss", pre);
+    printf("%-44s %s  %.6f vs %.6f (rel %.2e, tol 1.0e-02)\n", w, lok ? "ok  " : "FAIL", loss, ref_loss, lerr);
     if (!lok) ++failures;
-    compare("model: d wte (LM head + embedding)", Gwte.get(), rgwte, TOL_MODEL);
-    compare("model: d wpe", Gwpe.get(), rgwpe, TOL_MODEL);
-    compare("model: d ln_f.weight", Glnfw.get(), rglnfw, TOL_MODEL);
-    compare("model: d ln_f.bias", Glnfb.get(), rglnfb, TOL_MODEL);
+    snprintf(w, sizeof w, "%s d wte (LM head + embedding)", pre);
+    compare(w, Gwte.get(), rgwte, TOL_MODEL);
+    snprintf(w, sizeof w, "%s d wpe", pre);
+    compare(w, Gwpe.get(), rgwpe, TOL_MODEL);
+    snprintf(w, sizeof w, "%s d ln_f.weight", pre);
+    compare(w, Glnfw.get(), rglnfw, TOL_MODEL);
+    snprintf(w, sizeof w, "%s d ln_f.bias", pre);
+    compare(w, Glnfb.get(), rglnfb, TOL_MODEL);
     const char *names[P_N] = {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
                               "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
                               "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
     for (int l = 0; l < L; ++l)
         for (int k = 0; k < P_N; ++k) {
-            char w[80];
-            snprintf(w, sizeof w, "model: d h.%d.%s", l, names[k]);
+            snprintf(w, sizeof w, "%s d h.%d.%s", pre, l, names[k]);
             compare(w, DG[(size_t)l * P_N + k]->get(), RG[(size_t)l * P_N + k], TOL_MODEL);
         }
     for (Dev *d : DP) delete d;
@@ -1013,6 +1024,7 @@ int main(int argc, char **argv) {
         check_elementwise(ctx);
         check_classifier(ctx);
         check_model(ctx);
+        check_model(ctx, true);
         check_bad_arguments(ctx);
         CK(cudaDeviceSynchronize());
         printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
