@@ -66,10 +66,14 @@ static dsm_status_t cuda_fail(struct gpt_device_s *d, cudaError_t e, const char 
     return DSM_ERR_CUDA;
 }
 
-static void *dev_alloc(size_t bytes, int *ok) {
+/* Zeroed device memory. The zeros are written on the example's stream:
+ * it is non-blocking, so a cudaMemset on the legacy default stream would
+ * be ordered with nothing the stream does, and could land after the first
+ * forward's writes. */
+static void *dev_alloc(cudaStream_t stream, size_t bytes, int *ok) {
     void *p = NULL;
     if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) *ok = 0, p = NULL;
-    else cudaMemset(p, 0, bytes ? bytes : 1);
+    else if (cudaMemsetAsync(p, 0, bytes ? bytes : 1, stream) != cudaSuccess) *ok = 0;
     return p;
 }
 
@@ -108,29 +112,31 @@ dsm_status_t gpt_device_create(dsm_engine_t engine, const GPTConfig *c, int B, i
     }
     const size_t N = (size_t)d->N, C = (size_t)c->channels, Vp = (size_t)c->padded_vocab_size, H = 2;
     int ok = 1;
+#define DEV(bytes) dev_alloc(d->stream, (bytes), &ok)
     d->w = calloc((size_t)d->np, sizeof *d->w), d->g = calloc((size_t)d->np, sizeof *d->g);
     d->la = calloc((size_t)c->num_layers, sizeof *d->la);
     d->losses_host = calloc(N, sizeof(float));
     if (!d->w || !d->g || !d->la || !d->losses_host) return DSM_ERR_OUT_OF_MEMORY;
-    d->tok_dev = dev_alloc(N * sizeof(int64_t), &ok), d->lab_dev = dev_alloc(N * sizeof(int64_t), &ok);
-    d->pos_dev = dev_alloc(N * sizeof(int64_t), &ok);
-    d->encoded = dev_alloc(N * C * H, &ok), d->lnf = dev_alloc(N * C * H, &ok);
-    d->logits = dev_alloc(N * Vp * H, &ok), d->losses_dev = dev_alloc(N * sizeof(float), &ok);
-    d->lnf_mean = dev_alloc(N * sizeof(float), &ok), d->lnf_rstd = dev_alloc(N * sizeof(float), &ok);
-    d->scratch = dev_alloc(gpt_attention_scratch_bytes(B, T, c->num_heads, c->channels / c->num_heads), &ok);
-    d->dres = dev_alloc(N * C * H, &ok), d->dln = dev_alloc(N * C * H, &ok), d->dqkv = dev_alloc(N * 3 * C * H, &ok);
-    d->datty = dev_alloc(N * C * H, &ok), d->dfch = dev_alloc(N * 4 * C * H, &ok), d->dlnf = dev_alloc(N * C * H, &ok);
-    d->dfch_gelu = dev_alloc(N * 4 * C * H, &ok);
+    d->tok_dev = DEV(N * sizeof(int64_t)), d->lab_dev = DEV(N * sizeof(int64_t));
+    d->pos_dev = DEV(N * sizeof(int64_t));
+    d->encoded = DEV(N * C * H), d->lnf = DEV(N * C * H);
+    d->logits = DEV(N * Vp * H), d->losses_dev = DEV(N * sizeof(float));
+    d->lnf_mean = DEV(N * sizeof(float)), d->lnf_rstd = DEV(N * sizeof(float));
+    d->scratch = DEV(gpt_attention_scratch_bytes(B, T, c->num_heads, c->channels / c->num_heads));
+    d->dres = DEV(N * C * H), d->dln = DEV(N * C * H), d->dqkv = DEV(N * 3 * C * H);
+    d->datty = DEV(N * C * H), d->dfch = DEV(N * 4 * C * H), d->dlnf = DEV(N * C * H);
+    d->dfch_gelu = DEV(N * 4 * C * H);
     for (int l = 0; l < c->num_layers; ++l) {
         struct device_layer *a = &d->la[l];
-        a->ln1 = dev_alloc(N * C * H, &ok), a->qkv = dev_alloc(N * 3 * C * H, &ok);
-        a->att = dev_alloc((size_t)B * c->num_heads * T * T * H, &ok);
-        a->atty = dev_alloc(N * C * H, &ok), a->res2 = dev_alloc(N * C * H, &ok), a->ln2 = dev_alloc(N * C * H, &ok);
-        a->fch = dev_alloc(N * 4 * C * H, &ok), a->fch_gelu = dev_alloc(N * 4 * C * H, &ok);
-        a->res3 = dev_alloc(N * C * H, &ok);
-        a->ln1_mean = dev_alloc(N * sizeof(float), &ok), a->ln1_rstd = dev_alloc(N * sizeof(float), &ok);
-        a->ln2_mean = dev_alloc(N * sizeof(float), &ok), a->ln2_rstd = dev_alloc(N * sizeof(float), &ok);
+        a->ln1 = DEV(N * C * H), a->qkv = DEV(N * 3 * C * H);
+        a->att = DEV((size_t)B * c->num_heads * T * T * H);
+        a->atty = DEV(N * C * H), a->res2 = DEV(N * C * H), a->ln2 = DEV(N * C * H);
+        a->fch = DEV(N * 4 * C * H), a->fch_gelu = DEV(N * 4 * C * H);
+        a->res3 = DEV(N * C * H);
+        a->ln1_mean = DEV(N * sizeof(float)), a->ln1_rstd = DEV(N * sizeof(float));
+        a->ln2_mean = DEV(N * sizeof(float)), a->ln2_rstd = DEV(N * sizeof(float));
     }
+#undef DEV
     if (!ok) {
         snprintf(msg, msg_len, "cudaMalloc of the activations failed (batch %d x %d tokens)", B, T);
         return DSM_ERR_OUT_OF_MEMORY;
