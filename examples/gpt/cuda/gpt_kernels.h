@@ -11,7 +11,8 @@
  *     "bf16": {"enabled": true}, fp32 without): every backward that
  *     produces a parameter gradient takes a gpt_grad_dtype_t and ADDS
  *     (+=) into that buffer, as the engine's accumulation wants. Each
- *     addition sums its terms in fp32 and rounds once into the buffer.
+ *     addition sums its terms in fp32 and rounds once into the buffer
+ *     (cuBLASLt is held to split-K plans that reduce in fp32).
  *   - LayerNorm statistics (mean, rstd) and per-token losses: fp32.
  *   - Tokens, positions and labels: int64_t, as the host path (gpt.h).
  *

@@ -44,6 +44,7 @@ static int lt_matmul(gpt_cuda_t ctx, void *D, cudaDataType_t dt, const void *A, 
     cublasLtMatmulHeuristicResult_t heur;
     int nheur = 0;
     uint32_t align_a = alignment(B), align_b = alignment(A), align_d = alignment(D);
+    uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
 #define LT(call)                                                                          \
     do {                                                                                  \
         s = (call);                                                                       \
@@ -81,6 +82,12 @@ static int lt_matmul(gpt_cuda_t ctx, void *D, cudaDataType_t dt, const void *A, 
                                             &align_d, sizeof align_d));
     LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                             &align_d, sizeof align_d));
+    /* One rounding per addition: a split-K plan may keep its partial sums
+     * only in the compute type (fp32, then one rounding to the output);
+     * in-place or output-type reductions would round them to a bf16
+     * output first. NONE (no split) is always allowed. */
+    LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                            &reduction_mask, sizeof reduction_mask));
     /* No algorithm for these alignments or shapes comes back as
      * NOT_SUPPORTED as often as success with none (PyTorch's cuBLASLt path
      * met it with mixed 2-byte and wider alignments): both mean "none". */
