@@ -61,7 +61,15 @@ int gpt_fail(gpt_cuda_t ctx, const char *fmt, ...);
 __device__ __forceinline__ float to_f(bf16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ float to_f(float x) { return x; }
 template <typename T> __device__ __forceinline__ T from_f(float x);
-template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) { return __float2bfloat16_rn(x); }
+/* fp32 -> bf16 rounded to nearest even, with the host's bits (libdsm's
+ * dsm_convert, core/half.hpp) for every input: a NaN keeps its sign and the
+ * top of its payload and is made quiet, where __float2bfloat16_rn alone
+ * turns every NaN into 0x7FFF. */
+template <> __device__ __forceinline__ bf16 from_f<bf16>(float x) {
+    const unsigned u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return __ushort_as_bfloat16((unsigned short)((u >> 16) | 0x0040u));
+    return __float2bfloat16_rn(x);
+}
 template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
 
 __device__ __forceinline__ float warp_sum(float v) {

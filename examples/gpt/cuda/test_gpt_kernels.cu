@@ -518,6 +518,32 @@ static void check_elementwise(gpt_cuda_t ctx) {
     GK(gpt_cast(ctx, Dc32.p, 1, Dc16.p, 0, n));
     compare("cast fp32 -> bf16 (exact on bf16 values)", Dc16.get(), x, 0.f);
     compare("cast bf16 -> fp32", Dc32.get(), x, 0.f);
+    {
+        /* bits, against the host's rounding (libdsm's dsm_convert): ties to
+         * even, infinities, the largest finite values, subnormals, and NaNs,
+         * which keep their sign and payload's top bits and become quiet */
+        const uint32_t in[] = {0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                               0xff800000u, 0x00000001u, 0x80008000u, 0x7fc00000u, 0xffc00000u, 0x7f800001u,
+                               0xff812345u, 0x7fbfffffu, 0x7fe5a000u, 0x00000000u, 0x80000000u};
+        const size_t m = sizeof in / sizeof in[0];
+        Dev Din(m * 4), Dout(m * 2);
+        CK(cudaMemcpy(Din.p, in, sizeof in, cudaMemcpyHostToDevice));
+        GK(gpt_cast(ctx, Dout.p, 0, Din.p, 1, m));
+        uint16_t got[sizeof in / sizeof in[0]];
+        CK(cudaMemcpy(got, Dout.p, sizeof got, cudaMemcpyDeviceToHost));
+        int bad = 0;
+        for (size_t i = 0; i < m; ++i) {
+            uint32_t u = in[i];
+            uint16_t want = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x0040u)
+                                                          : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+            if (got[i] != want) {
+                if (!bad) printf("    0x%08x: got 0x%04x want 0x%04x\n", u, got[i], want);
+                ++bad;
+            }
+        }
+        printf("%-44s %s  %d of %zu differ\n", "cast fp32 -> bf16 bits (NaN, inf, ties)", bad ? "FAIL" : "ok  ", bad, m);
+        failures += bad != 0;
+    }
     GK(gpt_residual_backward(ctx, Dda.p, Ddb.p, Ddout.p, n));
     compare("residual_backward da (+=)", Dda.get(), da, TOL_OP);
     compare("residual_backward db (+=)", Ddb.get(), db, TOL_OP);
