@@ -312,9 +312,18 @@ inline void lamb2(const optim::LambK &k, float neg_coef, const Flat &f, const fl
 // layout changes, then reused. Several tables (kSlots, least recently used
 // replaced): an update that runs in pieces (publish()'s slices) has one
 // per piece.
+//
+// Exception-safe: a slot answers for its segments only once its table is on
+// the device. When the allocation or the upload throws, the slot is left
+// empty (invalid), so the next get() with the same segments plans and
+// uploads again instead of handing out a missing or partial table.
 class MtTables {
 public:
     static constexpr size_t kSlots = 64;
+    // How a table's device memory is obtained: DeviceBuffer(bytes) unless
+    // given (tests inject a failing allocation).
+    using Alloc = DeviceBuffer (*)(size_t bytes);
+    explicit MtTables(Alloc alloc = nullptr) noexcept : alloc_(alloc) {}
     // The device table of mt_plan(entries); *nsegs and *chunks are its size,
     // *chunk_seg its mt_chunk_index() (on the device after the table). An
     // upload waits for the stream's earlier work (a pageable copy).
@@ -323,8 +332,13 @@ public:
         ++clock_;
         Slot *hit = nullptr;
         for (Slot &s : slots_)
-            if (s.key.size() == entries.size() && equal(s.key, entries)) hit = &s;
+            if (s.valid && s.key.size() == entries.size() && equal(s.key, entries)) hit = &s;
         if (hit == nullptr) {
+            // Plan on the host first: nothing in a slot changes if this throws.
+            MtTable table = mt_plan(entries);
+            DSM_REQUIRE(table.segs.size() <= UINT32_MAX, DSM_ERR_INVALID_ARGUMENT, "multi-tensor launch of ",
+                        table.segs.size(), " segments");
+            std::vector<uint32_t> index = mt_chunk_index(table);
             if (slots_.size() < kSlots) {
                 slots_.emplace_back();
                 hit = &slots_.back();
@@ -333,20 +347,28 @@ public:
                 for (Slot &s : slots_)
                     if (s.used < hit->used) hit = &s;
             }
-            hit->key = entries;
-            hit->table = mt_plan(entries);
-            DSM_REQUIRE(hit->table.segs.size() <= UINT32_MAX, DSM_ERR_INVALID_ARGUMENT, "multi-tensor launch of ",
-                        hit->table.segs.size(), " segments");
+            // Invalid until its new table is on the device (the upload below
+            // may overwrite the old one's memory, then throw).
+            hit->valid = false;
+            hit->used = 0;
             // One buffer: the segments, then the chunks' segment indices.
-            hit->index = mt_chunk_index(hit->table);
-            hit->segs_bytes = hit->table.segs.size() * sizeof(MtSeg);
-            const size_t bytes = std::max<size_t>(hit->segs_bytes + hit->index.size() * sizeof(uint32_t), 1);
-            if (hit->dev.bytes() < bytes) hit->dev = DeviceBuffer(bytes); // freeing waits for the device
-            if (!hit->table.segs.empty()) {
-                copy_bytes_async(hit->dev.get(), hit->table.segs.data(), hit->segs_bytes, stream);
-                copy_bytes_async(static_cast<char *>(hit->dev.get()) + hit->segs_bytes, hit->index.data(),
-                                 hit->index.size() * sizeof(uint32_t), stream);
+            const size_t segs_bytes = table.segs.size() * sizeof(MtSeg);
+            const size_t bytes = std::max<size_t>(segs_bytes + index.size() * sizeof(uint32_t), 1);
+            if (hit->dev.bytes() < bytes) {
+                hit->dev = DeviceBuffer(); // freeing waits for the device
+                hit->dev = alloc_ ? alloc_(bytes) : DeviceBuffer(bytes);
             }
+            if (!table.segs.empty()) {
+                copy_bytes_async(hit->dev.get(), table.segs.data(), segs_bytes, stream);
+                copy_bytes_async(static_cast<char *>(hit->dev.get()) + segs_bytes, index.data(),
+                                 index.size() * sizeof(uint32_t), stream);
+            }
+            // Moved, the vectors keep their storage, which the copies read.
+            hit->table = std::move(table);
+            hit->index = std::move(index);
+            hit->segs_bytes = segs_bytes;
+            hit->key = entries;
+            hit->valid = true; // last: the slot now answers for these segments
             ++uploads_;
         }
         hit->used = clock_;
@@ -371,9 +393,11 @@ private:
         size_t segs_bytes = 0;
         DeviceBuffer dev;
         uint64_t used = 0;
+        bool valid = false;
     };
     std::vector<Slot> slots_;
     uint64_t clock_ = 0, uploads_ = 0;
+    Alloc alloc_ = nullptr;
 };
 
 // ---------------------------------------------------------------- precision

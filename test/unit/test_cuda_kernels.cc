@@ -1248,9 +1248,70 @@ void test_copies(void **state) {
         }
 }
 
-// ---------------------------------------------------------------- argument checks (no device)
-
 #define EXPECT_ERROR(status, expr, ...) expect_error_at([&] { expr; }, status, __VA_ARGS__, __LINE__)
+
+// ---------------------------------------------------------------- table cache after a failure
+
+// The tables' device memory: fails while g_alloc_fails, else DeviceBuffer.
+int g_alloc_calls = 0;
+bool g_alloc_fails = true;
+dsm::cuda::DeviceBuffer table_alloc(size_t bytes) {
+    ++g_alloc_calls;
+    if (g_alloc_fails) DSM_FAIL(DSM_ERR_OUT_OF_MEMORY, "injected: cudaMalloc of ", bytes, " bytes failed");
+    return dsm::cuda::DeviceBuffer(bytes);
+}
+
+// A failed allocation leaves no half-made table behind: the next get() with
+// the same segments allocates and uploads again (it used to find the slot's
+// key already set and hand out a null table). The failures need no device;
+// with one, the table that finally comes is the right one, a table made
+// before the failure is still found, and each is uploaded once.
+void test_mt_tables_after_failure(void **state) {
+    (void)state;
+    using namespace dsm::cuda;
+    const std::vector<MtEntry> a = {{0, 5000, kMtDecay}, {5003, 17, 0}};
+    const std::vector<MtEntry> b = {{0, 64, 0}};
+    unsigned nsegs = 0;
+    uint64_t chunks = 0;
+    const uint32_t *chunk_seg = nullptr;
+    const bool device = no_device_reason().empty();
+    MtTables tables(table_alloc);
+    g_alloc_calls = 0;
+    if (device) { // a table made before the failure
+        g_alloc_fails = false;
+        assert_non_null(tables.get(b, g_stream, &nsegs, &chunks, &chunk_seg));
+        assert_int_equal(tables.uploads(), 1);
+    }
+    const int calls0 = g_alloc_calls;
+    g_alloc_fails = true;
+    for (int i = 1; i <= 2; ++i) {
+        EXPECT_ERROR(DSM_ERR_OUT_OF_MEMORY, tables.get(a, g_stream, &nsegs, &chunks, &chunk_seg), {"injected"});
+        assert_int_equal(g_alloc_calls, calls0 + i); // tried again, not served from the failed slot
+    }
+    assert_int_equal(tables.uploads(), device ? 1 : 0);
+    if (!device) {
+        print_message("test_cuda_kernels: the table cache's recovery checked without a device; its upload needs one\n");
+        return;
+    }
+    g_alloc_fails = false;
+    const MtSeg *segs = tables.get(a, g_stream, &nsegs, &chunks, &chunk_seg);
+    assert_non_null(segs);
+    assert_int_equal(tables.uploads(), 2);
+    const MtTable want = mt_plan(a);
+    assert_int_equal(nsegs, want.segs.size());
+    assert_int_equal(chunks, want.chunks);
+    sync();
+    const std::vector<unsigned char> got =
+        get(reinterpret_cast<const unsigned char *>(segs), want.segs.size() * sizeof(MtSeg));
+    assert_memory_equal(got.data(), want.segs.data(), got.size());
+    const std::vector<uint32_t> index = mt_chunk_index(want);
+    assert_true(get(chunk_seg, index.size()) == index);
+    assert_non_null(tables.get(b, g_stream, &nsegs, &chunks, &chunk_seg)); // still there: no upload
+    assert_non_null(tables.get(a, g_stream, &nsegs, &chunks, &chunk_seg));
+    assert_int_equal(tables.uploads(), 2);
+}
+
+// ---------------------------------------------------------------- argument checks (no device)
 
 // Every check happens on the host before any CUDA call, so these run (and
 // must pass) without a device. Fake pointers are never dereferenced: each
@@ -1346,6 +1407,7 @@ void test_argument_checks(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_argument_checks),
+        cmocka_unit_test(test_mt_tables_after_failure),
         cmocka_unit_test(test_adam),
         cmocka_unit_test(test_adam_matches_adam_update),
         cmocka_unit_test(test_sgd),
