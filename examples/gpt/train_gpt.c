@@ -42,7 +42,9 @@
  * loss of the global batch), then "final loss X (initial Y)", the figures
  * of the run (tokens/s, MFU, libdsm's share of the step) and exits 0; 2 when
  * --target-loss is given and the final loss is above it; 3 on the stop
- * signal; 1 on an error (every rank reports it).
+ * signal; 4 when the loss of a step is NaN or infinite (training diverged:
+ * every rank stops at that step, nothing is saved); 1 on an error (every
+ * rank reports it).
  */
 #include <math.h>
 #include <stdint.h>
@@ -957,6 +959,15 @@ int main(int argc, char **argv) {
         double sum, loss = window / (double)accumulation;
         MPI_Allreduce(&loss, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
         history[step] = sum / world;
+        if (!isfinite(history[step])) { /* every rank has the same sum: all stop here, before a save */
+            if (rank == 0)
+                fprintf(stderr, "train_gpt: the loss is %s at step %lld (lr %.3e, grad_norm %g, loss_scale %g): "
+                                "training diverged; stopping without saving\n",
+                        isnan(history[step]) ? "NaN" : "infinite", (long long)info.global_steps, info.lr,
+                        info.grad_norm, info.loss_scale);
+            exit_code = 4;
+            goto done;
+        }
         if (cs.initial_loss < 0) cs.initial_loss = history[step];
         if (step >= first + 2) { /* the first two steps warm up (page faults, ZeRO-3's recorded order) */
             t_loop += dt, t_dsm0 += m.t_dsm - dsm0, ++timed_steps;
