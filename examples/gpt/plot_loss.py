@@ -2,9 +2,11 @@
 """Plot the loss curves of train_gpt and of its PyTorch reference.
 
   plot_loss.py TRAIN_GPT.log REFERENCE.log OUT.png [TITLE]
+  plot_loss.py --csv LOSS.csv OUT.png [TITLE]
 
 Each log holds "step N loss X ..." lines (train_gpt --print-every 1,
-gpt_reference.py train --print-every 1). Needs matplotlib.
+gpt_reference.py train --print-every 1); LOSS.csv is what train_gpt
+--loss-csv writes (step,loss,...): one curve. Needs matplotlib.
 """
 import sys
 
@@ -25,7 +27,34 @@ def read(path):
     return steps, losses
 
 
+def read_csv(path):
+    steps, losses = [], []
+    with open(path) as f:
+        next(f)  # the header: step,loss,lr,grad_norm,ms,tokens_per_s
+        for line in f:
+            w = line.split(",")
+            steps.append(int(w[0]))
+            losses.append(float(w[1]))
+    return steps, losses
+
+
+def plot_csv(path, out, title):
+    s, l = read_csv(path)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    ax.plot(s, l, color="tab:blue", linewidth=1)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (nats per token)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out)
+    print(f"plot_loss: {out}: {len(l)} steps, loss {l[0]:.4f} -> {l[-1]:.4f}")
+
+
 def main():
+    if sys.argv[1] == "--csv":
+        plot_csv(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "train_gpt (libdsm): training loss")
+        return
     ours, ref, out = sys.argv[1:4]
     title = sys.argv[4] if len(sys.argv) > 4 else "GPT loss: train_gpt (libdsm) and the PyTorch reference"
     s1, l1 = read(ours)

@@ -6,6 +6,7 @@
  *       [--steps N] [--print-every K] [--no-shuffle] [--init WEIGHTS.safetensors]
  *       [--checkpoint DIR [--save-every K]] [--target-loss X] [--peak-tflops F]
  *       [--dump-grads FILE.safetensors] [--describe] [--device host|cuda]
+ *       [--loss-csv FILE.csv] [--sample N [--prompt TEXT] [--temperature X]]
  *
  * The model is GPT-2's: token and position embeddings; L pre-LayerNorm
  * blocks of causal multi-head attention and a GELU MLP, each with a
@@ -45,6 +46,13 @@
  * signal; 4 when the loss of a step is NaN or infinite (training diverged:
  * every rank stops at that step, nothing is saved); 1 on an error (every
  * rank reports it).
+ *
+ * --loss-csv writes every step's loss (rank 0: step, loss, lr, grad_norm,
+ * ms, tokens/s). --sample N ends the run by generating N tokens after the
+ * prompt's bytes (the model's own forward over the last T tokens, sampled at
+ * the temperature, every rank alike so that ZeRO-3's gathers agree) and rank
+ * 0 prints them as text: with a byte-level shard (gpt_shard --text) the
+ * model writes like its corpus.
  */
 #include <math.h>
 #include <stdint.h>
@@ -83,11 +91,11 @@ static const struct preset presets[] = {
 /* ------------------------------------------------------------ options */
 
 struct options {
-    const char *config, *data, *init, *ckpt_dir, *dump_grads;
+    const char *config, *data, *init, *ckpt_dir, *dump_grads, *loss_csv, *prompt;
     struct preset p;
-    long steps, save_every, print_every;
+    long steps, save_every, print_every, sample;
     int shuffle, describe, cuda;
-    double target_loss, peak_tflops;
+    double target_loss, peak_tflops, temperature;
 };
 
 static long parse_long(const char *s, int *bad) {
@@ -104,6 +112,7 @@ static int parse_options(int argc, char **argv, struct options *o) {
     o->p = presets[0];
     o->steps = 20, o->save_every = 50, o->print_every = 0, o->shuffle = 1;
     o->target_loss = -1.0;
+    o->prompt = "\n", o->temperature = 0.8;
     for (int a = 1; a < argc && !bad; ++a) {
         const char *s = argv[a], *v = a + 1 < argc ? argv[a + 1] : NULL;
         if (strcmp(s, "--preset") == 0 && v) {
@@ -128,6 +137,17 @@ static int parse_options(int argc, char **argv, struct options *o) {
         else if (strcmp(s, "--init") == 0 && v) o->init = argv[++a];
         else if (strcmp(s, "--checkpoint") == 0 && v) o->ckpt_dir = argv[++a];
         else if (strcmp(s, "--dump-grads") == 0 && v) o->dump_grads = argv[++a];
+        else if (strcmp(s, "--loss-csv") == 0 && v) o->loss_csv = argv[++a];
+        else if (strcmp(s, "--sample") == 0 && v) o->sample = parse_long(argv[++a], &bad);
+        else if (strcmp(s, "--prompt") == 0 && v) o->prompt = argv[++a];
+        else if (strcmp(s, "--temperature") == 0 && v) {
+            char *end;
+            o->temperature = strtod(argv[++a], &end);
+            if (*end != '\0' || end == argv[a] || !(o->temperature > 0.0 && o->temperature <= 100.0)) {
+                fprintf(stderr, "train_gpt: --temperature must be in (0, 100], got \"%s\"\n", argv[a]);
+                bad = 1;
+            }
+        }
         else if (strcmp(s, "--target-loss") == 0 && v) o->target_loss = atof(argv[++a]);
         else if (strcmp(s, "--peak-tflops") == 0 && v) o->peak_tflops = atof(argv[++a]);
         else if (strcmp(s, "--no-shuffle") == 0) o->shuffle = 0;
@@ -148,6 +168,21 @@ static int parse_options(int argc, char **argv, struct options *o) {
         fprintf(stderr, "train_gpt: width %d is not a multiple of heads %d\n", o->p.width, o->p.heads);
         bad = 1;
     }
+    if (!bad && o->sample > 0 && o->prompt[0] == '\0') {
+        fprintf(stderr, "train_gpt: --prompt is empty (--sample needs at least one token to start from)\n");
+        bad = 1;
+    }
+    if (!bad && o->sample > 0 && o->p.vocab > 256) {
+        fprintf(stderr, "train_gpt: --sample prints tokens as bytes: it needs a byte-level vocabulary (at most 256), "
+                        "not %d\n", o->p.vocab);
+        bad = 1;
+    }
+    for (const char *q = o->prompt; !bad && o->sample > 0 && *q; ++q)
+        if ((unsigned char)*q >= o->p.vocab) {
+            fprintf(stderr, "train_gpt: --prompt byte %u is outside the vocabulary of %d\n", (unsigned char)*q,
+                    o->p.vocab);
+            bad = 1;
+        }
     if (!bad && o->p.vocab > 65536) {
         fprintf(stderr, "train_gpt: vocab %d does not fit the shard's uint16 tokens\n", o->p.vocab);
         bad = 1;
@@ -514,6 +549,55 @@ static dsm_status_t backward(struct model *m, float dloss) {
     return DSM(m, dsm_engine_grad_add_f32(m->engine, gpt_wpe(), m->dwpe, gpt_param_numel(c, gpt_wpe())));
 }
 
+/* ------------------------------------------------------------ sampling */
+
+/*
+ * n tokens generated after the prompt's bytes, into out (n + 1 bytes): each
+ * the model's next-token distribution at the last position of the window
+ * (the last T tokens so far) sharpened by the temperature and sampled with
+ * the counter-based generator, so that every rank draws the same tokens and
+ * makes the same acquires (collective under ZeRO-3). One sequence of the
+ * micro-batch's buffers serves (P = 1).
+ */
+static dsm_status_t generate(struct model *m, const char *prompt, long n, double temperature, char *out) {
+    const GPTConfig *c = &m->c;
+    const int T = m->T, V = c->vocab_size, Vp = c->padded_vocab_size, B = m->B, N = m->N;
+    const size_t plen = strlen(prompt);
+    int64_t *seq = malloc((plen + (size_t)n) * sizeof(int64_t));
+    double *w = malloc((size_t)V * sizeof(double));
+    if (!seq || !w) {
+        free(seq), free(w);
+        return DSM_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < plen; ++i) seq[i] = (unsigned char)prompt[i];
+    size_t len = plen;
+    dsm_status_t st = DSM_SUCCESS;
+    m->B = 1, m->N = T;
+    for (long k = 0; k < n && st == DSM_SUCCESS; ++k) {
+        const size_t first = len > (size_t)T ? len - (size_t)T : 0, used = len - first;
+        for (int t = 0; t < T; ++t) {
+            m->tok[t] = (size_t)t < used ? seq[first + (size_t)t] : 0;
+            m->pos[t] = t, m->lab[t] = -100;
+        }
+        double loss;
+        int64_t count;
+        if ((st = forward(m, &loss, &count)) != DSM_SUCCESS) break;
+        /* classifier_forward left the probabilities in m->logits */
+        const float *p = m->logits + (used - 1) * (size_t)Vp;
+        double total = 0.0;
+        for (int j = 0; j < V; ++j) total += (w[j] = pow((double)p[j] + 1e-30, 1.0 / temperature));
+        double u = uniform(SEED_INIT + 7, (uint64_t)k) * total;
+        int j = 0;
+        while (j < V - 1 && (u -= w[j]) > 0.0) ++j;
+        seq[len++] = j;
+    }
+    m->B = B, m->N = N;
+    for (size_t i = plen; i < len; ++i) out[i - plen] = (char)seq[i];
+    out[len - plen] = '\0';
+    free(seq), free(w);
+    return st;
+}
+
 /* ------------------------------------------------------------ buffers */
 
 static float *falloc(size_t n, int *ok) {
@@ -719,7 +803,8 @@ int main(int argc, char **argv) {
                             "[--heads H] [--width C] [--ctx T] [--vocab V] [--steps N] [--print-every K] "
                             "[--no-shuffle] [--init W.safetensors] [--checkpoint DIR [--save-every K]] "
                             "[--target-loss X] [--peak-tflops F] [--dump-grads FILE] [--describe] "
-                            "[--device host|cuda]\n", argv[0]);
+                            "[--device host|cuda] [--loss-csv FILE] [--sample N [--prompt TEXT] [--temperature X]]\n",
+                    argv[0]);
         MPI_Finalize();
         return 1;
     }
@@ -734,7 +819,8 @@ int main(int argc, char **argv) {
     char (*names)[64] = NULL;
     int64_t (*shapes)[2] = NULL;
     double *history = NULL;
-    char *desc = NULL;
+    char *desc = NULL, *text = NULL;
+    FILE *csv = NULL;
 #if GPT_WITH_CUDA
     gpt_device_t gpu = NULL;
 #endif
@@ -884,6 +970,14 @@ int main(int argc, char **argv) {
     }
     CHECK(dsm_sampler_epoch_batches(sampler, epoch, &epoch_batches));
 
+    if (o.loss_csv && rank == 0) {
+        csv = fopen(o.loss_csv, first > 0 ? "a" : "w");
+        if (!csv) snprintf(message, sizeof message, "cannot write the loss curve to %s", o.loss_csv), ok = 0;
+        else if (first == 0) fprintf(csv, "step,loss,lr,grad_norm,ms,tokens_per_s\n");
+    }
+    AGREE(ok);
+    if ((o.sample > 0 && (m.P != 1 || o.cuda)) && rank == 0)
+        printf("train_gpt: --sample runs on the host path without sequence parallelism: no sample in this run\n");
     const long print_every = o.print_every > 0 ? o.print_every : o.steps >= 20 ? o.steps / 10 : 1;
     double t_loop = 0.0, t_dsm0 = 0.0, t_timed = 0.0;
     long timed_steps = 0;
@@ -973,6 +1067,11 @@ int main(int argc, char **argv) {
             t_loop += dt, t_dsm0 += m.t_dsm - dsm0, ++timed_steps;
         }
         t_timed += dt;
+        if (csv) {
+            fprintf(csv, "%lld,%.6f,%.6e,%.6f,%.3f,%.1f\n", (long long)info.global_steps, history[step], info.lr,
+                    info.grad_norm, dt * 1e3, (double)train_batch * m.T / dt);
+            fflush(csv);
+        }
         if (rank == 0 && (step % print_every == 0 || step == o.steps - 1))
             printf("step %5lld  loss %.6f  lr %.3e  grad_norm %.6f  loss_scale %g  %.1f ms  %.0f tokens/s\n",
                    (long long)info.global_steps, history[step], info.lr, info.grad_norm, info.loss_scale,
@@ -1026,6 +1125,18 @@ int main(int argc, char **argv) {
         }
     }
     dsm_free(desc), desc = NULL;
+    if (o.sample > 0 && m.P == 1 && !o.cuda) {
+        text = malloc((size_t)o.sample + 1);
+        ok = text != NULL;
+        AGREE(ok);
+        CHECK(generate(&m, o.prompt, o.sample, o.temperature, text));
+        if (rank == 0) {
+            printf("sample: %ld tokens after the prompt, temperature %g:\n%s", o.sample, o.temperature, o.prompt);
+            for (long i = 0; i < o.sample; ++i) /* control bytes shown as '?' */
+                putchar((unsigned char)text[i] < 32 && text[i] != '\n' && text[i] != '\t' ? '?' : text[i]);
+            printf("\n");
+        }
+    }
     if (o.describe) {
         CHECK(dsm_engine_describe(m.engine, DSM_FORMAT_TEXT, &desc));
         if (rank == 0) fputs(desc, stdout);
@@ -1039,6 +1150,8 @@ int main(int argc, char **argv) {
 
 done:
     dsm_free(desc);
+    free(text);
+    if (csv) fclose(csv);
 #if GPT_WITH_CUDA
     gpt_device_free(&gpu);
 #endif
