@@ -27,7 +27,7 @@ void BackgroundSave::run() noexcept {
         const watchdog::Context ctx("dsm_engine_save_checkpoint (decoupled writer)");
         const watchdog::WaitScope wait("checkpoint write in the background (collective HDF5)", nullptr);
         save_write(comm_.get(), dir_, tag_, content_, client_.empty() ? nullptr : client_.data(), client_size_,
-                   keep_last_);
+                   keep_last_, [this] { mark_captured(); });
 #else
         DSM_FAIL(DSM_ERR_NOT_SUPPORTED, "checkpoints need parallel HDF5: this libdsm was built without it");
 #endif
@@ -42,7 +42,22 @@ void BackgroundSave::run() noexcept {
         error_ = "unexpected exception";
     }
     seconds_ = MPI_Wtime() - start;
+    mark_captured(); // after a failure too
     done_.store(true, std::memory_order_release);
+}
+
+void BackgroundSave::mark_captured() noexcept {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        captured_.store(true, std::memory_order_release);
+    }
+    cv_.notify_all();
+}
+
+void BackgroundSave::wait_captured() noexcept {
+    if (captured()) return;
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return captured(); });
 }
 
 BackgroundSave::~BackgroundSave() {

@@ -1,15 +1,19 @@
 // A checkpoint save whose writing runs on a thread of its own
 // (checkpoint.writer.decoupled, doc/checkpoint.md): the caller has already
-// made save_prepare() and snapshot the tensors into memory the save owns,
-// so the caller goes on (training changes its own state, not the
-// snapshot) while the thread runs save_write() on a duplicate of the
-// communicator. Needs MPI_THREAD_MULTIPLE: the caller's MPI calls and the
+// made save_prepare(), and the thread runs save_write() on a duplicate of
+// the communicator while the caller goes on. The tensors are either a
+// snapshot the save owns, or the caller's live state: then the caller must
+// not change that state before wait_captured() returns (the thread has
+// handed the data to the file system and checksummed it; the file's
+// flush and commit go on after). Needs MPI_THREAD_MULTIPLE: the caller's MPI calls and the
 // thread's run at the same time. Only one thread uses HDF5 at a time as long
 // as the caller waits for the save before its next checkpoint call.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +42,10 @@ public:
     BackgroundSave(const BackgroundSave &) = delete;
     BackgroundSave &operator=(const BackgroundSave &) = delete;
 
+    // Blocks until the tensors' data is no longer read by the save (on this
+    // rank). Never throws.
+    void wait_captured() noexcept;
+    bool captured() const noexcept { return captured_.load(std::memory_order_acquire); }
     // The thread has finished on this rank (not blocking).
     bool done() const noexcept { return done_.load(std::memory_order_acquire); }
     // Collective: wait for the thread and free the communicator; throws the
@@ -60,7 +68,10 @@ private:
     std::vector<unsigned char> client_;
     size_t client_size_ = 0;
     int keep_last_ = 0;
-    std::atomic<bool> done_{false};
+    std::atomic<bool> done_{false}, captured_{false};
+    std::mutex mu_;
+    std::condition_variable cv_;
+    void mark_captured() noexcept;
     dsm_status_t status_ = DSM_SUCCESS;
     std::string error_;
     double seconds_ = 0.0;

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct Content {
     // of the file the engine lacks, and paths whose shapes differ.
     bool strict = true;
     std::vector<std::string> missing, unexpected, mismatched;
+    // Load: called (every rank) with the file's root attributes once they
+    // are read, before any tensor data: what the caller needs from them,
+    // checked while a failure still changes nothing (it throws).
+    std::function<void(const Attributes &)> check_attrs;
 };
 
 // Testing: a failure, or a SIGKILL, at a point of the save
@@ -82,8 +87,12 @@ void save(MPI_Comm comm, const std::string &dir, const std::string &tag, const C
 // Both collective over `comm`, errors agreed as in save().
 void save_prepare(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
                   size_t client_size);
+// `captured`, when given, is called once the tensors' data is no longer
+// read (handed to the file system and checksummed; also after a failure):
+// from then on the caller may change it while the save goes on.
 void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
-                const void *client, size_t client_size, int keep_last = 0);
+                const void *client, size_t client_size, int keep_last = 0,
+                const std::function<void()> &captured = {});
 
 // Collective: the tags of the checkpoint files in `dir` (<tag>.h5 with a
 // valid tag), newest first (modification time, then tag), as rank 0 sees
@@ -100,7 +109,8 @@ std::string resolve_tag(MPI_Comm comm, const std::string &dir, const std::string
 // (types, ranges, and their checksum from format version 2) into
 // content.attrs, refuse soft, external and multiply-linked tensors and
 // tensors whose `name` attribute is another's, and read every tensor's piece into its data,
-// verifying the checksums. `names` are the parameter names the engine has:
+// verifying the checksums; no tensor's data changes unless every rank read
+// and verified every tensor. `names` are the parameter names the engine has:
 // the file's /params must hold exactly them with the tensors' shapes, else
 // DSM_ERR_MISMATCH listing the differences. Tensors whose group is not
 // "params" must exist in the file (DSM_ERR_MISMATCH otherwise; a non-strict

@@ -8,12 +8,15 @@
 #include "ckpt/format.hpp"
 #include "ckpt/hdf5_io.hpp"
 #include "ckpt/protocol.hpp"
+#include "ckpt/raw_io.hpp"
 #include "ckpt/validate.hpp"
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <sstream>
 
 #include <hdf5.h>
@@ -71,6 +74,24 @@ std::vector<std::string> list_checkpoints(MPI_Comm comm, const std::string &dir)
     return out;
 }
 
+namespace {
+
+// Where the little-endian fp32 elements of `dset` (numel of them) lie in
+// the file, one after the other, or HADDR_UNDEF when they do not (another
+// layout, filters, storage of another size, not allocated).
+haddr_t raw_offset(hid_t dset, uint64_t numel) {
+    if (numel == 0) return HADDR_UNDEF;
+    const hid_t dcpl = H5Dget_create_plist(dset);
+    if (dcpl < 0) return HADDR_UNDEF;
+    const bool contiguous = H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_nfilters(dcpl) == 0 &&
+                            H5Pget_external_count(dcpl) == 0;
+    H5Pclose(dcpl);
+    if (!contiguous || H5Dget_storage_size(dset) != numel * sizeof(float)) return HADDR_UNDEF;
+    return H5Dget_offset(dset);
+}
+
+} // namespace
+
 void load(MPI_Comm comm, const std::string &dir, const std::string &tag, Content &content,
           std::vector<unsigned char> *client) {
     load_file(comm, file_of(dir, tag), content, client);
@@ -124,6 +145,7 @@ void load_file(MPI_Comm comm, const std::string &path, Content &content, std::ve
                          a.contains("format_version") ? a["format_version"].dump() : std::string("(none)"),
                          "; this libdsm reads format_version 1 to ", kFormatVersion);
             check_root_attrs(path, a);
+            if (content.check_attrs) content.check_attrs(a);
 
             // The file's /params against the engine's parameters.
             std::map<std::string, const Tensor *> want; // escaped name -> tensor
@@ -201,7 +223,26 @@ void load_file(MPI_Comm comm, const std::string &path, Content &content, std::ve
         const size_t n = content.tensors.size();
         std::vector<uint64_t> got(n, 0), stored(n, 0);
         Id xfer;
-        attempt([&] { xfer = collective_xfer(); });
+        // Nothing in a tensor's data changes before every rank verified
+        // every checksum: a contiguous dataset's piece is checksummed where
+        // the page cache holds it (the file mapped, raw_io.hpp), anything
+        // else is read through HDF5 into memory of the load's own; each
+        // piece is copied into its tensor at the end (`copies`).
+        struct Copy {
+            float *dst;
+            const float *src;
+            size_t count;
+        };
+        std::vector<Copy> copies;
+        std::vector<std::vector<float>> held;
+        std::unique_ptr<FileMap> map;
+        attempt([&] {
+            xfer = collective_xfer();
+            if (kRawFloatIo) {
+                map = std::make_unique<FileMap>(path);
+                if (map->data() == nullptr) DSM_FAIL(DSM_ERR_IO, "cannot map '", path, "' to read it: ", map->error());
+            }
+        });
         Progress progress(rank, "load", path, content.tensors);
         for (size_t i = 0; i < n && !steps.stopped(); ++i, progress.done(content.tensors[i - 1])) {
             if (content.tensors[i].skip) continue; // non-strict: not in the file, or another shape
@@ -210,10 +251,29 @@ void load_file(MPI_Comm comm, const std::string &path, Content &content, std::ve
                 const std::string p = dataset_path(t);
                 Id d(h5(H5Dopen2(file.get(), p.c_str(), H5P_DEFAULT), cat("opening ", p)), H5Dclose);
                 stored[i] = check_dataset(d.get(), path, p, t, content.attrs["format_version"].get<int64_t>());
+                // The same decision on every rank (the file's metadata).
+                uint64_t numel = 1;
+                for (int64_t x : t.shape) numel *= static_cast<uint64_t>(x);
+                const haddr_t at = raw_offset(d.get(), numel);
+                if (map && at != HADDR_UNDEF) {
+                    if (t.count == 0) return;
+                    const uint64_t begin = at + t.offset * sizeof(float), bytes = t.count * sizeof(float);
+                    if (begin > map->size() || bytes > map->size() - begin)
+                        DSM_FAIL(DSM_ERR_IO, "'", path, "': the data of ", p, " lies beyond the end of the file (",
+                                 map->size(), " bytes; truncated?)");
+                    map->will_need(begin, bytes);
+                    const float *src = reinterpret_cast<const float *>(map->data() + begin);
+                    if (t.owner) got[i] = checksum(src, t.offset, t.count);
+                    copies.push_back(Copy{t.data, src, t.count});
+                    return;
+                }
+                held.emplace_back(std::max<size_t>(t.count, 1));
+                float *into = held.back().data();
                 Selection sel = selection(t);
-                h5ok(H5Dread(d.get(), H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(), buffer_of(t)),
+                h5ok(H5Dread(d.get(), H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), xfer.get(), into),
                      cat("'", path, "': reading ", p));
-                if (t.owner && t.count) got[i] = checksum(t.data, t.offset, t.count);
+                if (t.owner && t.count) got[i] = checksum(into, t.offset, t.count);
+                if (t.count) copies.push_back(Copy{t.data, into, t.count});
             });
         }
         if (!steps.stopped()) {
@@ -256,6 +316,9 @@ void load_file(MPI_Comm comm, const std::string &path, Content &content, std::ve
                 }
             });
         }
+        // Every rank verified every tensor: now the tensors change.
+        if (!steps.stopped())
+            for (const Copy &c : copies) copy_floats(c.dst, c.src, c.count);
         xfer.reset();
         file.reset();
     }

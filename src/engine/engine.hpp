@@ -169,6 +169,11 @@ public:
     // dsm_engine_checkpoint_wait: collective; the asynchronous save's
     // failure, if it had one, is thrown (the same on every rank).
     void checkpoint_wait();
+    // Not collective: blocks until an asynchronous save of the live state no
+    // longer reads it (what the next dsm_step waits for); at once without one.
+    void checkpoint_captured_wait() noexcept {
+        if (saver_) saver_->wait_captured();
+    }
     // dsm_engine_load_report: what the last load read, skipped and left out.
     std::string load_report(dsm_format_t format) const;
 
@@ -252,7 +257,7 @@ private:
     void log_step(double norm) const;
     std::vector<ckpt::Tensor> checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
                                                  std::vector<float *> *live = nullptr,
-                                                 const std::vector<float *> *bases = nullptr);
+                                                 const std::vector<float *> *bases = nullptr, bool in_place = false);
     // The master weights and the optimizer states as host memory for a
     // save: the engine's own on the host, else copies staged in `hold`.
     std::vector<float *> host_state(std::vector<std::unique_ptr<device::Staging>> &hold);

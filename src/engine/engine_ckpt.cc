@@ -75,8 +75,13 @@ void agree_prepared(MPI_Comm comm, const char *what, const std::function<void()>
 // for every piece in place of the engine's memory, and `live` gets, for each
 // tensor, the engine's memory the piece belongs in (NULL for a frozen
 // parameter, which is converted to the compute dtype instead).
+// A load with `in_place` (ckpt::load, which changes a tensor only once
+// every rank verified every checksum) reads the master weights and the
+// optimizer states straight into the engine's host memory; otherwise, and
+// for frozen parameters (converted by put_frozen), into staging buffers.
 std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::vector<std::unique_ptr<float[]>> &buffers,
-                                                     std::vector<float *> *live, const std::vector<float *> *bases) {
+                                                     std::vector<float *> *live, const std::vector<float *> *bases,
+                                                     bool in_place) {
     // Where the pieces are read from (a save from device memory: host copies).
     auto base = [&](size_t k) { return bases != nullptr ? (*bases)[k] : k == 0 ? master_ : optimizer_->state(static_cast<int>(k - 1)); };
     const bool own_buffers = live != nullptr;
@@ -94,7 +99,8 @@ std::vector<ckpt::Tensor> Engine::checkpoint_tensors(bool with_optimizer, std::v
     };
     auto add = [&](ckpt::Tensor t) {
         if (own_buffers) live->push_back(t.data);
-        if (own_buffers && t.count) {
+        const bool direct = in_place && (t.group != "params" || t.trainable);
+        if (own_buffers && t.count && !direct) {
             // load: the file's values land here first (not zeroed: all read)
             buffers.emplace_back(new float[t.count]);
             t.data = buffers.back().get();
@@ -193,6 +199,8 @@ void Engine::finish_save(bool wait) {
     if (world_rank_ == 0) log_done("saved (in the background)", s->dir(), s->tag(), s->seconds());
     snapshot_spare_ = s->take_buffers();
     snapshot_spare_.resize(std::min(snapshot_spare_.size(), static_cast<size_t>(1 + optimizer_->num_states())));
+    if (space_->kind() == device::Kind::HOST) snapshot_spare_.clear(); // live saves own no state copies
+
 }
 
 void Engine::checkpoint_wait() {
@@ -284,11 +292,17 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         std::vector<std::unique_ptr<float[]>> frozen32;
         std::vector<std::unique_ptr<device::Staging>> staged;
         ckpt::Content content;
+        // In host memory the asynchronous save writes the live state, which
+        // the next dsm_step waits for the writer to have handed to the file
+        // system (BackgroundSave::wait_captured) before it changes it: no
+        // copy at the step boundary. A device's state is copied to the host.
+        const bool live = background && space_->kind() == device::Kind::HOST;
         agree_prepared(world_,
-                       background ? "the copy of the state that the asynchronous save writes"
-                                  : "the fp32 copies of the frozen parameters to save",
+                       background && !live ? "the copy of the state that the asynchronous save writes"
+                                           : "the fp32 copies of the frozen parameters to save",
                        [&] {
-                           const std::vector<float *> bases = background ? snapshot_state(frozen32) : host_state(staged);
+                           const std::vector<float *> bases =
+                               background && !live ? snapshot_state(frozen32) : host_state(staged);
                            content.tensors = checkpoint_tensors(true, frozen32, nullptr, &bases);
                        });
         const auto &lss = scaler_->state();
@@ -336,8 +350,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
                                                             cfg_.checkpoint.keep_last);
             saves_done_ = false;
             if (world_rank_ == 0)
-                DSM_INFO(ENGINE, "checkpoint save '%s/%s.h5': state copied in %.3f s, writing in the background",
-                         dir.c_str(), tag.c_str(), MPI_Wtime() - start);
+                DSM_INFO(ENGINE, "checkpoint save '%s/%s.h5': %s in %.3f s, writing in the background", dir.c_str(),
+                         tag.c_str(), live ? "started" : "state copied", MPI_Wtime() - start);
             return;
         }
         {
@@ -381,7 +395,7 @@ void Engine::put_loaded(const ckpt::Content &content, const std::vector<float *>
         if (from.count == 0 || from.skip) continue;
         if (from.group == "params" && !from.trainable) {
             put_frozen(params_[static_cast<size_t>(param_index(from.name.c_str()))], from.data);
-        } else {
+        } else if (live[i] != from.data) { // not read in place
             space_->upload(live[i], from.data, from.count * sizeof(float));
         }
     }
@@ -472,7 +486,39 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     ckpt::Content content;
     content.strict = !(flags & DSM_CKPT_LOAD_NON_STRICT);
     agree_prepared(world_, "the buffers the checkpoint is read into",
-                   [&] { content.tensors = checkpoint_tensors(with_optimizer, staged, &live); });
+                   [&] {
+                       content.tensors = checkpoint_tensors(with_optimizer, staged, &live, nullptr,
+                                                            space_->kind() == device::Kind::HOST);
+                   });
+    // Values the engine needs from the attributes, checked by the load
+    // before any tensor changes (Content::check_attrs).
+    std::string tag, trying;
+    amp::LossScalerState lss = scaler_->state();
+    int64_t counters[5] = {0, 0, 0, 0, 0}, last_step = -1;
+    bool restore_scaler = false;
+    content.check_attrs = [&](const ckpt::Attributes &a) {
+        auto int_attr = [&](const char *name) -> int64_t {
+            DSM_REQUIRE(a.contains(name) && a[name].is_number_integer(), DSM_ERR_IO, "checkpoint '", dir, "/", trying,
+                        ".h5' lacks the integer attribute ", name);
+            return a[name].get<int64_t>();
+        };
+        if (module_only) return;
+        counters[0] = int_attr("global_steps");
+        counters[1] = int_attr("micro_steps");
+        counters[2] = int_attr("skipped_steps");
+        counters[3] = int_attr("global_samples");
+        counters[4] = int_attr("optimizer_steps");
+        last_step = int_attr("lr_schedule_last_step");
+        restore_scaler = scaler_->dynamic() && a.value("compute_dtype", std::string()) == "float16";
+        if (restore_scaler) {
+            DSM_REQUIRE(a.contains("loss_scale") && a["loss_scale"].is_number(), DSM_ERR_IO,
+                        "checkpoint lacks the attribute loss_scale");
+            lss.cur_scale = a["loss_scale"].get<double>();
+            lss.cur_iter = int_attr("loss_scale_cur_iter");
+            lss.last_overflow_iter = int_attr("loss_scale_last_overflow_iter");
+            lss.cur_hysteresis = int_attr("loss_scale_cur_hysteresis");
+        }
+    };
     std::vector<unsigned char> blob;
     const double start = MPI_Wtime();
     // The tag asked for (or `latest`'s); with DSM_CKPT_LOAD_FALLBACK, a
@@ -493,7 +539,6 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     } catch (const Error &e) {
         skip(tag_arg ? tag_arg : "latest", e);
     }
-    std::string tag;
     bool listed = false;
     for (size_t k = 0; tag.empty(); ++k) {
         if (k == queue.size() && fallback && !listed) {
@@ -511,6 +556,7 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
                      queue[k].c_str(), content.tensors.size(), tensor_megabytes(content.tensors));
         try {
             const watchdog::WaitScope wait("checkpoint read (collective HDF5)", &world_watch_);
+            trying = queue[k];
             ckpt::load(world_, dir, queue[k], content, &blob);
             tag = queue[k];
         } catch (const Error &e) {
@@ -519,35 +565,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
     }
     const double load_seconds = MPI_Wtime() - start;
 
-    // Everything was read and verified: now change the engine. Values the
-    // engine needs from the attributes are checked first.
-    const ckpt::Attributes &a = content.attrs;
-    auto int_attr = [&](const char *name) -> int64_t {
-        DSM_REQUIRE(a.contains(name) && a[name].is_number_integer(), DSM_ERR_IO, "checkpoint '", dir, "/", tag,
-                    ".h5' lacks the integer attribute ", name);
-        return a[name].get<int64_t>();
-    };
-    amp::LossScalerState lss = scaler_->state();
-    int64_t counters[5] = {0, 0, 0, 0, 0}, last_step = -1;
-    bool restore_scaler = false;
-    if (!module_only) {
-        counters[0] = int_attr("global_steps");
-        counters[1] = int_attr("micro_steps");
-        counters[2] = int_attr("skipped_steps");
-        counters[3] = int_attr("global_samples");
-        counters[4] = int_attr("optimizer_steps");
-        last_step = int_attr("lr_schedule_last_step");
-        restore_scaler = scaler_->dynamic() && a.value("compute_dtype", std::string()) == "float16";
-        if (restore_scaler) {
-            DSM_REQUIRE(a.contains("loss_scale") && a["loss_scale"].is_number(), DSM_ERR_IO,
-                        "checkpoint lacks the attribute loss_scale");
-            lss.cur_scale = a["loss_scale"].get<double>();
-            lss.cur_iter = int_attr("loss_scale_cur_iter");
-            lss.last_overflow_iter = int_attr("loss_scale_last_overflow_iter");
-            lss.cur_hysteresis = int_attr("loss_scale_cur_hysteresis");
-        }
-    }
-    // Engine state from here: no more errors from the file.
+    // Everything was read and verified, the attributes above checked by the
+    // load: engine state from here, no more errors from the file.
     put_loaded(content, live);
     if (!module_only) {
         global_steps_ = counters[0];

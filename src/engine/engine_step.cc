@@ -178,6 +178,9 @@ std::string Engine::first_nonfinite(const float *g) {
 
 void Engine::step(dsm_step_info_t *info) {
     check_usable();
+    // An asynchronous save of the live state (engine_ckpt.cc): the update
+    // changes it only once the writer has handed it to the file system.
+    if (saver_) saver_->wait_captured();
     watchdog::set_step(global_steps_, micro_steps_);
     const watchdog::Context ctx("dsm_step");
     std::string why;

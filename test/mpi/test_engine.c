@@ -567,6 +567,55 @@ static void train_on(const char *device, dsm_mesh_t mesh, const run_t *r, int dp
 }
 
 /*
+ * A gradient added with fmaf, acquired twice in a micro-step and in two
+ * micro-steps of an accumulation window, trains to the same bits at stages
+ * 2 and 3 on the host as with ZeRO-Offload (where every acquisition goes
+ * through the reduction bucket). Handing out the gradient partition itself
+ * on one rank (to spare the bucket's copy) changed these bits, and this
+ * test caught it.
+ */
+static void test_grad_in_place(void **state) {
+    (void)state;
+    const char *opt = ", \"offload_optimizer\": {\"device\": \"cpu\"}";
+    for (int stage = 2; stage <= 3; ++stage) {
+        float got[TOTAL], want[TOTAL];
+        for (int off = 0; off <= 1; ++off) {
+            run_t r = {stage, 2, 1, 1, ADAMW, "", 0};
+            char cfg[2048];
+            zero_extra = off ? opt : "";
+            make_config(cfg, sizeof cfg, &r, 1);
+            zero_extra = "";
+            dsm_param_desc_t d[NPARAMS];
+            describe_params(d, NULL);
+            dsm_engine_t e;
+            setenv(off ? "DSM_SIM_DEVICE_MEMORY" : "DSM_ENGINE_DEVICE", off ? "1" : "host", 1);
+            ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, cfg, d, NPARAMS, &e));
+            unsetenv("DSM_SIM_DEVICE_MEMORY");
+            unsetenv("DSM_ENGINE_DEVICE");
+            for (int step = 0; step < 2; ++step)
+                for (int micro = 0; micro < 2; ++micro) {
+                    for (int k = 0; k < 2; ++k) {
+                        void *g;
+                        ASSERT_OK(dsm_engine_grad_acquire(e, B1, &g));
+                        float *x = (float *)g;
+                        for (int i = 0; i < NH; ++i)
+                            x[i] = fmaf(1.0f + test_hashf(7u, (unsigned)(i + 3 * k + micro)),
+                                        test_hashf(5u, (unsigned)(i + test_rank + k)), x[i]);
+                        ASSERT_OK(dsm_engine_grad_release(e, B1));
+                    }
+                    ASSERT_OK(dsm_step(e, NULL));
+                }
+            read_all(e, off ? got : want);
+            ASSERT_OK(dsm_engine_free(&e));
+        }
+        for (int i = 0; i < TOTAL; ++i)
+            if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+                fail_msg("stage %d: a gradient added with fmaf twice per micro-step, two micro-steps per window: "
+                         "element %d is %.9g on the host, %.9g with offload", stage, i, want[i], got[i]);
+    }
+}
+
+/*
  * ZeRO-Offload with the device simulated in host memory
  * (DSM_SIM_DEVICE_MEMORY=1): the parameters the model reads and the
  * gradients it writes are separate copies, refreshed after every step and
@@ -977,6 +1026,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_schedule_resumed), cmocka_unit_test(test_f32_helpers),
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
+        cmocka_unit_test(test_grad_in_place),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),
         cmocka_unit_test(test_device_cuda),  cmocka_unit_test(test_overlap_bits),
         cmocka_unit_test(test_overlap_reacquire), cmocka_unit_test(test_overlap_bad_config),

@@ -37,6 +37,7 @@ struct Options {
     long long params = 16777216;
     int iters = 3;
     int stage = 1;
+    bool torch = true;
     std::string dir; // empty: a temporary directory, removed at the end
 };
 
@@ -53,7 +54,10 @@ void usage(FILE *out) {
                  "  under the tag 'dsm-bench-async': the time the save call blocks (the copy of the state) and\n"
                  "  the time until dsm_engine_checkpoint_wait returns (the file complete).\n"
                  "  --dir: where to save (kept, under the tag 'dsm-bench'); default a new temporary directory\n"
-                 "  under $TMPDIR or /tmp, removed at the end.\n");
+                 "  under $TMPDIR or /tmp, removed at the end.\n"
+                 "  With torch in python3 ($DSM_BENCH_PYTHON), rank 0 also times torch.save (+ fsync) and\n"
+                 "  torch.load of the same three tensors in the same directory, page cache dropped before each\n"
+                 "  load (--no-torch: not).\n");
 }
 
 // Rank 0 runs f (which returns an error message, empty on success) while the
@@ -144,10 +148,94 @@ void drop_cache(const std::string &path) {
     ::close(fd);
 }
 
+// torch.save (+ fsync) and torch.load of the checkpoint's three tensors
+// (parameters, exp_avg, exp_avg_sq) in the same directory, the page cache
+// dropped before each load; "TORCH version bytes save_s load_s" (medians).
+const char *kTorchScript = R"PY(
+import os, sys, time
+import torch
+path, n, iters = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+g = torch.Generator().manual_seed(1)
+state = {"params": {"weight": torch.randn(n, generator=g)},
+         "optimizer": {"exp_avg": torch.randn(n, generator=g), "exp_avg_sq": torch.rand(n, generator=g)}}
+def drop(p):
+    fd = os.open(p, os.O_RDONLY)
+    os.fsync(fd)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+def med(v):
+    v = sorted(v)
+    return 0.5 * (v[(len(v) - 1) // 2] + v[len(v) // 2])
+saves, loads = [], []
+for i in range(iters):
+    if os.path.exists(path):
+        os.unlink(path)
+    t = time.perf_counter()
+    with open(path, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    saves.append(time.perf_counter() - t)
+    drop(path)
+    t = time.perf_counter()
+    s = torch.load(path)
+    loads.append(time.perf_counter() - t)
+    del s
+size = os.path.getsize(path)
+os.unlink(path)
+print("TORCH", torch.__version__, size, med(saves), med(loads))
+)PY";
+
+struct TorchResult {
+    std::string version;
+    unsigned long long bytes = 0;
+    double save = -1, load = -1; // median seconds; -1: not measured
+};
+
+// Rank 0 runs the script (the others sleep); every rank returns.
+void torch_checkpoint(MPI_Comm comm, int rank, const std::string &dir, long long n, int iters, TorchResult *out) {
+    char line[256] = {0};
+    if (rank == 0) {
+        char script[] = "/tmp/dsm-bench-ckpt-torch-XXXXXX";
+        const int fd = ::mkstemp(script);
+        if (fd >= 0) {
+            const bool ok = ::write(fd, kTorchScript, std::strlen(kTorchScript)) >= 0;
+            ::close(fd);
+            const std::string cmd = cat(python_command(), " ", script, " ", dir, "/.dsm-bench-torch.pt ", n, " ",
+                                        iters, " 2>/dev/null");
+            if (ok)
+                if (FILE *p = ::popen(cmd.c_str(), "r")) {
+                    char buf[256];
+                    while (std::fgets(buf, sizeof buf, p))
+                        if (std::strncmp(buf, "TORCH ", 6) == 0) std::snprintf(line, sizeof line, "%s", buf);
+                    ::pclose(p);
+                }
+            ::unlink(script);
+        }
+    }
+    MPI_Request req;
+    MPI_Ibcast(line, sizeof line, MPI_CHAR, 0, comm, &req);
+    int done = 0;
+    while (!done) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) usleep(20000);
+    }
+    char ver[64];
+    unsigned long long bytes = 0;
+    double s = 0, l = 0;
+    if (std::sscanf(line, "TORCH %63s %llu %lf %lf", ver, &bytes, &s, &l) == 4) {
+        out->version = ver;
+        out->bytes = bytes;
+        out->save = s;
+        out->load = l;
+    }
+}
+
 struct Result {
     uint64_t bytes = 0;
     double save = 0, load = 0, write = 0, read = 0; // median seconds
     double async_block = 0, async_done = 0;         // the asynchronous save: blocking, until complete
+    double async_captured = 0; // until the writer no longer reads the state (what a dsm_step right after waits for)
     bool background = false;                        // it ran in the background (MPI_THREAD_MULTIPLE)
 };
 
@@ -192,7 +280,7 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
         for (size_t i = 0; i < chunk.size(); ++i) chunk[i] = static_cast<char>((i * 2654435761u) >> 13);
     }
     auto slowest = [&h](double t) { return h.slowest(t); };
-    std::vector<double> save, load, wr, rd, ablock, adone;
+    std::vector<double> save, load, wr, rd, ablock, adone, acapt;
     bool ok = true;
     for (int it = 0; it < o.iters && ok; ++it) {
         MPI_Barrier(world);
@@ -206,9 +294,12 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
         t0 = now_seconds();
         async_eng->save_checkpoint(dir.c_str(), kAsyncTag, nullptr, 0);
         const double blocked = now_seconds() - t0;
+        async_eng->checkpoint_captured_wait();
+        const double captured = now_seconds() - t0;
         async_eng->checkpoint_wait();
         const double done = now_seconds() - t0;
         ablock.push_back(slowest(blocked));
+        acapt.push_back(slowest(captured));
         adone.push_back(slowest(done));
         if (it == 0) {
             unsigned long long bytes = 0;
@@ -246,6 +337,7 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
     async_eng->close();
     res->async_block = median(ablock);
     res->async_done = median(adone);
+    res->async_captured = median(acapt);
     res->save = median(save);
     res->load = median(load);
     res->write = median(wr);
@@ -261,6 +353,7 @@ int run_checkpoint(int argc, char **argv) {
     h.integer("params", 1, 1LL << 50, [&](long long x) { o.params = x; });
     h.integer("iters", 1, 1000, [&](long long x) { o.iters = static_cast<int>(x); });
     h.integer("stage", 0, 3, [&](long long x) { o.stage = static_cast<int>(x); });
+    h.flag("no-torch", [&] { o.torch = false; });
     h.text("dir", [&](const char *v) {
         if (*v == '\0') return h.refuse("--dir '' is empty");
         o.dir = v;
@@ -297,6 +390,8 @@ int run_checkpoint(int argc, char **argv) {
 
     Result r;
     const bool ok = h.guard([&] { return measure(h, MPI_COMM_WORLD, rank, o, dir, &r) ? 0 : 1; }) == 0;
+    TorchResult tr;
+    if (ok && o.torch) torch_checkpoint(MPI_COMM_WORLD, rank, dir, o.params, o.iters, &tr);
     // Clean up: our baseline file always; the checkpoint and the directory
     // only when they are ours.
     MPI_Barrier(MPI_COMM_WORLD);
@@ -318,6 +413,20 @@ int run_checkpoint(int argc, char **argv) {
     auto gbs = [gb](double s) { return gb / std::max(s, 1e-9); };
     const double save_gbs = gbs(r.save), write_gbs = gbs(r.write), load_gbs = gbs(r.load), read_gbs = gbs(r.read);
     const double save_ratio = save_gbs / write_gbs, load_ratio = load_gbs / read_gbs;
+    const double load_over_torch =
+        tr.load > 0 ? (static_cast<double>(r.bytes) / std::max(r.load, 1e-9)) / (static_cast<double>(tr.bytes) / tr.load)
+                    : 0.0;
+    Json torch_json = nullptr;
+    if (tr.save > 0) {
+        torch_json = Json::object();
+        torch_json["version"] = tr.version;
+        torch_json["bytes"] = tr.bytes;
+        torch_json["save_seconds"] = tr.save;
+        torch_json["save_gbs"] = static_cast<double>(tr.bytes) / 1e9 / tr.save;
+        torch_json["load_seconds"] = tr.load;
+        torch_json["load_gbs"] = static_cast<double>(tr.bytes) / 1e9 / tr.load;
+        torch_json["load_speed_ratio"] = load_over_torch; // libdsm's load GB/s over torch.load's
+    }
     if (h.json()) {
         h.print(h.result({{"ranks", size},
                          {"params", o.params},
@@ -336,6 +445,8 @@ int run_checkpoint(int argc, char **argv) {
                          {"async_block_seconds", r.async_block},
                          {"async_complete_seconds", r.async_done},
                          {"async_block_ratio", r.async_block / std::max(r.save, 1e-9)},
+                         {"async_captured_seconds", r.async_captured},
+                         {"torch", torch_json},
                          {"dir", dir}}));
         return 0;
     }
@@ -348,9 +459,20 @@ int run_checkpoint(int argc, char **argv) {
     std::printf("%-5s %10s %9s %14s %7s\n", "", "seconds", "GB/s", "baseline GB/s", "ratio");
     std::printf("%-5s %10.4f %9.3f %14.3f %7.2f\n", "save", r.save, save_gbs, write_gbs, save_ratio);
     std::printf("%-5s %10.4f %9.3f %14.3f %7.2f\n", "load", r.load, load_gbs, read_gbs, load_ratio);
-    std::printf("async save%s: %.4f s blocking (%.1f%% of the save above), %.4f s until complete\n",
+    if (tr.save > 0) {
+        const double tgb = static_cast<double>(tr.bytes) / 1e9;
+        std::printf("%-5s %10.4f %9.3f %14s %7s  (torch %s torch.save + fsync, %llu bytes)\n", "torch", tr.save,
+                    tgb / tr.save, "", "", tr.version.c_str(), tr.bytes);
+        std::printf("%-5s %10.4f %9.3f %14s %7s  (torch.load; libdsm's load: %.2fx its GB/s)\n", "torch", tr.load,
+                    tgb / tr.load, "", "", load_over_torch);
+    } else {
+        std::printf("torch: not measured (no python3 with torch, or --no-torch)\n");
+    }
+    std::printf("async save%s: %.4f s blocking (%.1f%% of the save above), %.4f s until the state is no longer read\n"
+                "(%.1f%%: the most a dsm_step right after the save waits), %.4f s until complete\n",
                 r.background ? "" : " (MPI below MPI_THREAD_MULTIPLE: synchronous)", r.async_block,
-                100.0 * r.async_block / std::max(r.save, 1e-9), r.async_done);
+                100.0 * r.async_block / std::max(r.save, 1e-9), r.async_captured,
+                100.0 * r.async_captured / std::max(r.save, 1e-9), r.async_done);
     std::printf("save: dsm_engine_save_checkpoint (parallel HDF5, fsync, rename, latest); baseline: rank 0\n"
                 "write() of the same bytes in 8 MiB chunks + fsync. load: dsm_engine_load_checkpoint (checksums\n"
                 "verified); baseline: rank 0 read() in 8 MiB chunks. The page cache of both files is dropped\n"

@@ -22,6 +22,7 @@ struct ModelStage {
     double update = 0; // of which the update (less the reduction and gather timers)
     double bound = -1; // seconds: the bound's kernel on this rank's elements (host; -1: not measured)
     double bytes_per_element = 36.0;
+    std::string bound_kernel; // the bound's fastest variant (host)
     size_t elements = 0; // elements this rank's optimizer updates
     size_t outside = 0;  // gradient elements the step zeroes but does not update (ZeRO-1)
     size_t peak_host = 0, peak_device = 0; // high-water marks (dsm_engine_describe): host + shared, device
@@ -48,7 +49,13 @@ struct TorchModel {
 class HostBound {
 public:
     HostBound(size_t n, bool half, int threads, size_t outside = 0);
+    // The fastest of the kernel's variants (kAhead: software prefetch
+    // distance in elements, 0 for none), each timed in turn.
     double run(MPI_Comm comm);
+    static constexpr int kVariants = 4;
+    static const size_t kAhead[kVariants];
+    // The variant that was fastest in the most rounds.
+    int best_variant() const noexcept;
     static double bytes_per_element(bool half) { return half ? 32.0 : 36.0; }
     size_t outside() const noexcept { return outside_; }
 
@@ -61,6 +68,8 @@ private:
     int threads_;
     std::unique_ptr<void, Free> g_, p_, m_, v_, p16_, z_;
     float sink_ = 0;
+    int wins_[kVariants] = {0, 0, 0, 0};
+    double run_variant(int k);
     void zero_outside();
 };
 

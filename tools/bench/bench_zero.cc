@@ -71,10 +71,11 @@ void usage(FILE *out) {
                  "  two or more dimensions), or a JSON file {\"parameters\": [{\"name\", \"shape\", \"decay\"}]},\n"
                  "  trained with AdamW and gradient clipping 1.0: per stage the step (every gradient\n"
                  "  released, then dsm_step), its update part (less the reduction and gather), the bound\n"
-                 "  (a streaming kernel moving the bytes per updated element the step must move: 36 fp32,\n"
-                 "  32 with 16-bit gradients and parameters; same\n"
-                 "  threads, every rank at once) and torch's clip_grad_norm_ + AdamW (foreach on the host,\n"
-                 "  fused on a GPU) on the same tensors with the ranks' threads together.\n");
+                 "  (the fastest of a streaming kernel's variants, without and with software prefetch, moving\n"
+                 "  the bytes per updated element the step must move: 36 fp32, 32 with 16-bit gradients and\n"
+                 "  parameters; same threads, every rank at once) and torch's clip_grad_norm_ + AdamW (fused\n"
+                 "  where the PyTorch has it, foreach otherwise) on the same tensors with the ranks' threads\n"
+                 "  together; each with its effective bandwidth.\n");
 }
 
 // A line of a /proc/self file ("VmHWM:" of status, "Pss:" of smaps_rollup)
@@ -276,6 +277,11 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
     if (o.torch) model_torch(list, threads, o.steps, o.device, torch, MPI_COMM_WORLD);
     if (h.rank() != 0) return 0;
     auto ratio = [](double a, double b) { return a > 0 && b > 0 ? Json(a / b) : Json(nullptr); };
+    // Effective bandwidth: bytes per element x elements / seconds.
+    auto gbs = [](double bytes, size_t elements, double s) {
+        return s > 0 ? bytes * static_cast<double>(elements) / s / 1e9 : 0.0;
+    };
+    const double numel = static_cast<double>(list.numel());
     if (h.json()) {
         Json rows = Json::array();
         for (const ModelStage &r : results)
@@ -284,6 +290,9 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
                             {"update_seconds", r.update},
                             {"bound_seconds", r.bound > 0 ? Json(r.bound) : Json(nullptr)},
                             {"bound_bytes_per_element", r.bytes_per_element},
+                            {"bound_kernel", r.bound_kernel},
+                            {"bound_gbs", r.bound > 0 ? Json(gbs(r.bytes_per_element, r.elements, r.bound)) : Json(nullptr)},
+                            {"update_gbs", gbs(r.bytes_per_element, r.elements, r.update)},
                             {"elements_per_rank", r.elements},
                             {"zeroed_elements_per_rank", r.outside},
                             {"bound_over_update", ratio(r.bound, r.update)},
@@ -326,17 +335,27 @@ int run_model(Harness &h, const Options &o, const ModelList &list) {
     }
     std::printf("step: every gradient released, then dsm_step; update: the step less its reduction, gather and\n"
                 "wait for the other ranks (timers_seconds);\n"
-                "bound: a streaming kernel moving the %.0f bytes per element the update must move (gradient read by\n"
+                "bound: the fastest of a streaming kernel's variants (without software prefetch, with it 512, 1024\n"
+                "and 2048 elements ahead), each moving the %.0f bytes per element the update must move (gradient read by\n"
                 "the clipping's norm; gradient, master and moments read, master and moments written; gradient\n"
                 "zeroed; the 16-bit parameter written) over the elements each rank updates, and (stage 1, which\n"
                 "keeps whole gradients) zeros written over the gradient elements it does not update, same threads\n"
                 "(cuda: two kernels and a memset on the rank's GPU), all ranks at once; torch/step > 1: libdsm is\n"
                 "faster.\n",
                 results.empty() ? 36.0 : results.front().bytes_per_element);
+    for (const ModelStage &r : results)
+        if (r.bound > 0)
+            std::printf("stage %d effective bandwidth: bound %.1f GB/s (fastest variant: %s), update %.1f GB/s "
+                        "(%.0f bytes per element)\n",
+                        r.stage, gbs(r.bytes_per_element, r.elements, r.bound), r.bound_kernel.c_str(),
+                        gbs(r.bytes_per_element, r.elements, r.update), r.bytes_per_element);
     if (torch.step > 0)
-        std::printf("torch %s, %s, %d threads: %.2f ms per step, %.2f ms with zero_grad(set_to_none=False)\n",
+        std::printf("torch %s, %s, %d threads: %.2f ms per step, %.2f ms with zero_grad(set_to_none=False);\n"
+                    "effective bandwidth %.1f GB/s (40 bytes per element: the norm reads the gradient, the clipping\n"
+                    "reads and writes it, AdamW reads gradient, parameter and moments and writes the three back),\n"
+                    "%.1f GB/s with zero_grad (44: the gradient written once more)\n",
                     torch.version.c_str(), torch.what.c_str(), torch.threads, 1e3 * torch.step,
-                    1e3 * torch.step_zero_grad);
+                    1e3 * torch.step_zero_grad, 40.0 * numel / torch.step / 1e9, 44.0 * numel / torch.step_zero_grad / 1e9);
     else
         std::printf("torch: not measured (no python3 with torch, or --no-torch)\n");
     return 0;
