@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/cpu.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
@@ -111,18 +112,20 @@ void stream_fence() noexcept {
 #endif
 }
 
-// One clone per instruction set, picked at load time: the build's baseline
-// (SSE2) makes the 16-bit conversions two to four times slower than AVX2 or
-// AVX-512. The same operations in the same order on every clone (no
-// multiply to contract), so the same bits.
+// One copy of the loop per instruction set, picked at run time (the best
+// this CPU runs, or the one set_reduce_isa() names: the tests run each): the
+// build's baseline (SSE2) makes the 16-bit conversions two to four times
+// slower than AVX2 or AVX-512. The same operations in the same order in
+// every copy (no multiply to contract), so the same bits.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define DSM_REDUCE_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define DSM_REDUCE_ISAS 1
 #else
-#define DSM_REDUCE_CLONES
+#define DSM_REDUCE_ISAS 0
 #endif
 
 template <typename Tr, typename F>
-DSM_REDUCE_CLONES void reduce_typed(void *dst_v, const void *const *srcs_v, size_t nsrc, size_t count) noexcept {
+[[gnu::always_inline]] inline void reduce_loop(void *dst_v, const void *const *srcs_v, size_t nsrc,
+                                               size_t count) noexcept {
     using Elem = typename Tr::Elem;
     using Acc = typename Tr::Acc;
     alignas(64) Acc acc[kBlock];
@@ -147,14 +150,56 @@ DSM_REDUCE_CLONES void reduce_typed(void *dst_v, const void *const *srcs_v, size
     if (stream) stream_fence();
 }
 
-template <typename Tr>
-void reduce_op(void *dst, const void *const *srcs, size_t nsrc, size_t count, Op op) noexcept {
-    switch (op) {
-    case Op::SUM: reduce_typed<Tr, Sum>(dst, srcs, nsrc, count); return;
-    case Op::MAX: reduce_typed<Tr, Max>(dst, srcs, nsrc, count); return;
-    case Op::MIN: reduce_typed<Tr, Min>(dst, srcs, nsrc, count); return;
-    }
+using ReduceFn = void (*)(void *, const void *const *, size_t, size_t) noexcept;
+
+// One instruction set's loops: [float32, float64, float16, bfloat16][sum, max, min].
+struct Kernels {
+    const char *name;
+    ReduceFn fn[4][3];
+};
+
+template <template <typename, typename> class Run> Kernels table(const char *name) noexcept {
+    return {name,
+            {{Run<Plain<float>, Sum>::f, Run<Plain<float>, Max>::f, Run<Plain<float>, Min>::f},
+             {Run<Plain<double>, Sum>::f, Run<Plain<double>, Max>::f, Run<Plain<double>, Min>::f},
+             {Run<Fp16, Sum>::f, Run<Fp16, Max>::f, Run<Fp16, Min>::f},
+             {Run<Bf16, Sum>::f, Run<Bf16, Max>::f, Run<Bf16, Min>::f}}};
 }
+
+template <typename Tr, typename F> struct Generic {
+    static void f(void *d, const void *const *s, size_t n, size_t c) noexcept { reduce_loop<Tr, F>(d, s, n, c); }
+};
+const Kernels *generic_kernels() noexcept {
+    static const Kernels k = table<Generic>("generic");
+    return &k;
+}
+#if DSM_REDUCE_ISAS
+template <typename Tr, typename F> struct Avx2 {
+    __attribute__((target("avx2"))) static void f(void *d, const void *const *s, size_t n, size_t c) noexcept {
+        reduce_loop<Tr, F>(d, s, n, c);
+    }
+};
+template <typename Tr, typename F> struct Avx512 {
+    __attribute__((target("avx512f"))) static void f(void *d, const void *const *s, size_t n, size_t c) noexcept {
+        reduce_loop<Tr, F>(d, s, n, c);
+    }
+};
+const Kernels *avx2_kernels() noexcept {
+    static const Kernels k = table<Avx2>("avx2");
+    return &k;
+}
+const Kernels *avx512_kernels() noexcept {
+    static const Kernels k = table<Avx512>("avx512");
+    return &k;
+}
+#else
+const Kernels *avx2_kernels() noexcept { return nullptr; }
+const Kernels *avx512_kernels() noexcept { return nullptr; }
+#endif
+
+IsaChoice<Kernels> g_isa{generic_kernels, avx2_kernels, avx512_kernels};
+
+int op_index(Op op) noexcept { return op == Op::SUM ? 0 : op == Op::MAX ? 1 : 2; }
 
 } // namespace
 
@@ -166,14 +211,22 @@ void reduce_sources(void *dst, const void *const *srcs, size_t nsrc, size_t coun
         if (dst != srcs[0]) std::memcpy(dst, srcs[0], count * (dtype == DSM_FLOAT64 ? 8 : dtype == DSM_FLOAT32 ? 4 : 2));
         return;
     }
+    int t;
     switch (dtype) {
-    case DSM_FLOAT32: reduce_op<Plain<float>>(dst, srcs, nsrc, count, op); return;
-    case DSM_FLOAT64: reduce_op<Plain<double>>(dst, srcs, nsrc, count, op); return;
-    case DSM_FLOAT16: reduce_op<Fp16>(dst, srcs, nsrc, count, op); return;
-    case DSM_BFLOAT16: reduce_op<Bf16>(dst, srcs, nsrc, count, op); return;
+    case DSM_FLOAT32: t = 0; break;
+    case DSM_FLOAT64: t = 1; break;
+    case DSM_FLOAT16: t = 2; break;
+    case DSM_BFLOAT16: t = 3; break;
     default: return; // excluded by check_reduce()
     }
+    g_isa.active().fn[t][op_index(op)](dst, srcs, nsrc, count);
 }
+
+const char *reduce_isa() noexcept { return g_isa.active().name; }
+
+std::vector<std::string> reduce_isas() { return g_isa.available(); }
+
+void set_reduce_isa(const std::string &name) { g_isa.set(name); }
 
 void reduce_into(void *inout, const void *in, size_t count, dsm_dtype_t dtype, Op op) noexcept {
     const void *srcs[2] = {in, inout};
