@@ -251,7 +251,8 @@ module dsm
   public :: dsm_engine_param_acquire, dsm_engine_param_shape
   public :: dsm_report_error
   public :: dsm_engine_grad_acquire, dsm_step
-  public :: dsm_engine_save_checkpoint, dsm_engine_load_checkpoint
+  public :: dsm_engine_save_checkpoint, dsm_engine_load_checkpoint, dsm_engine_resume
+  public :: dsm_engine_init_with_config, dsm_engine_param_read_f32, dsm_engine_grad_add_f32
   public :: dsm_sp_seq_to_head, dsm_sp_head_to_seq, dsm_sp_seq_to_head_n, dsm_sp_head_to_seq_n
   public :: dsm_sp_shard_batch
   public :: dsm_sampler_create, dsm_sampler_create_for_engine
@@ -398,6 +399,40 @@ module dsm
   interface dsm_engine_load_checkpoint
      module procedure load_ckpt_bytes, load_ckpt_text, load_ckpt_ptr
   end interface dsm_engine_load_checkpoint
+
+  !> Resume from a checkpoint directory if it holds one (collective): load
+  !> the checkpoint DIR/latest names and set resumed to .true., or, when DIR
+  !> or DIR/latest does not exist, load nothing and set resumed to .false.
+  !> (a success: the first run of a restartable program).
+  !>   call dsm_engine_resume(engine, dir, flags, resumed [, client_state] [, ierr])
+  !>        client_state: integer(c_int8_t), dimension(:), allocatable
+  !>        (size 0 when none or nothing resumed)
+  !>   call dsm_engine_resume(engine, dir, flags, resumed, client_state [, ierr])
+  !>        client_state: character(len=:), allocatable
+  !> flags: 0 or DSM_CKPT_LOAD_*.
+  interface dsm_engine_resume
+     module procedure resume_bytes, resume_text
+  end interface dsm_engine_resume
+
+  !> Copy the values of parameter index into a real(c_float) array,
+  !> converted from the engine's dtype (any dtype, any device: a copy).
+  !>   call dsm_engine_param_read_f32(engine, index, values [, ierr])
+  !>        values: real(c_float), dimension(:), numel elements
+  !>   call dsm_engine_param_read_f32(engine, index, values [, ierr])
+  !>        values: real(c_float), dimension(:,:) of the Fortran shape the
+  !>        parameter was declared with (for a parameter of two dimensions;
+  !>        of any other rank, any shape of numel elements), checked as the
+  !>        rank-2 pointer form of dsm_engine_param_acquire checks it
+  interface dsm_engine_param_read_f32
+     module procedure param_read_f32_r1, param_read_f32_r2
+  end interface dsm_engine_param_read_f32
+
+  !> Add a real(c_float) array into the gradient of parameter index,
+  !> converted to the engine's dtype (rank 1 or rank 2, as
+  !> dsm_engine_param_read_f32 takes them).
+  interface dsm_engine_grad_add_f32
+     module procedure grad_add_f32_r1, grad_add_f32_r2
+  end interface dsm_engine_grad_add_f32
 
   !> Sequence-to-head all-to-all (collective over the group): this rank's
   !> tokens of every head become every token of this rank's heads.
@@ -549,13 +584,21 @@ contains
     integer, intent(in) :: status
     character(len=*), intent(in) :: where, detail
     logical :: initialized, finalized
-    integer :: mpierr
+    integer :: mpierr, rank
 
-    write(error_unit, '(5a)') 'libdsm: ', where, ' failed (', dsm_status_string(status), ')'
-    write(error_unit, '(2a)') 'libdsm: ', detail
-    flush(error_unit)
     call MPI_Initialized(initialized, mpierr)
     call MPI_Finalized(finalized, mpierr)
+    ! The rank in MPI_COMM_WORLD, as the library's own messages carry it.
+    rank = -1
+    if (initialized .and. .not. finalized) call MPI_Comm_rank(MPI_COMM_WORLD, rank, mpierr)
+    if (rank >= 0) then
+       write(error_unit, '(a,i0,5a)') 'libdsm: rank ', rank, ': ', where, ' failed (', dsm_status_string(status), ')'
+       write(error_unit, '(a,i0,2a)') 'libdsm: rank ', rank, ': ', detail
+    else
+       write(error_unit, '(5a)') 'libdsm: ', where, ' failed (', dsm_status_string(status), ')'
+       write(error_unit, '(2a)') 'libdsm: ', detail
+    end if
+    flush(error_unit)
     if (initialized .and. .not. finalized) call MPI_Abort(MPI_COMM_WORLD, status, mpierr)
     error stop status
   end subroutine stop_program
@@ -1004,6 +1047,35 @@ contains
     call finish(st, 'dsm_engine_init_with_options', ierr)
   end subroutine dsm_engine_init_with_options
 
+  !> dsm_engine_init_with_options with a configuration already read
+  !> (dsm_config_load): the engine reads no file; the batch values are
+  !> resolved again for mesh. Collective over the mesh.
+  !>   call dsm_engine_init_with_config(mesh, config, params, engine [, options] [, ierr])
+  subroutine dsm_engine_init_with_config(mesh, config, params, engine, options, ierr)
+    type(dsm_mesh_t), intent(in) :: mesh
+    type(dsm_config_t), intent(in) :: config
+    type(dsm_param_desc_t), dimension(:), intent(in) :: params
+    type(dsm_engine_t), intent(out) :: engine
+    type(dsm_engine_options_t), intent(in), optional, target :: options
+    integer, intent(out), optional :: ierr
+    type(c_param_desc), dimension(:), allocatable, target :: cdesc
+    character(kind=c_char), dimension(:), allocatable, target :: names
+    integer(c_int64_t), dimension(:), allocatable, target :: shapes
+    type(dsm_engine_options_t), target :: defaults
+    integer(c_int) :: st
+
+    call build_params(params, cdesc, names, shapes)
+    if (present(options)) then
+       st = c_dsm_engine_init_with_config(mesh%ptr, config%ptr, c_loc(cdesc(1)), int(size(params), c_int), &
+            options, engine%ptr)
+    else
+       defaults = dsm_engine_options_t()
+       st = c_dsm_engine_init_with_config(mesh%ptr, config%ptr, c_loc(cdesc(1)), int(size(params), c_int), &
+            defaults, engine%ptr)
+    end if
+    call finish(st, 'dsm_engine_init_with_config', ierr)
+  end subroutine dsm_engine_init_with_config
+
   subroutine engine_init_comm_i(comm, config, params, engine, ierr)
     integer, intent(in) :: comm
     character(len=*), intent(in) :: config
@@ -1069,7 +1141,8 @@ contains
     if (d == DSM_FLOAT32) return
     not_host_float32 = .true.
     call fail_local(DSM_ERR_INVALID_ARGUMENT, where, 'the engine''s dtype is ' // dsm_dtype_name(int(d)) // &
-         ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert', ierr)
+         ', a real(c_float) pointer needs float32: use the type(c_ptr) form and dsm_convert, or copy ' // &
+         'converted values with dsm_engine_param_read_f32 and dsm_engine_grad_add_f32', ierr)
   end function not_host_float32
 
   ! dsm_engine_param_acquire (grad false) or dsm_engine_grad_acquire (grad
@@ -1395,6 +1468,133 @@ contains
     size = int(n, c_int64_t)
     call finish(st, 'dsm_engine_load_checkpoint', ierr)
   end subroutine load_ckpt_ptr
+
+  ! The C resume; with want, the client state in blob (to free with
+  ! dsm_free) and its size in n.
+  subroutine resume_common(engine, dir, flags, resumed, want, blob, n, st)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir
+    integer, intent(in) :: flags
+    logical, intent(out) :: resumed
+    logical, intent(in) :: want
+    type(c_ptr), intent(out), target :: blob
+    integer(c_size_t), intent(out), target :: n
+    integer(c_int), intent(out) :: st
+    integer(c_int) :: r
+
+    blob = c_null_ptr
+    n = 0
+    r = 0
+    if (want) then
+       st = c_dsm_engine_resume(engine%ptr, trim(dir) // c_null_char, int(flags, c_int), r, c_loc(blob), c_loc(n))
+    else
+       st = c_dsm_engine_resume(engine%ptr, trim(dir) // c_null_char, int(flags, c_int), r, c_null_ptr, c_null_ptr)
+    end if
+    resumed = st == DSM_SUCCESS .and. r /= 0
+    if (st /= DSM_SUCCESS .or. .not. c_associated(blob)) n = 0
+  end subroutine resume_common
+
+  subroutine resume_bytes(engine, dir, flags, resumed, client_state, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir
+    integer, intent(in) :: flags
+    logical, intent(out) :: resumed
+    integer(c_int8_t), dimension(:), allocatable, intent(out), optional :: client_state
+    integer, intent(out), optional :: ierr
+    integer(c_int8_t), dimension(:), pointer :: bytes
+    type(c_ptr) :: blob
+    integer(c_size_t) :: n
+    integer(c_int) :: st
+
+    call resume_common(engine, dir, flags, resumed, present(client_state), blob, n, st)
+    if (present(client_state)) then
+       allocate(client_state(n))
+       if (n > 0) then
+          call c_f_pointer(blob, bytes, [n])
+          client_state = bytes
+       end if
+    end if
+    call c_dsm_free(blob)
+    call finish(st, 'dsm_engine_resume', ierr)
+  end subroutine resume_bytes
+
+  subroutine resume_text(engine, dir, flags, resumed, client_state, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    character(len=*), intent(in) :: dir
+    integer, intent(in) :: flags
+    logical, intent(out) :: resumed
+    character(len=:), allocatable, intent(out) :: client_state
+    integer, intent(out), optional :: ierr
+    character(kind=c_char), dimension(:), pointer :: chars
+    type(c_ptr) :: blob
+    integer(c_size_t) :: n
+    integer(c_int) :: st
+    integer :: i
+
+    call resume_common(engine, dir, flags, resumed, .true., blob, n, st)
+    allocate(character(len=n) :: client_state)
+    if (n > 0) then
+       call c_f_pointer(blob, chars, [n])
+       do i = 1, int(n)
+          client_state(i:i) = chars(i)
+       end do
+    end if
+    call c_dsm_free(blob)
+    call finish(st, 'dsm_engine_resume', ierr)
+  end subroutine resume_text
+
+  ! The rank-2 forms of dsm_engine_param_read_f32 (add false) and
+  ! dsm_engine_grad_add_f32 (add true): the array's shape checked against
+  ! the parameter's as the rank-2 pointer forms check it, before the copy.
+  subroutine copy_f32_r2(engine, index, values, add, where, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:,:), contiguous, intent(inout) :: values
+    logical, intent(in) :: add
+    character(len=*), intent(in) :: where
+    integer, intent(out), optional :: ierr
+    character(len=:), allocatable :: why
+    integer(c_int64_t) :: n
+    integer(c_int) :: st
+
+    n = 0
+    st = c_dsm_engine_param_numel(engine%ptr, int(index, c_int), n)
+    if (st == DSM_SUCCESS) then
+       why = shape_problem(engine, index, shape(values), n)
+       if (len(why) > 0) then
+          call fail_local(DSM_ERR_INVALID_ARGUMENT, where, why, ierr)
+          return
+       end if
+    end if
+    ! A bad index or engine is reported by the C call, as in the rank-1 form.
+    if (add) then
+       st = c_dsm_engine_grad_add_f32(engine%ptr, int(index, c_int), values, int(size(values), c_int64_t))
+    else
+       st = c_dsm_engine_param_read_f32(engine%ptr, int(index, c_int), values, int(size(values), c_int64_t))
+    end if
+    call finish(st, where, ierr)
+  end subroutine copy_f32_r2
+
+  subroutine param_read_f32_r2(engine, index, values, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:,:), contiguous, intent(out) :: values
+    integer, intent(out), optional :: ierr
+
+    call copy_f32_r2(engine, index, values, .false., 'dsm_engine_param_read_f32', ierr)
+  end subroutine param_read_f32_r2
+
+  subroutine grad_add_f32_r2(engine, index, grad, ierr)
+    type(dsm_engine_t), intent(in) :: engine
+    integer, intent(in) :: index
+    real(c_float), dimension(:,:), contiguous, intent(in) :: grad
+    integer, intent(out), optional :: ierr
+    real(c_float), dimension(:,:), allocatable :: copy
+
+    ! copy_f32_r2 takes intent(inout); the gradient is only read.
+    copy = grad
+    call copy_f32_r2(engine, index, copy, .true., 'dsm_engine_grad_add_f32', ierr)
+  end subroutine grad_add_f32_r2
 
   ! ============================================================ sequence parallelism
 

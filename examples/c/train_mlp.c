@@ -191,48 +191,17 @@ struct work {
     float *dz, *dx;             /* gradients of a layer's output and input */
     float *w, *b;               /* one layer's parameters in fp32 */
     float *gw, *gb;             /* one layer's parameter gradients in fp32 */
-    float *tmp;                 /* conversion buffer for 16-bit gradients */
 };
 
 /*
- * Parameter `index` as fp32 in dst: acquire (a gather under ZeRO-3, where
- * the call is collective), convert from the compute dtype, release. The
- * math needs only the fp32 copy, and releasing at once frees the gathered
- * copy as early as possible.
+ * The model's math is fp32 whatever the engine computes in:
+ * dsm_engine_param_read_f32() copies a parameter out as fp32 (acquire, a
+ * gather under ZeRO-3, convert, release: the gathered copy is freed at
+ * once), and dsm_engine_grad_add_f32() adds an fp32 gradient into its
+ * buffer (a 16-bit buffer is read, added to in fp32 and written back,
+ * rounding once; under ZeRO-2/3 the release may reduce a full bucket).
+ * Both are collective where the acquire or release is.
  */
-static dsm_status_t fetch_param(dsm_engine_t engine, dsm_dtype_t dtype, int index, float *dst,
-                                size_t n) {
-    const void *values;
-    dsm_status_t st = dsm_engine_param_acquire(engine, index, &values);
-    if (st != DSM_SUCCESS) return st;
-    st = dsm_convert(values, dtype, dst, DSM_FLOAT32, n);
-    dsm_status_t st2 = dsm_engine_param_release(engine, index);
-    return st != DSM_SUCCESS ? st : st2;
-}
-
-/*
- * Add the fp32 gradient g into parameter `index`'s gradient buffer, which
- * holds the compute dtype. The buffer may already hold this accumulation
- * window's sum (ZeRO-0/1), so a 16-bit buffer is read, added to in fp32 and
- * written back, rounding once. Under ZeRO-2/3 the release may reduce a full
- * bucket: a collective call.
- */
-static dsm_status_t add_grad(dsm_engine_t engine, struct work *wk, int index, const float *g,
-                             size_t n) {
-    void *buf;
-    dsm_status_t st = dsm_engine_grad_acquire(engine, index, &buf);
-    if (st != DSM_SUCCESS) return st;
-    if (wk->dtype == DSM_FLOAT32) {
-        float *acc = buf;
-        for (size_t k = 0; k < n; ++k) acc[k] += g[k];
-    } else {
-        st = dsm_convert(buf, wk->dtype, wk->tmp, DSM_FLOAT32, n);
-        for (size_t k = 0; st == DSM_SUCCESS && k < n; ++k) wk->tmp[k] += g[k];
-        if (st == DSM_SUCCESS) st = dsm_convert(wk->tmp, DSM_FLOAT32, buf, wk->dtype, n);
-    }
-    dsm_status_t st2 = dsm_engine_grad_release(engine, index);
-    return st != DSM_SUCCESS ? st : st2;
-}
 
 /*
  * Forward pass over the micro-batch in wk->x, wk->t. Parameters are
@@ -244,8 +213,8 @@ static dsm_status_t forward(dsm_engine_t engine, struct work *wk, double *loss) 
     wk->act[0] = wk->x;
     for (int l = 0; l < NLAYERS; ++l) {
         const int in = widths[l], out = widths[l + 1];
-        if ((st = fetch_param(engine, wk->dtype, weight_index(l), wk->w, (size_t)out * in)) ||
-            (st = fetch_param(engine, wk->dtype, bias_index(l), wk->b, (size_t)out)))
+        if ((st = dsm_engine_param_read_f32(engine, weight_index(l), wk->w, (int64_t)out * in)) ||
+            (st = dsm_engine_param_read_f32(engine, bias_index(l), wk->b, out)))
             return st;
         linear_forward(wk->n, in, out, wk->act[l], wk->w, wk->b, wk->act[l + 1]);
         if (l + 1 < NLAYERS)
@@ -268,7 +237,8 @@ static dsm_status_t forward(dsm_engine_t engine, struct work *wk, double *loss) 
 static dsm_status_t backward(dsm_engine_t engine, struct work *wk, double loss_scale) {
     dsm_status_t st;
     /* d(mean of (y - t)^2)/dy, times the loss scale: in fp16 small gradients
-     * would otherwise flush to zero. The engine divides it out again. */
+     * would otherwise flush to zero. The engine divides it out again, with
+     * the accumulation steps: no division by them here. */
     const float c = (float)(2.0 * loss_scale / (wk->n * D_OUT));
     const float *y = wk->act[NLAYERS];
     for (int k = 0; k < wk->n * D_OUT; ++k) wk->dz[k] = c * (y[k] - wk->t[k]);
@@ -277,12 +247,12 @@ static dsm_status_t backward(dsm_engine_t engine, struct work *wk, double loss_s
         const int in = widths[l], out = widths[l + 1];
         linear_backward_params(wk->n, in, out, wk->act[l], wk->dz, wk->gw, wk->gb);
         if (l > 0) {
-            if ((st = fetch_param(engine, wk->dtype, weight_index(l), wk->w, (size_t)out * in)))
+            if ((st = dsm_engine_param_read_f32(engine, weight_index(l), wk->w, (int64_t)out * in)))
                 return st;
             linear_backward_input(wk->n, in, out, wk->w, wk->dz, wk->dx);
         }
-        if ((st = add_grad(engine, wk, weight_index(l), wk->gw, (size_t)out * in)) ||
-            (st = add_grad(engine, wk, bias_index(l), wk->gb, (size_t)out)))
+        if ((st = dsm_engine_grad_add_f32(engine, weight_index(l), wk->gw, (int64_t)out * in)) ||
+            (st = dsm_engine_grad_add_f32(engine, bias_index(l), wk->gb, out)))
             return st;
         if (l > 0) /* through tanh: d tanh(z)/dz = 1 - tanh(z)^2 */
             for (int k = 0; k < wk->n * in; ++k)
@@ -349,7 +319,6 @@ int main(int argc, char **argv) {
 
     int exit_code = 1;
     dsm_engine_t engine = NULL;
-    dsm_config_t cfg = NULL;
     struct work wk;
     memset(&wk, 0, sizeof wk);
     double *history = NULL;
@@ -384,18 +353,14 @@ int main(int argc, char **argv) {
     }
     make_teacher();
 
-    /* The mesh the configuration describes over MPI_COMM_WORLD; the engine
-     * partitions the model over its "data_parallel" dimension and keeps its
-     * own reference to it. The forward and backward passes below run on the
-     * CPU, so the engine keeps the model in host memory, GPUs or not (the
-     * default is device-resident where every rank has a GPU). */
+    /* The engine on the mesh the configuration describes over
+     * MPI_COMM_WORLD (read once for both); it partitions the model over its
+     * "data_parallel" dimension. The forward and backward passes below run
+     * on the CPU, so the engine keeps the model in host memory, GPUs or not
+     * (the default is device-resident where every rank has a GPU). */
     dsm_engine_options_t options = DSM_ENGINE_OPTIONS_INITIALIZER;
     options.device = DSM_DEVICE_HOST;
-    dsm_mesh_t job_mesh = NULL;
-    CHECK(dsm_mesh_create_for_config(MPI_COMM_WORLD, config, &job_mesh));
-    const dsm_status_t init_st = dsm_engine_init_with_options(job_mesh, config, params, 2 * NLAYERS, &options, &engine);
-    dsm_mesh_free(&job_mesh);
-    CHECK(init_st);
+    CHECK(dsm_engine_init_comm_with_options(MPI_COMM_WORLD, config, params, 2 * NLAYERS, &options, &engine));
     CHECK(dsm_engine_dtype(engine, &wk.dtype));
 
     /* Which share of each global batch is this rank's: its data-parallel
@@ -416,8 +381,7 @@ int main(int argc, char **argv) {
     /* The batch sizes after DeepSpeed's arithmetic (train_batch_size may be
      * derived): this rank's micro-batch and the micro-steps per step. */
     int64_t train_batch, micro_batch, accumulation, data_parallel;
-    CHECK(dsm_config_load_for_mesh(mesh, config, 0, &cfg));
-    CHECK(dsm_config_batch(cfg, &train_batch, &micro_batch, &accumulation, &data_parallel));
+    CHECK(dsm_engine_batch(engine, &train_batch, &micro_batch, &accumulation, &data_parallel));
 
     wk.n = (int)micro_batch;
     const size_t n = (size_t)micro_batch, max_w = (size_t)MAX_WIDTH * MAX_WIDTH;
@@ -426,7 +390,6 @@ int main(int argc, char **argv) {
              (wk.dx = malloc(n * MAX_WIDTH * sizeof(float))) &&
              (wk.w = malloc(max_w * sizeof(float))) && (wk.b = malloc(MAX_WIDTH * sizeof(float))) &&
              (wk.gw = malloc(max_w * sizeof(float))) && (wk.gb = malloc(MAX_WIDTH * sizeof(float))) &&
-             (wk.tmp = malloc(max_w * sizeof(float))) &&
              (history = malloc((size_t)steps * sizeof(double)));
     for (int l = 1; ok && l <= NLAYERS; ++l)
         ok = (wk.act[l] = malloc(n * (size_t)widths[l] * sizeof(float))) != NULL;
@@ -449,22 +412,15 @@ int main(int argc, char **argv) {
     long first = 0;
     double initial_loss = -1.0;
     if (ckpt_dir != NULL) {
-        char latest[4096];
-        snprintf(latest, sizeof latest, "%s/latest", ckpt_dir);
-        FILE *f = rank == 0 ? fopen(latest, "r") : NULL;
-        int resume = f != NULL;
-        if (f) fclose(f);
-        MPI_Bcast(&resume, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        if (resume) {
-            void *blob = NULL;
-            size_t size = 0;
-            CHECK(dsm_engine_load_checkpoint(engine, ckpt_dir, NULL, 0, &blob, &size));
-            if (size == sizeof initial_loss) memcpy(&initial_loss, blob, sizeof initial_loss);
-            dsm_free(blob);
-            CHECK(dsm_engine_step_info(engine, &info));
-            first = (long)info.global_steps;
-            if (rank == 0) printf("resumed from %s at step %ld\n", latest, first);
-        }
+        int resumed = 0; /* 0: no DIR/latest yet, the first run */
+        void *blob = NULL;
+        size_t size = 0;
+        CHECK(dsm_engine_resume(engine, ckpt_dir, 0, &resumed, &blob, &size));
+        if (size == sizeof initial_loss) memcpy(&initial_loss, blob, sizeof initial_loss);
+        dsm_free(blob);
+        CHECK(dsm_engine_step_info(engine, &info));
+        first = (long)info.global_steps;
+        if (rank == 0 && resumed) printf("resumed from %s/latest at step %ld\n", ckpt_dir, first);
     }
 
     const long print_every = steps >= 20 ? steps / 10 : 1;
@@ -491,10 +447,7 @@ int main(int argc, char **argv) {
             goto done;
         }
         /* The loss of the global batch: the mean over micro-steps and ranks. */
-        window /= (double)accumulation;
-        double sum;
-        MPI_Allreduce(&window, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-        history[step] = sum / world;
+        CHECK(dsm_engine_mean_loss(engine, window / (double)accumulation, 1.0, &history[step]));
         if (initial_loss < 0) initial_loss = history[step];
         if (rank == 0 && (step % print_every == 0 || step == steps - 1))
             printf("step %5lld  loss %.6f  lr %.3e  loss_scale %g  grad_norm %.4f  skipped %lld\n",
@@ -535,7 +488,7 @@ int main(int argc, char **argv) {
         dsm_free(text);
     }
 
-    /* Every rank has the same losses (allreduced), so every rank decides alike. */
+    /* Every rank has the same losses (averaged by the engine), so every rank decides alike. */
     if (final_loss * REQUIRED_FACTOR <= initial_loss) {
         exit_code = 0;
     } else {
@@ -551,10 +504,9 @@ done:
         fprintf(stderr, "rank %d: dsm_engine_free failed: %s\n", rank, dsm_last_error());
         exit_code = 1;
     }
-    dsm_config_free(&cfg);
     for (int l = 1; l <= NLAYERS; ++l) free(wk.act[l]);
     free(wk.x), free(wk.t), free(wk.dz), free(wk.dx), free(wk.w), free(wk.b);
-    free(wk.gw), free(wk.gb), free(wk.tmp), free(history);
+    free(wk.gw), free(wk.gb), free(history);
     fflush(stdout);
     MPI_Finalize();
     return exit_code;

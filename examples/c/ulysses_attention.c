@@ -668,9 +668,7 @@ static int part_b(const struct options *o, dsm_mesh_t mesh, dsm_sp_t sp, int ran
     dsm_sampler_t sampler = NULL;
     struct model m;
     memset(&m, 0, sizeof m);
-    MPI_Comm dp_comm;
     CHECK(dsm_mesh_size(mesh, "data_parallel", &dp));
-    CHECK(dsm_mesh_comm(mesh, "data_parallel", &dp_comm));
     CHECK(dsm_sp_size(sp, &P));
     CHECK(dsm_sp_rank(sp, &r));
     if (o->batch % dp != 0) {
@@ -774,9 +772,10 @@ static int part_b(const struct options *o, dsm_mesh_t mesh, dsm_sp_t sp, int ran
         double mean;
         CHECK(micro_step(engine, sp, &m, count, got_chunk, valid, &mean));
         CHECK(dsm_step(engine, &info));
-        /* The loss of the global batch: the mean over the DP replicas. */
-        MPI_Allreduce(MPI_IN_PLACE, &mean, 1, MPI_DOUBLE, MPI_SUM, dp_comm);
-        mean /= dp;
+        /* The loss of the global batch: the mean over the DP replicas. The
+         * ranks of a sequence-parallel group hold the same group mean, so
+         * each group's is counted once (weight 1 on its first rank). */
+        CHECK(dsm_engine_mean_loss(engine, mean, r == 0 ? 1.0 : 0.0, &mean));
         if (step == 0) first = mean;
         last = mean;
         if (rank == 0 && (step == 0 || (step + 1) % print_every == 0 || step == o->steps - 1))

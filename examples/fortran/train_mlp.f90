@@ -191,7 +191,6 @@ program train_mlp
 
   type(dsm_mesh_t) :: mesh
   type(dsm_engine_t) :: engine
-  type(dsm_config_t) :: cfg
   type(dsm_step_info_t) :: info
   logical :: stop_now
   type(dsm_param_desc_t) :: params(2 * nlayers)
@@ -201,8 +200,8 @@ program train_mlp
   integer :: ierr, st, rank, world, provided, dp_rank, dp_size, dtype, nargs, a, l, exit_code
   integer(int64) :: steps, save_every, step, first, m, print_every, last, s
   integer(c_int64_t) :: train_batch, micro_batch, accumulation, data_parallel
-  logical :: describe, bad_usage, resume, ok, all_ok
-  real(real64) :: window, loss, scale, total, initial_loss, final_loss
+  logical :: describe, bad_usage, resumed, ok, all_ok
+  real(real64) :: window, loss, scale, initial_loss, final_loss
   real(real64), allocatable :: history(:)
   ! Scratch space, sized by the micro-batch: act(l) is the input of layer l
   ! (act(1) = the inputs x), act(nlayers + 1) the output.
@@ -295,9 +294,7 @@ program train_mlp
 
     ! The batch sizes after DeepSpeed's arithmetic: this rank's micro-batch
     ! and the micro-steps per optimizer step.
-    call dsm_config_load_for_mesh(mesh, config, 0, cfg, st)
-    if (failed(st)) exit main
-    call dsm_config_batch(cfg, train_batch, micro_batch, accumulation, data_parallel, st)
+    call dsm_engine_batch(engine, train_batch, micro_batch, accumulation, data_parallel, st)
     if (failed(st)) exit main
 
     allocate (act(1)%v(d_in, micro_batch), t(d_out, micro_batch), dz(max_width, micro_batch), &
@@ -325,18 +322,15 @@ program train_mlp
     first = 0
     initial_loss = -1.0_real64
     if (allocated(ckpt_dir)) then
-       if (rank == 0) inquire (file=ckpt_dir // '/latest', exist=resume)
-       call MPI_Bcast(resume, 1, MPI_LOGICAL, 0, MPI_COMM_WORLD, ierr)
-       if (resume) then
-          call dsm_engine_load_checkpoint(engine, ckpt_dir, '', 0, client, st)
-          if (failed(st)) exit main
-          if (len(client) > 0) read (client, *) initial_loss
-          call dsm_engine_step_info(engine, info, st)
-          if (failed(st)) exit main
-          first = info%global_steps
-          if (rank == 0) write (output_unit, '(3a,i0)') 'resumed from ', ckpt_dir // '/latest', &
-               ' at step ', first
-       end if
+       ! DIR/latest when there is one; resumed is .false. on the first run.
+       call dsm_engine_resume(engine, ckpt_dir, 0, resumed, client, st)
+       if (failed(st)) exit main
+       if (len(client) > 0) read (client, *) initial_loss
+       call dsm_engine_step_info(engine, info, st)
+       if (failed(st)) exit main
+       first = info%global_steps
+       if (rank == 0 .and. resumed) write (output_unit, '(3a,i0)') 'resumed from ', ckpt_dir // '/latest', &
+            ' at step ', first
     end if
 
     ! ----------------------------------------------------- training
@@ -364,9 +358,8 @@ program train_mlp
           exit main
        end if
        ! The loss of the global batch: the mean over micro-steps and ranks.
-       window = window / real(accumulation, real64)
-       call MPI_Allreduce(window, total, 1, MPI_DOUBLE_PRECISION, MPI_SUM, MPI_COMM_WORLD, ierr)
-       history(step + 1) = total / world
+       call dsm_engine_mean_loss(engine, window / real(accumulation, real64), 1.0_real64, history(step + 1), st)
+       if (failed(st)) exit main
        if (initial_loss < 0) initial_loss = history(step + 1)
        if (rank == 0 .and. (mod(step, print_every) == 0 .or. step == steps - 1)) &
             write (output_unit, '(a,i5,a,f10.6,a,es10.3,a,g0,a,f8.4,a,i0)') 'step ', info%global_steps, &
@@ -431,7 +424,6 @@ program train_mlp
      write (error_unit, '(a,i0,2a)') 'rank ', rank, ': dsm_engine_free failed: ', dsm_last_error()
      exit_code = 1
   end if
-  call dsm_config_free(cfg, st)
   call dsm_mesh_free(mesh, st)
   flush (output_unit)
   call MPI_Finalize(ierr)
@@ -486,47 +478,13 @@ contains
     bias_index = 2 * layer - 1
   end function bias_index
 
-  ! Parameter index as fp32 in dst: acquire (a gather under ZeRO-3, where
-  ! the call is collective), convert from the compute dtype, release. The
-  ! math needs only the fp32 copy, and releasing at once frees the gathered
-  ! copy as early as possible.
-  subroutine fetch(index, dst, status)
-    integer, intent(in) :: index
-    real(c_float), intent(inout), contiguous :: dst(..)
-    integer, intent(out) :: status
-    type(c_ptr) :: values
-    integer :: st2
-
-    call dsm_engine_param_acquire(engine, index, values, status)
-    if (status /= DSM_SUCCESS) return
-    call dsm_convert(values, dtype, dst, status)
-    call dsm_engine_param_release(engine, index, st2)
-    if (status == DSM_SUCCESS) status = st2
-  end subroutine fetch
-
-  ! Add the fp32 gradient g into parameter index's gradient buffer, which
-  ! holds the compute dtype and may already hold this accumulation window's
-  ! sum (ZeRO-0/1): read, add in fp32, write back, rounding once. Under
-  ! ZeRO-2/3 the release may reduce a full bucket: a collective call.
-  subroutine add_grad(index, g, status)
-    integer, intent(in) :: index
-    real(c_float), intent(in), contiguous :: g(:)
-    integer, intent(out) :: status
-    type(c_ptr) :: buf
-    real(c_float), allocatable :: acc(:)
-    integer :: st2
-
-    call dsm_engine_grad_acquire(engine, index, buf, status)
-    if (status /= DSM_SUCCESS) return
-    allocate (acc(size(g)))
-    call dsm_convert(buf, dtype, acc, status)
-    if (status == DSM_SUCCESS) then
-       acc = acc + g
-       call dsm_convert(acc, buf, dtype, status)
-    end if
-    call dsm_engine_grad_release(engine, index, st2)
-    if (status == DSM_SUCCESS) status = st2
-  end subroutine add_grad
+  ! The model's math is fp32 whatever the engine computes in:
+  ! dsm_engine_param_read_f32 copies a parameter out as fp32 (acquire, a
+  ! gather under ZeRO-3, convert, release: the gathered copy is freed at
+  ! once) and dsm_engine_grad_add_f32 adds an fp32 gradient into its buffer
+  ! (a 16-bit one read, added to in fp32 and written back, rounding once;
+  ! under ZeRO-2/3 the release may reduce a full bucket). A weight is a
+  ! rank-2 array of the shape it was declared with, checked by the binding.
 
   ! Forward over the micro-batch in act(1)%v, t: the mean squared error in
   ! loss. Parameters are acquired in layer order, the same on every rank.
@@ -539,9 +497,9 @@ contains
     do l = 1, nlayers
        in = widths(l)
        out = widths(l + 1)
-       call fetch(weight_index(l), w(1:in, 1:out), status)
+       call dsm_engine_param_read_f32(engine, weight_index(l), w(1:in, 1:out), status)
        if (status /= DSM_SUCCESS) return
-       call fetch(bias_index(l), b(1:out), status)
+       call dsm_engine_param_read_f32(engine, bias_index(l), b(1:out), status)
        if (status /= DSM_SUCCESS) return
        call linear_forward(act(l)%v, w(1:in, 1:out), b(1:out), act(l + 1)%v)
        if (l < nlayers) act(l + 1)%v = tanh(act(l + 1)%v)
@@ -560,23 +518,24 @@ contains
 
     n = size(t, 2)
     ! d(mean of (y - t)^2)/dy, times the loss scale: in fp16 small gradients
-    ! would otherwise flush to zero. The engine divides it out again.
+    ! would otherwise flush to zero. The engine divides it out again, with
+    ! the accumulation steps: no division by them here.
     dz(1:d_out, 1:n) = real(2.0_real64 * loss_scale / real(size(t), real64), c_float) &
          * (act(nlayers + 1)%v - t)
     do l = nlayers, 1, -1
        in = widths(l)
        out = widths(l + 1)
        if (l > 1) then
-          call fetch(weight_index(l), w(1:in, 1:out), status)
+          call dsm_engine_param_read_f32(engine, weight_index(l), w(1:in, 1:out), status)
           if (status /= DSM_SUCCESS) return
           call linear_backward(act(l)%v, w(1:in, 1:out), dz(1:out, 1:n), gw(1:in, 1:out), gb(1:out), &
                dx(1:in, 1:n))
        else
           call linear_backward(act(l)%v, w(1:in, 1:out), dz(1:out, 1:n), gw(1:in, 1:out), gb(1:out))
        end if
-       call add_grad(weight_index(l), reshape(gw(1:in, 1:out), [in * out]), status)
+       call dsm_engine_grad_add_f32(engine, weight_index(l), gw(1:in, 1:out), status)
        if (status /= DSM_SUCCESS) return
-       call add_grad(bias_index(l), gb(1:out), status)
+       call dsm_engine_grad_add_f32(engine, bias_index(l), gb(1:out), status)
        if (status /= DSM_SUCCESS) return
        ! Through tanh: d tanh(z)/dz = 1 - tanh(z)^2.
        if (l > 1) dz(1:in, 1:n) = dx(1:in, 1:n) * (1.0_c_float - act(l)%v**2)

@@ -8,6 +8,7 @@
 #define DSM_ENGINE_H
 
 #include "dsm/base.h"
+#include "dsm/config.h"
 #include "dsm/mesh.h"
 
 #ifdef __cplusplus
@@ -266,6 +267,37 @@ DSM_API dsm_status_t dsm_engine_init_with_options(dsm_mesh_t mesh, const char *c
                                                   const dsm_param_desc_t *params, int nparams,
                                                   const dsm_engine_options_t *options,
                                                   dsm_engine_t *engine);
+
+/**
+ * @brief dsm_engine_init_with_options() with a configuration already read
+ * by dsm_config_load(), dsm_config_load_for_mesh() or dsm_config_resolve():
+ * the engine reads no file.
+ *
+ * The text and path forms (dsm_engine_init(), dsm_engine_init_with_options(),
+ * dsm_engine_init_comm()) read their configuration once and build the
+ * engine as this call does. The batch values and the data-parallel size are
+ * resolved again for @p mesh from the keys the text gave (a configuration
+ * loaded over the world and an engine on a mesh with a "data_parallel"
+ * dimension give that dimension's size). The ranks agree that they hold the
+ * same resolved configuration. @p config stays the caller's: free it with
+ * dsm_config_free() when it is no longer needed (at once is fine).
+ *
+ * Collective over the mesh.
+ * @param mesh    the mesh (not NULL)
+ * @param config  the configuration (not NULL)
+ * @param params  @p nparams parameter descriptions
+ * @param nparams number of parameters, 1..1000000
+ * @param options the options, or NULL for DSM_ENGINE_OPTIONS_INITIALIZER
+ * @param[out] engine the engine; NULL on error. Free with dsm_engine_free().
+ * @return as dsm_engine_init_with_options() (DSM_ERR_NULL_POINTER for a NULL
+ * @p config; DSM_ERR_CONFIG for batch values that do not divide for this
+ * mesh; DSM_ERR_MISMATCH for configurations that differ between ranks,
+ * naming the first key that differs). Every rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_init_with_config(dsm_mesh_t mesh, dsm_config_t config,
+                                                 const dsm_param_desc_t *params, int nparams,
+                                                 const dsm_engine_options_t *options,
+                                                 dsm_engine_t *engine);
 
 /**
  * @brief Free an engine and set @p *engine to NULL; NULL is a no-op.
@@ -666,9 +698,43 @@ DSM_API dsm_status_t dsm_step(dsm_engine_t engine, dsm_step_info_t *info);
 /**
  * @brief The loss scale to multiply the loss gradient by before backward
  * (fp16; 1.0 otherwise). Not collective.
+ *
+ * The one line of the backward pass: the gradient of the micro-batch's mean
+ * loss, times this scale, is what a program adds into the gradients
+ * (dsm_engine_grad_add_f32(), dsm_engine_grad_acquire()). Do not divide by
+ * gradient_accumulation_steps: dsm_step() divides the accumulated gradients
+ * by loss scale x gradient_accumulation_steps itself. Read the scale before
+ * each micro-step's backward: it changes after an overflow.
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER.
  */
 DSM_API dsm_status_t dsm_engine_loss_scale(dsm_engine_t engine, double *scale);
+
+/**
+ * @brief The loss of a step averaged over the engine's ranks: over the
+ * data-parallel ranks, and over the sequence-parallel ranks that each hold a
+ * part of the sequence.
+ *
+ * @p *mean = sum(loss x weight) / sum(weight) over every rank of the engine,
+ * where @p weight is how many samples or tokens this rank's @p loss averages
+ * (1 on every rank when all average the same number: the plain mean of the
+ * ranks' losses). A rank with weight 0 adds nothing. Every rank gets the
+ * same value. The sum goes through libdsm, under the watchdog
+ * (DSM_COMM_TIMEOUT): a rank that stops answering ends the job with a
+ * message naming this wait, as in every engine collective.
+ *
+ * Collective over the engine's ranks (an engine call like dsm_step(): every
+ * rank calls it at the same point).
+ * @param engine the engine
+ * @param loss   this rank's loss (a NaN or Inf loss makes the mean NaN or Inf)
+ * @param weight how many samples or tokens @p loss averages: finite, >= 0
+ * @param[out] mean the mean over the engine's ranks
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER (engine, mean);
+ * DSM_ERR_INVALID_ARGUMENT (a negative or non-finite weight, naming it;
+ * weights that are 0 on every rank); DSM_ERR_STATE (a failed engine);
+ * DSM_ERR_MISMATCH (ranks in different engine calls); DSM_ERR_MPI. Every
+ * rank returns the same status.
+ */
+DSM_API dsm_status_t dsm_engine_mean_loss(dsm_engine_t engine, double loss, double weight, double *mean);
 
 /**
  * @brief The engine's counters, learning rate, loss scale and last gradient
@@ -822,6 +888,39 @@ DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char 
  */
 DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
                                                 unsigned flags, void **client_state, size_t *size);
+
+/**
+ * @brief Resume from a checkpoint directory if it holds one: load the
+ * checkpoint DIR/latest names, or report that there is nothing to resume.
+ *
+ * What every restartable program does at its start, in one call: the first
+ * run finds no checkpoint and starts from the beginning; a restart continues
+ * from the newest one. Rank 0 looks for DIR/latest and every rank takes its
+ * answer. When DIR or DIR/latest does not exist, @p *resumed is 0, nothing
+ * is loaded and the status is DSM_SUCCESS. Otherwise @p *resumed is 1 and
+ * the call is dsm_engine_load_checkpoint(@p engine, @p dir, NULL, @p flags,
+ * ...): any error of the load (a `latest` naming a missing or corrupt file,
+ * a model that differs) is returned as that call returns it, on every rank.
+ *
+ * Collective over the engine's ranks, at an accumulation boundary with every
+ * buffer released.
+ * @param engine the engine
+ * @param dir    the checkpoint directory (need not exist)
+ * @param flags  as dsm_engine_load_checkpoint()
+ * @param[out] resumed 1 when a checkpoint was loaded, 0 when there was
+ *               nothing to resume (not NULL)
+ * @param[out] client_state as dsm_engine_load_checkpoint(); NULL when nothing
+ *               was resumed; may be NULL
+ * @param[out] size as dsm_engine_load_checkpoint(); 0 when nothing was
+ *               resumed; may be NULL
+ * @return DSM_SUCCESS (also when there is nothing to resume);
+ * DSM_ERR_NULL_POINTER (engine, dir, resumed); DSM_ERR_INVALID_ARGUMENT (an
+ * empty dir, unknown flags); DSM_ERR_IO (DIR/latest cannot be looked at, or
+ * the load's); the other statuses of dsm_engine_load_checkpoint(). Every
+ * rank returns the same status and the same @p *resumed.
+ */
+DSM_API dsm_status_t dsm_engine_resume(dsm_engine_t engine, const char *dir, unsigned flags, int *resumed,
+                                       void **client_state, size_t *size);
 
 /**
  * @brief Initialize the engine's parameters, by tensor name, from a

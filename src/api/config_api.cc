@@ -10,10 +10,6 @@
 #include "mesh/mesh.hpp"
 #include "config/settings.hpp"
 
-struct dsm_config_s {
-    dsm::config::Config cfg;
-};
-
 namespace {
 
 const dsm::config::Config &impl(dsm_config_t cfg) {

@@ -95,10 +95,13 @@ dsm::engine::Options agree_options(const dsm::Mesh &mesh, const dsm_engine_optio
     return o;
 }
 
-void finish(std::unique_ptr<dsm::Mesh> mesh, const char *config, const dsm_param_desc_t *params, int nparams,
-            const dsm_engine_options_t *options, dsm_engine_t *engine) {
+// The engine on `mesh` from a configuration's text or path (read once, by
+// the engine) or from one already read (`text` false; adopted, not read).
+void finish(std::unique_ptr<dsm::Mesh> mesh, bool text, const char *config, const dsm::config::Config *read,
+            const dsm_param_desc_t *params, int nparams, const dsm_engine_options_t *options, dsm_engine_t *engine) {
     const dsm::engine::Options o = agree_options(*mesh, options);
-    auto e = dsm::engine::Engine::create(std::move(mesh), config, params, nparams, engine != nullptr, o);
+    auto e = text ? dsm::engine::Engine::create(std::move(mesh), config, params, nparams, engine != nullptr, o)
+                  : dsm::engine::Engine::create(std::move(mesh), read, params, nparams, engine != nullptr, o);
     auto h = std::make_unique<dsm_engine_s>();
     h->engine = std::move(e);
     *engine = h.release();
@@ -107,11 +110,12 @@ void finish(std::unique_ptr<dsm::Mesh> mesh, const char *config, const dsm_param
 // The mesh a configuration describes over comm (dsm_mesh_create_for_config,
 // dsm_engine_init_comm): (data_parallel, sequence_parallel) when it sets
 // sequence_parallel_size > 1, else one "data_parallel" dimension. The
-// configuration is read collectively; `bad`/`why` is this rank's argument
-// error, agreed with the reading. `out_ok`: false when the caller's output is
-// NULL (agreed inside Mesh::create, so every rank fails together).
+// configuration is read collectively, once, into `*read` when the caller
+// wants it for the engine; `bad`/`why` is this rank's argument error, agreed
+// with the reading. `out_ok`: false when the caller's output is NULL (agreed
+// inside Mesh::create, so every rank fails together).
 std::unique_ptr<dsm::Mesh> mesh_for_config(MPI_Comm comm, const char *config, dsm_status_t bad,
-                                           std::string why, bool out_ok) {
+                                           std::string why, bool out_ok, dsm::config::Config *read = nullptr) {
     DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
     int size = 0;
     DSM_CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -121,9 +125,10 @@ std::unique_ptr<dsm::Mesh> mesh_for_config(MPI_Comm comm, const char *config, ds
     }
     dsm::config::ConfigContext ctx;
     ctx.world_size = size;
-    const dsm::config::Config cfg =
+    dsm::config::Config cfg =
         dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
     const int sp = static_cast<int>(cfg.sequence_parallel_size);
+    if (read != nullptr) *read = std::move(cfg);
     if (sp > 1) {
         const int shape[2] = {size / sp, sp};
         const char *const names[2] = {"data_parallel", "sequence_parallel"};
@@ -134,7 +139,8 @@ std::unique_ptr<dsm::Mesh> mesh_for_config(MPI_Comm comm, const char *config, ds
     return dsm::Mesh::create(comm, 1, shape, names, nullptr, out_ok);
 }
 
-// dsm_engine_init_comm's work: the engine on mesh_for_config(comm).
+// dsm_engine_init_comm's work: the engine on mesh_for_config(comm), with the
+// configuration that read (one read per call).
 void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params, int nparams,
                     const dsm_engine_options_t *options, dsm_engine_t *engine) {
     if (engine != nullptr) *engine = nullptr;
@@ -144,13 +150,15 @@ void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *p
         bad = DSM_ERR_NULL_POINTER;
         why = "engine (the output) is NULL";
     }
-    finish(mesh_for_config(comm, config, bad, why, true), config, params, nparams, options, engine);
+    dsm::config::Config read;
+    std::unique_ptr<dsm::Mesh> mesh = mesh_for_config(comm, config, bad, why, true, &read);
+    finish(std::move(mesh), false, nullptr, &read, params, nparams, options, engine);
 }
 
-// dsm_engine_init_with_options' work: on a slice of the caller's mesh that
-// the engine keeps.
-void init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params, int nparams,
-          const dsm_engine_options_t *options, dsm_engine_t *engine) {
+// dsm_engine_init_with_options' and dsm_engine_init_with_config's work: on a
+// slice of the caller's mesh that the engine keeps.
+void init(dsm_mesh_t mesh, bool text, const char *config, const dsm::config::Config *read,
+          const dsm_param_desc_t *params, int nparams, const dsm_engine_options_t *options, dsm_engine_t *engine) {
     if (engine != nullptr) *engine = nullptr;
     DSM_REQUIRE(mesh != nullptr, DSM_ERR_NULL_POINTER,
                 "mesh is NULL (for the mesh a configuration describes over MPI_COMM_WORLD, create it with "
@@ -159,8 +167,8 @@ void init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params, i
     std::vector<std::string> names = mesh->mesh->dim_names();
     std::vector<const char *> cnames;
     for (const auto &n : names) cnames.push_back(n.c_str());
-    finish(mesh->mesh->slice(static_cast<int>(cnames.size()), cnames.data()), config, params, nparams, options,
-           engine);
+    finish(mesh->mesh->slice(static_cast<int>(cnames.size()), cnames.data()), text, config, read, params, nparams,
+           options, engine);
 }
 
 // A text of the engine for the caller to dsm_free (describe, load report),
@@ -184,14 +192,22 @@ DSM_API dsm_status_t dsm_engine_init_with_options(dsm_mesh_t mesh, const char *c
                                                   const dsm_param_desc_t *params, int nparams,
                                                   const dsm_engine_options_t *options, dsm_engine_t *engine) {
     DSM_API_BEGIN
-    init(mesh, config, params, nparams, options, engine);
+    init(mesh, true, config, nullptr, params, nparams, options, engine);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_init_with_config(dsm_mesh_t mesh, dsm_config_t config,
+                                                 const dsm_param_desc_t *params, int nparams,
+                                                 const dsm_engine_options_t *options, dsm_engine_t *engine) {
+    DSM_API_BEGIN
+    init(mesh, false, nullptr, config != nullptr ? &config->cfg : nullptr, params, nparams, options, engine);
     DSM_API_END
 }
 
 DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config, const dsm_param_desc_t *params,
                                      int nparams, dsm_engine_t *engine) {
     DSM_API_BEGIN
-    init(mesh, config, params, nparams, nullptr, engine);
+    init(mesh, true, config, nullptr, params, nparams, nullptr, engine);
     DSM_API_END
 }
 
@@ -390,6 +406,14 @@ DSM_API dsm_status_t dsm_engine_loss_scale(dsm_engine_t engine, double *scale) {
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_mean_loss(dsm_engine_t engine, double loss, double weight, double *mean) {
+    DSM_API_BEGIN
+    if (mean != nullptr) *mean = 0.0;
+    const double m = impl(engine).mean_loss(loss, weight, mean != nullptr); // a NULL mean is agreed inside
+    *mean = m;
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_engine_step_info(dsm_engine_t engine, dsm_step_info_t *info) {
     DSM_API_BEGIN
     const auto &e = impl(engine);
@@ -424,6 +448,29 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
     if (size != nullptr) *size = 0;
     std::vector<unsigned char> blob;
     impl(engine).load_checkpoint(dir, tag, flags, client_state != nullptr || size != nullptr ? &blob : nullptr);
+    if (size != nullptr) *size = blob.size();
+    if (client_state != nullptr && !blob.empty()) {
+        void *p = std::malloc(blob.size());
+        DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "cannot allocate ", blob.size(),
+                    " bytes for the client state");
+        std::memcpy(p, blob.data(), blob.size());
+        *client_state = p;
+    }
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_engine_resume(dsm_engine_t engine, const char *dir, unsigned flags, int *resumed,
+                                       void **client_state, size_t *size) {
+    DSM_API_BEGIN
+    if (resumed != nullptr) *resumed = 0;
+    if (client_state != nullptr) *client_state = nullptr;
+    if (size != nullptr) *size = 0;
+    auto &e = impl(engine);
+    // A NULL resumed is this rank's argument error: agreed inside.
+    std::vector<unsigned char> blob;
+    const bool loaded = e.resume(dir, flags, resumed != nullptr,
+                                 client_state != nullptr || size != nullptr ? &blob : nullptr);
+    *resumed = loaded ? 1 : 0;
     if (size != nullptr) *size = blob.size();
     if (client_state != nullptr && !blob.empty()) {
         void *p = std::malloc(blob.size());

@@ -10,6 +10,7 @@
 
 #define DSM_PARAM_FILES(X)                                                                       \
     X(log)                                                                                       \
+    X(config)                                                                                    \
     X(core_watchdog)                                                                             \
     X(mesh)                                                                                      \
     X(topo_threads)                                                                              \

@@ -14,11 +14,21 @@
 #include <cmath>
 #include <cstring>
 
+#include <mutex>
+#include <set>
+
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/log.hpp"
+#include "core/param.hpp"
+
 
 namespace dsm {
 namespace config {
+
+DSM_PARAM(engine, CONFIG_STRICT, param::Bool(), "0",
+          "1: keys a configuration has that libdsm does not know are an error (DSM_ERR_CONFIG, on every rank) "
+          "instead of a warning, for the engine as for dsm_config_load() with DSM_CONFIG_STRICT.");
 
 const char *dtype_name(Dtype d) {
     switch (d) {
@@ -258,6 +268,39 @@ void read_top_level(Node &root, Config &cfg) {
     if (aio != nullptr && !aio->is_object()) root.fail("aio", "an object", *aio);
 }
 
+// The batch values and W for `ctx`, from what the text gave (cfg's *_given
+// flags and the values read), with the data-parallel size's origin in the
+// equality message.
+void resolve(Config &cfg, const ConfigContext &ctx) {
+    cfg.sequence_parallel_size = cfg.sequence_parallel_size_read;
+    resolve_data_parallel(cfg, ctx, cfg.sequence_parallel_size_given);
+    std::string note;
+    if (cfg.data_parallel_source == "sequence_parallel_size")
+        note = cat("world_size = world ", cfg.world_size, " / sequence_parallel_size ", cfg.sequence_parallel_size);
+    else if (cfg.data_parallel_source == "world")
+        note = cat("world_size = number of ranks ", cfg.world_size);
+    else
+        note = cat("world_size = data_parallel dimension of the mesh, of ", cfg.world_size, " ranks");
+    const int64_t tb = cfg.train_batch_size, mb = cfg.train_micro_batch_size_per_gpu,
+                  gas = cfg.gradient_accumulation_steps;
+    resolve_batch(cfg, cfg.train_batch_size_given ? &tb : nullptr, cfg.train_micro_batch_size_per_gpu_given ? &mb : nullptr,
+                  cfg.gradient_accumulation_steps_given ? &gas : nullptr, cfg.data_parallel_world_size, note);
+}
+
+// Warn about unknown keys once per configuration and process: a program
+// that reads the same configuration for its mesh and for its engine is told
+// once.
+void warn_once(const std::string &text, const std::string &message) {
+    static std::mutex mu;
+    static std::set<uint64_t> warned;
+    const uint64_t key = fnv1a(text) ^ (fnv1a(message) * 0x9e3779b97f4a7c15ull);
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!warned.insert(key).second) return;
+    }
+    DSM_WARN(INIT, "%s", message.c_str());
+}
+
 } // namespace
 
 Config parse_config(const std::string &text_or_path, const ConfigContext &ctx) {
@@ -268,46 +311,53 @@ Config parse_config(const std::string &text_or_path, const ConfigContext &ctx) {
                 show(doc));
 
     Config cfg;
-    Node root(&doc, "", &cfg.unknown_keys);
-    bool tb_given = false, mb_given = false, gas_given = false;
-    int64_t tb = root.get_opt_int("train_batch_size", &tb_given);
-    int64_t mb = root.get_opt_int("train_micro_batch_size_per_gpu", &mb_given);
-    int64_t gas = root.get_opt_int("gradient_accumulation_steps", &gas_given);
-    bool sp_given = root.has("sequence_parallel_size");
+    cfg.origin = origin;
+    KnownKeys known;
+    {
+        KnownKeysScope scope(&known);
+        Node root(&doc, "", &cfg.unknown_keys);
+        cfg.train_batch_size = root.get_opt_int("train_batch_size", &cfg.train_batch_size_given);
+        cfg.train_micro_batch_size_per_gpu =
+            root.get_opt_int("train_micro_batch_size_per_gpu", &cfg.train_micro_batch_size_per_gpu_given);
+        cfg.gradient_accumulation_steps =
+            root.get_opt_int("gradient_accumulation_steps", &cfg.gradient_accumulation_steps_given);
+        cfg.sequence_parallel_size_given = root.has("sequence_parallel_size");
 
-    read_top_level(root, cfg);
-    read_precision(root, cfg);
-    read_zero(root, cfg);
-    read_optimizer(root, cfg);
-    read_scheduler(root, cfg);
-    read_checkpoint(root, cfg);
-    reject_unsupported(root);
-    root.finish();
+        read_top_level(root, cfg);
+        read_precision(root, cfg);
+        read_zero(root, cfg);
+        read_optimizer(root, cfg);
+        read_scheduler(root, cfg);
+        read_checkpoint(root, cfg);
+        reject_unsupported(root);
+        root.finish();
+    }
+    cfg.sequence_parallel_size_read = cfg.sequence_parallel_size;
 
     DSM_REQUIRE(!(cfg.gradient_allreduce_op == AllreduceOp::SUM && cfg.zero.stage == 3), DSM_ERR_CONFIG,
                 "gradient_allreduce_op: 'sum' is not supported with ZeRO stage 3");
 
     if (!cfg.unknown_keys.empty()) {
         std::sort(cfg.unknown_keys.begin(), cfg.unknown_keys.end());
-        std::string list;
-        for (const std::string &k : cfg.unknown_keys) list += (list.empty() ? "" : ", ") + k;
-        DSM_REQUIRE(!ctx.strict, DSM_ERR_CONFIG, "configuration ", origin, ": unknown keys (strict checking): ",
-                    list);
-        DSM_WARN(INIT, "configuration %s: unknown keys ignored: %s", origin.c_str(), list.c_str());
+        const bool strict = ctx.strict || param_CONFIG_STRICT().value();
+        DSM_REQUIRE(!strict, DSM_ERR_CONFIG, unknown_keys_message(cfg, known, true),
+                    ctx.strict ? "" : " (DSM_CONFIG_STRICT=1)");
+        if (ctx.warn_unknown)
+            warn_once(text, unknown_keys_message(cfg, known, false) +
+                                "; DSM_CONFIG_STRICT=1 makes unknown keys an error");
     }
 
-    resolve_data_parallel(cfg, ctx, sp_given);
-    std::string note;
-    if (cfg.data_parallel_source == "sequence_parallel_size")
-        note = cat("world_size = world ", cfg.world_size, " / sequence_parallel_size ", cfg.sequence_parallel_size);
-    else if (cfg.data_parallel_source == "world")
-        note = cat("world_size = number of ranks ", cfg.world_size);
-    else
-        note = cat("world_size = data_parallel dimension of the mesh, of ", cfg.world_size, " ranks");
-    resolve_batch(cfg, tb_given ? &tb : nullptr, mb_given ? &mb : nullptr, gas_given ? &gas : nullptr,
-                  cfg.data_parallel_world_size, note);
+    resolve(cfg, ctx);
+    return cfg;
+}
+
+Config resolve_for(const Config &read, const ConfigContext &ctx) {
+    Config cfg = read;
+    resolve(cfg, ctx);
     return cfg;
 }
 
 } // namespace config
 } // namespace dsm
+
+DSM_PARAM_LINK(config)

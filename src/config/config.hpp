@@ -11,6 +11,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,7 +45,8 @@ struct ConfigContext {
     int64_t world_size = 1;          // number of ranks
     int64_t mesh_data_parallel = 0;  // size of the mesh's data_parallel dimension, 0 if unknown
     int64_t mesh_sequence_parallel = 0;  // size of the mesh's sequence_parallel dimension, 0 if unknown
-    bool strict = false;             // unknown keys are an error instead of a warning
+    bool strict = false;             // unknown keys are an error instead of a warning (DSM_CONFIG_STRICT=1 too)
+    bool warn_unknown = true;        // this process warns about unknown keys (the collective read: rank 0 only)
 };
 
 struct Fp16Config {
@@ -185,6 +188,13 @@ struct Config {
 
     // Key paths that libdsm does not know (warned about, or an error when strict).
     std::vector<std::string> unknown_keys;
+
+    // As read, before the job's context resolved it (resolve_for() starts
+    // again from these): where the text came from ("'ds.json'", "(inline
+    // JSON)"), and sequence_parallel_size as the text gave it.
+    std::string origin;
+    bool sequence_parallel_size_given = false;
+    int64_t sequence_parallel_size_read = 1;
 };
 
 // Limits on what the reader accepts (doc/configuration.md, "Limits"): the
@@ -199,6 +209,19 @@ constexpr size_t kMaxConfigDepth = 1000;
 // a regular file (a directory, FIFO, device or socket is DSM_ERR_IO naming
 // what it is, without opening it for a blocking read).
 Config parse_config(const std::string &text_or_path, const ConfigContext &ctx);
+
+// A configuration read by parse_config() (for any context), resolved again
+// for `ctx`: the data-parallel size and the batch values derived from the
+// keys the text gave, with the same checks and messages. Reads nothing.
+Config resolve_for(const Config &read, const ConfigContext &ctx);
+
+// The warning (or, `strict`, the error) about cfg.unknown_keys: each key with
+// the known key nearest to it at the same level ("did you mean
+// zero_optimization?") and what then applies in its place ("ZeRO stage 0").
+// `known`: the key names the reader asked for, per object path. "" when there
+// is no unknown key.
+std::string unknown_keys_message(const Config &cfg, const std::map<std::string, std::set<std::string>> &known,
+                                 bool strict);
 
 // The resolved configuration as JSON: every key with its effective value and
 // the derived batch values (format in config_json.cc).
@@ -221,3 +244,9 @@ void resolve_data_parallel(Config &cfg, const ConfigContext &ctx, bool sp_given)
 
 } // namespace config
 } // namespace dsm
+
+// What a dsm_config_t handle points to (src/api/config_api.cc makes it,
+// dsm_engine_init_with_config reads it).
+struct dsm_config_s {
+    dsm::config::Config cfg;
+};

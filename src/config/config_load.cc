@@ -13,6 +13,7 @@
 #include "core/hash.hpp"
 #include "core/comm.hpp"
 #include "core/error.hpp"
+#include "core/log.hpp"
 
 namespace dsm {
 namespace config {
@@ -105,37 +106,72 @@ void agree_all(MPI_Comm comm, const std::function<void()> &local) {
 
 } // namespace
 
-Config load_collective(MPI_Comm comm, const std::string &text_or_path, const ConfigContext &ctx,
-                       dsm_status_t bad_status,
-                       const std::string &bad_message) {
-    // The caller's communicator may abort on errors: agree on a duplicate.
-    Comm own = Comm::dup(comm);
-    Config cfg;
-    std::string json, mine;
-    agree_all(own.get(), [&] {
-        if (bad_status != DSM_SUCCESS) DSM_FAIL(bad_status, bad_message);
-        cfg = parse_config(text_or_path, ctx);
-        json = config_to_json(cfg);
-        mine = digest(json);
-    });
-    // Ranks compare a digest; only when they differ do rank 0 and the first
-    // differing rank send their whole configuration, to name the key.
-    std::string root = bcast_string(own.get(), 0, mine);
-    Agreement same(own.get());
+namespace {
+
+// The ranks agree that they resolved the same configuration `cfg` (`json`:
+// its config_to_json()): they compare a digest; only when they differ do
+// rank 0 and the first differing rank send their whole configuration, to
+// name the key.
+void agree_resolved(MPI_Comm comm, const std::string &json) {
+    const std::string mine = digest(json);
+    std::string root = bcast_string(comm, 0, mine);
+    Agreement same(comm);
     same.run(root == mine ? DSM_SUCCESS : DSM_ERR_MISMATCH);
-    if (!same.failed()) return cfg;
+    if (!same.failed()) return;
     const int first = same.failed_rank();
     // Both texts go to every rank, so that every rank builds the same message.
     std::string diff, path;
-    std::string json0 = bcast_string(own.get(), 0, json);
-    std::string json1 = bcast_string(own.get(), first, json);
-    agree_all(own.get(), [&] {
+    std::string json0 = bcast_string(comm, 0, json);
+    std::string json1 = bcast_string(comm, first, json);
+    agree_all(comm, [&] {
         nlohmann::ordered_json a = nlohmann::ordered_json::parse(json0), b = nlohmann::ordered_json::parse(json1);
         first_difference(&a, &b, first, path, diff);
     });
     DSM_FAIL(DSM_ERR_MISMATCH, "resolved configurations differ across ranks: ",
              diff.empty() ? cat("rank 0 has digest ", root, ", rank ", first, " has another")
                           : "the first differing key is " + diff);
+}
+
+} // namespace
+
+Config load_collective(MPI_Comm comm, const std::string &text_or_path, const ConfigContext &ctx,
+                       dsm_status_t bad_status,
+                       const std::string &bad_message) {
+    // The caller's communicator may abort on errors: agree on a duplicate.
+    Comm own = Comm::dup(comm);
+    int rank = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(own.get(), &rank));
+    ConfigContext mine = ctx;
+    mine.warn_unknown = ctx.warn_unknown && rank == 0; // one warning per job, not one per rank
+    Config cfg;
+    std::string json;
+    agree_all(own.get(), [&] {
+        if (bad_status != DSM_SUCCESS) DSM_FAIL(bad_status, bad_message);
+        // Counted by the tests that check a configuration is read once per call.
+        DSM_INFO(INIT, "configuration: collective read of %s",
+                 text_or_path.find_first_not_of(" \t\r\n") != std::string::npos &&
+                         text_or_path[text_or_path.find_first_not_of(" \t\r\n")] == '{'
+                     ? "(inline JSON)"
+                     : ("'" + text_or_path + "'").c_str());
+        cfg = parse_config(text_or_path, mine);
+        json = config_to_json(cfg);
+    });
+    agree_resolved(own.get(), json);
+    return cfg;
+}
+
+Config adopt_collective(MPI_Comm comm, const Config &read, const ConfigContext &ctx, dsm_status_t bad_status,
+                        const std::string &bad_message) {
+    Comm own = Comm::dup(comm);
+    Config cfg;
+    std::string json;
+    agree_all(own.get(), [&] {
+        if (bad_status != DSM_SUCCESS) DSM_FAIL(bad_status, bad_message);
+        cfg = resolve_for(read, ctx);
+        json = config_to_json(cfg);
+    });
+    agree_resolved(own.get(), json);
+    return cfg;
 }
 
 std::string config_to_text(const Config &cfg) {

@@ -21,6 +21,14 @@ namespace config {
 Config load_collective(MPI_Comm comm, const std::string &text_or_path, const ConfigContext &ctx,
                        dsm_status_t bad_status = DSM_SUCCESS, const std::string &bad_message = "");
 
+// A configuration already read (by parse_config() or load_collective(), for
+// any context) made this job's: resolve_for(`read`, `ctx`) on every rank of
+// `comm`, agreed as load_collective() agrees (the same errors, and
+// DSM_ERR_MISMATCH when the ranks hold different configurations). Collective
+// over `comm`; reads nothing.
+Config adopt_collective(MPI_Comm comm, const Config &read, const ConfigContext &ctx,
+                        dsm_status_t bad_status = DSM_SUCCESS, const std::string &bad_message = "");
+
 // The resolved configuration as "key.path = value" lines, in the order of
 // config_to_json().
 std::string config_to_text(const Config &cfg);

@@ -142,18 +142,35 @@ std::string range_text(int64_t lo, int64_t hi) {
     return "an integer";
 }
 
+namespace {
+thread_local KnownKeys *t_known = nullptr;
+void note_known(const std::string &path, const std::string &key) {
+    if (t_known != nullptr) (*t_known)[path].insert(key);
+}
+} // namespace
+
+KnownKeysScope::KnownKeysScope(KnownKeys *known) noexcept : prev_(t_known) { t_known = known; }
+KnownKeysScope::~KnownKeysScope() { t_known = prev_; }
+
+void Node::mark(const std::string &key) {
+    note_known(path_, key);
+    used_.insert(key);
+}
+
 Node::Node(const Json *object, std::string path, std::vector<std::string> *unknown)
     : obj_(object), path_(std::move(path)), unknown_(unknown) {}
 
 std::string Node::key_path(const std::string &key) const { return join(path_, key); }
 
 bool Node::has(const std::string &key) const {
+    note_known(path_, key);
     if (obj_ == nullptr) return false;
     auto it = obj_->find(key);
     return it != obj_->end() && !it->is_null();
 }
 
 const Json *Node::get(const std::string &key) {
+    note_known(path_, key);
     if (obj_ == nullptr) return nullptr;
     auto it = obj_->find(key);
     if (it == obj_->end()) return nullptr;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -36,7 +37,7 @@ public:
     bool has(const std::string &key) const;
     // The value (marks the key as known); nullptr if missing or null.
     const Json *get(const std::string &key);
-    void mark(const std::string &key) { used_.insert(key); }
+    void mark(const std::string &key);
 
     bool get_bool(const std::string &key, bool def);
     int64_t get_int(const std::string &key, int64_t def, int64_t lo = INT64_MIN, int64_t hi = INT64_MAX);
@@ -60,6 +61,22 @@ private:
     std::string path_;
     std::vector<std::string> *unknown_;
     std::set<std::string> used_;
+};
+
+// The parser's own table of the keys it knows: every key name a Node was
+// asked for (read, tested or marked), per object path ("" for the top
+// level, "zero_optimization.offload_param" below), whether the configuration
+// had it or not. Collected while a KnownKeysScope is alive on the thread.
+using KnownKeys = std::map<std::string, std::set<std::string>>;
+class KnownKeysScope {
+public:
+    explicit KnownKeysScope(KnownKeys *known) noexcept;
+    ~KnownKeysScope();
+    KnownKeysScope(const KnownKeysScope &) = delete;
+    KnownKeysScope &operator=(const KnownKeysScope &) = delete;
+
+private:
+    KnownKeys *prev_;
 };
 
 // Value checks shared by readers: `v` as an integer (integral floats such as

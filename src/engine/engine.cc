@@ -78,12 +78,21 @@ std::unique_ptr<Engine> Engine::create(std::unique_ptr<Mesh> mesh, const char *c
                                        const Options &options) {
     std::unique_ptr<Engine> e(new Engine());
     e->mesh_ = std::move(mesh);
-    e->setup(config, params, nparams, have_output, options);
+    e->setup(true, config, nullptr, params, nparams, have_output, options);
     return e;
 }
 
-void Engine::setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output,
-                   const Options &options) {
+std::unique_ptr<Engine> Engine::create(std::unique_ptr<Mesh> mesh, const config::Config *read,
+                                       const dsm_param_desc_t *params, int nparams, bool have_output,
+                                       const Options &options) {
+    std::unique_ptr<Engine> e(new Engine());
+    e->mesh_ = std::move(mesh);
+    e->setup(false, nullptr, read, params, nparams, have_output, options);
+    return e;
+}
+
+void Engine::setup(bool text, const char *config, const config::Config *read, const dsm_param_desc_t *params,
+                   int nparams, bool have_output, const Options &options) {
     {
         // The engine's ranks (the mesh view's group: the whole mesh unless the
         // handle is a slice, ordered by mesh position) and its groups: data
@@ -109,7 +118,10 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
     int env_stop = 0;
     try {
         DSM_REQUIRE(have_output, DSM_ERR_NULL_POINTER, "engine (the output) is NULL");
-        DSM_ARG_NOT_NULL(config);
+        if (text)
+            DSM_ARG_NOT_NULL(config);
+        else
+            DSM_REQUIRE(read != nullptr, DSM_ERR_NULL_POINTER, "config is NULL");
         check_params(params, nparams);
         env_stop = param_STOP_SIGNAL().value();
     } catch (const Error &e) {
@@ -152,7 +164,9 @@ void Engine::setup(const char *config, const dsm_param_desc_t *params, int npara
                     "use a divisor, normally the ranks per node)");
         check_quantized(c); // ZeRO++ qwZ, qgZ
     };
-    cfg_ = config::load_collective(world_, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
+    // Read once: the text here, or a configuration read before, resolved again for this mesh.
+    cfg_ = text ? config::load_collective(world_, bad == DSM_SUCCESS ? config : "", ctx, bad, why)
+                : config::adopt_collective(world_, read != nullptr ? *read : config::Config(), ctx, bad, why);
     agree(world_, [&] { check(cfg_); });
 
     // Every rank must describe the same model.

@@ -97,6 +97,13 @@ public:
     static std::unique_ptr<Engine> create(std::unique_ptr<Mesh> mesh, const char *config,
                                           const dsm_param_desc_t *params, int nparams,
                                           bool have_output, const Options &options = Options());
+    // The same with a configuration already read (dsm_engine_init_with_config,
+    // and dsm_engine_init_comm, which read it for the mesh): resolved again
+    // for this mesh and agreed, never read again. `read` == nullptr is a NULL
+    // configuration argument, agreed like the other argument errors.
+    static std::unique_ptr<Engine> create(std::unique_ptr<Mesh> mesh, const config::Config *read,
+                                          const dsm_param_desc_t *params, int nparams,
+                                          bool have_output, const Options &options = Options());
     ~Engine();
     Engine(const Engine &) = delete;
     Engine &operator=(const Engine &) = delete;
@@ -205,8 +212,9 @@ public:
 
 private:
     Engine() = default;
-    void setup(const char *config, const dsm_param_desc_t *params, int nparams, bool have_output,
-               const Options &options);
+    // `config` (text or path) is read once, or `read` (when `text` is false) adopted.
+    void setup(bool text, const char *config, const config::Config *read, const dsm_param_desc_t *params,
+               int nparams, bool have_output, const Options &options);
     void check_params(const dsm_param_desc_t *params, int nparams) const;
     void build_params(const dsm_param_desc_t *params, int nparams);
     void allocate();
@@ -243,7 +251,8 @@ private:
     static DeviceMirror::Keep mirror_keep(const Param &p);
 
     // Reductions (engine_step.cc).
-    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL, WEIGHTS };
+    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL, WEIGHTS,
+                                    MEAN_LOSS };
     // The engine call of a point, for messages ("?" for a value outside the enum).
     static const char *sync_point_name(SyncPoint point) noexcept;
     void release(bool abandon);
@@ -377,6 +386,14 @@ public:
     void log_loss(double loss);
     void log_scalar(const char *name, double value);
     void set_flops(double flops_per_sample, double peak_flops);
+
+    // What every training loop needs (engine_loop.cc). Collective.
+    // dsm_engine_resume: load DIR's `latest` when DIR has one and return
+    // true; false (nothing loaded) when DIR or DIR/latest does not exist.
+    bool resume(const char *dir, unsigned flags, bool have_output, std::vector<unsigned char> *client);
+    // dsm_engine_mean_loss: sum(loss * weight) / sum(weight) over the
+    // engine's ranks (data parallel x sequence parallel), under the watchdog.
+    double mean_loss(double loss, double weight, bool have_output);
 
 private:
     void open_monitor();

@@ -40,6 +40,7 @@ const char *Engine::sync_point_name(SyncPoint point) noexcept {
     case SyncPoint::WAIT: return "dsm_engine_checkpoint_wait";
     case SyncPoint::STOP_SIGNAL: return "dsm_engine_set_stop_signal";
     case SyncPoint::WEIGHTS: return "dsm_engine_load_weights";
+    case SyncPoint::MEAN_LOSS: return "dsm_engine_mean_loss";
     }
     return "?";
 }

@@ -176,6 +176,8 @@ program test_fortran_engine
   call test_accumulation()
   call test_precisions()
   call test_f32_helpers()
+  call dsm_library_feature('hdf5', have_hdf5)
+  call test_loop_helpers()
   call test_errors()
   call test_state_errors()
   call dsm_library_feature('hdf5', have_hdf5)
@@ -449,6 +451,87 @@ contains
     call check(st == DSM_SUCCESS .and. stop, 'dsm_engine_stop_requested on every rank at the boundary')
     call dsm_engine_free(engine)
   end subroutine test_f32_helpers
+
+  ! ---------------------------------------------------------- the loop's helpers
+  ! The rank-2 forms of dsm_engine_param_read_f32 and dsm_engine_grad_add_f32
+  ! (shape checked as the pointer form checks it), the pointer form's message
+  ! on a bf16 engine naming them, dsm_engine_mean_loss,
+  ! dsm_engine_init_with_config and dsm_engine_resume.
+  subroutine test_loop_helpers()
+    real(c_float), dimension(NW1, NW2) :: w2
+    real(c_float), dimension(NW2, NW1) :: wt
+    real(c_float), dimension(:,:), pointer :: q2
+    real(c_double) :: mean
+    type(dsm_config_t) :: c
+    character(len=512) :: dir
+    character(len=:), allocatable :: note
+    logical :: resumed
+
+    call dsm_engine_init(mesh, sgd_config(1, 1, ', "bf16": {"enabled": true}'), params, engine, st)
+    call check(st == DSM_SUCCESS, 'loop helpers: a bf16 engine')
+    if (st /= DSM_SUCCESS) return
+    call dsm_engine_param_read_f32(engine, IW, w2, st)
+    call check(st == DSM_SUCCESS .and. all(w2 == w0), &
+         'dsm_engine_param_read_f32 into a rank-2 array of the declared shape')
+    call dsm_engine_param_read_f32(engine, IW, wt, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'is not the shape 4 x 3', &
+         'dsm_engine_param_read_f32 into the transposed shape fails naming both shapes')
+    call dsm_engine_grad_add_f32(engine, IW, real(rank + 1, c_float) * gw, st)
+    call check(st == DSM_SUCCESS, 'dsm_engine_grad_add_f32 of a rank-2 array of the declared shape')
+    call dsm_engine_grad_add_f32(engine, IW, wt, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'is not the shape 4 x 3', &
+         'dsm_engine_grad_add_f32 of the transposed shape fails naming both shapes')
+    call dsm_engine_grad_add_f32(engine, 99, w2, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, '99', 'dsm_engine_grad_add_f32 (rank 2) with a bad index')
+    call dsm_engine_param_acquire(engine, IW, q2, [NW1, NW2], st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'dsm_engine_param_read_f32', &
+         'a real(c_float) pointer on a bf16 engine points to dsm_engine_param_read_f32')
+    call dsm_step(engine, ierr=st)
+    call check(st == DSM_SUCCESS, 'loop helpers: dsm_step after the rank-2 gradient')
+    call dsm_engine_param_read_f32(engine, IW, w2, st)
+    call check(st == DSM_SUCCESS .and. maxval(abs(w2 - expect_w)) < 0.05, &
+         'the rank-2 gradient updated the weight (bf16)')
+
+    ! The mean loss over the ranks.
+    call dsm_engine_mean_loss(engine, real(rank, c_double), 1d0, mean, st)
+    call check(st == DSM_SUCCESS .and. abs(mean - real(nprocs - 1, c_double) / 2) < 1d-12, &
+         'dsm_engine_mean_loss: the mean of the ranks'' losses')
+    call dsm_engine_mean_loss(engine, 1d0, merge(-1d0, 1d0, rank == nprocs - 1), mean, st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'weight is -1', &
+         'dsm_engine_mean_loss with a negative weight on the last rank fails on every rank')
+    call dsm_engine_free(engine)
+
+    ! A configuration read once, handed to the engine.
+    call dsm_config_load(MPI_COMM_WORLD, sgd_config(0, 1, ''), 0, c, st)
+    call check(st == DSM_SUCCESS, 'dsm_config_load for dsm_engine_init_with_config')
+    call dsm_engine_init_with_config(mesh, c, params, engine, ierr=st)
+    call check(st == DSM_SUCCESS .and. c_associated(engine%ptr), 'dsm_engine_init_with_config')
+    call dsm_config_free(c)
+    call dsm_engine_init_with_config(mesh, c, params, other, ierr=st)
+    call check_error(st, DSM_ERR_NULL_POINTER, 'config is NULL', &
+         'dsm_engine_init_with_config with a null configuration')
+
+    ! Resume: nothing to resume, then the checkpoint saved.
+    call temporary_directory(dir)
+    call dsm_engine_resume(engine, dir, 0, resumed, note, st)
+    call check(st == DSM_SUCCESS .and. .not. resumed .and. len(note) == 0, &
+         'dsm_engine_resume of a directory that does not exist: nothing to resume')
+    call dsm_engine_resume(engine, '', 0, resumed, ierr=st)
+    call check_error(st, DSM_ERR_INVALID_ARGUMENT, 'empty', 'dsm_engine_resume with an empty directory')
+    if (have_hdf5) then
+       call backward(engine)
+       call dsm_step(engine)
+       call dsm_engine_save_checkpoint(engine, dir, '', 'resume me', st)
+       call dsm_engine_free(engine)
+       call dsm_engine_init(mesh, sgd_config(0, 1, ''), params, engine)
+       call dsm_engine_resume(engine, dir, 0, resumed, note, st)
+       call dsm_engine_step_info(engine, info)
+       call check(st == DSM_SUCCESS .and. resumed .and. note == 'resume me' .and. info%global_steps == 1, &
+            'dsm_engine_resume loads DIR/latest with its client state')
+       if (rank == 0) call execute_command_line('rm -rf ' // trim(dir))
+    end if
+    call dsm_engine_free(engine)
+  end subroutine test_loop_helpers
 
   ! ---------------------------------------------------------- bad arguments
   subroutine test_errors()

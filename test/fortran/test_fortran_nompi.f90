@@ -2,7 +2,8 @@
 ! their status; without ierr a failure stops the program with the status and
 ! the detail on standard error (error stop, MPI_Abort being unusable) both
 ! before MPI_Init and after MPI_Finalize. Run by test/tools/fortran_nompi.sh
-! as a plain program (no mpiexec): test_fortran_nompi ierr|before|after.
+! as a plain program (no mpiexec): test_fortran_nompi ierr|before|during|after
+! (during: with MPI initialized, the message names the rank and MPI_Abort ends it).
 program test_fortran_nompi
   use, intrinsic :: iso_c_binding, only: c_int64_t
   use mpi_f08, only: MPI_Init, MPI_Finalize
@@ -33,13 +34,19 @@ program test_fortran_nompi
   case ('before')
      call dsm_dtype_size(99, n)
      write(*, '(a)') 'FAIL: dsm_dtype_size(99) without ierr returned'
+  case ('during')
+     ! MPI initialized: the message carries the rank, and MPI_Abort ends the program.
+     call MPI_Init()
+     call dsm_dtype_size(99, n)
+     write(*, '(a)') 'FAIL: dsm_dtype_size(99) without ierr returned'
+     call MPI_Finalize()
   case ('after')
      call MPI_Init()
      call MPI_Finalize()
      call dsm_sp_head_range(8_c_int64_t, 0, 0, 0, first, count)
      write(*, '(a)') 'FAIL: dsm_sp_head_range(size 0) without ierr returned'
   case default
-     write(*, '(3a)') 'FAIL: unknown mode "', trim(mode), '" (ierr, before or after)'
+     write(*, '(3a)') 'FAIL: unknown mode "', trim(mode), '" (ierr, before, during or after)'
      error stop 2
   end select
 

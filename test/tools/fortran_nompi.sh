@@ -14,6 +14,7 @@ tmp=${TMPDIR:-/tmp}/fortran-nompi-test.$$
 mkdir -p "$tmp" || exit 1
 trap 'rm -rf "$tmp"' EXIT
 status=0
+if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 "$prog" ierr >"$tmp/ierr.out" 2>&1
 rc=$?
@@ -47,5 +48,19 @@ check_stop() {
     fi
 }
 check_stop before dsm_dtype_size 99
+# With MPI initialized the message carries the rank, as the library's own do.
+"$prog" during >"$tmp/during.out" 2>"$tmp/during.err"
+rc=$?
+if [ "$rc" -eq 0 ]; then
+    echo "FAIL: during: a failure without ierr let the program exit 0"
+    status=1
+elif ! grep -q "libdsm: rank 0: dsm_dtype_size failed (invalid argument)" "$tmp/during.err" ||
+     ! grep -q "libdsm: rank 0: .*99" "$tmp/during.err"; then
+    echo "FAIL: during: standard error lacks 'libdsm: rank 0: dsm_dtype_size failed' and its detail:"
+    cat "$tmp/during.err"
+    status=1
+else
+    echo "PASS: during MPI: the message names the rank (exit $rc)"
+fi
 check_stop after dsm_sp_head_range size
 exit "$status"

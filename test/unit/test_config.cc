@@ -797,6 +797,61 @@ static void test_to_json(void **) {
     assert_non_null(strstr(text.c_str(), "\nzero_optimization.stage = 0\n"));
 }
 
+// The unknown-key message names the near key of the same level and what
+// applies without it; a key near nothing gets no suggestion.
+static void test_unknown_key_suggestions(void **) {
+    const char *typo = "{\"train_batch_size\": 8, \"zero_optimisation\": {\"stage\": 3}}";
+    expect_error(typo, DSM_ERR_CONFIG, "zero_optimisation (did you mean zero_optimization? without it, ZeRO stage 0 "
+                                       "applies)", 1, 0, true);
+    expect_error("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"overlap_com\": true}}",
+                 DSM_ERR_CONFIG, "did you mean zero_optimization.overlap_comm? without it, "
+                                 "zero_optimization.overlap_comm = false applies", 1, 0, true);
+    expect_error("{\"train_batch_size\": 8, \"gradient_cliping\": 0.5}", DSM_ERR_CONFIG,
+                 "did you mean gradient_clipping? without it, gradient_clipping = 1.0 applies", 1, 0, true);
+    expect_error("{\"train_batch_size\": 8, \"fp16\": {\"enabeld\": true}}", DSM_ERR_CONFIG,
+                 "did you mean fp16.enabled?", 1, 0, true);
+    try {
+        parse("{\"train_batch_size\": 8, \"completely_different\": 1}", 1, 0, true);
+        fail_msg("strict parsing accepted an unknown key");
+    } catch (const dsm::Error &e) {
+        assert_non_null(std::strstr(e.what(), "completely_different"));
+        assert_null(std::strstr(e.what(), "did you mean"));
+    }
+    // Not strict: read, the key listed.
+    Config c = parse(typo);
+    assert_int_equal(c.unknown_keys.size(), 1);
+    assert_int_equal(c.zero.stage, 0);
+}
+
+// resolve_for(): a configuration read for one job, resolved again for
+// another from the keys the text gave.
+static void test_resolve_for(void **) {
+    Config c = parse("{\"train_micro_batch_size_per_gpu\": 2, \"gradient_accumulation_steps\": 3}", 8);
+    assert_int_equal(c.train_batch_size, 48);
+    ConfigContext ctx;
+    ctx.world_size = 8;
+    ctx.mesh_data_parallel = 4;
+    ctx.mesh_sequence_parallel = 2;
+    Config r = dsm::config::resolve_for(c, ctx);
+    assert_int_equal(r.train_batch_size, 24);
+    assert_int_equal(r.data_parallel_world_size, 4);
+    assert_int_equal(r.sequence_parallel_size, 2);
+    assert_string_equal(r.data_parallel_source.c_str(), "mesh");
+    assert_false(r.train_batch_size_given);
+    // A given train_batch_size that does not divide for the new mesh.
+    Config t = parse("{\"train_batch_size\": 8, \"train_micro_batch_size_per_gpu\": 8}", 1);
+    ctx.world_size = 2;
+    ctx.mesh_data_parallel = 2;
+    ctx.mesh_sequence_parallel = 1;
+    try {
+        (void)dsm::config::resolve_for(t, ctx);
+        fail_msg("resolve_for accepted batch values that do not divide");
+    } catch (const dsm::Error &e) {
+        assert_int_equal(e.status(), DSM_ERR_CONFIG);
+        assert_non_null(std::strstr(e.what(), "train_batch_size"));
+    }
+}
+
 // ---------------------------------------------------------------- real configuration files
 
 static void test_example_files(void **) {
@@ -887,6 +942,8 @@ int main(void) {
         cmocka_unit_test(test_fp32_nonfinite_gradients),
         cmocka_unit_test(test_not_supported),
         cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_unknown_key_suggestions),
+        cmocka_unit_test(test_resolve_for),
         cmocka_unit_test(test_to_json),
         cmocka_unit_test(test_example_files),
     };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,14 +14,20 @@ namespace ckpt_tool {
 namespace {
 
 const char *const kDiffHelp =
-    "usage: dsm-ckpt diff A B [--tag-a TAG] [--tag-b TAG] [--atol X] [--rtol X] [--json]\n"
-    "  Compare two checkpoints tensor by tensor (parameters and optimizer states):\n"
-    "  tensors only in one, shape differences, and for equal shapes the largest absolute\n"
-    "  and relative difference; also the training-state attributes. Elements a, b are\n"
-    "  equal when bitwise equal or |a - b| <= atol + rtol * max(|a|, |b|).\n"
+    "usage: dsm-ckpt diff A B [--tag-a TAG] [--tag-b TAG] [--atol X] [--rtol X] [--all] [--json]\n"
+    "  Compare what training reads from two checkpoints: the tensors (parameters and\n"
+    "  optimizer states) tensor by tensor, the step counters, the LR schedule's step,\n"
+    "  the loss scaler's state (fp16 only: fp32 and bf16 runs never read it) and the\n"
+    "  client state. Tensors only in one, shape differences, and for equal shapes the\n"
+    "  largest absolute and relative difference. Elements a, b are equal when bitwise\n"
+    "  equal or |a - b| <= atol + rtol * max(|a|, |b|). The other attributes (the setup:\n"
+    "  ZeRO stage, mesh, configuration; the bookkeeping: tag, version, checksums, a\n"
+    "  loss scaler training does not read) are listed apart and not counted.\n"
+    "  Was a resume exact? dsm-ckpt diff RESUMED_RUN UNINTERRUPTED_RUN exits 0.\n"
     "  Exit status 0 when equal, 1 when different (or on an error), 2 on a usage error.\n"
     "  --tag-a TAG, --tag-b TAG  the tag of A, of B when it is a directory\n"
     "  --atol X, --rtol X        tolerances, default 0 (exact)\n"
+    "  --all                     count every attribute, setup and bookkeeping too\n"
     "  --json                    one JSON document (format in doc/dsm-ckpt.md)\n";
 
 struct TensorDiff {
@@ -117,9 +124,34 @@ void json_differences(const Json &a, const Json &b, const std::string &prefix, s
         if (!a.contains(m.key())) out.push_back({key(m.key()), nullptr, m.value(), false, true});
 }
 
+// What an attribute is to a training run that loads the checkpoint:
+// "training" (read, and counted by default), "setup" (how the run was laid
+// out: ZeRO stage, mesh, configuration) or "bookkeeping" (the file's own:
+// tag, versions, checksums; the loss scaler's state where the run never
+// reads it).
+const char *attribute_kind(const std::string &name, const Checkpoint &a, const Checkpoint &b) {
+    if (provenance_attribute(name)) return "setup";
+    static const std::set<std::string> training = {"global_steps",     "micro_steps",    "skipped_steps",
+                                                   "global_samples",   "optimizer_steps", "lr_schedule_last_step"};
+    if (training.count(name)) return "training";
+    if (name.rfind("loss_scale", 0) == 0) {
+        // The engine restores the loss scaler from a checkpoint of an fp16 run only.
+        auto fp16 = [](const Checkpoint &c) {
+            const Attribute *d = c.attribute("compute_dtype");
+            return d != nullptr && d->kind == Attribute::Kind::String && d->s == "float16";
+        };
+        return fp16(a) || fp16(b) ? "training" : "bookkeeping";
+    }
+    static const std::set<std::string> bookkeeping = {"format", "format_version", "attrs_checksum",
+                                                      "compute_dtype", "optimizer"};
+    if (bookkeeping.count(name)) return "bookkeeping";
+    return "training"; // an attribute this tool does not know: counted, to be safe
+}
+
 struct AttrDiff {
     std::string name;
     const Attribute *a = nullptr, *b = nullptr;
+    const char *kind = "training";
     bool counted = false;
     std::vector<KeyDiff> keys; // config: the keys that differ, when both sides are JSON
 };
@@ -140,8 +172,10 @@ std::string short_text(const Attribute *a) {
 
 int cmd_diff(int argc, char **argv) {
     Args a;
-    if (int rc = parse_args("diff", argc, argv, {"--tag-a", "--tag-b", "--atol", "--rtol"}, 2, kDiffHelp, a))
+    if (int rc = parse_args("diff", argc, argv, {"--tag-a", "--tag-b", "--atol", "--rtol"}, 2, kDiffHelp, a,
+                            {"--all"}))
         return rc < 0 ? 0 : rc;
+    const bool all = a.flags.count("--all") != 0;
     double atol = 0, rtol = 0;
     if (auto v = value(a, "--atol"); v && !parse_tolerance("diff", "--atol", *v, atol)) return 2;
     if (auto v = value(a, "--rtol"); v && !parse_tolerance("diff", "--rtol", *v, rtol)) return 2;
@@ -161,7 +195,8 @@ int cmd_diff(int argc, char **argv) {
         d.a = ca.attribute(n);
         d.b = cb.attribute(n);
         if (d.a != nullptr && d.b != nullptr && *d.a == *d.b) continue;
-        d.counted = !provenance_attribute(n);
+        d.kind = attribute_kind(n, ca, cb);
+        d.counted = all || std::string(d.kind) == "training";
         if (d.a != nullptr && d.b != nullptr) {
             const Json ja = attribute_json(*d.a), jb = attribute_json(*d.b);
             if (ja.is_object() && jb.is_object()) json_differences(ja, jb, "", d.keys);
@@ -207,6 +242,7 @@ int cmd_diff(int argc, char **argv) {
             Json e = {{"name", d.name},
                       {"a", d.a ? attribute_json(*d.a) : Json(nullptr)},
                       {"b", d.b ? attribute_json(*d.b) : Json(nullptr)},
+                      {"kind", d.kind},
                       {"counted", d.counted}};
             if (!d.keys.empty()) {
                 Json keys = Json::array();
@@ -237,6 +273,7 @@ int cmd_diff(int argc, char **argv) {
                         {"b", side(ob)},
                         {"atol", atol},
                         {"rtol", rtol},
+                        {"all", all},
                         {"equal", equal},
                         {"attributes", jattrs},
                         {"only_in_a", only_a},
@@ -253,7 +290,8 @@ int cmd_diff(int argc, char **argv) {
     std::printf("A %s\nB %s\n", printable(ca.file()).c_str(), printable(cb.file()).c_str());
     for (const AttrDiff &d : attrs) {
         std::printf("attribute %s: %s (A) vs %s (B)%s\n", printable(d.name).c_str(), printable(short_text(d.a)).c_str(),
-                    printable(short_text(d.b)).c_str(), d.counted ? "" : "  [setup, not counted]");
+                    printable(short_text(d.b)).c_str(),
+                    d.counted ? "" : (std::string("  [") + d.kind + ", not counted]").c_str());
         constexpr size_t kMaxKeys = 20;
         for (size_t k = 0; k < d.keys.size() && k < kMaxKeys; ++k) {
             const KeyDiff &kd = d.keys[k];
