@@ -54,6 +54,10 @@ struct dsm_torch_model_s {
     std::vector<std::vector<int>> block_buffers;  // indices into buffers
     at::ScalarType dtype = at::kFloat;            // the engine's compute dtype
     at::Device device = at::kCPU;
+    // Training steps so far, their seconds, and the seconds spent in libdsm's
+    // calls during them (acquire, release, dsm_step).
+    int64_t steps = 0;
+    double step_seconds = 0.0, libdsm_seconds = 0.0;
 
     ~dsm_torch_model_s() {
         if (engine) dsm_engine_free(&engine);
@@ -134,6 +138,14 @@ void check(dsm_status_t st) { // a libdsm call's failure (agreed by the engine w
     if (st != DSM_SUCCESS) fail(st, dsm_last_error());
 }
 
+// A libdsm call, its time added to the model's libdsm_seconds.
+template <class F> dsm_status_t timed(Model &m, F &&call) {
+    const double t0 = MPI_Wtime();
+    const dsm_status_t st = call();
+    m.libdsm_seconds += MPI_Wtime() - t0;
+    return st;
+}
+
 at::TensorOptions engine_options(const Model &m) { return at::TensorOptions().dtype(m.dtype).device(m.device); }
 
 // The parameters and gradients a call holds, given back on every path.
@@ -156,7 +168,7 @@ class Held {
     void param(int i) {
         auto &p = m_.params[static_cast<size_t>(i)];
         const void *v = nullptr;
-        check(dsm_engine_param_acquire(m_.engine, p.index, &v));
+        check(timed(m_, [&] { return dsm_engine_param_acquire(m_.engine, p.index, &v); }));
         params_.push_back(i);
         p.tensor.set_data(at::from_blob(const_cast<void *>(v), p.shape, engine_options(m_)));
     }
@@ -164,7 +176,7 @@ class Held {
         auto &p = m_.params[static_cast<size_t>(i)];
         if (!p.trainable) return;
         void *g = nullptr;
-        check(dsm_engine_grad_acquire(m_.engine, p.index, &g));
+        check(timed(m_, [&] { return dsm_engine_grad_acquire(m_.engine, p.index, &g); }));
         at::Tensor buf = at::from_blob(g, p.shape, engine_options(m_));
         grads_.push_back({i, buf});
         p.tensor.mutable_grad() = buf;
@@ -194,13 +206,13 @@ class Held {
         // the engine's buffer.
         if (checked && grad.defined() && grad.data_ptr() != g.second.data_ptr()) g.second.copy_(grad);
         p.tensor.mutable_grad() = at::Tensor();
-        const dsm_status_t st = dsm_engine_grad_release(m_.engine, p.index);
+        const dsm_status_t st = timed(m_, [&] { return dsm_engine_grad_release(m_.engine, p.index); });
         if (checked) check(st);
     }
     void drop_param(int i) {
         auto &p = m_.params[static_cast<size_t>(i)];
         p.tensor.set_data(at::empty({0}, engine_options(m_)));
-        dsm_engine_param_release(m_.engine, p.index);
+        timed(m_, [&] { return dsm_engine_param_release(m_.engine, p.index); });
     }
     Model &m_;
     std::vector<int> params_;
@@ -307,8 +319,20 @@ struct BlockRun {
 
 // ---------------------------------------------------------------- the step
 
+double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_inputs, const at::Tensor *labels,
+                   const dsm::torch::Loss *custom, dsm_step_info_t *info);
+
 double train_step(Model &m, const char *fn, const std::vector<at::Tensor> &raw_inputs, const at::Tensor *labels,
                   const dsm::torch::Loss *custom, dsm_step_info_t *info) {
+    const double t0 = MPI_Wtime();
+    const double loss = train_step_(m, fn, raw_inputs, labels, custom, info);
+    m.step_seconds += MPI_Wtime() - t0;
+    ++m.steps;
+    return loss;
+}
+
+double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_inputs, const at::Tensor *labels,
+                   const dsm::torch::Loss *custom, dsm_step_info_t *info) {
     m.module->train(true);
     broadcast_buffers(m);
     double scale = 1.0;
@@ -412,7 +436,7 @@ double train_step(Model &m, const char *fn, const std::vector<at::Tensor> &raw_i
         std::lock_guard<std::mutex> lock(gen.mutex());
         gen.set_state(end_state.get_state());
     }
-    check(dsm_step(m.engine, info));
+    check(timed(m, [&] { return dsm_step(m.engine, info); }));
     return loss_value;
 }
 
@@ -887,6 +911,7 @@ std::string describe(Model &m, dsm_format_t format) {
                                 {"dtype", std::string(c10::toString(b.second.scalar_type()))},
                                 {"policy", "replicated, broadcast from rank 0 before each training step, in the "
                                            "checkpoint's client state"}});
+    j["timers"] = {{"steps", m.steps}, {"step_seconds", m.step_seconds}, {"libdsm_seconds", m.libdsm_seconds}};
     j["engine"] = eng;
     if (format == DSM_FORMAT_JSON) return j.dump(2);
     std::ostringstream os;

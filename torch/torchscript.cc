@@ -96,9 +96,12 @@ class JitModule : public dsm_torch::Module {
     std::string type_name_;
 };
 
+// The first line of a message that has text.
 std::string first_line(const std::string &s) {
-    const auto n = s.find('\n');
-    return n == std::string::npos ? s : s.substr(0, n);
+    const auto b = s.find_first_not_of(" \t\n");
+    if (b == std::string::npos) return s;
+    const auto n = s.find('\n', b);
+    return n == std::string::npos ? s.substr(b) : s.substr(b, n - b);
 }
 
 } // namespace
@@ -128,7 +131,8 @@ std::unique_ptr<dsm_torch::Module> dsm_torch::load_torchscript(const std::string
         std::smatch match;
         static const std::regex unknown_op("Unknown builtin op: ([A-Za-z0-9_]+::[A-Za-z0-9_.]+)");
         if (std::regex_search(what, match, unknown_op)) {
-            const std::string op = match[1];
+            std::string op = match[1];
+            while (!op.empty() && op.back() == '.') op.pop_back(); // the sentence's full stop
             const auto it = operator_versions().find(op);
             const std::string since = it != operator_versions().end() ? "PyTorch " + it->second + " or newer"
                                                                       : "a newer PyTorch";
