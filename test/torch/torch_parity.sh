@@ -7,6 +7,7 @@
 # test_torch_train on the bridge: every rank's loss of every micro-step and
 # every final parameter within 1e-6 relative. Then a resume across rank
 # counts and stages, and a resume at the same ones that is bit for bit.
+# ZeRO-3 partitions every parameter (stage3_param_persistence_threshold 0).
 #   torch_parity.sh          (make check) ZeRO 0-3 spread over 1, 2 and 4 ranks,
 #                            ZeRO-3 both block by block and whole
 #   torch_parity.sh full     (make check-torch) every stage on every rank count
@@ -19,7 +20,7 @@ cfg() { # stage gas world
     echo "{\"train_batch_size\": $((4 * $2 * $3)), \"train_micro_batch_size_per_gpu\": 4,
       \"gradient_accumulation_steps\": $2, \"gradient_clipping\": 0.5,
       \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999], \"eps\": 1e-8,
-      \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": $1}}"
+      \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": $1, \"stage3_param_persistence_threshold\": 0}}"
 }
 train() { # ranks stage gas [options...]
     w=$1 s=$2 g=$3
