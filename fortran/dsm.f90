@@ -178,6 +178,41 @@ module dsm
      real(c_double) :: grad_norm = -1.0_c_double
   end type dsm_step_info_t
 
+  ! The fields of dsm_engine_memory_t without initialization, for its size.
+  type, bind(C) :: engine_memory_fields
+     integer(c_size_t) :: size
+     integer(c_int64_t) :: partitions, gathered_params, gathered_params_peak, grad_buffers, &
+          grad_buffers_peak, staging, staging_peak, total, total_peak
+  end type engine_memory_fields
+
+  type(engine_memory_fields), parameter :: engine_memory_proto = &
+       engine_memory_fields(0_c_size_t, 0_c_int64_t, 0_c_int64_t, 0_c_int64_t, 0_c_int64_t, &
+       0_c_int64_t, 0_c_int64_t, 0_c_int64_t, 0_c_int64_t, 0_c_int64_t)
+
+  !> sizeof(dsm_engine_memory_t) in C: the value the size field starts with.
+  integer(c_size_t), parameter, public :: DSM_ENGINE_MEMORY_SIZE = c_sizeof(engine_memory_proto)
+
+  !> This rank's memory of an engine by what it holds, in bytes (C
+  !> dsm_engine_memory_t, field for field; dsm_engine_memory fills it). The
+  !> default initialization is DSM_ENGINE_MEMORY_INITIALIZER.
+  !>   partitions:           the model state this rank owns (from creation on)
+  !>   gathered_params:      ZeRO-3 parameters gathered now; _peak: high-water mark
+  !>   grad_buffers:         ZeRO-2/3 gradient buffers in use now; _peak
+  !>   staging:              reduction buckets and collectives' staging now; _peak
+  !>   total:                everything libdsm holds on this rank now; _peak
+  type, bind(C), public :: dsm_engine_memory_t
+     integer(c_size_t) :: size = DSM_ENGINE_MEMORY_SIZE
+     integer(c_int64_t) :: partitions = 0
+     integer(c_int64_t) :: gathered_params = 0
+     integer(c_int64_t) :: gathered_params_peak = 0
+     integer(c_int64_t) :: grad_buffers = 0
+     integer(c_int64_t) :: grad_buffers_peak = 0
+     integer(c_int64_t) :: staging = 0
+     integer(c_int64_t) :: staging_peak = 0
+     integer(c_int64_t) :: total = 0
+     integer(c_int64_t) :: total_peak = 0
+  end type dsm_engine_memory_t
+
   ! The fields of dsm_engine_options_t without initialization, for its size.
   type, bind(C) :: engine_options_fields
      integer(c_size_t) :: size

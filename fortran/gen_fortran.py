@@ -52,10 +52,14 @@ HANDLES = {
 STRUCTS = {
     'dsm_sp_tensor_t': 'dsm_sp_tensor_t',
     'dsm_step_info_t': 'dsm_step_info_t',
+    'dsm_engine_memory_t': 'dsm_engine_memory_t',
     'dsm_engine_options_t': 'dsm_engine_options_t',
     'dsm_sampler_options_t': 'c_sampler_options',
     'dsm_param_desc_t': None,
 }
+
+# Headers under include/dsm/ of libraries beside libdsm, not module dsm's.
+SEPARATE_LIBRARIES = {'torch.h'}
 
 # Pointer types of the interop headers: they cross as type(c_ptr).
 FOREIGN_POINTERS = {'cudaStream_t'}
@@ -552,8 +556,10 @@ def main():
     with open(umbrella, encoding='utf-8') as f:
         parts = [os.path.normpath(os.path.join(src, 'include', p))
                  for p in re.findall(r'(?m)^#include "(dsm/\w+\.h)"', f.read())]
+    # The headers of the libraries beside libdsm (dsm/torch.h: libdsm_torch)
+    # are not module dsm's.
     interop = sorted(h for h in (os.path.normpath(g) for g in glob.glob(os.path.join(src, 'include', 'dsm', '*.h')))
-                     if h not in parts)
+                     if h not in parts and os.path.basename(h) not in SEPARATE_LIBRARIES)
     headers = [umbrella] + parts + interop
     shim = os.path.join(src, 'fortran', 'dsm_fshim.c')
     enum_types = set()

@@ -773,6 +773,53 @@ DSM_API dsm_status_t dsm_engine_borrow_mesh(dsm_engine_t engine, dsm_mesh_t *mes
  */
 DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t format, char **text);
 
+/**
+ * This rank's memory of an engine by what it holds (dsm_engine_memory()):
+ * the model state it owns, and the transient buffers of a micro-step now and
+ * at their high-water marks since the engine was created. Bytes. Initialize
+ * with DSM_ENGINE_MEMORY_INITIALIZER: the library writes only the first
+ * @c size bytes.
+ */
+typedef struct dsm_engine_memory {
+    size_t size;                   /**< sizeof(dsm_engine_memory_t) as compiled by the caller */
+    /** The partitions this rank owns, allocated at creation: its parameters (whole at stages 0-2;
+     *  at stage 3 its partition and the persistent ones), its gradient partition or the flat
+     *  gradient, master weights, optimizer state, frozen parameters, hpZ's secondary partition. */
+    uint64_t partitions;
+    uint64_t gathered_params;      /**< ZeRO-3 parameters gathered now (acquired, prefetched, ranges) */
+    uint64_t gathered_params_peak; /**< their high-water mark */
+    uint64_t grad_buffers;         /**< ZeRO-2/3 gradient buffers handed out and gradients waiting for their bucket, now */
+    uint64_t grad_buffers_peak;    /**< their high-water mark */
+    uint64_t staging;              /**< the reduction buckets and the collectives' staging, now */
+    uint64_t staging_peak;         /**< their high-water mark */
+    uint64_t total;                /**< everything libdsm holds on this rank (host, device, node-shared memory), now */
+    uint64_t total_peak;           /**< its high-water mark */
+} dsm_engine_memory_t;
+
+/** Initializer of dsm_engine_memory_t. */
+#define DSM_ENGINE_MEMORY_INITIALIZER { sizeof(dsm_engine_memory_t), 0, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/**
+ * @brief This rank's memory by what it holds: the partitions it owns, the
+ * gathered ZeRO-3 parameters, the gradient buffers and the staging, each
+ * now and at its high-water mark since the engine was created, and the
+ * total (dsm_engine_describe()'s memory.rank_bytes_now and rank_bytes_peak
+ * summed over the kinds of memory).
+ *
+ * The model-state memory of a micro-step is at most partitions +
+ * gathered_params_peak + grad_buffers_peak (the peaks may fall at different
+ * times). Idle buffers the engine keeps for reuse count in the total only.
+ * The counts are the process's: with several engines alive at once, the
+ * transient counts and the peaks are those of all of them.
+ *
+ * Not collective. Thread safe with other readers.
+ * @param engine the engine
+ * @param[out] memory the figures; memory->size must be set (DSM_ENGINE_MEMORY_INITIALIZER)
+ * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT for a
+ * bad handle or a memory->size below sizeof(size_t) (naming it).
+ */
+DSM_API dsm_status_t dsm_engine_memory(dsm_engine_t engine, dsm_engine_memory_t *memory);
+
 /** dsm_engine_load_checkpoint() flag: load the parameters only (the module's
  *  weights); optimizer state, counters, loss scaler and LR schedule stay. */
 #define DSM_CKPT_LOAD_MODULE_ONLY 0x1u

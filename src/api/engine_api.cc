@@ -434,6 +434,19 @@ DSM_API dsm_status_t dsm_engine_describe(dsm_engine_t engine, dsm_format_t forma
     DSM_API_END
 }
 
+DSM_API dsm_status_t dsm_engine_memory(dsm_engine_t engine, dsm_engine_memory_t *memory) {
+    DSM_API_BEGIN
+    const auto &e = static_cast<const dsm::engine::Engine &>(impl(engine));
+    DSM_ARG_NOT_NULL(memory);
+    DSM_REQUIRE(memory->size >= sizeof(size_t), DSM_ERR_INVALID_ARGUMENT, "memory->size is ", memory->size,
+                ", must be at least ", sizeof(size_t), " (initialize with DSM_ENGINE_MEMORY_INITIALIZER)");
+    const dsm_engine_memory_t m = e.memory();
+    const size_t n = memory->size < sizeof m ? memory->size : sizeof m;
+    std::memcpy(reinterpret_cast<char *>(memory) + sizeof(size_t), reinterpret_cast<const char *>(&m) + sizeof(size_t),
+                n - sizeof(size_t));
+    DSM_API_END
+}
+
 DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char *dir, const char *tag,
                                                 const void *client_state, size_t size) {
     DSM_API_BEGIN

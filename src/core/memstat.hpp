@@ -27,5 +27,20 @@ void reset_peaks() noexcept;
 // "host", "device", "shared".
 const char *kind_name(Kind kind) noexcept;
 
+// What the ZeRO stages' transient memory holds, whatever its kind: gathered
+// ZeRO-3 parameters (whole and ranges, the prefetched ones and the one in
+// the bucket included), gradient buffers handed out and gradients waiting
+// for their bucket's reduction, and staging of the collectives (send and
+// receive buffers, quantized blocks). Counted while in use, from the pool's
+// take to its give (idle pooled buffers are in no use), with high-water
+// marks that reset_peaks() restarts too (dsm_engine_memory()).
+enum class Use : int { GATHERED = 0, GRADIENTS = 1, STAGING = 2 };
+constexpr int kUses = 3;
+
+void use_add(Use use, size_t bytes) noexcept;
+void use_sub(Use use, size_t bytes) noexcept;
+size_t use_current(Use use) noexcept;
+size_t use_peak(Use use) noexcept;
+
 } // namespace memstat
 } // namespace dsm

@@ -164,6 +164,8 @@ public:
     void step(dsm_step_info_t *info);
     void step_info(dsm_step_info_t *info) const;
     std::string describe(dsm_format_t format) const;
+    // This rank's memory by use (dsm_engine_memory()).
+    dsm_engine_memory_t memory() const;
     // Checkpoints (engine_ckpt.cc, doc/checkpoint.md). Collective. The load
     // returns the tag it read.
     // NULL arguments are errors agreed by every rank.

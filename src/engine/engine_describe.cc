@@ -46,6 +46,25 @@ size_t Engine::model_state_bytes() const {
            optimizer_->size() * sizeof(float) * static_cast<size_t>(optimizer_->num_states());
 }
 
+dsm_engine_memory_t Engine::memory() const {
+    const zero::StageMemory m = stage_->memory();
+    size_t frozen = 0;
+    for (const Param &p : params_) frozen += p.frozen.bytes();
+    dsm_engine_memory_t r = DSM_ENGINE_MEMORY_INITIALIZER;
+    r.partitions = model_state_bytes() + frozen + m.secondary + grad32_.bytes();
+    r.gathered_params = memstat::use_current(memstat::Use::GATHERED);
+    r.gathered_params_peak = memstat::use_peak(memstat::Use::GATHERED);
+    r.grad_buffers = memstat::use_current(memstat::Use::GRADIENTS);
+    r.grad_buffers_peak = memstat::use_peak(memstat::Use::GRADIENTS);
+    r.staging = m.buckets + memstat::use_current(memstat::Use::STAGING);
+    r.staging_peak = m.buckets + memstat::use_peak(memstat::Use::STAGING);
+    for (int k = 0; k < memstat::kKinds; ++k) {
+        r.total += memstat::current(static_cast<memstat::Kind>(k));
+        r.total_peak += memstat::peak(static_cast<memstat::Kind>(k));
+    }
+    return r;
+}
+
 std::string Engine::describe(dsm_format_t format) const {
     DSM_REQUIRE(format == DSM_FORMAT_TEXT || format == DSM_FORMAT_JSON, DSM_ERR_INVALID_ARGUMENT, "format ",
                 static_cast<int>(format), " is not DSM_FORMAT_TEXT or DSM_FORMAT_JSON");
@@ -80,6 +99,7 @@ std::string Engine::describe(dsm_format_t format) const {
     }
     size_t total = 0;
     for (auto &kv : buffers.items()) total += kv.value().get<size_t>();
+    const dsm_engine_memory_t use = memory();
     json j = {
         {"format", "dsm-engine"},
         {"format_version", 1},
@@ -104,7 +124,15 @@ std::string Engine::describe(dsm_format_t format) const {
           {"bytes_per_parameter", N > 0 ? static_cast<double>(model_state) / N : 0.0},
           {"zero_formula_bytes_per_parameter", formula},
           {"rank_bytes_now", now},
-          {"rank_bytes_peak", peak}}},
+          {"rank_bytes_peak", peak},
+          {"by_use",
+           {{"partitions", use.partitions},
+            {"gathered_params", use.gathered_params},
+            {"gathered_params_peak", use.gathered_params_peak},
+            {"grad_buffers", use.grad_buffers},
+            {"grad_buffers_peak", use.grad_buffers_peak},
+            {"staging", use.staging},
+            {"staging_peak", use.staging_peak}}}}},
         {"communication",
          {{"bytes_sent", bytes_sent()},
           {"bytes_off_node", bytes_off_node()},

@@ -8,7 +8,21 @@
 namespace dsm {
 namespace zero {
 
-Buffer BufferPool::take(size_t bytes, bool zero) {
+Buffer BufferPool::take(size_t bytes, bool zero, memstat::Use use) {
+    Buffer b = take_idle(bytes, zero);
+    if (b) {
+        std::lock_guard<std::mutex> lock(mu_);
+        try {
+            out_[b.data()] = {use, b.capacity()};
+            memstat::use_add(use, b.capacity());
+        } catch (...) {
+            // Not counted: the counts are a report, not a bound.
+        }
+    }
+    return b;
+}
+
+Buffer BufferPool::take_idle(size_t bytes, bool zero) {
     std::unique_lock<std::mutex> lock(mu_);
     size_t best = idle_.size();
     for (size_t i = 0; i < idle_.size(); ++i) {
@@ -33,6 +47,7 @@ void BufferPool::give(Buffer &&b) noexcept {
     if (!b) return;
     Buffer mine = std::move(b);
     std::lock_guard<std::mutex> lock(mu_);
+    forget(mine.data());
     if (idle_bytes_ + mine.capacity() > limit_) return; // freed here
     try {
         idle_.push_back(std::move(mine));
@@ -42,8 +57,23 @@ void BufferPool::give(Buffer &&b) noexcept {
     }
 }
 
+void BufferPool::forget(const void *p) noexcept {
+    const auto it = out_.find(p);
+    if (it == out_.end()) return;
+    memstat::use_sub(it->second.first, it->second.second);
+    out_.erase(it);
+}
+
+void BufferPool::release(const Buffer &b) noexcept {
+    if (!b) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    forget(b.data());
+}
+
 void BufferPool::clear() noexcept {
     std::lock_guard<std::mutex> lock(mu_);
+    for (const auto &kv : out_) memstat::use_sub(kv.second.first, kv.second.second);
+    out_.clear();
     idle_.clear();
     idle_bytes_ = 0;
 }

@@ -7,9 +7,12 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "comm/backend.hpp"
+#include "core/memstat.hpp"
 #include "device/space.hpp"
 
 namespace dsm {
@@ -32,17 +35,24 @@ public:
     size_t limit() const noexcept { return limit_; }
     size_t idle_bytes() const noexcept { return idle_bytes_; }
     // A buffer of `bytes`: the smallest idle one that holds them without
-    // wasting more than half, else a new one; zeroed when `zero`.
-    Buffer take(size_t bytes, bool zero);
+    // wasting more than half, else a new one; zeroed when `zero`. Counted
+    // in `use` (core/memstat.hpp) until it is given back.
+    Buffer take(size_t bytes, bool zero, memstat::Use use = memstat::Use::STAGING);
     // Keep `b` for reuse if it fits under the limit, else free it.
     void give(Buffer &&b) noexcept;
+    // `b`, taken from the pool, is freed by its holder: no longer in use.
+    void release(const Buffer &b) noexcept;
     void clear() noexcept;
 
 private:
+    Buffer take_idle(size_t bytes, bool zero);
+    void forget(const void *p) noexcept; // under mu_
     device::Space *space_ = &device::host();
     std::mutex mu_;
     std::vector<Buffer> idle_;
     size_t idle_bytes_ = 0, limit_ = 0;
+    // The buffers handed out: their use and counted bytes.
+    std::unordered_map<const void *, std::pair<memstat::Use, size_t>> out_;
 };
 
 // A buffer the data-parallel backend may share: from Backend::alloc_shared

@@ -100,7 +100,7 @@ void Partitioned::free() noexcept {
     param_flat_.reset();
     grad_part_ = Buffer();
     secondary_ = Buffer();
-    arena_ = Arena::FREE;
+    set_arena(Arena::FREE, -1);
 }
 
 StageMemory Partitioned::memory() const {
@@ -167,7 +167,7 @@ const void *Partitioned::acquire_param_range(int index, size_t offset, size_t co
     h = fnv1a(&count, sizeof count, h);
     before(static_cast<int64_t>(h >> 2));
     Buffer &buf = range_params_[RangeKey{index, offset, count}];
-    buf = pool_.take(count * esize_, false);
+    buf = pool_.take(count * esize_, false, memstat::Use::GATHERED);
     char *to = static_cast<char *>(buf.data());
     Source src = primary();
     const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, src, to] {
@@ -212,11 +212,10 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
         const zero::Slot *s = layout_->slot_of(j);
         char *to;
         if (arena_fits(s->numel)) {
-            arena_ = Arena::PARAM;
-            arena_param_ = j;
+            set_arena(Arena::PARAM, j);
             to = static_cast<char *>(bucket_send_.data());
         } else {
-            gathered_[static_cast<size_t>(j)] = pool_.take(s->numel * esize_, false);
+            gathered_[static_cast<size_t>(j)] = pool_.take(s->numel * esize_, false, memstat::Use::GATHERED);
             to = static_cast<char *>(gathered_[static_cast<size_t>(j)].data());
         }
         const bool arena = to == bucket_send_.data();
@@ -245,7 +244,7 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
     }
     auto dst = std::make_shared<std::vector<char *>>();
     for (int j : list) {
-        gathered_[static_cast<size_t>(j)] = pool_.take(numel_of(j) * esize_, false);
+        gathered_[static_cast<size_t>(j)] = pool_.take(numel_of(j) * esize_, false, memstat::Use::GATHERED);
         dst->push_back(static_cast<char *>(gathered_[static_cast<size_t>(j)].data()));
     }
     const bool quantized = qwz_on() && src.group == dp_;
@@ -395,7 +394,7 @@ void Partitioned::new_micro_step(bool forget) {
     pipe_->wait_all(); // prefetches write the gathered buffers
     for (const auto &s : layout_->slots())
         if (!persistent(s.numel)) pool_.give(std::move(gathered_[static_cast<size_t>(s.param)]));
-    if (arena_ == Arena::PARAM) arena_ = Arena::FREE;
+    if (arena_ == Arena::PARAM) set_arena(Arena::FREE, -1);
     if (forget) last_trace_.clear();
     else last_trace_.swap(trace_);
     trace_.clear();
@@ -422,7 +421,7 @@ void Partitioned::flush(const Before &before) {
     int resident = -1;
     for (size_t e = 0; e < job->size(); ++e)
         if ((*job)[e].in_bucket) resident = static_cast<int>(e);
-    if (resident >= 0) arena_ = Arena::FREE; // the bucket is the reduction's now
+    if (resident >= 0) set_arena(Arena::FREE, -1); // the bucket is the reduction's now
     // The user holds the bucket (an acquired gradient or a gathered parameter):
     // the rounds are packed elsewhere.
     const bool user_holds = arena_ != Arena::FREE;
@@ -481,7 +480,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         if (!in_place) {
             Pending &pe = pending[static_cast<size_t>(resident)];
             const size_t bytes = pe.count * esize_;
-            pe.grad = pool_.take(bytes, false);
+            pe.grad = pool_.take(bytes, false, memstat::Use::GRADIENTS);
             space_->copy(pe.grad.data(), pe.data, bytes);
             pe.data = static_cast<char *>(pe.grad.data());
             pe.in_bucket = false;

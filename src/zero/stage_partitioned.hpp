@@ -106,7 +106,7 @@ public:
     const void *acquire_param(int index, const Before &before) override;
     void release_param(int index) override {
         if (direct_ || held_whole(index) || reused_soon(index)) return;
-        if (arena_ == Arena::PARAM && arena_param_ == index) arena_ = Arena::FREE;
+        if (arena_ == Arena::PARAM && arena_param_ == index) set_arena(Arena::FREE, -1);
         pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
     }
     void publish(const float *master, const Update &update) override;
@@ -116,13 +116,12 @@ public:
         const size_t n = layout_->slot_of(index)->numel;
         if (arena_fits(n)) {
             pipe_->wait(bucket_ticket_); // done: only rethrows a task's error
-            arena_ = Arena::GRAD;
-            arena_param_ = index;
+            set_arena(Arena::GRAD, index);
             space_->zero(bucket_send_.data(), n * esize_);
             return bucket_send_.data();
         }
         Buffer &b = staging_[static_cast<size_t>(index)];
-        b = pool_.take(n * esize_, true);
+        b = pool_.take(n * esize_, true, memstat::Use::GRADIENTS);
         return b.data();
     }
     void release_grad(int index, const Before &before) override {
@@ -143,7 +142,7 @@ public:
     }
     void *acquire_grad_range(int index, size_t offset, size_t count) override {
         Buffer &b = range_grads_[RangeKey{index, offset, count}];
-        b = pool_.take(count * esize_, true);
+        b = pool_.take(count * esize_, true, memstat::Use::GRADIENTS);
         return b.data();
     }
     void release_grad_range(int index, size_t offset, size_t count, const Before &before) override {
@@ -256,6 +255,15 @@ private:
     enum class Arena { FREE, GRAD, PARAM };
     Arena arena_ = Arena::FREE;
     int arena_param_ = -1;
+    // Moves the bucket between its uses; a parameter gathered or a gradient
+    // acquired into it counts as such (core/memstat.hpp) while it is there.
+    void set_arena(Arena a, int param) noexcept {
+        const auto use = [](Arena x) { return x == Arena::PARAM ? memstat::Use::GATHERED : memstat::Use::GRADIENTS; };
+        if (arena_ != Arena::FREE && arena_param_ >= 0) memstat::use_sub(use(arena_), numel_of(arena_param_) * esize_);
+        arena_ = a;
+        arena_param_ = param;
+        if (arena_ != Arena::FREE && param >= 0) memstat::use_add(use(arena_), numel_of(param) * esize_);
+    }
     size_t bucket_cap_ = 0;    // elements per reduction round
     size_t persist_end_ = 0;   // stage 3: flat elements [0, persist_end_) are held whole
     bool direct_ = false;      // one data-parallel rank: ZeRO-3 reads the partition in place (above)

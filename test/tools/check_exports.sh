@@ -9,6 +9,9 @@
 #   (d) and has a Fortran binding, a public procedure of the same name in
 #       module dsm (the interop headers' too: their foreign types cross as
 #       type(c_ptr)).
+#   (e) where the PyTorch bridge is built, libdsm_torch.so exports the
+#       functions of include/dsm/torch.h, each with its page, and nothing
+#       but them and the C++ API of namespace dsm::torch.
 # Run by `make check` as `$(SHELL) test/tools/check_exports.sh` with
 # top_builddir and top_srcdir set. Exit 0: pass, 1: fail, 77: skip (no nm or
 # no shared library).
@@ -18,7 +21,8 @@ top_builddir=${top_builddir:-.}
 top_srcdir=${top_srcdir:-.}
 lib=$top_builddir/.libs/libdsm.so
 header=$top_srcdir/include/dsm.h
-headers="$header $(ls "$top_srcdir"/include/dsm/*.h 2>/dev/null)"
+# dsm/torch.h is the PyTorch bridge's (libdsm_torch.so, (e) below), not libdsm's.
+headers="$header $(ls "$top_srcdir"/include/dsm/*.h 2>/dev/null | grep -v '/torch\.h$')"
 mandir=$top_srcdir/doc/man/man3
 NM=${NM:-nm}
 
@@ -106,6 +110,23 @@ if [ -n "$unbound" ]; then
     echo "FAIL: functions declared in dsm.h or include/dsm/ without a public Fortran procedure in $fmod or $fgen:"
     for f in $unbound; do echo "  $f"; done
     status=1
+fi
+
+# (e) The PyTorch bridge.
+tlib=$top_builddir/.libs/libdsm_torch.so
+if [ -f "$tlib" ]; then
+    "$NM" -D --defined-only "$tlib" | awk 'NF >= 2 { t = $(NF - 1); n = $NF; sub(/@.*/, "", n); if (t != "A") print n }' |
+        LC_ALL=C sort -u >"$tmp/tsyms"
+    foreign=$(grep -v -e '^dsm_torch_' -e '^_ZN3dsm5torch' "$tmp/tsyms")
+    if [ -n "$foreign" ]; then
+        echo "FAIL: $tlib exports symbols outside dsm_torch_ and dsm::torch:"
+        echo "$foreign" | sed 's/^/  /'
+        status=1
+    fi
+    for f in $(sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' "$top_srcdir/include/dsm/torch.h"); do
+        grep -qx "$f" "$tmp/tsyms" || { echo "FAIL: $f (dsm/torch.h) is not exported by $tlib"; status=1; }
+        [ -f "$mandir/$f.3" ] || { echo "FAIL: $f (dsm/torch.h) has no page in $mandir (run 'make man')"; status=1; }
+    done
 fi
 
 if [ "$status" -eq 0 ]; then

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The public headers: dsm.h is the umbrella of the parts under include/dsm/
 # (base, mesh, config, engine, sp, data), each of which compiles on its own,
+# as does dsm/torch.h (the PyTorch bridge's C API, outside dsm.h),
 # in C99 and in C++, without a warning (-Wall -Wextra -Wpedantic -Werror);
 # dsm.h includes every part (the interop header dsm/cuda.h, which needs the
 # CUDA runtime headers, stays outside it and is compiled where they are
@@ -20,7 +21,9 @@ parts=$(sed -n 's|^#include "dsm/\([a-z_]*\)\.h"$|\1|p' "$srcdir/include/dsm.h")
 [ -n "$parts" ] || { echo "FAIL: include/dsm.h includes no part"; exit 1; }
 for h in "$srcdir"/include/dsm/*.h; do
     name=$(basename "$h" .h)
-    [ "$name" = cuda ] && continue
+    # The CUDA interop header, and the header of the PyTorch bridge (a
+    # library beside libdsm), stay outside dsm.h.
+    case $name in cuda|torch) continue ;; esac
     echo "$parts" | grep -qx "$name" || { echo "FAIL: include/dsm.h does not include dsm/$name.h"; fail=1; }
 done
 
@@ -45,6 +48,7 @@ for d in "${CUDA_HOME:-}" /usr/local/cuda; do
     [ -n "$d" ] && [ -f "$d/include/cuda_runtime_api.h" ] && { cuda_inc="-isystem $d/include"; break; }
 done
 if [ -n "$cuda_inc" ]; then compile dsm/cuda.h "$cuda_inc"; else echo "dsm/cuda.h: no CUDA runtime headers here, not compiled"; fi
+compile dsm/torch.h ""
 
 # Each DSM_API function in exactly one header.
 sed -n 's/^DSM_API[^(]*[^A-Za-z0-9_]\([A-Za-z_][A-Za-z0-9_]*\)[ 	]*(.*/\1/p' \
