@@ -8,8 +8,9 @@
  *   (replicated heads summed);
  * - a scripted transformer block (torch/ops/ulysses_block.py) run on this
  *   rank's tokens over a group of P ranks gives the outputs, input gradients
- *   and (summed over the group) parameter gradients of the same block run on
- *   the whole sequence without a group, within 1e-12 relative in fp64;
+ *   and (summed over the group) parameter gradients of the same block
+ *   without the operators run on the whole sequence, within 1e-12 relative
+ *   in fp64 (its matrix products see other shapes when split);
  * - bad input on one rank or all (dimensions, dims, dtype, head counts,
  *   shapes that differ across ranks, no group set on a job of several
  *   ranks) throws on every rank, naming the value, without a hang.
@@ -197,9 +198,10 @@ void test_exact(void **) { run(body_exact); }
 
 // ---------------------------------------------------------------- the scripted block against itself unsplit
 
-std::string block_file() {
+// The block, and the same block without the operators (the reference).
+std::string block_file(const char *name) {
     const char *dir = std::getenv("top_builddir");
-    return std::string(dir && *dir ? dir : ".") + "/test/torch/ulysses_block.pt";
+    return std::string(dir && *dir ? dir : ".") + "/test/torch/" + name;
 }
 
 // max |a - b| / max |b|
@@ -210,16 +212,15 @@ double rel_err(const torch::Tensor &a, const torch::Tensor &b) {
 
 void check_block(int dp) {
     const double tol = 1e-12; // fp64; measured around 1e-16
-    torch::jit::Module ref = torch::jit::load(block_file());
-    torch::jit::Module blk = torch::jit::load(block_file());
+    torch::jit::Module ref = torch::jit::load(block_file("ulysses_block_ref.pt"));
+    torch::jit::Module blk = torch::jit::load(block_file("ulysses_block.pt"));
     torch::manual_seed(1234); // the same full batch on every rank
     const int64_t b = 2, s = 8;
     const int64_t dim = (*ref.parameters().begin()).size(0);
     const torch::Tensor X = torch::randn({b, s, dim}, torch::kDouble);
     const torch::Tensor GY = torch::randn({b, s, dim}, torch::kDouble);
 
-    // the whole sequence, no sequence parallelism
-    OK(dsm_torch_ops_set_mesh(nullptr, nullptr));
+    // the whole sequence, without the operators
     torch::Tensor xr = X.clone().requires_grad_(true);
     torch::Tensor yr = ref.forward({xr}).toTensor();
     yr.backward(GY);
@@ -333,8 +334,11 @@ void body_bad() {
         torch::Tensor xs = torch::ones({2, 3, H, 3}).requires_grad_(true);
         torch::Tensor id = seq_to_head(xs);
         TCHECK(torch::equal(id, xs) && id.data_ptr() != xs.data_ptr(), "no sequence parallelism: not a copy of x");
-        id.sum().backward();
-        TCHECK(torch::equal(xs.grad(), torch::ones_like(xs)), "no sequence parallelism: the gradient is not the identity");
+        (id * 2).sum().backward();
+        TCHECK(torch::equal(xs.grad(), torch::full_like(xs, 2)), "no sequence parallelism: seq_to_head's gradient is not the identity");
+        torch::Tensor ys = torch::ones({2, 3, H, 3}).requires_grad_(true);
+        (head_to_seq(ys, H) * 3).sum().backward();
+        TCHECK(torch::equal(ys.grad(), torch::full_like(ys, 3)), "no sequence parallelism: head_to_seq's gradient is not the identity");
         EXPECT_ERROR(seq_to_head(torch::ones({2, 2, H, 3}, torch::kLong)), "x has dtype torch.int64");
         EXPECT_ERROR(head_to_seq(x, H + 1), "x has 4 heads in dimension 2 but rank 0 of 1 holds 5 of the 5 heads");
         OK(dsm_torch_ops_clear());
