@@ -55,6 +55,10 @@
 #                     keep it well under the --signal lead time
 #   DSM_MAX_REQUEUES  the job stops requeueing itself after this many
 #                     restarts, so a job that cannot progress stops [10]
+#   DSM_WATCH_MPI     1: the program's own MPI calls under the watchdog and
+#                     the launcher ended soon after it fired (dsm-run.sh) [0]
+#   DSM_LAUNCHER_GRACE  with DSM_WATCH_MPI=1, seconds the launcher gets to
+#                     return after the watchdog's message [15]
 #
 # Exit status: the program's (0 trained, 2 the loss did not fall, 1 error,
 # 3 stopped on DSM_STOP_SIGNAL), 75 when the watchdog ended the step and the
@@ -114,6 +118,22 @@ fi
 
 cmd=("${launcher[@]}" "$program" "$config"
   --steps "$steps" --checkpoint "$ckpt_dir" --save-every "$save_every" "$@")
+# DSM_WATCH_MPI=1: the program's own blocking MPI calls under libdsm's
+# watchdog too (the MPI profiling layer libdsm_mpiwatch.so preloaded in every
+# task), and the launcher ended DSM_LAUNCHER_GRACE seconds after the
+# watchdog's message if it has not returned (a lost node): through
+# dsm-run.sh (scripts/launcher/dsm-run.sh), beside this script or on PATH.
+case ${DSM_WATCH_MPI:-0} in
+  1|yes|on|true)
+    runner=$(dirname "$0")/dsm-run.sh
+    [ -x "$runner" ] || runner=$(command -v dsm-run.sh || true)
+    if [ -z "$runner" ]; then
+      echo "dsm-job.sh: DSM_WATCH_MPI=1 needs dsm-run.sh (scripts/launcher/dsm-run.sh) beside this script or on PATH" >&2
+      exit 1
+    fi
+    cmd=("$runner" "${launcher[@]}" -- "$program" "$config"
+      --steps "$steps" --checkpoint "$ckpt_dir" --save-every "$save_every" "$@") ;;
+esac
 say "${cmd[*]}"
 
 # In the background, so that the shell runs its signal handler at once

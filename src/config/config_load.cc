@@ -128,7 +128,7 @@ void agree_resolved(MPI_Comm comm, const std::string &json) {
         first_difference(&a, &b, first, path, diff);
     });
     DSM_FAIL(DSM_ERR_MISMATCH, "resolved configurations differ across ranks: ",
-             diff.empty() ? cat("rank 0 has digest ", root, ", rank ", first, " has another")
+             diff.empty() ? cat("rank 0 has ", json0, ", rank ", first, " has ", json1)
                           : "the first differing key is " + diff);
 }
 

@@ -42,6 +42,11 @@ public:
     int64_t max(size_t i) const noexcept { return result_[1 + 2 * i]; }
     bool same(size_t i) const noexcept { return min(i) == max(i); }
 
+    // Value i of every rank, by rank (collective: an allgather of every
+    // value, made once and kept; for the messages of a mismatch, so every
+    // rank of `comm` must call it when one does).
+    const std::vector<int64_t> &by_rank(size_t i);
+
     // If a rank failed: the lowest failing rank broadcasts its message and
     // every rank throws its status with "rank R: message" (collective when
     // failed(); nothing otherwise).
@@ -51,10 +56,65 @@ private:
     MPI_Comm comm_;
     std::vector<int64_t> values_;
     std::vector<int64_t> result_;
+    std::vector<std::vector<int64_t>> all_; // by_rank(): by value, by rank
     int first_ = -1;
     dsm_status_t status_ = DSM_SUCCESS;
     std::string message_;
 };
+
+// The ranks of `comm` grouped by their value, for a message: "rank 0 has
+// 64; ranks 1-3 have 0" (`show` writes a value; groups in the order of
+// their lowest rank; at most 6 groups named, then how many more). Local.
+std::string by_value(const std::vector<int64_t> &by_rank, const std::function<std::string(int64_t)> &show,
+                     const char *has = "has", const char *have = "have");
+
+// "rank 3", "ranks 0, 2, 5-7" (at most 8 items, then "and N more"). Local.
+std::string rank_list(const std::vector<int> &ranks);
+
+// What the ranks agree on at a collective point besides being there: a few
+// named values (a parameter's index, a range's offset and count) and a list
+// (a gradient bucket's entries: parameter, offset, count), each the same on
+// every rank or the mismatch is named with each side's value. The list is
+// compared through a digest in the agreement; only on a mismatch do the
+// ranks exchange their lists to name the first entry that differs (the
+// digest itself is never shown).
+struct PointDetail {
+    static constexpr int kValues = 3;
+    int n = 0;
+    const char *name[kValues] = {}; // static strings: "parameter index", "offset", "count"
+    int64_t value[kValues] = {};
+    struct Entry {
+        int64_t param = 0, offset = 0, count = 0;
+        bool operator==(const Entry &o) const noexcept {
+            return param == o.param && offset == o.offset && count == o.count;
+        }
+    };
+    std::vector<Entry> list;  // empty: none
+    int64_t bucket = -1;      // the bucket's index (for the watchdog's message; not agreed)
+
+    PointDetail() = default;
+    PointDetail(const char *name0, int64_t value0) { add(name0, value0); }
+    PointDetail &add(const char *field, int64_t v) {
+        if (n < kValues) {
+            name[n] = field;
+            value[n++] = v;
+        }
+        return *this;
+    }
+    // The list's digest (FNV-1a over the entries), to compare only.
+    int64_t list_digest() const noexcept;
+    // "parameters 3 [0+64], 4 [0+17]": the list for the watchdog's message
+    // (`name` gives a parameter's name, or empty).
+    std::string list_text(const std::function<std::string(int64_t)> &name = {}) const;
+};
+
+// Collective over `comm`, on the error path: every rank's `mine`, and the
+// first entry at which some rank's list differs from rank 0's, as a
+// message: "entry 2 (counting from 0): rank 0 has parameter 3 [0+64]; rank 1
+// has parameter 4 [0+17]", or the lengths when one list is a prefix of the
+// other. `name` gives a parameter's name (or empty).
+std::string list_difference(MPI_Comm comm, const std::vector<PointDetail::Entry> &mine,
+                            const std::function<std::string(int64_t)> &name = {});
 
 // Rank `root`'s `s` on every rank of `comm` (collective).
 std::string bcast_string(MPI_Comm comm, int root, const std::string &s);

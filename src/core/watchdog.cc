@@ -35,6 +35,13 @@ DSM_PARAM(comm, NCCL_TIMEOUT, param::Int(0, 999999999, "a number of seconds (0 f
           "The former name of DSM_COMM_TIMEOUT, read when DSM_COMM_TIMEOUT is not set (the nccl backend "
           "aborts its communicator when an operation exceeds it, then the job ends as for DSM_COMM_TIMEOUT).");
 
+DSM_PARAM(comm, WATCH_MPI, param::Int(0, 1, "1 or 0"), "",
+          "The MPI profiling-interface layer (libdsm_mpiwatch.so, loaded with LD_PRELOAD or linked before the MPI "
+          "library): unset or 1, the program's own blocking MPI calls (collectives, MPI_Recv, MPI_Send, MPI_Probe, "
+          "MPI_Wait...) are under the watchdog as libdsm's waits are (DSM_COMM_TIMEOUT, the same message); 0 turns "
+          "the layer's wrappers off. libdsm itself never loads the layer: scripts/launcher/dsm-run.sh and "
+          "examples/slurm/dsm-job.sh preload it in the ranks when this is 1.");
+
 constexpr int kSlots = 64;       // threads that wait at once (the caller, the progress thread, a writer, ...)
 constexpr int kGraceSeconds = 5; // after MPI_Abort, _exit; a self-timed wait's head start
 
@@ -51,6 +58,9 @@ struct alignas(64) Slot {
     std::atomic<const char *> what[kLevels] = {};
     std::atomic<const char *> index_name[kLevels] = {};
     std::atomic<int64_t> index[kLevels] = {};
+    // Written by the slot's thread before the wait opens (the seq store's
+    // release orders it before the watchdog's acquire of seq).
+    char note[kLevels][kNote] = {};
 };
 
 struct State {
@@ -159,6 +169,7 @@ std::string message(const Slot &s, double waited_s, const std::string &why) {
         if (what == nullptr) continue;
         o << what;
         if (index_name != nullptr && index >= 0) o << ", " << index_name << " " << index;
+        if (s.note[l][0] != '\0') o << " (" << std::string(s.note[l], strnlen(s.note[l], kNote)) << ")";
         o << ": ";
     }
     const Group *g = s.group.load(std::memory_order_relaxed);
@@ -296,6 +307,8 @@ void start() {
 
 bool running() noexcept { return state().running.load(std::memory_order_acquire); }
 
+bool watch_mpi() { return !param_WATCH_MPI().is_set() || param_WATCH_MPI().value() != 0; }
+
 void note_hosts(const std::vector<int> &world, const std::vector<std::string> &hosts) {
     State &st = state();
     std::lock_guard<std::mutex> lock(st.mu);
@@ -334,6 +347,20 @@ void set_step(int64_t step, int64_t micro_step) noexcept {
     st.micro.store(micro_step, std::memory_order_relaxed);
 }
 
+namespace {
+
+void set_note(char *to, const char *from, size_t n) noexcept {
+    if (n >= static_cast<size_t>(kNote)) {
+        memcpy(to, from, kNote - 4);
+        memcpy(to + kNote - 4, "...", 4);
+        return;
+    }
+    memcpy(to, from, n);
+    to[n] = '\0';
+}
+
+} // namespace
+
 Context::Context(const char *what, const char *index_name, int64_t index) noexcept {
     Slot *s = my_slot();
     if (s == nullptr) return;
@@ -342,8 +369,17 @@ Context::Context(const char *what, const char *index_name, int64_t index) noexce
         s->what[d].store(what, std::memory_order_relaxed);
         s->index_name[d].store(index_name, std::memory_order_relaxed);
         s->index[d].store(index, std::memory_order_relaxed);
+        s->note[d][0] = '\0';
     }
     s->ctx_depth.store(d + 1, std::memory_order_relaxed);
+}
+
+Context::Context(const char *what, const char *index_name, int64_t index, const std::string &note) noexcept
+    : Context(what, index_name, index) {
+    Slot *s = tl_slot;
+    if (s == nullptr) return;
+    const int d = s->ctx_depth.load(std::memory_order_relaxed) - 1;
+    if (d >= 0 && d < kLevels) set_note(s->note[d], note.data(), note.size());
 }
 
 Context::Context(const Saved &saved) noexcept : whole_(true) {
@@ -354,6 +390,7 @@ Context::Context(const Saved &saved) noexcept : whole_(true) {
         s->what[l].store(saved.levels[l].what, std::memory_order_relaxed);
         s->index_name[l].store(saved.levels[l].index_name, std::memory_order_relaxed);
         s->index[l].store(saved.levels[l].index, std::memory_order_relaxed);
+        memcpy(s->note[l], saved.levels[l].note, kNote);
     }
     s->ctx_depth.store(saved.depth, std::memory_order_relaxed);
 }
@@ -369,6 +406,7 @@ Context::~Context() {
         s->what[l].store(prev_.levels[l].what, std::memory_order_relaxed);
         s->index_name[l].store(prev_.levels[l].index_name, std::memory_order_relaxed);
         s->index[l].store(prev_.levels[l].index, std::memory_order_relaxed);
+        memcpy(s->note[l], prev_.levels[l].note, kNote);
     }
     s->ctx_depth.store(prev_.depth, std::memory_order_relaxed);
 }
@@ -382,6 +420,7 @@ Context::Saved Context::current() noexcept {
         v.levels[l].what = s->what[l].load(std::memory_order_relaxed);
         v.levels[l].index_name = s->index_name[l].load(std::memory_order_relaxed);
         v.levels[l].index = s->index[l].load(std::memory_order_relaxed);
+        memcpy(v.levels[l].note, s->note[l], kNote);
     }
     return v;
 }
@@ -416,6 +455,37 @@ WaitScope::~WaitScope() {
 void WaitScope::progress() noexcept {
     Slot *s = tl_slot;
     if (s == nullptr || s->depth.load(std::memory_order_relaxed) == 0) return;
+    s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+}
+
+bool open_program_wait(const char *what, const char *index_name, int64_t index, const char *op,
+                       const Group *group) noexcept {
+    if (state().timeout_s.load(std::memory_order_relaxed) <= 0) return false;
+    Slot *s = my_slot();
+    if (s == nullptr || s->depth.load(std::memory_order_relaxed) > 0) return false;
+    const int d = s->ctx_depth.load(std::memory_order_relaxed);
+    if (d < kLevels) {
+        s->what[d].store(what, std::memory_order_relaxed);
+        s->index_name[d].store(index_name, std::memory_order_relaxed);
+        s->index[d].store(index, std::memory_order_relaxed);
+        s->note[d][0] = '\0';
+    }
+    s->ctx_depth.store(d + 1, std::memory_order_relaxed);
+    s->op.store(op, std::memory_order_relaxed);
+    s->group.store(group, std::memory_order_relaxed);
+    s->self_timed.store(false, std::memory_order_relaxed);
+    s->depth.store(1, std::memory_order_relaxed);
+    s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+    return true;
+}
+
+void close_program_wait() noexcept {
+    Slot *s = tl_slot;
+    if (s == nullptr) return;
+    s->op.store(nullptr, std::memory_order_relaxed);
+    s->group.store(nullptr, std::memory_order_relaxed);
+    s->depth.store(0, std::memory_order_relaxed);
+    s->ctx_depth.store(std::max(0, s->ctx_depth.load(std::memory_order_relaxed) - 1), std::memory_order_relaxed);
     s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 

@@ -68,6 +68,10 @@ void start();
 // Whether the watchdog runs (start() found a timeout).
 bool running() noexcept;
 
+// DSM_WATCH_MPI: whether the MPI profiling layer should watch the program's
+// calls (unset or 1). Throws DSM_ERR_INVALID_ARGUMENT for a malformed value.
+bool watch_mpi();
+
 // The host of each rank of MPI_COMM_WORLD as far as known (from a mesh's
 // discovery, by its parent's ranks: `world` translates them). Local.
 void note_hosts(const std::vector<int> &world, const std::vector<std::string> &hosts);
@@ -100,9 +104,13 @@ void set_step(int64_t step, int64_t micro_step) noexcept;
 // restores the outer one when it ends. `what` and `index_name` must be
 // static strings; index_name NULL: no index.
 constexpr int kLevels = 4;
+constexpr int kNote = 160; // a level's note: up to kNote - 1 characters (longer ones are cut with "...")
 class Context {
 public:
     explicit Context(const char *what, const char *index_name = nullptr, int64_t index = -1) noexcept;
+    // With a note the message adds after the index in parentheses (a
+    // bucket's parameters: "parameters 3 [0+64], 4"); copied.
+    Context(const char *what, const char *index_name, int64_t index, const std::string &note) noexcept;
     ~Context();
     Context(const Context &) = delete;
     Context &operator=(const Context &) = delete;
@@ -112,6 +120,7 @@ public:
     struct Level {
         const char *what = nullptr, *index_name = nullptr;
         int64_t index = -1;
+        char note[kNote] = {};
     };
     struct Saved {
         int depth = 0;
@@ -148,6 +157,15 @@ private:
     const Group *prev_group_;
     bool prev_self_;
 };
+
+// For the MPI profiling-interface layer (watch_mpi.cc): a wait of the
+// program's own MPI call, opened and closed by calls rather than a scope: a
+// Context level (`what`, `index_name`, `index`) and a wait named `op` on
+// `group`. Opens nothing and returns false when the watchdog is off or a
+// wait of libdsm is open on this thread (its own record names it).
+bool open_program_wait(const char *what, const char *index_name, int64_t index, const char *op,
+                       const Group *group) noexcept;
+void close_program_wait() noexcept;
 
 // Ends the job from this thread as the watchdog does for a timed-out wait
 // (the message names this thread's wait and `why`). Does not return.

@@ -383,7 +383,7 @@ const void *Engine::param_acquire(int index) {
     const watchdog::Context ctx("dsm_engine_param_acquire", "parameter", index);
     if (p.trainable) {
         try {
-            values = stage_->acquire_param(index, at_point(SyncPoint::GATHER));
+            values = stage_->acquire_param(index, at_point(SyncPoint::GATHER, Call::PARAM_ACQUIRE));
         } catch (...) {
             broken_ = true;
             throw;
@@ -424,7 +424,7 @@ void Engine::grad_release(int index) {
     stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     const watchdog::Context ctx("dsm_engine_grad_release", "parameter", index);
     try {
-        stage_->release_grad(index, at_point(SyncPoint::FLUSH));
+        stage_->release_grad(index, at_point(SyncPoint::FLUSH, Call::GRAD_RELEASE));
     } catch (...) {
         broken_ = true;
         throw;

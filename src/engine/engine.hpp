@@ -253,15 +253,30 @@ private:
     static DeviceMirror::Keep mirror_keep(const Param &p);
 
     // Reductions (engine_step.cc).
-    enum class SyncPoint : int64_t { INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL, WEIGHTS,
-                                    MEAN_LOSS };
+    enum class SyncPoint : int64_t {
+        INIT = 1, GATHER, FLUSH, STEP, FREE, SAVE, LOAD, WAIT, STOP_SIGNAL, WEIGHTS, GATHER_RANGE, MEAN_LOSS
+    };
+    // The engine call made at a point: a point reached from several calls
+    // (a bucket reduction: dsm_engine_grad_release, _range or dsm_step) says
+    // which one in the messages.
+    enum class Call : int64_t {
+        DEFAULT = 0, PARAM_ACQUIRE, PARAM_ACQUIRE_RANGE, GRAD_RELEASE, GRAD_RELEASE_RANGE, STEP
+    };
     // The engine call of a point, for messages ("?" for a value outside the enum).
     static const char *sync_point_name(SyncPoint point) noexcept;
+    // "dsm_engine_grad_release (bucket reduction)": the call made and what
+    // the point is.
+    static std::string sync_point_text(int64_t point, int64_t call);
+    static const char *sync_point_hint(SyncPoint point) noexcept; // what to do about a difference
     void release(bool abandon);
-    void sync(SyncPoint point, int64_t detail, const std::string &local_error = "",
+    void sync(SyncPoint point, const PointDetail &detail, const std::string &local_error = "",
+              dsm_status_t local_status = DSM_SUCCESS, Call call = Call::DEFAULT);
+    void sync(SyncPoint point, int64_t value, const std::string &local_error = "",
               dsm_status_t local_status = DSM_SUCCESS);
+    // A parameter's index and name for messages: "3 ('w1')".
+    std::string param_text(int64_t index) const;
     void drain_offload(dsm_status_t &status, std::string &why);
-    zero::Stage::Before at_point(SyncPoint point); // drain (FLUSH) and sync before a stage's collective
+    zero::Stage::Before at_point(SyncPoint point, Call call); // drain (FLUSH) and sync before a stage's collective
     float *fp32_grads();
     std::string first_nonfinite(const float *g);
     void zero_grads();
@@ -296,6 +311,7 @@ private:
     Comm world_comm_;                         // the ranks of the mesh view
     MPI_Comm world_ = MPI_COMM_NULL;          // world_comm_.get()
     watchdog::Group world_watch_;             // world_ as the watchdog names it
+    int64_t bucket_ = -1;                     // the last bucket reduction's index (messages)
     Comm dp_comm_, sp_comm_;
     std::unique_ptr<comm::Backend> dp_, sp_;
     std::unique_ptr<comm::Backend> world_backend_; // nccl: the communicator dp_ and sp_ were split from

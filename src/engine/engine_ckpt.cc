@@ -255,18 +255,23 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         check_checkpoint_point(SyncPoint::SAVE);
         // Tag validation (DeepSpeed's checkpoint.tag_validation): every rank
         // should pass the same tag; rank 0's is used.
+        // A rank whose tag differs from rank 0's "fails" this agreement; the
+        // message names rank 0's tag and the first differing rank's.
+        const std::string tag0 = bcast_string(world_, 0, tag);
         Agreement tags(world_);
-        const size_t hash = tags.add(static_cast<int64_t>(fnv1a(tag)));
-        tags.run(DSM_SUCCESS);
-        if (!tags.same(hash)) {
+        tags.run(tag0 == tag ? DSM_SUCCESS : DSM_ERR_MISMATCH);
+        if (tags.failed()) {
+            const int other = tags.failed_rank();
+            const std::string theirs = bcast_string(world_, other, tag);
+            const std::string sides = cat("rank 0 passed '", tag0, "', rank ", other, " passed '", theirs, "'");
             if (cfg_.checkpoint.tag_validation == config::TagValidation::FAIL)
-                DSM_FAIL(DSM_ERR_MISMATCH, "the ranks passed different checkpoint tags (this rank: '", tag,
-                         "'); checkpoint.tag_validation is \"Fail\"");
+                DSM_FAIL(DSM_ERR_MISMATCH, "the ranks passed different checkpoint tags (the tag argument): ", sides,
+                         "; checkpoint.tag_validation is \"Fail\"");
             if (cfg_.checkpoint.tag_validation == config::TagValidation::WARN && world_rank_ == 0)
-                DSM_WARN(ENGINE, "the ranks passed different checkpoint tags; saving under rank 0's '%s'",
-                         tag.c_str());
+                DSM_WARN(ENGINE, "the ranks passed different checkpoint tags (%s); saving under rank 0's '%s'",
+                         sides.c_str(), tag0.c_str());
         }
-        tag = bcast_string(world_, 0, tag);
+        tag = tag0;
         // The client state is rank 0's.
         unsigned long long csize = client_size;
         DSM_CHECK_MPI(MPI_Bcast(&csize, 1, MPI_UNSIGNED_LONG_LONG, 0, world_));

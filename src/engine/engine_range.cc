@@ -72,8 +72,8 @@ const void *Engine::param_acquire_range(int index, int64_t offset, int64_t count
     bool agreed = false;
     const void *values = nullptr;
     try {
-        values = stage_->acquire_param_range(index, use.first, use.second, [&](int64_t detail) {
-            sync(SyncPoint::GATHER, detail, why, status); // throws every rank's agreed error
+        values = stage_->acquire_param_range(index, use.first, use.second, [&](const PointDetail &detail) {
+            sync(SyncPoint::GATHER_RANGE, detail, why, status, Call::PARAM_ACQUIRE_RANGE); // throws every rank's agreed error
             agreed = true;
         });
     } catch (...) {
@@ -125,7 +125,7 @@ void Engine::grad_release_range(int index, int64_t offset, int64_t count) {
     p.grad_ranges.erase(it);
     stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     try {
-        stage_->release_grad_range(index, r.first, r.second, at_point(SyncPoint::FLUSH));
+        stage_->release_grad_range(index, r.first, r.second, at_point(SyncPoint::FLUSH, Call::GRAD_RELEASE_RANGE));
     } catch (...) {
         broken_ = true;
         throw;

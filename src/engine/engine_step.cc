@@ -32,6 +32,7 @@ const char *Engine::sync_point_name(SyncPoint point) noexcept {
     switch (point) {
     case SyncPoint::INIT: return "dsm_engine_init";
     case SyncPoint::GATHER: return "dsm_engine_param_acquire (ZeRO-3 gather)";
+    case SyncPoint::GATHER_RANGE: return "dsm_engine_param_acquire_range (ZeRO-3 gather of a range)";
     case SyncPoint::FLUSH: return "dsm_engine_grad_release (bucket reduction)";
     case SyncPoint::STEP: return "dsm_step";
     case SyncPoint::FREE: return "dsm_engine_free";
@@ -45,25 +46,88 @@ const char *Engine::sync_point_name(SyncPoint point) noexcept {
     return "?";
 }
 
-// One agreement (one allreduce) of: this rank's status, the point and its
-// detail, whether an asynchronous save still writes on some rank, and at
+namespace {
+
+const char *call_name(int64_t call) noexcept {
+    switch (call) {
+    case 1: return "dsm_engine_param_acquire";
+    case 2: return "dsm_engine_param_acquire_range";
+    case 3: return "dsm_engine_grad_release";
+    case 4: return "dsm_engine_grad_release_range";
+    case 5: return "dsm_step";
+    default: return nullptr;
+    }
+}
+
+} // namespace
+
+// What to do about a difference at a point.
+const char *Engine::sync_point_hint(SyncPoint point) noexcept {
+    switch (point) {
+    case SyncPoint::GATHER: return "acquire the same parameters in the same order";
+    case SyncPoint::GATHER_RANGE: return "acquire the same ranges of the same parameters in the same order";
+    case SyncPoint::FLUSH: return "release the same gradients in the same order";
+    case SyncPoint::STEP: return "every rank must call dsm_step as often";
+    default: return "every rank must make the same engine calls with the same arguments";
+    }
+}
+
+std::string Engine::sync_point_text(int64_t point, int64_t call) {
+    const SyncPoint p = static_cast<SyncPoint>(point);
+    const char *c = call_name(call);
+    if (c == nullptr) return sync_point_name(p);
+    if (p == SyncPoint::FLUSH) return cat(c, " (bucket reduction)");
+    if (p == SyncPoint::GATHER) return cat(c, " (ZeRO-3 gather)");
+    if (p == SyncPoint::GATHER_RANGE) return cat(c, " (ZeRO-3 gather of a range)");
+    return sync_point_name(p);
+}
+
+std::string Engine::param_text(int64_t index) const {
+    if (index < 0 || index >= static_cast<int64_t>(params_.size())) return cat(index);
+    return cat(index, " ('", params_[static_cast<size_t>(index)].name, "')");
+}
+
+void Engine::sync(SyncPoint point, int64_t value, const std::string &local_error, dsm_status_t local_status) {
+    PointDetail d;
+    if (point == SyncPoint::STEP) d.add("micro-step", value);
+    else if (point == SyncPoint::STOP_SIGNAL) d.add("signal number", value);
+    else if (value != 0) d.add("value", value);
+    sync(point, d, local_error, local_status);
+}
+
+// One agreement (one allreduce) of: this rank's status, the point and the
+// call made, the point's values and its list (a bucket: its length and
+// digest), whether an asynchronous save still writes on some rank, and at
 // dsm_step whether the stop signal arrived here (so every rank learns it
 // from any rank). Then, if any rank failed, every rank throws the lowest
-// failing rank's error; if the ranks are at different points, every rank
-// throws DSM_ERR_MISMATCH. Ranks at different points are in different engine
+// failing rank's error; if the ranks are at different points, or differ in a
+// value or the list, every rank throws DSM_ERR_MISMATCH naming what differs
+// with each side's value and ranks (the values are exchanged then, on the
+// error path only). Ranks at different points are in different engine
 // calls and will not meet at the same collective again: every one of them
 // marks the engine failed, so that its dsm_engine_free is local (a rank that
 // saw the failure in a save or a load as well as one that saw it in a step).
-void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_error, dsm_status_t local_status) {
+void Engine::sync(SyncPoint point, const PointDetail &detail, const std::string &local_error,
+                  dsm_status_t local_status, Call call) {
     const bool stop = point == SyncPoint::STEP && stop_signal_received(stop_signal_);
     Agreement a(world_);
-    const size_t at = a.add(static_cast<int64_t>(point)), value = a.add(detail),
+    const size_t at = a.add(static_cast<int64_t>(point)), made = a.add(static_cast<int64_t>(call));
+    size_t val[PointDetail::kValues];
+    for (int i = 0; i < PointDetail::kValues; ++i) val[i] = a.add(i < detail.n ? detail.value[i] : 0);
+    const size_t len = a.add(static_cast<int64_t>(detail.list.size())), digest = a.add(detail.list_digest()),
                  saving = a.add(saver_ && !saver_->done()), stopped = a.add(stop);
+    if (point == SyncPoint::FLUSH) bucket_ = detail.bucket >= 0 ? detail.bucket : bucket_ + 1;
     try {
+        const auto name = [this](int64_t i) { return i >= 0 && i < num_params() ? params_[static_cast<size_t>(i)].name : std::string(); };
         const watchdog::Context ctx(point == SyncPoint::FLUSH    ? "gradient bucket flush"
-                                    : point == SyncPoint::GATHER ? "ZeRO-3 gather"
+                                    : point == SyncPoint::GATHER || point == SyncPoint::GATHER_RANGE ? "ZeRO-3 gather"
                                                                  : nullptr,
-                                    point == SyncPoint::FLUSH ? "bucket" : "parameter", detail);
+                                    point == SyncPoint::FLUSH ? "bucket" : detail.n > 0 ? "parameter" : nullptr,
+                                    point == SyncPoint::FLUSH ? bucket_ : detail.n > 0 ? detail.value[0] : -1,
+                                    point == SyncPoint::FLUSH && !detail.list.empty() ? detail.list_text(name)
+                                    : point == SyncPoint::GATHER_RANGE && detail.n == 3
+                                        ? cat("elements ", detail.value[1], "+", detail.value[2])
+                                        : std::string());
         const watchdog::WaitScope wait("agreement of the engine's ranks", &world_watch_);
         a.run(local_status, local_error);
     } catch (...) {
@@ -73,18 +137,46 @@ void Engine::sync(SyncPoint point, int64_t detail, const std::string &local_erro
     saves_done_ = a.max(saving) == 0;
     if (!a.same(at)) broken_ = true;
     a.throw_if_failed();
-    if (!a.same(at))
+    // The same point reached from different calls (a bucket reduction from
+    // a release on some ranks, from dsm_step on others) is the same
+    // collective: not a mismatch.
+    if (!a.same(at)) {
+        // Where each rank is: by point and call.
+        std::vector<int64_t> where = a.by_rank(at);
+        const std::vector<int64_t> &calls = a.by_rank(made);
+        for (size_t r = 0; r < where.size(); ++r) where[r] = where[r] * 64 + calls[r];
+        const auto text = [](int64_t w) { return sync_point_text(w / 64, w % 64); };
+        int64_t lo = INT64_MAX, hi = INT64_MIN; // the first rank's call at the lowest and highest point
+        for (int64_t w : where) {
+            if (w / 64 == a.min(at) && lo == INT64_MAX) lo = w;
+            if (w / 64 == a.max(at) && hi == INT64_MIN) hi = w;
+        }
         DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine are at different collective points: some are in ",
-                 sync_point_name(static_cast<SyncPoint>(a.min(at))), ", others in ",
-                 sync_point_name(static_cast<SyncPoint>(a.max(at))),
+                 text(lo), ", others in ", text(hi), ": ", by_value(where, text, "is in", "are in"),
                  " (every rank must make the same engine calls in the same order)");
-    if (!a.same(value))
-        DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine disagree at ", sync_point_name(point), ": values from ",
-                 a.min(value), " to ", a.max(value),
-                 (point == SyncPoint::GATHER ? " (parameter index: acquire the same parameters in the same order)"
-                  : point == SyncPoint::FLUSH ? " (gradient bucket: release the same gradients in the same order)"
-                  : point == SyncPoint::STOP_SIGNAL ? " (the signal number)"
-                                              : ""));
+    }
+    const SyncPoint p = point;
+    const std::string here = sync_point_name(p);
+    for (int i = 0; i < PointDetail::kValues; ++i) {
+        if (a.same(val[i])) continue;
+        const char *field = i < detail.n && detail.name[i] != nullptr ? detail.name[i] : "value";
+        const bool is_param = std::string(field) == "parameter index";
+        std::string others;
+        for (int j = 0; j < detail.n; ++j)
+            if (j != i && a.same(val[j]))
+                others += cat(others.empty() ? "" : ", ", detail.name[j], " ",
+                              std::string(detail.name[j]) == "parameter index" ? param_text(detail.value[j])
+                                                                              : cat(detail.value[j]));
+        DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine disagree at ", here, " on the ", field, ": ",
+                 by_value(a.by_rank(val[i]), [&](int64_t v) { return is_param ? param_text(v) : cat(v); }),
+                 " (", others.empty() ? std::string() : cat("the same on every rank: ", others, "; "), sync_point_hint(p), ")");
+    }
+    if (!a.same(len) || !a.same(digest)) {
+        const auto name = [this](int64_t i) { return i >= 0 && i < num_params() ? params_[static_cast<size_t>(i)].name : std::string(); };
+        const std::string which = list_difference(world_, detail.list, name);
+        DSM_FAIL(DSM_ERR_MISMATCH, "the ranks of the engine disagree at ", here, " on the gradients in bucket ",
+                 bucket_, ": ", which, " (", sync_point_hint(p), ")");
+    }
     if (a.max(stopped) > 0) stop_pending_ = true;
 }
 
@@ -124,12 +216,12 @@ void Engine::drain_offload(dsm_status_t &status, std::string &why) {
 // What runs on every rank before a stage's collective at `point`: at a
 // bucket flush, the offload's gradients are added in first (its failure
 // becomes this rank's error); then the agreement that every rank is there.
-zero::Stage::Before Engine::at_point(SyncPoint point) {
-    return [this, point](int64_t detail) {
+zero::Stage::Before Engine::at_point(SyncPoint point, Call call) {
+    return [this, point, call](const PointDetail &detail) {
         std::string why;
         dsm_status_t status = DSM_SUCCESS;
         if (point == SyncPoint::FLUSH) drain_offload(status, why);
-        sync(point, detail, why, status);
+        sync(point, detail, why, status, call);
     };
 }
 
@@ -227,8 +319,8 @@ void Engine::step(dsm_step_info_t *info) {
         stage_->new_micro_step(false);
         // The agreement before the last bucket's reduction is a wait for
         // the ranks whose earlier reductions ended later, as the opening one.
-        const zero::Stage::Before flush_point = at_point(SyncPoint::FLUSH);
-        stage_->reduce(boundary, [this, &flush_point](int64_t detail) {
+        const zero::Stage::Before flush_point = at_point(SyncPoint::FLUSH, Call::STEP);
+        stage_->reduce(boundary, [this, &flush_point](const PointDetail &detail) {
             const double t0 = now();
             try {
                 flush_point(detail);
@@ -386,6 +478,9 @@ void Engine::step(dsm_step_info_t *info) {
         broken_ = true;
         throw;
     }
+    // The program now works on the next step: a message between two calls
+    // (the program's own MPI calls) names it.
+    watchdog::set_step(global_steps_, micro_steps_);
     step_info(info);
 }
 

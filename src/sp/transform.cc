@@ -295,7 +295,7 @@ void Context::transform(Direction dir, int n, const dsm_sp_tensor_t t[], const v
     a.throw_if_failed(); // every rank throws the lowest failing rank's error
     if (!a.same(fp)) {
         agree_same(comm, "the sequence-parallel tensors", canonical(dir, n, t));
-        DSM_FAIL(DSM_ERR_MISMATCH, "the sequence-parallel tensors differ across ranks (fingerprints differ)");
+        DSM_FAIL(DSM_ERR_MISMATCH, "the sequence-parallel tensors differ across ranks");
     }
 
     // Block layout: for peer j, tensor k's piece at sub[k][j] bytes into the
@@ -537,8 +537,10 @@ void Context::free(void **where) {
                     " was not returned by dsm_sp_alloc() of this context (or a copy of it was freed already)");
     });
     a.throw_if_failed();
-    DSM_REQUIRE(a.same(null), DSM_ERR_MISMATCH,
-                "some ranks passed NULL and others a pointer (frees are collective)");
+    if (!a.same(null))
+        DSM_FAIL(DSM_ERR_MISMATCH, "some ranks passed NULL and others a pointer (frees are collective): ",
+                 by_value(a.by_rank(null), [](int64_t v) { return std::string(v ? "NULL" : "a pointer"); }, "passed",
+                          "passed"));
     if (ptr == nullptr) return;
     allocations_.erase(ptr);
     backend_->free_shared(ptr);

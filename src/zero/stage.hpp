@@ -56,6 +56,7 @@
 #include "comm/backend.hpp"
 #include "comm/pipeline.hpp"
 #include "comm/qgz.hpp"
+#include "core/agree.hpp"
 #include "dsm.h"
 #include "zero/buffers.hpp"
 #include "zero/layout.hpp"
@@ -122,7 +123,9 @@ struct StageMemory {
 
 class Stage {
 public:
-    using Before = std::function<void(int64_t detail)>;
+    // Called on every rank before a collective, with what the ranks must
+    // agree on there (core/agree.hpp: the parameter, the range, the bucket).
+    using Before = std::function<void(const PointDetail &detail)>;
 
     // The stage of `s.stage` (0..3).
     static std::unique_ptr<Stage> create(const StageSettings &s);

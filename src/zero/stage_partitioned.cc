@@ -139,7 +139,7 @@ const void *Partitioned::acquire_param(int index, const Before &before) {
         const std::vector<int> list = prefetch_list(
             last_trace_, trace_pos_, index, budget, [this](int j) { return numel_of(j); },
             [this](int j) { return gathered(j); });
-        before(list.front());
+        before(PointDetail("parameter index", list.front()));
         gather(list);
     }
     if (at < last_trace_.size()) trace_pos_ = at + 1; // reused_soon() looks ahead from here
@@ -161,11 +161,9 @@ const void *Partitioned::acquire_param_range(int index, size_t offset, size_t co
         return static_cast<const char *>(param_flat_.data()) + a * esize_;
     }
     if (direct_) return static_cast<const char *>(param_part_.data()) + a * esize_;
-    uint64_t h = kFnv1aOffset;
-    h = fnv1a(&index, sizeof index, h);
-    h = fnv1a(&offset, sizeof offset, h);
-    h = fnv1a(&count, sizeof count, h);
-    before(static_cast<int64_t>(h >> 2));
+    before(PointDetail("parameter index", index)
+               .add("offset", static_cast<int64_t>(offset))
+               .add("count", static_cast<int64_t>(count)));
     Buffer &buf = range_params_[RangeKey{index, offset, count}];
     buf = pool_.take(count * esize_, false, memstat::Use::GATHERED);
     char *to = static_cast<char *>(buf.data());
@@ -310,7 +308,7 @@ void Partitioned::prefetch_ahead(size_t p, int index, const Before &before) {
         list.push_back(j);
     }
     if (list.empty()) return;
-    before(list.front());
+    before(PointDetail("parameter index", list.front()));
     gather(list);
 }
 
@@ -391,6 +389,7 @@ void Partitioned::publish(const float *master, const Update &update) {
 }
 
 void Partitioned::new_micro_step(bool forget) {
+    flush_index_ = 0;
     pipe_->wait_all(); // prefetches write the gathered buffers
     for (const auto &s : layout_->slots())
         if (!persistent(s.numel)) pool_.give(std::move(gathered_[static_cast<size_t>(s.param)]));
@@ -407,13 +406,11 @@ void Partitioned::new_micro_step(bool forget) {
 // share into its gradient partition.
 void Partitioned::flush(const Before &before) {
     // The bucket's parameters, in order, must be the same on every rank.
-    uint64_t h = kFnv1aOffset;
-    for (const auto &p : pending_) {
-        h = fnv1a(&p.param, sizeof p.param, h);
-        h = fnv1a(&p.offset, sizeof p.offset, h);
-        h = fnv1a(&p.count, sizeof p.count, h);
-    }
-    before(static_cast<int64_t>(h >> 2));
+    PointDetail bucket;
+    bucket.bucket = static_cast<int64_t>(flush_index_++);
+    for (const auto &p : pending_)
+        bucket.list.push_back(PointDetail::Entry{p.param, static_cast<int64_t>(p.offset), static_cast<int64_t>(p.count)});
+    before(bucket);
     if (pending_.empty()) return;
     auto job = std::make_shared<std::vector<Pending>>(std::move(pending_));
     pending_.clear();
@@ -432,6 +429,8 @@ void Partitioned::flush(const Before &before) {
         pipe_->wait(flushes_.front());
         flushes_.pop_front();
     }
+    // The reduction (on the progress thread too) is named by the bucket's index and parameters.
+    const watchdog::Context ctx("gradient bucket", "bucket", bucket.bucket, bucket.list_text());
     const comm::Pipeline::Ticket t =
         pipe_->submit([this, job, resident, user_holds] { reduce_pending(*job, resident, user_holds); });
     flushes_.push_back(t);
@@ -523,7 +522,7 @@ void Partitioned::reduce_pending(std::vector<Pending> &pending, int resident, bo
         size_t mine = 0;
         for (int q = 0; q < part_; ++q) mine += r.counts[static_cast<size_t>(q)];
         char *recv = buf + mine * csize_;
-        const watchdog::Context ctx("gradient reduce-scatter", "bucket", static_cast<int64_t>(k));
+        const watchdog::Context ctx("gradient reduce-scatter", "round", static_cast<int64_t>(k));
         dsm_dtype_t rd = cd; // the dtype of the reduced values at recv
         if (qgz_ || qgz_space_) {
             // qgZ: the sums in fp32, added into the partition below as the plain path's are.

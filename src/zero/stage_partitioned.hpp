@@ -297,6 +297,7 @@ private:
     // task) not yet waited for.
     comm::Pipeline::Ticket bucket_ticket_ = 0;
     std::deque<comm::Pipeline::Ticket> flushes_; // the reductions that may still run
+    size_t flush_index_ = 0;                     // the next bucket's index in this micro-step (messages)
     std::vector<comm::Pipeline::Ticket> gather_ticket_;
     std::vector<std::pair<size_t, comm::Pipeline::Ticket>> published_;
 };

@@ -243,7 +243,9 @@ private:
     // release) and submitted.
     void start_region(size_t k, const Before &before) {
         started_[k] = 1;
-        before(static_cast<int64_t>(k));
+        PointDetail region("bucket index", static_cast<int64_t>(k));
+        region.bucket = static_cast<int64_t>(k);
+        before(region);
         const size_t a = regions_[k].first, b = regions_[k].second;
         pipe_->submit([this, a, b] {
             const double t0 = MPI_Wtime();

@@ -15,7 +15,11 @@
 # down in its namespace) ends the job within DSM_COMM_TIMEOUT + 10 s with the
 # watchdog's message and exit status 75, and the job resumes at the step
 # `latest` names on both nodes, then on node0 alone (the node that dropped
-# left out).
+# left out); cut_off: at 2x1 with the kernel's default TCP settings, node1's
+# link set down during training: both ranks end with the watchdog's message
+# (rank 1 by itself, blocked in the program's own MPI_Allreduce: the MPI
+# profiling layer) and the launcher (scripts/launcher/dsm-run.sh) returns
+# within DSM_COMM_TIMEOUT + 30 s.
 #
 # Environment (make passes the first four):
 #   top_builddir, top_srcdir  the build and source trees
@@ -183,6 +187,74 @@ if wanted link_down && [ -x "$build/test/tools/make_checkpoint" ]; then # (built
         failed=$((failed + 1))
         echo "FAIL: 2x2 link_down ($why; log: $log)"
         failures+="2x2 link_down $log"$'\n'
+    fi
+fi
+# cut_off: 2 nodes x 1 rank, examples/c/train_mlp through
+# scripts/launcher/dsm-run.sh with DSM_WATCH_MPI=1 (the MPI profiling layer
+# preloaded), the kernel's default TCP settings (tcp_retries2 as the nodes
+# start), node1's link set down during training. Rank 1, cut off, blocked in
+# the program's own MPI_Allreduce (the loss average) or in libdsm, ends by
+# itself within DSM_COMM_TIMEOUT + 10 s with the watchdog's message; rank 0
+# too, with its message; the launcher returns within DSM_COMM_TIMEOUT + 30 s
+# with exit status 75. Each rank's stderr goes to a file of its own (rank
+# 1's could not reach mpiexec).
+if wanted cut_off && [ -x "$build/examples/c/train_mlp" ]; then
+    log=$out/cut_off.log
+    dir=$out/cut_off
+    limit=10
+    rm -rf "$dir" && mkdir -p "$dir"
+    for i in 0 1; do ip netns exec "${MN_NS_PREFIX:-mn-}node$i" sysctl -qw net.ipv4.tcp_retries2=15; done
+    # each rank's stderr to a file of its own too (rank 1's cannot reach mpiexec)
+    printf '#!/bin/bash\nexec "$@" 2> >(tee -a "%s/rank$OMPI_COMM_WORLD_RANK.err" >&2)\n' "$dir" >"$dir/rank_err.sh"
+    chmod +x "$dir/rank_err.sh"
+    LD_LIBRARY_PATH="$build/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    DSM_WATCH_MPI=1 DSM_MPIWATCH_LIB="$build/.libs/libdsm_mpiwatch.so" DSM_COMM_TIMEOUT=$limit MN_MAP=slot \
+        MN_TIMEOUT=150 "$src/scripts/launcher/dsm-run.sh" "$mn/run.sh" 2 1 -- "$dir/rank_err.sh" \
+        "$build/examples/c/train_mlp" "$src/examples/c/train_mlp.json" --steps 100000000 >"$log" 2>&1 &
+    job=$!
+    tries=0 # training: the loss printed a few times
+    while [ "$(grep -c "step=" "$log" 2>/dev/null)" -lt 2 ] && [ $tries -lt 600 ] && kill -0 $job 2>/dev/null; do
+        sleep 0.2
+        tries=$((tries + 1))
+    done
+    # rank 1's process, as the host sees it
+    r1=""
+    for p in $(pgrep -f "train_mlp $src/examples/c/train_mlp.json"); do
+        tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1" && r1=$p
+    done
+    t0=$(date +%s)
+    ip netns exec "${MN_NS_PREFIX:-mn-}node1" ip link set mn0 down
+    r1_took=-1
+    while :; do
+        now=$(($(date +%s) - t0))
+        if [ "$r1_took" -lt 0 ] && { [ -z "$r1" ] || ! kill -0 "$r1" 2>/dev/null; }; then r1_took=$now; fi
+        kill -0 $job 2>/dev/null || break
+        [ "$now" -lt 160 ] || break
+        sleep 0.5
+    done
+    rc=0
+    if kill -0 $job 2>/dev/null; then kill $job; rc=124; fi
+    wait $job || rc=$?
+    took=$(($(date +%s) - t0))
+    [ "$r1_took" -ge 0 ] || r1_took=$took
+    ip netns exec "${MN_NS_PREFIX:-mn-}node1" ip link set mn0 up
+    why=""
+    [ -n "$r1" ] || why="rank 1's process not found"
+    [ "$rc" = 75 ] || why="${why:+$why; }exit $rc, expected 75"
+    [ "$r1_took" -le $((limit + 10)) ] || why="${why:+$why; }rank 1 ended ${r1_took} s after the cut (bound $((limit + 10)) s)"
+    [ "$took" -le $((limit + 30)) ] || why="${why:+$why; }the launcher returned ${took} s after the cut (bound $((limit + 30)) s)"
+    for r in 0 1; do
+        grep -q "dsm watchdog: rank $r (host node$r, pid [0-9]*) has waited [0-9]* s (DSM_COMM_TIMEOUT=$limit)" "$dir/rank$r.err" 2>/dev/null ||
+            why="${why:+$why; }no watchdog message from rank $r in $dir/rank$r.err"
+    done
+    if [ -z "$why" ]; then
+        passed=$((passed + 1))
+        echo "PASS: 2x1 cut_off (rank 1 ended ${r1_took} s, the launcher ${took} s after the cut; DSM_COMM_TIMEOUT=$limit, tcp_retries2 15)"
+        sed -n '1,3p' "$dir/rank1.err" | sed 's/^/  rank 1: /'
+    else
+        failed=$((failed + 1))
+        echo "FAIL: 2x1 cut_off ($why; log: $log)"
+        failures+="2x1 cut_off $log"$'\n'
     fi
 fi
 took=$(($(date +%s) - start))

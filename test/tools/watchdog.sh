@@ -91,6 +91,8 @@ for c in $cases; do
             fail "$what: the message says nothing of the ranks that did not arrive: $(cat "$out")"
     fi
     msg=$(grep -m 1 "dsm watchdog:" "$out")
+    # No hash or fingerprint: a bucket by its index and parameters.
+    ! printf '%s\n' "$msg" | grep -q "[0-9]\{10\}" || fail "$what: the message prints a number of 10 digits or more: $msg"
     # Requeue: the same ranks, then fewer, each at exactly latest's step.
     tag=$(cat "$dir/latest") || fail "$what: no latest"
     step=${tag#global_step}

@@ -143,6 +143,33 @@ static void test_message(void **) {
         }).join();
         assert_true(has(there, "in dsm_step: gradient reduce-scatter, bucket 3: allgatherv, at step 41, micro-step 82."));
     }
+    {
+        // A bucket named by its index and parameters (a note), carried to
+        // another thread with its context; cut at kNote - 1 characters.
+        const wd::Context bucket("gradient bucket", "bucket", 2, "parameters 3 [0+64], 4 [0+17]");
+        const wd::Context::Saved saved = wd::Context::current();
+        std::string there;
+        std::thread([&] {
+            const wd::Context c(saved);
+            const wd::WaitScope w2("reduce_scatterv", nullptr);
+            there = wd::describe_current(1);
+        }).join();
+        assert_true(has(there, "in gradient bucket, bucket 2 (parameters 3 [0+64], 4 [0+17]): reduce_scatterv"));
+        const wd::Context longer("more", "bucket", 5, std::string(500, 'x'));
+        const wd::WaitScope w3("allreduce", nullptr);
+        const std::string m = wd::describe_current(1);
+        assert_true(has(m, ("more, bucket 5 (" + std::string(wd::kNote - 4, 'x') + "...): allreduce").c_str()));
+        // The program's own MPI call (the MPI profiling layer): nothing opens
+        // while a wait of libdsm is open on this thread.
+        assert_false(wd::open_program_wait("the program's own MPI call", nullptr, -1, "MPI_Allreduce", nullptr));
+    }
+    {
+        assert_true(wd::open_program_wait("the program's own MPI call (outside libdsm)", "source rank", 1, "MPI_Recv", &g));
+        const std::string m = wd::describe_current(3);
+        assert_true(has(m, "in the program's own MPI call (outside libdsm), source rank 1: shm MPI_Recv over data_parallel"));
+        wd::close_program_wait();
+        assert_true(wd::describe_current(1).empty());
+    }
     assert_true(wd::describe_current(1).empty());
     // Without arrival information: says that MPI does not tell.
     wd::Group m;
