@@ -135,11 +135,16 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
 /* ------------------------------------------------------------ matmul */
 
 void matmul_forward(float *out, const float *inp, const float *w, const float *b, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, 0.0f, out, OC);
-    if (b == NULL) return;
+    if (b == NULL) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, 0.0f, out, OC);
+        return;
+    }
+    /* The bias in the product's own pass: out starts as the bias rows and
+     * sgemm adds into it (beta 1), where beta 0 would zero it first and a
+     * second pass would add the bias. */
 #pragma omp parallel for
-    for (int n = 0; n < N; ++n)
-        for (int o = 0; o < OC; ++o) out[(size_t)n * OC + o] += b[o];
+    for (int n = 0; n < N; ++n) memcpy(out + (size_t)n * OC, b, (size_t)OC * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, 1.0f, out, OC);
 }
 
 void matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -160,6 +165,20 @@ void matmul_backward(float *dinp, float *dw, float *db, const float *dout, const
 }
 
 /* ------------------------------------------------------------ attention */
+
+/* The calling thread's scratch of at least n floats, kept for its next
+ * call: a T x T buffer is above malloc's mmap threshold, so a fresh one per
+ * call would page-fault its way in every layer. Kept until the thread ends. */
+static float *thread_scratch(size_t n) {
+    static _Thread_local float *buf;
+    static _Thread_local size_t cap;
+    if (cap < n) {
+        free(buf);
+        buf = malloc(n * sizeof(float));
+        cap = buf ? n : 0;
+    }
+    return buf;
+}
 
 void attention_forward(float *out, int ostride, float *att, const float *q, const float *k,
                        const float *v, int stride, int B, int T, int NH, int hs) {
@@ -192,7 +211,7 @@ void attention_backward(float *dq, float *dk, float *dv, int stride, const float
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
     {
-        float *dP = malloc((size_t)T * T * sizeof(float));
+        float *dP = thread_scratch((size_t)T * T);
 #pragma omp for collapse(2)
         for (int b = 0; b < B; ++b)
             for (int h = 0; h < NH; ++h) {
@@ -219,7 +238,6 @@ void attention_backward(float *dq, float *dk, float *dv, int stride, const float
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dP, T, q + base, stride,
                             0.0f, dk + base, stride);
             }
-        free(dP);
     }
 }
 
