@@ -135,11 +135,16 @@ void layernorm_backward(float *dinp, float *dw, float *db, const float *dout, co
 /* ------------------------------------------------------------ matmul */
 
 void matmul_forward(float *out, const float *inp, const float *w, const float *b, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, 0.0f, out, OC);
-    if (b == NULL) return;
+    if (b == NULL) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, 0.0f, out, OC);
+        return;
+    }
+    /* The bias in the product's own pass: out starts as the bias rows and
+     * sgemm adds into it (beta 1), where beta 0 would zero it first and a
+     * second pass would add the bias. */
 #pragma omp parallel for
-    for (int n = 0; n < N; ++n)
-        for (int o = 0; o < OC; ++o) out[(size_t)n * OC + o] += b[o];
+    for (int n = 0; n < N; ++n) memcpy(out + (size_t)n * OC, b, (size_t)OC * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, OC, C, 1.0f, inp, C, w, OC, 1.0f, out, OC);
 }
 
 void matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
@@ -161,6 +166,25 @@ void matmul_backward(float *dinp, float *dw, float *db, const float *dout, const
 
 /* ------------------------------------------------------------ attention */
 
+/* The calling thread's scratch of at least n floats, kept for its next
+ * call: a T x T buffer is above malloc's mmap threshold, so a fresh one per
+ * call would page-fault its way in every layer. Kept until the thread ends. */
+static float *thread_scratch(size_t n) {
+    static _Thread_local float *buf;
+    static _Thread_local size_t cap;
+    if (cap < n) {
+        free(buf);
+        buf = malloc(n * sizeof(float));
+        cap = buf ? n : 0;
+    }
+    return buf;
+}
+
+/* Rows of queries per block: a block's scores are taken against the keys up
+ * to its last row only (the causal mask's zeros above are never computed),
+ * so the products cover about half the square. */
+#define ATT_ROWS 64
+
 void attention_forward(float *out, int ostride, float *att, const float *q, const float *k,
                        const float *v, int stride, int B, int T, int NH, int hs) {
     const float scale = 1.0f / sqrtf((float)hs);
@@ -169,20 +193,23 @@ void attention_forward(float *out, int ostride, float *att, const float *q, cons
         for (int h = 0; h < NH; ++h) {
             const size_t base = (size_t)b * T * stride + (size_t)h * hs;
             float *P = att + ((size_t)b * NH + h) * T * T;
-            /* S = scale q k^T (the whole square; the mask below keeps j <= i) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q + base, stride,
-                        k + base, stride, 0.0f, P, T);
-            for (int i = 0; i < T; ++i) {
-                float *p = P + (size_t)i * T, mx = -INFINITY, sum = 0.0f;
-                for (int j = 0; j <= i; ++j) mx = p[j] > mx ? p[j] : mx;
-                for (int j = 0; j <= i; ++j) sum += (p[j] = expf(p[j] - mx));
-                const float inv = 1.0f / sum;
-                for (int j = 0; j <= i; ++j) p[j] *= inv;
-                for (int j = i + 1; j < T; ++j) p[j] = 0.0f;
+            for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
+                const int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
+                /* S = scale q k^T for rows i0..i1-1 and keys 0..i1-1 */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, scale,
+                            q + base + (size_t)i0 * stride, stride, k + base, stride, 0.0f, P + (size_t)i0 * T, T);
+                for (int i = i0; i < i1; ++i) {
+                    float *p = P + (size_t)i * T, mx = -INFINITY, sum = 0.0f;
+                    for (int j = 0; j <= i; ++j) mx = p[j] > mx ? p[j] : mx;
+                    for (int j = 0; j <= i; ++j) sum += (p[j] = expf(p[j] - mx));
+                    const float inv = 1.0f / sum;
+                    for (int j = 0; j <= i; ++j) p[j] *= inv;
+                    for (int j = i + 1; j < T; ++j) p[j] = 0.0f;
+                }
+                /* out = P v over the same keys */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, P + (size_t)i0 * T, T,
+                            v + base, stride, 0.0f, out + ((size_t)b * T + i0) * ostride + (size_t)h * hs, ostride);
             }
-            /* out = P v */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, v + base, stride,
-                        0.0f, out + (size_t)b * T * ostride + (size_t)h * hs, ostride);
         }
 }
 
@@ -192,7 +219,7 @@ void attention_backward(float *dq, float *dk, float *dv, int stride, const float
     const float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
     {
-        float *dP = malloc((size_t)T * T * sizeof(float));
+        float *dP = thread_scratch((size_t)T * T);
 #pragma omp for collapse(2)
         for (int b = 0; b < B; ++b)
             for (int h = 0; h < NH; ++h) {
@@ -200,26 +227,34 @@ void attention_backward(float *dq, float *dk, float *dv, int stride, const float
                 const size_t base = (size_t)b * T * stride + (size_t)h * hs;
                 const float *dO = dout + (size_t)b * T * ostride + (size_t)h * hs;
                 const float *P = att + ((size_t)b * NH + h) * T * T;
-                /* dv = P^T dout; dP = dout v^T */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, dO, ostride,
-                            0.0f, dv + base, stride);
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dO, ostride, v + base,
-                            stride, 0.0f, dP, T);
-                /* through the softmax: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik), times the scale */
-                for (int i = 0; i < T; ++i) {
-                    const float *p = P + (size_t)i * T;
-                    float *d = dP + (size_t)i * T, dot = 0.0f;
-                    for (int j = 0; j <= i; ++j) dot += p[j] * d[j];
-                    for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot) * scale;
-                    for (int j = i + 1; j < T; ++j) d[j] = 0.0f;
+                for (int i0 = 0; i0 < T; i0 += ATT_ROWS) {
+                    const int i1 = i0 + ATT_ROWS < T ? i0 + ATT_ROWS : T;
+                    /* dP = dout v^T, rows i0..i1-1, keys 0..i1-1 */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, i1, hs, 1.0f,
+                                dO + (size_t)i0 * ostride, ostride, v + base, stride, 0.0f, dP + (size_t)i0 * T, T);
+                    /* through the softmax: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik), times the scale */
+                    for (int i = i0; i < i1; ++i) {
+                        const float *p = P + (size_t)i * T;
+                        float *d = dP + (size_t)i * T, dot = 0.0f;
+                        for (int j = 0; j <= i; ++j) dot += p[j] * d[j];
+                        for (int j = 0; j <= i; ++j) d[j] = p[j] * (d[j] - dot) * scale;
+                        for (int j = i + 1; j < i1; ++j) d[j] = 0.0f;
+                    }
+                    /* dq = dS k over the same keys */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, hs, i1, 1.0f, dP + (size_t)i0 * T, T,
+                                k + base, stride, 0.0f, dq + base + (size_t)i0 * stride, stride);
                 }
-                /* dq = dS k; dk = dS^T q */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, dP, T, k + base, stride,
-                            0.0f, dq + base, stride);
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, dP, T, q + base, stride,
-                            0.0f, dk + base, stride);
+                /* dv = P^T dout and dk = dS^T q, keys j0..j1-1 from the rows that see them (j0..T-1) */
+                for (int j0 = 0; j0 < T; j0 += ATT_ROWS) {
+                    const int j1 = j0 + ATT_ROWS < T ? j0 + ATT_ROWS : T;
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f,
+                                P + (size_t)j0 * T + j0, T, dO + (size_t)j0 * ostride, ostride, 0.0f,
+                                dv + base + (size_t)j0 * stride, stride);
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, j1 - j0, hs, T - j0, 1.0f,
+                                dP + (size_t)j0 * T + j0, T, q + base + (size_t)j0 * stride, stride, 0.0f,
+                                dk + base + (size_t)j0 * stride, stride);
+                }
             }
-        free(dP);
     }
 }
 

@@ -33,6 +33,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# Attention through F.scaled_dot_product_attention where this PyTorch has it
+# (2.0 and later; DSM_REFERENCE_SDPA=0 for the explicit softmax), else written out.
+USE_SDPA = hasattr(F, "scaled_dot_product_attention") and os.environ.get("DSM_REFERENCE_SDPA", "1") != "0"
+
 PRESETS = {  # layers, heads, width, context, vocabulary
     "tiny": (2, 4, 32, 32, 256),
     "small": (4, 4, 256, 256, 256),
@@ -98,6 +102,9 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v))
+        if USE_SDPA:  # PyTorch 2.x's fused attention (no T x T matrix kept)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
         att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.NH)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
@@ -268,7 +275,8 @@ def train_worker(rank, args):
             print(f"step {step + 1:5d}  loss {total:.6f}  {dt * 1e3:.1f} ms", flush=True)
     if rank == 0 and timed:
         print(f"figures: {timed * args.batch * T / t_sum:.1f} tokens/s over {timed} steps "
-              f"({world} ranks x {args.threads} threads)", flush=True)
+              f"({world} ranks x {args.threads} threads; PyTorch {torch.__version__}, attention "
+              f"{'scaled_dot_product_attention' if USE_SDPA else 'explicit softmax'})", flush=True)
     if world > 1:
         torch.distributed.destroy_process_group()
 

@@ -83,6 +83,12 @@ static double f_attention(void) {
     attention_forward(OUT, C, ATT, QKV, QKV + C, QKV + 2 * C, 3 * C, B, T, NH, C / NH);
     return dot(OUT, R, N * C);
 }
+/* attention over more tokens than one block of query rows (70 = 64 + 6) */
+enum { T2 = 70, B2 = 1, NH2 = 2, C2 = 8 };
+static double f_attention_long(void) {
+    attention_forward(OUT, C2, ATT, QKV, QKV + C2, QKV + 2 * C2, 3 * C2, B2, T2, NH2, C2 / NH2);
+    return dot(OUT, R, B2 * T2 * C2);
+}
 static double f_gelu(void) {
     gelu_forward(OUT, X, N * C);
     return dot(OUT, R, N * C);
@@ -134,6 +140,18 @@ int main(void) {
         attention_backward(dqkv, dqkv + C, dqkv + 2 * C, 3 * C, R, C, ATT, QKV, QKV + C, QKV + 2 * C, B, T, NH, C / NH);
         check("attention", "qkv", QKV, N * 3 * C, dqkv, f_attention);
         free(dqkv), free(QKV), free(ATT), free(R);
+    }
+    { /* attention over two blocks of query rows, the second partial */
+        float *keep = OUT;
+        OUT = zeros(B2 * T2 * C2);
+        QKV = rand_vec(B2 * T2 * 3 * C2, 1.0f), ATT = zeros(B2 * NH2 * T2 * T2), R = rand_vec(B2 * T2 * C2, 1.0f);
+        float *dqkv = zeros(B2 * T2 * 3 * C2);
+        f_attention_long();
+        attention_backward(dqkv, dqkv + C2, dqkv + 2 * C2, 3 * C2, R, C2, ATT, QKV, QKV + C2, QKV + 2 * C2, B2, T2,
+                           NH2, C2 / NH2);
+        check("attention", "qkv T70", QKV, B2 * T2 * 3 * C2, dqkv, f_attention_long);
+        free(dqkv), free(QKV), free(ATT), free(R), free(OUT);
+        OUT = keep;
     }
     { /* gelu */
         X = rand_vec(N * C, 3.0f), R = rand_vec(N * C, 1.0f);
