@@ -14,3 +14,5 @@ fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d) || fail "mktemp"
 trap 'rm -rf "$tmp"' EXIT
 shard() { "$shard_tool" --synthetic "$1" "$tmp/data.bin" >/dev/null || fail "gpt_shard"; }
+# The regular expression of a number as printf writes one: not nan, -nan, inf.
+number_re='^[-+]?[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?$'
