@@ -81,27 +81,33 @@ for case in '3 "bf16": {"enabled": true}' '2 "fp16": {"enabled": true, "initial_
     echo "ok: 2 ranks, ZeRO-$stage, ${case#* }"
 done
 
-# Bad input: every rank fails with a message naming it, nobody hangs.
+# Bad input: every rank fails with a message naming it, nobody hangs (a
+# run that prints its error and then hangs until timeout fails the test).
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/missing.bin" 2>&1) && fail "a missing shard ran: $out"
+out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/missing.bin" 2>&1)
+refused $? "a missing shard" "$out"
 [ "$(echo "$out" | grep -c "cannot open the token shard $tmp/missing.bin")" -eq 2 ] || fail "missing shard: $out"
 printf 'not a shard at all, but long enough to hold a header? no' > "$tmp/bad.bin"
 head -c 2048 /dev/zero >> "$tmp/bad.bin"
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/bad.bin" 2>&1) && fail "a bad shard ran: $out"
+out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/bad.bin" 2>&1)
+refused $? "a bad shard" "$out"
 [ "$(echo "$out" | grep -c "not a token shard")" -eq 2 ] || fail "bad shard: $out"
 "$shard_tool" --synthetic 1000 "$tmp/v.bin" --vocab 300 >/dev/null || fail "gpt_shard --vocab 300"
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/v.bin" 2>&1) && fail "tokens past the vocabulary ran"
+out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/v.bin" 2>&1)
+refused $? "tokens past the vocabulary" "$out"
 echo "$out" | grep -q "outside the vocabulary of 256" || fail "tokens past the vocabulary: $out"
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 3 "$bin" "$(config 0 '"sequence_parallel_size": 3')" --data "$tmp/data.bin" --ctx 33 2>&1) &&
-    fail "sequence parallelism 3 over 4 heads ran"
+out=$(timeout 60 $launcher -n 3 "$bin" "$(config 0 '"sequence_parallel_size": 3')" --data "$tmp/data.bin" --ctx 33 2>&1)
+refused $? "sequence parallelism 3 over 4 heads" "$out"
 echo "$out" | grep -q "sequence parallelism 3 must divide the context 33 and the heads 4" || fail "SP 3: $out"
 # shellcheck disable=SC2086 # MPIEXEC may carry options
-out=$(timeout 60 $launcher -n 1 "$bin" --data "$tmp/data.bin" --width 30 2>&1) && fail "width 30 over 4 heads ran"
+out=$(timeout 60 $launcher -n 1 "$bin" --data "$tmp/data.bin" --width 30 2>&1)
+refused $? "width 30 over 4 heads" "$out"
 echo "$out" | grep -q "width 30 is not a multiple of heads 4" || fail "width 30: $out"
-out=$("$shard_tool" --synthetic 0 "$tmp/z.bin" 2>&1) && fail "gpt_shard --synthetic 0 ran"
+out=$(timeout 60 "$shard_tool" --synthetic 0 "$tmp/z.bin" 2>&1)
+refused $? "gpt_shard --synthetic 0" "$out"
 echo "$out" | grep -q 'N must be a positive integer, got "0"' || fail "gpt_shard 0: $out"
 echo "ok: bad input fails cleanly"
 
