@@ -73,6 +73,14 @@ static inline void test_find_nodes(void) {
     for (int r = 0; r < test_size; ++r) test_nnodes += test_node_of[r] == r;
 }
 
+/* Wall-clock deadlines (a call ends within so many seconds) are asserted
+   only where DSM_TEST_DEADLINES=1: the multinode stage sets it; `make check`
+   asserts statuses and messages, and its outer timeout is the hang guard. */
+static inline int test_deadlines(void) {
+    const char *e = getenv("DSM_TEST_DEADLINES");
+    return e != NULL && strcmp(e, "1") == 0;
+}
+
 /* Assert a call succeeded, showing the library's message when it did not. */
 #define ASSERT_OK(call)                                                                  \
     do {                                                                                 \

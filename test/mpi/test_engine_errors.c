@@ -459,10 +459,21 @@ static void test_wait_timer(void **state) {
     if (test_rank == test_size - 1) usleep(300000);
     ASSERT_OK(dsm_step(e, NULL));
     const double waited = described_timer(e, "wait") - before, reduced = described_timer(e, "reduce") - reduce0;
-    if (test_size > 1 && test_rank == 0 && waited < 0.2)
-        fail_msg("rank 0 waited %.3f s for a rank 0.3 s late (reduce took %.3f s)", waited, reduced);
-    if (reduced >= 0.2) fail_msg("the late rank's 0.3 s counted in the reduction timer (%.3f s)", reduced);
-    if (test_size == 1 && waited >= 0.2) fail_msg("one rank waited %.3f s", waited);
+    /* The timers move forward, and a rank that waited for a peer counts
+       some wait; rank 0 arrives long before the late rank, so most of what
+       it spends in the step is the wait, not the reduction. */
+    if (!(waited >= 0 && reduced >= 0)) fail_msg("timers went back: wait %+.3f s, reduce %+.3f s", waited, reduced);
+    if (test_size > 1 && test_rank == 0 && !(waited > 0))
+        fail_msg("rank 0 counted no wait for a rank 0.3 s late (reduce took %.3f s)", reduced);
+    /* The figures against the 0.3 s: deadlines, asserted where they are
+       meaningful (DSM_TEST_DEADLINES=1, the multinode stage), not on a
+       loaded machine. */
+    if (test_deadlines()) {
+        if (test_size > 1 && test_rank == 0 && waited < 0.2)
+            fail_msg("rank 0 waited %.3f s for a rank 0.3 s late (reduce took %.3f s)", waited, reduced);
+        if (reduced >= 0.2) fail_msg("the late rank's 0.3 s counted in the reduction timer (%.3f s)", reduced);
+        if (test_size == 1 && waited >= 0.2) fail_msg("one rank waited %.3f s", waited);
+    }
     ASSERT_OK(dsm_engine_free(&e));
 }
 

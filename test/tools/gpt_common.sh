@@ -14,3 +14,12 @@ fail() { echo "FAIL: $*"; exit 1; }
 tmp=$(mktemp -d) || fail "mktemp"
 trap 'rm -rf "$tmp"' EXIT
 shard() { "$shard_tool" --synthetic "$1" "$tmp/data.bin" >/dev/null || fail "gpt_shard"; }
+# refused RC WHAT OUTPUT: a run that must fail failed cleanly: not 0, and
+# neither timeout's 124 or 137 (it hung after its message) nor a death by a
+# signal (128 + N).
+refused() {
+    [ "$1" -ne 0 ] || fail "$2 ran: $3"
+    [ "$1" -ne 124 ] && [ "$1" -lt 128 ] || fail "$2: exit status $1 (a hang or a signal), expected a clean failure: $3"
+}
+# The regular expression of a number as printf writes one: not nan, -nan, inf.
+number_re='^[-+]?[0-9]+([.][0-9]*)?([eE][-+]?[0-9]+)?$'

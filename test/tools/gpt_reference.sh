@@ -29,7 +29,7 @@ echo "$out" | tail -n 1
 "$py" "$ref" init --preset tiny --out "$tmp/other.safetensors" >/dev/null || fail "reference init"
 sed 's/ln_f.bias/ln_g.bias/' "$tmp/other.safetensors" > "$tmp/renamed.safetensors"
 # shellcheck disable=SC2086
-out=$(timeout 120 $launcher -n 1 "$bin" "$config" --data "$tmp/data.bin" --init "$tmp/renamed.safetensors" 2>&1) &&
-    fail "weights with a wrong name loaded"
+out=$(timeout 120 $launcher -n 1 "$bin" "$config" --data "$tmp/data.bin" --init "$tmp/renamed.safetensors" 2>&1)
+refused $? "weights with a wrong name" "$out"
 echo "$out" | grep -q "ln_g.bias" || fail "the error does not name the unexpected tensor: $out"
 echo "ok: loss and gradients equal the PyTorch reference's"

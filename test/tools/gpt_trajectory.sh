@@ -32,7 +32,7 @@ run() {
 steps() { echo "$out" | awk '$1 == "step" { print $4; print $8 }'; }
 # maxrel REF FILE: the largest relative difference of two files of numbers.
 maxrel() {
-    awk 'function num(s) { return s ~ /^[-+]?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ }
+    awk -v re="$number_re" 'function num(s) { return s ~ re }
          NR == FNR { if (!num($1)) bad = 1; r[FNR] = $1; n = FNR; next }
          { if (!num($1)) bad = 1; d = ($1 - r[FNR]) / r[FNR]; if (d < 0) d = -d; if (d > m) m = d; c = FNR }
          END { if (bad || c != n || n == 0) { print "unreadable"; exit 1 } printf "%.3g\n", m + 0 }' "$1" "$2"
@@ -73,32 +73,41 @@ echo "ok: 1 x 2 (DP x SP), ZeRO-3 (relative difference $d)"
 for case in '3 "bf16": {"enabled": true}' '2 "fp16": {"enabled": true, "initial_scale_power": 12}'; do
     stage=${case%% *}
     run 2 "$stage" "${case#* }" || fail "2 ranks, ZeRO-$stage, ${case#* }: $out"
-    echo "$out" | awk '$1 == "step" { if (!first) first = $4; last = $4 }
-                       END { exit !(first > 0 && last < first) }' || fail "${case#* }: the loss did not fall: $out"
+    # Numbers only (a -nan compares as a string below the first loss), 5 of
+    # them, compared as numbers.
+    echo "$out" | awk -v re="$number_re" '$1 == "step" { if ($4 !~ re) bad = 1; if (!c++) first = $4 + 0; last = $4 + 0 }
+                       END { exit bad || c != 5 || !(first > 0 && last < first) }' ||
+        fail "${case#* }: the loss did not fall: $out"
     echo "ok: 2 ranks, ZeRO-$stage, ${case#* }"
 done
 
-# Bad input: every rank fails with a message naming it, nobody hangs.
+# Bad input: every rank fails with a message naming it, nobody hangs (a
+# run that prints its error and then hangs until timeout fails the test).
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/missing.bin" 2>&1) && fail "a missing shard ran: $out"
+out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/missing.bin" 2>&1)
+refused $? "a missing shard" "$out"
 [ "$(echo "$out" | grep -c "cannot open the token shard $tmp/missing.bin")" -eq 2 ] || fail "missing shard: $out"
 printf 'not a shard at all, but long enough to hold a header? no' > "$tmp/bad.bin"
 head -c 2048 /dev/zero >> "$tmp/bad.bin"
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/bad.bin" 2>&1) && fail "a bad shard ran: $out"
+out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/bad.bin" 2>&1)
+refused $? "a bad shard" "$out"
 [ "$(echo "$out" | grep -c "not a token shard")" -eq 2 ] || fail "bad shard: $out"
 "$shard_tool" --synthetic 1000 "$tmp/v.bin" --vocab 300 >/dev/null || fail "gpt_shard --vocab 300"
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/v.bin" 2>&1) && fail "tokens past the vocabulary ran"
+out=$(timeout 60 $launcher -n 2 "$bin" "$(config 0)" --data "$tmp/v.bin" 2>&1)
+refused $? "tokens past the vocabulary" "$out"
 echo "$out" | grep -q "outside the vocabulary of 256" || fail "tokens past the vocabulary: $out"
 # shellcheck disable=SC2086
-out=$(timeout 60 $launcher -n 3 "$bin" "$(config 0 '"sequence_parallel_size": 3')" --data "$tmp/data.bin" --ctx 33 2>&1) &&
-    fail "sequence parallelism 3 over 4 heads ran"
+out=$(timeout 60 $launcher -n 3 "$bin" "$(config 0 '"sequence_parallel_size": 3')" --data "$tmp/data.bin" --ctx 33 2>&1)
+refused $? "sequence parallelism 3 over 4 heads" "$out"
 echo "$out" | grep -q "sequence parallelism 3 must divide the context 33 and the heads 4" || fail "SP 3: $out"
 # shellcheck disable=SC2086 # MPIEXEC may carry options
-out=$(timeout 60 $launcher -n 1 "$bin" --data "$tmp/data.bin" --width 30 2>&1) && fail "width 30 over 4 heads ran"
+out=$(timeout 60 $launcher -n 1 "$bin" --data "$tmp/data.bin" --width 30 2>&1)
+refused $? "width 30 over 4 heads" "$out"
 echo "$out" | grep -q "width 30 is not a multiple of heads 4" || fail "width 30: $out"
-out=$("$shard_tool" --synthetic 0 "$tmp/z.bin" 2>&1) && fail "gpt_shard --synthetic 0 ran"
+out=$(timeout 60 "$shard_tool" --synthetic 0 "$tmp/z.bin" 2>&1)
+refused $? "gpt_shard --synthetic 0" "$out"
 echo "$out" | grep -q 'N must be a positive integer, got "0"' || fail "gpt_shard 0: $out"
 echo "ok: bad input fails cleanly"
 

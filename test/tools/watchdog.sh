@@ -4,8 +4,10 @@
 # backends, overlap_comm off and on (a progress thread under
 # MPI_THREAD_MULTIPLE), a job trains with a checkpoint every 10 steps until one
 # of its ranks is stopped; then
-#   - the whole job ends within DSM_COMM_TIMEOUT + 10 s, with exit status 75
-#     (the watchdog's, through MPI_Abort) and the message naming the wait;
+#   - the whole job ends (under the outer timeout, the hang guard) with exit
+#     status 75 (the watchdog's, through MPI_Abort) and the message naming
+#     the wait; how soon (DSM_COMM_TIMEOUT + 10 s) is a deadline, asserted by
+#     the multinode stage's link_down, not on a loaded machine here;
 #     in a collective of the shm backend the message names the stopped rank
 #     as the one that did not arrive (or says that every rank of the node
 #     reached the synchronization), elsewhere that MPI cannot tell;
@@ -23,7 +25,6 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 if [ "$(id -u)" = 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 unset DSM_CKPT_FAULT DSM_NCCL_TIMEOUT
 timeout_s=3
-bound=$((timeout_s + 10))
 rows=2000
 cases=${DSM_WATCHDOG_CASES:-"2:mpi:0 2:shm:0 2:mpi:1 2:shm:1 4:mpi:0 4:shm:0 4:mpi:1 4:shm:1"}
 base=$(mktemp -d) || fail "mktemp"
@@ -63,7 +64,7 @@ for c in $cases; do
     [ $# = "$np" ] || { kill -9 $pids 2>/dev/null; wait $job; fail "$what: found $# ranks, expected $np: $pids"; }
     victim=$2
     vrank=$(tr '\0' '\n' < /proc/"$victim"/environ 2>/dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p;s/^PMI_RANK=//p' | head -n 1)
-    start=$(date +%s)
+    start=$(date +%s) # (reported below, not asserted)
     kill -STOP "$victim"
     rc=0
     wait $job || rc=$?
@@ -74,7 +75,6 @@ for c in $cases; do
         fail "$what: processes left after the job ended: $left"
     fi
     [ "$rc" = 75 ] || fail "$what: exit status $rc, expected 75 (the watchdog's); output: $(cat "$out")"
-    [ "$took" -le "$bound" ] || fail "$what: the job took ${took} s to end after the stop (bound ${bound} s)"
     grep -q "dsm watchdog: rank [0-9]* (host .*) has waited [0-9]* s (DSM_COMM_TIMEOUT=$timeout_s) in " "$out" ||
         fail "$what: no watchdog message: $(cat "$out")"
     grep -q "looks the same as a stalled" "$out" || fail "$what: the message does not warn about the program's own code"
@@ -104,5 +104,5 @@ for c in $cases; do
     echo "$what: rank ${vrank:-?} stopped; the job ended in ${took} s with status 75; resumed at step $step on $np and $((np / 2)) ranks"
     echo "  $msg"
 done
-echo "PASS: every stopped job ended within DSM_COMM_TIMEOUT + 10 s with status 75 and resumed where latest says"
+echo "PASS: every stopped job ended with status 75 and resumed where latest says"
 exit 0
