@@ -1448,20 +1448,12 @@ contains
     integer, intent(in) :: flags
     integer(c_int8_t), dimension(:), allocatable, intent(out), optional :: client_state
     integer, intent(out), optional :: ierr
-    integer(c_int8_t), dimension(:), pointer :: bytes
     type(c_ptr) :: blob
     integer(c_size_t) :: n
     integer(c_int) :: st
 
     call load_ckpt_common(engine, dir, tag, flags, present(client_state), blob, n, st)
-    if (present(client_state)) then
-       allocate(client_state(n))
-       if (n > 0) then
-          call c_f_pointer(blob, bytes, [n])
-          client_state = bytes
-       end if
-    end if
-    call c_dsm_free(blob)
+    call take_client_bytes(blob, n, client_state)
     call finish(st, 'dsm_engine_load_checkpoint', ierr)
   end subroutine load_ckpt_bytes
 
@@ -1471,13 +1463,40 @@ contains
     integer, intent(in) :: flags
     character(len=:), allocatable, intent(out) :: client_state
     integer, intent(out), optional :: ierr
-    character(kind=c_char), dimension(:), pointer :: chars
     type(c_ptr) :: blob
     integer(c_size_t) :: n
     integer(c_int) :: st
-    integer :: i
 
     call load_ckpt_common(engine, dir, tag, flags, .true., blob, n, st)
+    call take_client_text(blob, n, client_state)
+    call finish(st, 'dsm_engine_load_checkpoint', ierr)
+  end subroutine load_ckpt_text
+
+  ! C's copy of a client state (blob, n bytes) as Fortran bytes (when
+  ! client_state is present) or text; C's copy is freed.
+  subroutine take_client_bytes(blob, n, client_state)
+    type(c_ptr), intent(in) :: blob
+    integer(c_size_t), intent(in) :: n
+    integer(c_int8_t), dimension(:), allocatable, intent(out), optional :: client_state
+    integer(c_int8_t), dimension(:), pointer :: bytes
+
+    if (present(client_state)) then
+       allocate(client_state(n))
+       if (n > 0) then
+          call c_f_pointer(blob, bytes, [n])
+          client_state = bytes
+       end if
+    end if
+    call c_dsm_free(blob)
+  end subroutine take_client_bytes
+
+  subroutine take_client_text(blob, n, client_state)
+    type(c_ptr), intent(in) :: blob
+    integer(c_size_t), intent(in) :: n
+    character(len=:), allocatable, intent(out) :: client_state
+    character(kind=c_char), dimension(:), pointer :: chars
+    integer :: i
+
     allocate(character(len=n) :: client_state)
     if (n > 0) then
        call c_f_pointer(blob, chars, [n])
@@ -1486,8 +1505,7 @@ contains
        end do
     end if
     call c_dsm_free(blob)
-    call finish(st, 'dsm_engine_load_checkpoint', ierr)
-  end subroutine load_ckpt_text
+  end subroutine take_client_text
 
   subroutine load_ckpt_ptr(engine, dir, tag, flags, client_state, size, ierr)
     type(dsm_engine_t), intent(in) :: engine
@@ -1536,20 +1554,12 @@ contains
     logical, intent(out) :: resumed
     integer(c_int8_t), dimension(:), allocatable, intent(out), optional :: client_state
     integer, intent(out), optional :: ierr
-    integer(c_int8_t), dimension(:), pointer :: bytes
     type(c_ptr) :: blob
     integer(c_size_t) :: n
     integer(c_int) :: st
 
     call resume_common(engine, dir, flags, resumed, present(client_state), blob, n, st)
-    if (present(client_state)) then
-       allocate(client_state(n))
-       if (n > 0) then
-          call c_f_pointer(blob, bytes, [n])
-          client_state = bytes
-       end if
-    end if
-    call c_dsm_free(blob)
+    call take_client_bytes(blob, n, client_state)
     call finish(st, 'dsm_engine_resume', ierr)
   end subroutine resume_bytes
 
@@ -1560,21 +1570,12 @@ contains
     logical, intent(out) :: resumed
     character(len=:), allocatable, intent(out) :: client_state
     integer, intent(out), optional :: ierr
-    character(kind=c_char), dimension(:), pointer :: chars
     type(c_ptr) :: blob
     integer(c_size_t) :: n
     integer(c_int) :: st
-    integer :: i
 
     call resume_common(engine, dir, flags, resumed, .true., blob, n, st)
-    allocate(character(len=n) :: client_state)
-    if (n > 0) then
-       call c_f_pointer(blob, chars, [n])
-       do i = 1, int(n)
-          client_state(i:i) = chars(i)
-       end do
-    end if
-    call c_dsm_free(blob)
+    call take_client_text(blob, n, client_state)
     call finish(st, 'dsm_engine_resume', ierr)
   end subroutine resume_text
 

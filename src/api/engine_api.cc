@@ -184,6 +184,17 @@ template <typename F> void engine_text(dsm_engine_t engine, char **text, dsm_for
     *text = dsm::to_c_string(make(e, f));
 }
 
+// A load's client state to the caller: its size, and a copy to dsm_free
+// (none when empty). Either output may be NULL.
+void give_client_state(const std::vector<unsigned char> &blob, void **client_state, size_t *size) {
+    if (size != nullptr) *size = blob.size();
+    if (client_state == nullptr || blob.empty()) return;
+    void *p = std::malloc(blob.size());
+    DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "cannot allocate ", blob.size(), " bytes for the client state");
+    std::memcpy(p, blob.data(), blob.size());
+    *client_state = p;
+}
+
 } // namespace
 
 extern "C" {
@@ -461,14 +472,7 @@ DSM_API dsm_status_t dsm_engine_load_checkpoint(dsm_engine_t engine, const char 
     if (size != nullptr) *size = 0;
     std::vector<unsigned char> blob;
     impl(engine).load_checkpoint(dir, tag, flags, client_state != nullptr || size != nullptr ? &blob : nullptr);
-    if (size != nullptr) *size = blob.size();
-    if (client_state != nullptr && !blob.empty()) {
-        void *p = std::malloc(blob.size());
-        DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "cannot allocate ", blob.size(),
-                    " bytes for the client state");
-        std::memcpy(p, blob.data(), blob.size());
-        *client_state = p;
-    }
+    give_client_state(blob, client_state, size);
     DSM_API_END
 }
 
@@ -484,14 +488,7 @@ DSM_API dsm_status_t dsm_engine_resume(dsm_engine_t engine, const char *dir, uns
     const bool loaded = e.resume(dir, flags, resumed != nullptr,
                                  client_state != nullptr || size != nullptr ? &blob : nullptr);
     *resumed = loaded ? 1 : 0;
-    if (size != nullptr) *size = blob.size();
-    if (client_state != nullptr && !blob.empty()) {
-        void *p = std::malloc(blob.size());
-        DSM_REQUIRE(p != nullptr, DSM_ERR_OUT_OF_MEMORY, "cannot allocate ", blob.size(),
-                    " bytes for the client state");
-        std::memcpy(p, blob.data(), blob.size());
-        *client_state = p;
-    }
+    give_client_state(blob, client_state, size);
     DSM_API_END
 }
 
