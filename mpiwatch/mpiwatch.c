@@ -84,7 +84,7 @@ static void *next_symbol(const char *name, void *fallback) {
 #define NEXT(name) name##_next()
 #define FROM_LIBDSM() \
     ((uintptr_t)__builtin_return_address(0) - dsm_lo < dsm_hi - dsm_lo)
-#define ENTER(call, comm, role, peer) (on && !FROM_LIBDSM() ? dsm_watch_hooks_v1.enter(call, comm, role, peer) : 0)
+#define ENTER(call, comm, role, peer) (on && !FROM_LIBDSM() ? dsm_watch_hooks_v1.enter(call, comm, role, peer) : NULL)
 #define LEAVE(t) \
     do { \
         if (t) dsm_watch_hooks_v1.leave(t); \
@@ -117,7 +117,7 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
 DECLARE(MPI_Finalize)
 int MPI_Finalize(void) {
     /* MPI_Finalize is collective and may wait for the others. */
-    const int t = ENTER("MPI_Finalize", MPI_COMM_NULL, NULL, -1);
+    void *const t = ENTER("MPI_Finalize", MPI_COMM_NULL, NULL, -1);
     const int rc = NEXT(MPI_Finalize)();
     LEAVE(t);
     on = 0;
@@ -135,7 +135,7 @@ int MPI_Comm_free(MPI_Comm *comm) {
 #define WRAP(name, params, args, comm, role, peer) \
     DECLARE(name) \
     int name params { \
-        const int tok_ = ENTER(#name, comm, role, peer); \
+        void *const tok_ = ENTER(#name, comm, role, peer); \
         const int rc_ = NEXT(name) args; \
         LEAVE(tok_); \
         return rc_; \

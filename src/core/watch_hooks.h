@@ -27,11 +27,11 @@ struct dsm_watch_hooks {
     /* A blocking MPI call of the program on this thread: `call` (a static
        string, "MPI_Allreduce"), `comm` (MPI_COMM_NULL: none, e.g. MPI_Wait),
        `peer_role` and `peer` (a static string, "source"/"destination", and
-       a rank of comm; NULL: none). Returns a token for leave(): 0 when
+       a rank of comm; NULL: none). Returns a token for leave(): NULL when
        nothing was opened (the watchdog is off, or libdsm itself is waiting
        on this thread: its own record names the wait). */
-    int (*enter)(const char *call, MPI_Comm comm, const char *peer_role, int peer);
-    void (*leave)(int token);
+    void *(*enter)(const char *call, MPI_Comm comm, const char *peer_role, int peer);
+    void (*leave)(void *token);
     /* Before MPI_Comm_free: forgets what it knew of `comm`. */
     void (*forget)(MPI_Comm comm);
 };

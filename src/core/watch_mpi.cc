@@ -42,14 +42,20 @@ std::string comm_label(MPI_Comm comm, int size) {
     return cat("a communicator of ", size, " ranks");
 }
 
+// The last communicator this thread waited on (one thread-local lookup).
+struct LastGroup {
+    MPI_Comm comm = MPI_COMM_NULL;
+    const Group *group = nullptr;
+    uint64_t epoch = 0;
+};
+thread_local LastGroup tl_last;
+
 const Group *group_of(MPI_Comm comm) {
     if (comm == MPI_COMM_NULL) return nullptr;
-    thread_local MPI_Comm last = MPI_COMM_NULL;
-    thread_local const Group *last_group = nullptr;
-    thread_local uint64_t last_epoch = 0;
+    LastGroup &last = tl_last;
     Groups &gs = groups();
     const uint64_t epoch = gs.epoch.load(std::memory_order_acquire);
-    if (comm == last && epoch == last_epoch) return last_group;
+    if (comm == last.comm && epoch == last.epoch) return last.group;
     std::lock_guard<std::mutex> lock(gs.mu);
     std::unique_ptr<Group> &g = gs.by_comm[comm];
     if (!g) {
@@ -62,10 +68,8 @@ const Group *group_of(MPI_Comm comm) {
             g->label = "an intercommunicator";
         }
     }
-    last = comm;
-    last_group = g.get();
-    last_epoch = epoch;
-    return last_group;
+    last = LastGroup{comm, g.get(), epoch};
+    return last.group;
 }
 
 int hook_start(void) {
@@ -87,19 +91,14 @@ int hook_running(void) {
     }
 }
 
-int hook_enter(const char *call, MPI_Comm comm, const char *peer_role, int peer) {
-    if (!running()) return 0;
-    const Group *g = group_of(comm);
+void *hook_enter(const char *call, MPI_Comm comm, const char *peer_role, int peer) {
+    if (!running()) return nullptr;
     const bool named_peer = peer_role != nullptr && peer >= 0;
     return open_program_wait("the program's own MPI call (outside libdsm)", named_peer ? peer_role : nullptr,
-                             named_peer ? peer : -1, call, g)
-               ? 1
-               : 0;
+                             named_peer ? peer : -1, call, group_of(comm));
 }
 
-void hook_leave(int token) {
-    if (token) close_program_wait();
-}
+void hook_leave(void *token) { close_program_wait(token); }
 
 void hook_forget(MPI_Comm comm) {
     Groups &gs = groups();

@@ -458,11 +458,11 @@ void WaitScope::progress() noexcept {
     s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
 }
 
-bool open_program_wait(const char *what, const char *index_name, int64_t index, const char *op,
-                       const Group *group) noexcept {
-    if (state().timeout_s.load(std::memory_order_relaxed) <= 0) return false;
+void *open_program_wait(const char *what, const char *index_name, int64_t index, const char *op,
+                        const Group *group) noexcept {
+    if (state().timeout_s.load(std::memory_order_relaxed) <= 0) return nullptr;
     Slot *s = my_slot();
-    if (s == nullptr || s->depth.load(std::memory_order_relaxed) > 0) return false;
+    if (s == nullptr || s->depth.load(std::memory_order_relaxed) > 0) return nullptr;
     const int d = s->ctx_depth.load(std::memory_order_relaxed);
     if (d < kLevels) {
         s->what[d].store(what, std::memory_order_relaxed);
@@ -476,11 +476,11 @@ bool open_program_wait(const char *what, const char *index_name, int64_t index, 
     s->self_timed.store(false, std::memory_order_relaxed);
     s->depth.store(1, std::memory_order_relaxed);
     s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    return true;
+    return s;
 }
 
-void close_program_wait() noexcept {
-    Slot *s = tl_slot;
+void close_program_wait(void *token) noexcept {
+    Slot *s = static_cast<Slot *>(token);
     if (s == nullptr) return;
     s->op.store(nullptr, std::memory_order_relaxed);
     s->group.store(nullptr, std::memory_order_relaxed);

@@ -161,11 +161,12 @@ private:
 // For the MPI profiling-interface layer (watch_mpi.cc): a wait of the
 // program's own MPI call, opened and closed by calls rather than a scope: a
 // Context level (`what`, `index_name`, `index`) and a wait named `op` on
-// `group`. Opens nothing and returns false when the watchdog is off or a
-// wait of libdsm is open on this thread (its own record names it).
-bool open_program_wait(const char *what, const char *index_name, int64_t index, const char *op,
-                       const Group *group) noexcept;
-void close_program_wait() noexcept;
+// `group`. Opens nothing and returns NULL when the watchdog is off or a
+// wait of libdsm is open on this thread (its own record names it); else a
+// token for close_program_wait() (this thread's record).
+void *open_program_wait(const char *what, const char *index_name, int64_t index, const char *op,
+                        const Group *group) noexcept;
+void close_program_wait(void *token) noexcept;
 
 // Ends the job from this thread as the watchdog does for a timed-out wait
 // (the message names this thread's wait and `why`). Does not return.

@@ -17,6 +17,10 @@
  * range), for the checks of an fp16 export. --stage: the ZeRO stage (default
  * 1); --overlap: zero_optimization.overlap_comm on, with MPI at
  * MPI_THREAD_MULTIPLE (so that a progress thread runs the collectives).
+ * --until S: train until global step S (instead of N more steps);
+ * --fallback: resume with DSM_CKPT_LOAD_FALLBACK (an unreadable newest
+ * checkpoint falls back to the one before); --print-steps: rank 0 prints
+ * "step S" after each step (for the chaos test).
  * Prints "final step S" and exits 0; on an error
  * prints "rank R: " and the error on every rank that has one and exits 1.
  */
@@ -67,13 +71,18 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *dir = argv[1];
-    int steps = 4, every = 2, resume = 0, rank_dir = 0;
+    int steps = 4, every = 2, resume = 0, rank_dir = 0, print_steps = 0;
+    long long until = -1;
+    unsigned load_flags = 0;
     long rows = 4;
     static int nonfinite = 0;
     for (int a = 2; a < argc; ++a) {
         if (!strcmp(argv[a], "--steps") && a + 1 < argc) steps = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--save-every") && a + 1 < argc) every = atoi(argv[++a]);
         else if (!strcmp(argv[a], "--resume")) resume = 1;
+        else if (!strcmp(argv[a], "--until") && a + 1 < argc) until = atoll(argv[++a]);
+        else if (!strcmp(argv[a], "--fallback")) load_flags |= DSM_CKPT_LOAD_FALLBACK;
+        else if (!strcmp(argv[a], "--print-steps")) print_steps = 1;
         else if (!strcmp(argv[a], "--rows") && a + 1 < argc) rows = atol(argv[++a]);
         else if (!strcmp(argv[a], "--rank-dir")) rank_dir = 1;
         else if (!strcmp(argv[a], "--nonfinite")) nonfinite |= 1;
@@ -125,12 +134,13 @@ int main(int argc, char **argv) {
     if (resume) {
         void *blob = NULL;
         size_t size = 0;
-        CHECK(dsm_engine_load_checkpoint(e, dir, NULL, 0, &blob, &size));
+        CHECK(dsm_engine_load_checkpoint(e, dir, NULL, load_flags, &blob, &size));
         CHECK(dsm_engine_step_info(e, &info));
         if (rank == 0) printf("resumed %.*s at step %lld\n", (int)size, blob ? (char *)blob : "",
                               (long long)info.global_steps);
         dsm_free(blob);
     }
+    if (until >= 0) steps = until > info.global_steps ? (int)(until - info.global_steps) : 0;
     for (int s = 0; s < steps; ++s) {
         for (int p = 0; p < 2; ++p) {
             const void *v;
@@ -144,6 +154,10 @@ int main(int argc, char **argv) {
             CHECK(dsm_engine_param_release(e, p));
         }
         CHECK(dsm_step(e, &info));
+        if (print_steps && rank == 0) {
+            printf("step %lld\n", (long long)info.global_steps);
+            fflush(stdout);
+        }
         if (every > 0 && info.global_steps % every == 0) {
             char client[64];
             snprintf(client, sizeof client, "step %lld", (long long)info.global_steps);

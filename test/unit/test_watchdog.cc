@@ -161,13 +161,14 @@ static void test_message(void **) {
         assert_true(has(m, ("more, bucket 5 (" + std::string(wd::kNote - 4, 'x') + "...): allreduce").c_str()));
         // The program's own MPI call (the MPI profiling layer): nothing opens
         // while a wait of libdsm is open on this thread.
-        assert_false(wd::open_program_wait("the program's own MPI call", nullptr, -1, "MPI_Allreduce", nullptr));
+        assert_null(wd::open_program_wait("the program's own MPI call", nullptr, -1, "MPI_Allreduce", nullptr));
     }
     {
-        assert_true(wd::open_program_wait("the program's own MPI call (outside libdsm)", "source rank", 1, "MPI_Recv", &g));
+        void *t = wd::open_program_wait("the program's own MPI call (outside libdsm)", "source rank", 1, "MPI_Recv", &g);
+        assert_non_null(t);
         const std::string m = wd::describe_current(3);
         assert_true(has(m, "in the program's own MPI call (outside libdsm), source rank 1: shm MPI_Recv over data_parallel"));
-        wd::close_program_wait();
+        wd::close_program_wait(t);
         assert_true(wd::describe_current(1).empty());
     }
     assert_true(wd::describe_current(1).empty());

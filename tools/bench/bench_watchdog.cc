@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <dlfcn.h>
 #include <mpi.h>
 
 #include "harness.hpp"
@@ -44,7 +45,10 @@ void usage(FILE *out) {
                  "  allreduce shm|mpi: COUNT fp32 elements (default 1024), the median over --iters\n"
                  "  calls (default 2000) of the slowest rank; zero step: one parameter of --params\n"
                  "  elements (default 1048576), ZeRO stage 2, AdamW, the median over --steps steps\n"
-                 "  (default 40) of the slowest rank. on/off: the ratio of the medians.\n");
+                 "  (default 40) of the slowest rank; program allreduce: the program's own\n"
+                 "  MPI_Allreduce of COUNT fp32 elements (on) against PMPI_Allreduce (off): with\n"
+                 "  LD_PRELOAD=libdsm_mpiwatch.so (row 'program allreduce+layer') the cost of the\n"
+                 "  MPI profiling layer. on/off: the ratio of the medians.\n");
 }
 
 // The watchdog on (a timeout of 1800 s) or off (0), as DSM_COMM_TIMEOUT would set it.
@@ -113,6 +117,28 @@ int run(Harness &h, const Options &o) {
         const Pair p = alternate(h, o.iters, [&] { be->allreduce(buf, buf, o.count, DSM_FLOAT32, comm::Op::MAX); });
         row(std::string("allreduce ") + be->name(), "s", median(p.off), median(p.on));
         be->free_shared(buf);
+    }
+
+    // The program's own MPI_Allreduce through the MPI profiling layer
+    // (libdsm_mpiwatch.so preloaded: MPI_Allreduce is its wrapper) against
+    // PMPI_Allreduce, which no layer sees: off = PMPI_Allreduce, on =
+    // MPI_Allreduce, alternating call by call. Without the layer both are
+    // the MPI library's and the row says so.
+    {
+        const bool layer = dlsym(RTLD_DEFAULT, "MPI_Allreduce") != dlsym(RTLD_DEFAULT, "PMPI_Allreduce");
+        std::vector<float> a(o.count, 1.0f), b(o.count);
+        const int n = static_cast<int>(std::min<size_t>(o.count, 1 << 30));
+        Pair p;
+        for (int i = -1; i < o.iters; ++i)
+            for (int k = 0; k < 2; ++k) {
+                const bool on = (k == 0) == (i % 2 == 0);
+                const double t = h.time_once([&] {
+                    if (on) MPI_Allreduce(a.data(), b.data(), n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+                    else PMPI_Allreduce(a.data(), b.data(), n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+                });
+                if (i >= 0) (on ? p.on : p.off).push_back(t);
+            }
+        row(layer ? "program allreduce+layer" : "program allreduce", "s", median(p.off), median(p.on));
     }
 
     // The engine: one parameter, ZeRO-2, a gradient written and dsm_step.
