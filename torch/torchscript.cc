@@ -39,8 +39,13 @@ class JitModule : public dsm_torch::Module {
   public:
     explicit JitModule(torch::jit::Module m) : m_(std::move(m)) {
         const auto type = m_.type()->name();
-        const std::string name = type ? type->qualifiedName() : "";
-        is_sequential_ = name.size() >= 40 && name.substr(name.size() - 40) == "torch.nn.modules.container.Sequential";
+        // "__torch__.torch.nn.modules.container.Sequential", or with a
+        // "___torch_mangle_N." before the class name when the file holds
+        // several Sequential classes (nested ones).
+        static const std::regex mangle("___torch_mangle_[0-9]+\\.");
+        const std::string name = std::regex_replace(type ? type->qualifiedName() : "", mangle, "");
+        static const std::string seq = "torch.nn.modules.container.Sequential";
+        is_sequential_ = name.size() >= seq.size() && name.compare(name.size() - seq.size(), seq.size(), seq) == 0;
         if (is_sequential_) {
             for (const auto &c : m_.named_children()) {
                 children_.push_back(c.value);
