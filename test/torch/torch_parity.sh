@@ -42,11 +42,17 @@ for c in $cases; do
     train "$w" "$s" 2 --ref "$tmp/ref_w${w}_g2.bin" --tol 1e-5
 done
 # ZeRO-3 on 4 ranks: the block-by-block path and the whole path, each
-# against PyTorch, and against each other.
+# against PyTorch, and against each other (within 1e-6: the backward of a
+# block sums its gradients in another order than the whole graph's).
 train 4 3 2 --ref "$tmp/ref_w4_g2.bin" --tol 1e-5 --mode blocks --expect-mode blocks --dump "$tmp/blocks.bin"
 train 4 3 2 --ref "$tmp/ref_w4_g2.bin" --tol 1e-5 --mode whole --expect-mode whole --dump "$tmp/whole.bin"
-cmp -s "$tmp/blocks.bin" "$tmp/whole.bin" || fail "ZeRO-3 block by block and whole give different parameters"
-echo "ok: ZeRO-3 block by block and whole give the same bits"
+"$py" -c '
+import sys, numpy as np
+a, b = (np.fromfile(f, dtype=np.float32).astype(np.float64) for f in sys.argv[1:3])
+rel = np.linalg.norm(a - b) / np.linalg.norm(b)
+print("ZeRO-3 block by block against whole: relative difference %.3g" % rel)
+sys.exit(0 if a.size == b.size and rel <= 1e-6 else 1)' "$tmp/blocks.bin" "$tmp/whole.bin" ||
+    fail "ZeRO-3 block by block and whole give different parameters"
 
 # Resume: 25 steps on 2 ranks at ZeRO-1 with 2 accumulation steps, then on
 # 4 ranks at ZeRO-3 without accumulation (the same 16 rows per step); the
