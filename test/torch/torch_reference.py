@@ -186,10 +186,15 @@ def main():
     ap.add_argument("--micro", type=int, default=4)
     ap.add_argument("--clip", type=float, default=0.5)
     ap.add_argument("--lr", type=float, default=1e-2)
-    ap.add_argument("--port", type=int, default=29500 + os.getpid() % 2000)
+    ap.add_argument("--port", type=int, default=0, help="gloo's rendezvous port (default: a free one)")
     ap.add_argument("--hidden", type=int, default=512)
     ap.add_argument("--blocks", type=int, default=12)
     a = ap.parse_args()
+    if a.port == 0:  # a port nothing listens on now, so that concurrent tests do not meet
+        import socket
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            a.port = sk.getsockname()[1]
     if a.cmd == "models":
         models(a.dir)
     elif a.cmd == "bench":
