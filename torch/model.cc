@@ -84,18 +84,25 @@ std::string tensor_str(const at::Tensor &t) {
 }
 
 // A c10::Error's message without its C++ backtrace, at most a few lines.
+// A TorchScript error's reason is its last line ("RuntimeError: mat1 and
+// mat2 shapes cannot be multiplied (4x7 and 8x16)"), after the traceback.
 std::string torch_message(const std::exception &e) {
     std::string m;
     if (auto *c = dynamic_cast<const c10::Error *>(&e)) m = c->what_without_backtrace();
     else m = e.what();
     std::istringstream in(m);
-    std::string line, out;
-    int n = 0;
-    while (std::getline(in, line) && n < 12) {
-        if (line.empty()) continue;
-        out += (n ? " | " : "") + line;
-        ++n;
+    std::string line;
+    std::vector<std::string> lines;
+    while (std::getline(in, line))
+        if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back(line);
+    if (lines.empty()) return m;
+    if (m.find("Traceback of TorchScript") != std::string::npos) {
+        std::string last = lines.back();
+        last.erase(0, last.find_first_not_of(" \t"));
+        return last + " (in " + lines.front() + ")";
     }
+    std::string out;
+    for (size_t i = 0; i < lines.size() && i < 6; ++i) out += (i ? " | " : "") + lines[i];
     return out;
 }
 

@@ -39,12 +39,12 @@ class JitModule : public dsm_torch::Module {
   public:
     explicit JitModule(torch::jit::Module m) : m_(std::move(m)) {
         const auto type = m_.type()->name();
-        // TorchScript mangles the name of a class it scripts again with other
-        // contents (torch.nn.modules.container.___torch_mangle_3.Sequential):
-        // the name without that part.
-        const std::string name = std::regex_replace(type ? type->qualifiedName() : "",
-                                                    std::regex("\\.___torch_mangle_[0-9]+"), "");
-        const std::string seq = "torch.nn.modules.container.Sequential";
+        // "__torch__.torch.nn.modules.container.Sequential", or with a
+        // "___torch_mangle_N." before the class name when the file holds
+        // several Sequential classes (nested ones).
+        static const std::regex mangle("___torch_mangle_[0-9]+\\.");
+        const std::string name = std::regex_replace(type ? type->qualifiedName() : "", mangle, "");
+        static const std::string seq = "torch.nn.modules.container.Sequential";
         is_sequential_ = name.size() >= seq.size() && name.compare(name.size() - seq.size(), seq.size(), seq) == 0;
         if (is_sequential_) {
             for (const auto &c : m_.named_children()) {

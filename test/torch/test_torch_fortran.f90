@@ -3,7 +3,7 @@
 ! arrays x(8, N) and y(4, N) (column-major: the same bytes as the C arrays
 ! [N, 8] and [N, 4], so the model sees [batch, 8] through
 ! dsm_torch_tensor), and compares every rank's loss of every step with
-! PyTorch's DistributedDataParallel training (ref_wW_g1.bin) within 1e-6
+! PyTorch's DistributedDataParallel training (ref_wW_g1.bin) within 1e-5
 ! relative. Then a checkpoint, inference into a Fortran array, and bad
 ! input with ierr.
 !   test_torch_fortran MODEL DATA REF STEPS CKPT_DIR
@@ -59,7 +59,7 @@ program test_torch_fortran
      call dsm_torch_train_step(model, [dsm_torch_tensor(xb)], dsm_torch_tensor(yb), loss, info)
      rel = abs(loss - ref(s * world + rank + 1)) / abs(ref(s * world + rank + 1))
      worst = max(worst, rel)
-     if (.not. (rel <= 1d-6)) then
+     if (.not. (rel <= 1d-5)) then
         print '(a, i0, a, i0, a, es16.9, a, es16.9)', 'rank ', rank, ': step ', s, ': loss ', loss, &
              ', PyTorch DDP ', ref(s * world + rank + 1)
         failures = failures + 1
