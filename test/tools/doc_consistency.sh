@@ -29,7 +29,7 @@ pages = [os.path.join(src, "README.md")] + sorted(glob.glob(os.path.join(src, "d
 found = {"dsm": [], "dsmf": []}
 for page in pages:
     for n, line in enumerate(open(page, encoding="utf-8"), 1):
-        m = re.search(r"pkg-config (?:--cflags )?--libs (dsmf?)\b", line)
+        m = re.search(r"pkg-config (?:--cflags )?--libs (dsmf?)(?![-\w])", line)
         if not m:
             continue
         text = line.strip()
