@@ -84,10 +84,12 @@ export PKG_CONFIG_PATH=$tmp
 command -v pkg-config >/dev/null 2>&1 || { echo "SKIP: pkg-config is needed"; exit 77; }
 compile_line=$(grep -h '^ *mpicc -c app.c \$(pkg-config --cflags dsm)$' "$src/README.md" | sed 's/^ *//' | head -n 1)
 [ -n "$compile_line" ] || fail "README.md lacks the compile line 'mpicc -c app.c \$(pkg-config --cflags dsm)'"
-# The docs' compiler is mpicc; this build's is $CC (the same wrapper, perhaps behind ccache).
+# The docs' compiler is mpicc; this build's is $CC (the same wrapper, perhaps
+# behind ccache), with this build's $CFLAGS (the sanitizers' flags in that
+# build, without which its libdsm.so does not link).
 ( cd "$tmp" && unset LD_LIBRARY_PATH &&
-  eval "$(echo "$compile_line" | sed "s|^mpicc |$CC |")" &&
-  eval "$(echo "$c_line" | sed "s|^mpicc |$CC |")" ) > "$tmp/build.log" 2>&1 ||
+  eval "$(echo "$compile_line" | sed "s|^mpicc |$CC ${CFLAGS:-} |")" &&
+  eval "$(echo "$c_line" | sed "s|^mpicc |$CC ${CFLAGS:-} |")" ) > "$tmp/build.log" 2>&1 ||
     { cat "$tmp/build.log"; fail "the documented link line does not build README's example"; }
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1
 export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
