@@ -13,6 +13,14 @@ set -u
 fail() { echo "FAIL: $*"; exit 1; }
 : "${prefix:?}" "${libdir:?}" "${includedir:?}" "${bindir:?}" "${mandir:?}" "${top_srcdir:?}" "${top_builddir:?}"
 : "${CC:=mpicc}" "${FC:=}" "${CMAKE:=}" "${PKG_CONFIG:=pkg-config}" "${DSM_HAVE_FORTRAN:=0}"
+# CFLAGS, FFLAGS, LDFLAGS: the flags every program here is built with besides
+# what pkg-config or CMake give (the sanitizers' in a build with them, whose
+# installed library needs their runtime in the program). CMake reads them
+# from the environment too.
+: "${CFLAGS:=}" "${FFLAGS:=}" "${LDFLAGS:=}"
+export CFLAGS FFLAGS LDFLAGS
+# Leaks are not checked in the MPI runs here (Open MPI's own would be reported).
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
 # make passes the source and build directories relative to the build
 # directory; the steps below run in other directories.
 top_srcdir=$(cd "$top_srcdir" && pwd) || fail "no source directory $top_srcdir"
@@ -64,7 +72,7 @@ libs=$($PKG_CONFIG --libs dsm) || fail "pkg-config --libs dsm"
 [ "$($PKG_CONFIG --modversion dsm)" = "$(sed -n 's/^dsm-info (libdsm) //p' "$dir/version.txt")" ] ||
   fail "dsm.pc's version $($PKG_CONFIG --modversion dsm) is not dsm-info's: $(cat "$dir/version.txt")"
 # shellcheck disable=SC2086
-$CC -std=c11 -Wall -Wextra -Werror $cflags "$dir/readme_example.c" $libs -Wl,-rpath,"$libdir" \
+$CC -std=c11 -Wall -Wextra -Werror $CFLAGS $cflags "$dir/readme_example.c" $libs $LDFLAGS -Wl,-rpath,"$libdir" \
     -o "$dir/app_pc" || fail "the README example does not build with pkg-config ($cflags $libs)"
 run2 "$dir/app_pc" || fail "the README example (pkg-config build) failed: $out"
 check_readme_output pkg-config
@@ -90,7 +98,7 @@ echo "C: each installed part of dsm.h (dsm/base.h ... dsm/data.h) compiles on it
 if [ "$DSM_HAVE_FORTRAN" = 1 ]; then
   fcflags=$($PKG_CONFIG --cflags dsmf) && flibs=$($PKG_CONFIG --libs dsmf) || fail "pkg-config dsmf"
   # shellcheck disable=SC2086
-  (cd "$dir" && $FC $fcflags "$top_srcdir/test/install/hello_dsm.f90" $flibs -Wl,-rpath,"$libdir" -o hello_pc) ||
+  (cd "$dir" && $FC $FFLAGS $fcflags "$top_srcdir/test/install/hello_dsm.f90" $flibs $LDFLAGS -Wl,-rpath,"$libdir" -o hello_pc) ||
     fail "the Fortran program does not build with pkg-config ($fcflags $flibs)"
   run2 "$dir/hello_pc" || fail "the Fortran program (pkg-config build) failed: $out"
   echo "$out" | grep -q '^hello_dsm: libdsm .*, mesh of 2 ranks$' || fail "the Fortran program printed: $out"

@@ -9,7 +9,11 @@
 #   3+1      2 nodes, uneven: ranks 0-2 on node0, rank 3 on node1
 #   1+2+1    3 nodes, uneven
 # The last four run the tests whose behaviour depends on where the ranks
-# are (NODE_TESTS below). Then ckpt_node_local: a checkpoint into a
+# are (NODE_TESTS below); the two longest of them, test_comm and test_engine
+# (about a minute each per layout) only in HEAVY_LAYOUTS: 2x2-rr (nodes not
+# contiguous in rank order) and 1+2+1, which has both the nodes of one rank
+# of 4x1 and the uneven nodes of 3+1 (MN_TESTS naming them runs them in
+# every layout). Then ckpt_node_local: a checkpoint into a
 # node-local TMPDIR at 2 nodes x 1 fails on every rank with the reason; and
 # link_down: at 2x2, node1's link set down during training (ip link set mn0
 # down in its namespace) ends the job within DSM_COMM_TIMEOUT + 10 s with the
@@ -41,6 +45,8 @@ summary=$build/test/multinode/test-suite.log
 
 NODE_TESTS="test_comm test_mesh test_mesh_placement test_mesh_roles test_engine test_checkpoint test_sp test_engine_errors test_engine_hpz test_engine_quant"
 LAYOUTS=${MN_LAYOUTS:-"2x2 2x2-rr 4x1 3+1 1+2+1"}
+HEAVY_TESTS="test_comm test_engine"
+HEAVY_LAYOUTS="2x2 2x2-rr 1+2+1"
 
 skip() {
     echo "check-multinode: SKIPPED: $*"
@@ -104,6 +110,9 @@ for l in $LAYOUTS; do
         if [ "$l" != 2x2 ]; then
             case " $NODE_TESTS " in *" $name "*) ;; *) continue ;; esac
         fi
+        case " $HEAVY_TESTS " in
+            *" $name "*) case " $HEAVY_LAYOUTS " in *" $l "*) ;; *) [ -n "${MN_TESTS:-}" ] || continue ;; esac ;;
+        esac
         log=$out/$l/$name.log
         t0=$(date +%s)
         MN_MAP=$map "$mn/run.sh" "$n" "$rpn" "$build/$prog" >"$log" 2>&1
