@@ -19,6 +19,9 @@
 #include <nlohmann/json.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -188,6 +191,17 @@ class Held {
         grads_.push_back({i, buf});
         p.tensor.mutable_grad() = buf;
     }
+    // Hand back the gradient of parameter i now, if held (collective under
+    // ZeRO-2/3 as release_grads()).
+    void release_grad(int i) {
+        for (size_t k = 0; k < grads_.size(); ++k)
+            if (grads_[k].first == i) {
+                const auto g = grads_[k];
+                grads_.erase(grads_.begin() + static_cast<std::ptrdiff_t>(k));
+                drop_grad(g, true);
+                return;
+            }
+    }
     // Hand back the gradients (collective under ZeRO-2/3: every rank in the same order).
     void release_grads() {
         while (!grads_.empty()) {
@@ -224,6 +238,45 @@ class Held {
     Model &m_;
     std::vector<int> params_;
     std::vector<std::pair<int, at::Tensor>> grads_;
+};
+
+// Each trainable parameter's gradient handed back to the engine as soon as
+// autograd has added into it (a post hook on the parameter's
+// AccumulateGrad node, where DistributedDataParallel hooks its reducer
+// too), not after the whole backward: the engine starts a bucket's
+// reduction when its last gradient comes back (overlap_comm), so the
+// reduction of the last layers runs while the backward of the first ones
+// goes on. Every rank runs the same graph, so the releases come in the
+// same order on every rank. The hooks are removed when this goes.
+class ReleaseOnAccumulate {
+  public:
+    ReleaseOnAccumulate(Model &m, Held &held) {
+        for (size_t i = 0; i < m.params.size(); ++i) {
+            if (!m.params[i].trainable) continue;
+            std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::try_get_grad_accumulator(m.params[i].tensor);
+            if (!acc) continue; // not in this graph: released with the others
+            const uintptr_t key = acc->add_post_hook(std::make_unique<Hook>(held, static_cast<int>(i)));
+            hooks_.emplace_back(std::move(acc), key);
+        }
+    }
+    ~ReleaseOnAccumulate() {
+        for (auto &h : hooks_) h.first->del_post_hook(h.second);
+    }
+    ReleaseOnAccumulate(const ReleaseOnAccumulate &) = delete;
+    ReleaseOnAccumulate &operator=(const ReleaseOnAccumulate &) = delete;
+
+  private:
+    struct Hook : torch::autograd::FunctionPostHook {
+        Hook(Held &held, int index) : held_(held), index_(index) {}
+        torch::autograd::variable_list operator()(const torch::autograd::variable_list &outputs,
+                                                  const torch::autograd::variable_list &) override {
+            held_.release_grad(index_);
+            return outputs;
+        }
+        Held &held_;
+        int index_;
+    };
+    std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
 };
 
 // ---------------------------------------------------------------- tensors of the caller
@@ -377,7 +430,10 @@ double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_
         agree(m, st, msg);
         loss_value = loss.detach().to(at::kDouble).item<double>();
         for (int i : all_params(m)) held.grad(i);
-        if (loss.requires_grad()) loss.backward(at::full_like(loss, scale));
+        if (loss.requires_grad()) {
+            ReleaseOnAccumulate early(m, held);
+            loss.backward(at::full_like(loss, scale));
+        }
         held.release_grads();
         held.release_params();
     } else {
