@@ -13,6 +13,7 @@
 #include "bridge.hpp"
 
 #include <dsm/torch.hpp>
+#include <dsm_torch_ops.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
@@ -61,8 +62,10 @@ struct dsm_torch_model_s {
     // calls during them (acquire, release, dsm_step).
     int64_t steps = 0;
     double step_seconds = 0.0, libdsm_seconds = 0.0;
+    bool ops_set = false;         // dsm_torch_ops_set_mesh() was called for this model
 
     ~dsm_torch_model_s() {
+        if (ops_set) dsm_torch_ops_clear();
         if (engine) dsm_engine_free(&engine);
         if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
     }
@@ -107,6 +110,19 @@ std::string torch_message(const std::exception &e) {
     std::string out;
     for (size_t i = 0; i < lines.size() && i < 6; ++i) out += (i ? " | " : "") + lines[i];
     return out;
+}
+
+// The status of an error a model's forward or backward threw: the Ulysses
+// operators of libdsm_torch_ops (torch.ops.dsm.*) throw c10::Error with a
+// message that starts with the operator's name and names the bad value; a
+// missing group is a state error, anything else the operator rejected is
+// a bad argument (a wrong input, or an input that differs between ranks).
+dsm_status_t status_of(const std::exception &e, dsm_status_t otherwise) {
+    const std::string m = e.what();
+    if (m.find("dsm::seq_to_head") == std::string::npos && m.find("dsm::head_to_seq") == std::string::npos)
+        return otherwise;
+    if (m.find("no sequence-parallel group is set") != std::string::npos) return DSM_ERR_STATE;
+    return DSM_ERR_INVALID_ARGUMENT;
 }
 
 at::ScalarType to_scalar(dsm_dtype_t d) {
@@ -421,7 +437,7 @@ double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_
             st = e.status();
             msg = e.what();
         } catch (const std::exception &e) {
-            st = DSM_ERR_INVALID_ARGUMENT;
+            st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
             std::string in;
             for (size_t i = 0; i < raw_inputs.size(); ++i)
                 in += (i ? ", " : "") + std::string("inputs[") + std::to_string(i) + "] " + tensor_str(raw_inputs[i]);
@@ -432,7 +448,13 @@ double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_
         for (int i : all_params(m)) held.grad(i);
         if (loss.requires_grad()) {
             ReleaseOnAccumulate early(m, held);
-            loss.backward(at::full_like(loss, scale));
+            try {
+                loss.backward(at::full_like(loss, scale));
+            } catch (const Error &) {
+                throw;
+            } catch (const std::exception &e) { // every rank of an operator's group throws alike
+                fail(status_of(e, DSM_ERR_INTERNAL), "the model's backward failed: " + torch_message(e));
+            }
         }
         held.release_grads();
         held.release_params();
@@ -450,7 +472,7 @@ double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_
                 at::NoGradGuard no_grad;
                 x = m.module->forward_block(b, x);
             } catch (const std::exception &e) {
-                st = DSM_ERR_INVALID_ARGUMENT;
+                st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
                 msg = "the model rejected inputs[0] " + tensor_str(raw_inputs[0]) + " in block " + std::to_string(b) +
                       ": " + torch_message(e);
             }
@@ -525,7 +547,7 @@ at::Tensor inference(Model &m, const std::vector<at::Tensor> &raw_inputs) {
             try {
                 x = m.module->forward_block(b, x);
             } catch (const std::exception &e) {
-                st = DSM_ERR_INVALID_ARGUMENT;
+                st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
                 msg = "the model rejected inputs[0] " + tensor_str(raw_inputs[0]) + " in block " + std::to_string(b) +
                       ": " + torch_message(e);
             }
@@ -539,7 +561,7 @@ at::Tensor inference(Model &m, const std::vector<at::Tensor> &raw_inputs) {
         try {
             out = m.module->forward(inputs).clone();
         } catch (const std::exception &e) {
-            st = DSM_ERR_INVALID_ARGUMENT;
+            st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
             std::string in;
             for (size_t i = 0; i < raw_inputs.size(); ++i)
                 in += (i ? ", " : "") + std::string("inputs[") + std::to_string(i) + "] " + tensor_str(raw_inputs[i]);
@@ -714,6 +736,10 @@ void create(Model &m, dsm_mesh_t mesh, const std::function<std::unique_ptr<dsm_t
     if (!at::hasCUDA()) eopts.device = DSM_DEVICE_HOST;
     check(dsm_engine_init_with_options(mesh, tc.engine_config.c_str(), descs.data(), static_cast<int>(descs.size()),
                                        opts.engine_options ? opts.engine_options : &eopts, &m.engine));
+    // The Ulysses operators a model's attention calls (torch.ops.dsm.*) work
+    // on the mesh's "sequence_parallel" group (none: the identity).
+    check(dsm_torch_ops_set_mesh(mesh, nullptr));
+    m.ops_set = true;
     values.clear();
     for (size_t i = 0; i < m.params.size(); ++i) {
         check(dsm_engine_param_index(m.engine, m.params[i].name.c_str(), &m.params[i].index));
@@ -1093,9 +1119,15 @@ DSM_API dsm_status_t dsm_torch_model_free(dsm_torch_model_t *model) {
     const char *fn = "dsm_torch_model_free";
     if (!model || !*model) return DSM_SUCCESS;
     dsm_status_t st = DSM_SUCCESS;
-    if ((*model)->engine) {
-        st = dsm_engine_free(&(*model)->engine);
+    if ((*model)->ops_set) {
+        (*model)->ops_set = false;
+        st = dsm_torch_ops_clear();
         if (st != DSM_SUCCESS) dsm_report_error(st, fn, dsm_last_error());
+    }
+    if ((*model)->engine) {
+        const dsm_status_t est = dsm_engine_free(&(*model)->engine);
+        if (est != DSM_SUCCESS) dsm_report_error(est, fn, dsm_last_error());
+        if (st == DSM_SUCCESS) st = est;
     }
     delete *model;
     *model = nullptr;
