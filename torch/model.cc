@@ -1238,7 +1238,9 @@ DSM_API dsm_status_t dsm_torch_model_describe(dsm_torch_model_t model, dsm_forma
     DSM_TORCH_NOT_NULL(text);
     *text = nullptr;
     if (format != DSM_FORMAT_TEXT && format != DSM_FORMAT_JSON)
-        return dsm_report_error(DSM_ERR_INVALID_ARGUMENT, fn, "unknown format");
+        return dsm_report_error(DSM_ERR_INVALID_ARGUMENT, fn,
+                                ("format is " + std::to_string(static_cast<int>(format)) +
+                                 ", must be DSM_FORMAT_TEXT or DSM_FORMAT_JSON").c_str());
     return guarded(fn, [&] {
         const std::string s = describe(*model, format);
         // dsm_free() frees it: the C allocator.
