@@ -39,23 +39,16 @@
 
 #include <mpi.h>
 
+#include "counter_rng.h"
 #include "dsm.h"
 
 /* ------------------------------------------------------------ utilities */
 
-/* A counter-based generator (as in train_mlp.c): the value depends only on
- * (stream, i), so every rank computes the same data and weights alone. */
-static uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double uniform(uint64_t stream, uint64_t i) { /* in (0, 1) */
-    return ((double)(mix64(mix64(stream) ^ i) >> 11) + 0.5) * 0x1p-53;
-}
+/* The examples' counter-based generator (examples/common): the value
+ * depends only on (stream, i), so every rank computes the same data and
+ * weights alone. */
 static void fill_uniform(float *x, size_t n, uint64_t stream, double bound) {
-    for (size_t k = 0; k < n; ++k) x[k] = (float)(bound * (2.0 * uniform(stream, k) - 1.0));
+    for (size_t k = 0; k < n; ++k) x[k] = (float)(bound * (2.0 * rng_uniform(stream, k) - 1.0));
 }
 
 /* nn.Linear: y[i][o] = bias[o] + sum_k x[i][k] w[o][k]; w is [out][in], bias may be NULL. */
@@ -499,7 +492,7 @@ static int init_param(void *user_data, int index, const char *name, int64_t offs
     (void)name;
     const double bound = *(const double *)user_data;
     for (int64_t k = 0; k < count; ++k)
-        values[k] = (float)(bound * (2.0 * uniform(100 + (uint64_t)index, (uint64_t)(offset + k)) - 1.0));
+        values[k] = (float)(bound * (2.0 * rng_uniform(100 + (uint64_t)index, (uint64_t)(offset + k)) - 1.0));
     return 0;
 }
 
@@ -507,8 +500,8 @@ static int init_param(void *user_data, int index, const char *name, int64_t offs
  * second token tells the step, so from then on every token is predictable:
  * the loss can fall from about ln V to ln 3 / (seq - 1). */
 static void make_sequence(int64_t i, int seq, int V, int64_t *tok) {
-    const int64_t start = (int64_t)(mix64(2 * (uint64_t)i) % (uint64_t)V);
-    const int64_t step = 1 + (int64_t)(mix64(2 * (uint64_t)i + 1) % 3);
+    const int64_t start = (int64_t)(rng_mix64(2 * (uint64_t)i) % (uint64_t)V);
+    const int64_t step = 1 + (int64_t)(rng_mix64(2 * (uint64_t)i + 1) % 3);
     for (int t = 0; t < seq; ++t) tok[t] = (start + step * t) % V;
 }
 
