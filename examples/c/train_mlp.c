@@ -43,6 +43,7 @@
 
 #include <mpi.h>
 
+#include "counter_rng.h"
 #include "dsm.h"
 
 /* ------------------------------------------------------------------ model */
@@ -67,30 +68,11 @@ static const int widths[NLAYERS + 1] = {D_IN, 64, 64, D_OUT};
 /* Independent streams of the one hash-based generator. */
 enum { SEED_INIT = 1000, SEED_TEACHER = 2000, SEED_INPUT = 3000, SEED_NOISE = 4000 };
 
-/*
- * A counter-based generator: the value depends only on (stream, i), so every
- * rank computes the same number for the same element without sharing state.
- * That is what the engine's init_fn requires (under ZeRO-3 each rank fills
- * only the elements it stores), and it lets each rank make its own share of
- * a global batch.
- */
-static uint64_t mix64(uint64_t z) {
-    z += 0x9E3779B97F4A7C15ull; /* splitmix64's finalizer */
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in (0, 1). */
-static double uniform(uint64_t stream, uint64_t i) {
-    return ((double)(mix64(mix64(stream) ^ i) >> 11) + 0.5) * 0x1p-53;
-}
-
-/* Standard normal (Box-Muller on two uniforms). */
-static double gauss(uint64_t stream, uint64_t i) {
-    const double u1 = uniform(stream, 2 * i), u2 = uniform(stream, 2 * i + 1);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
+/* The counter-based generator shared by the examples (examples/common):
+ * the value depends only on (stream, i), so every rank computes the same
+ * number for the same element without sharing state. That is what the
+ * engine's init_fn requires (under ZeRO-3 each rank fills only the elements
+ * it stores), and it lets each rank make its own share of a global batch. */
 
 /*
  * init_fn of the weights: PyTorch's default for nn.Linear, uniform in
@@ -102,7 +84,7 @@ static int init_weight(void *user_data, int index, const char *name, int64_t off
     (void)name;
     const double bound = 1.0 / sqrt((double)*(const int *)user_data);
     for (int64_t k = 0; k < count; ++k)
-        values[k] = (float)(bound * (2.0 * uniform(SEED_INIT + (uint64_t)index,
+        values[k] = (float)(bound * (2.0 * rng_uniform(SEED_INIT + (uint64_t)index,
                                                    (uint64_t)(offset + k)) - 1.0));
     return 0;
 }
@@ -149,10 +131,10 @@ static void make_teacher(void) {
     /* Unit-variance pre-activations, so that the hidden units use tanh's
      * curved range without saturating, and targets of variance near 0.5. */
     for (int k = 0; k < T_HIDDEN * D_IN; ++k)
-        teacher_a[k] = (float)(1.0 / sqrt((double)D_IN) * gauss(SEED_TEACHER, (uint64_t)k));
+        teacher_a[k] = (float)(1.0 / sqrt((double)D_IN) * rng_gauss(SEED_TEACHER, (uint64_t)k));
     for (int k = 0; k < D_OUT * T_HIDDEN; ++k)
         teacher_b[k] = (float)(1.2 / sqrt((double)T_HIDDEN) *
-                               gauss(SEED_TEACHER + 1, (uint64_t)k));
+                               rng_gauss(SEED_TEACHER + 1, (uint64_t)k));
 }
 
 /*
@@ -165,13 +147,13 @@ static void make_batch(int64_t first, int n, float *x, float *t) {
     float h[T_HIDDEN];
     for (int s = 0; s < n; ++s) {
         const uint64_t g = (uint64_t)(first + s);
-        for (int i = 0; i < D_IN; ++i) x[s * D_IN + i] = (float)gauss(SEED_INPUT, g * D_IN + i);
+        for (int i = 0; i < D_IN; ++i) x[s * D_IN + i] = (float)rng_gauss(SEED_INPUT, g * D_IN + i);
         linear_forward(1, D_IN, T_HIDDEN, x + s * D_IN, teacher_a, zero_bias, h);
         for (int j = 0; j < T_HIDDEN; ++j) h[j] = tanhf(h[j]);
         for (int o = 0; o < D_OUT; ++o) {
             float y = 0.0f;
             for (int j = 0; j < T_HIDDEN; ++j) y += teacher_b[o * T_HIDDEN + j] * h[j];
-            t[s * D_OUT + o] = y + (float)(NOISE * gauss(SEED_NOISE, g * D_OUT + o));
+            t[s * D_OUT + o] = y + (float)(NOISE * rng_gauss(SEED_NOISE, g * D_OUT + o));
         }
     }
 }

@@ -7,6 +7,7 @@
 
 #include "dsm.h"
 #include "gpt.h"
+#include "gpt_walk.h"
 
 typedef struct gpt_device_s *gpt_device_t;
 
@@ -14,13 +15,13 @@ typedef struct gpt_device_s *gpt_device_t;
  * DSM_ERR_NOT_SUPPORTED with the reason in msg. */
 dsm_status_t gpt_device_available(char *msg, size_t msg_len);
 
-/* The device state of a bf16, device-resident engine (DSM_DEVICE_CUDA) for
- * micro-batches of B sequences of T tokens: a stream the engine orders its
- * work on (dsm_engine_set_stream), the kernels' context, the activations.
- * Every libdsm call adds its duration to *t_dsm. Errors: a message in msg.
- * Free with gpt_device_free() (also after a failed create). */
-dsm_status_t gpt_device_create(dsm_engine_t engine, const GPTConfig *c, int B, int T, double *t_dsm, char *msg,
-                               size_t msg_len, gpt_device_t *d);
+/* The device state of the walk's engine (bf16, device-resident:
+ * DSM_DEVICE_CUDA) for micro-batches of B sequences of T tokens: a stream the
+ * engine orders its work on (dsm_engine_set_stream), the kernels' context,
+ * the activations; the walk takes the device's operations. Errors: a message
+ * in msg. Free with gpt_device_free() (also after a failed create), before
+ * the walk. */
+dsm_status_t gpt_device_create(gpt_walk *walk, int B, int T, char *msg, size_t msg_len, gpt_device_t *d);
 void gpt_device_free(gpt_device_t *d);
 
 /* The forward pass of tokens tok at positions pos with labels lab (N = B T

@@ -13,9 +13,11 @@
 
 #include <cmath>
 
-/* dst(B,NH,T,hs)[b,h,t,e] = src[(b T + t) stride + h hs + e] */
-__global__ void to_heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH, int hs,
-                                int stride) {
+/* Between a token-major tensor x[(b T + t) stride + h hs + e] (the fused qkv
+ * or the attention output) and the head-major h(B,NH,T,hs)[b,h,t,e] the
+ * GEMMs take: to_heads copies x into h, else h back into x. */
+template <bool to_heads>
+__global__ void heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH, int hs, int stride) {
     size_t n = (size_t)B * NH * T * hs;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
@@ -25,23 +27,9 @@ __global__ void to_heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH
         r /= T;
         int h = (int)(r % NH);
         int b = (int)(r / NH);
-        dst[i] = src[((size_t)b * T + t) * stride + h * hs + e];
-    }
-}
-
-/* dst[(b T + t) stride + h hs + e] = src(B,NH,T,hs)[b,h,t,e] */
-__global__ void from_heads_kernel(bf16 *dst, const bf16 *src, int B, int T, int NH, int hs,
-                                  int stride) {
-    size_t n = (size_t)B * NH * T * hs;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        int e = (int)(i % hs);
-        size_t r = i / hs;
-        int t = (int)(r % T);
-        r /= T;
-        int h = (int)(r % NH);
-        int b = (int)(r / NH);
-        dst[((size_t)b * T + t) * stride + h * hs + e] = src[i];
+        const size_t x = ((size_t)b * T + t) * stride + h * hs + e;
+        if (to_heads) dst[i] = src[x];
+        else dst[x] = src[i];
     }
 }
 
@@ -137,7 +125,7 @@ int gpt_attention_forward(gpt_cuda_t ctx, void *out, int ostride, void *att, con
     unsigned blocks = gpt_elementwise_blocks((size_t)B * NH * T * hs);
     const void *src[3] = {q, k, v};
     for (int i = 0; i < 3; ++i)
-        to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(p.h[i], (const bf16 *)src[i], B, T, NH, hs,
+        heads_kernel<true><<<blocks, 256, 0, ctx->stream>>>(p.h[i], (const bf16 *)src[i], B, T, NH, hs,
                                                          stride);
     GPT_LAUNCHED(ctx);
     /* s(T,T) = q(T,hs) k(T,hs)^T per (b, h) */
@@ -152,7 +140,7 @@ int gpt_attention_forward(gpt_cuda_t ctx, void *out, int ostride, void *att, con
     if (gpt_gemm_batched(ctx, false, false, T, hs, T, 1.f, att, (long long)tt, vh, sh, 0.f, y,
                          CUDA_R_16BF, sh, B * NH))
         return -1;
-    from_heads_kernel<<<blocks, 256, 0, ctx->stream>>>((bf16 *)out, y, B, T, NH, hs, ostride);
+    heads_kernel<false><<<blocks, 256, 0, ctx->stream>>>((bf16 *)out, y, B, T, NH, hs, ostride);
     GPT_LAUNCHED(ctx);
     return 0;
 }
@@ -173,9 +161,9 @@ int gpt_attention_backward(gpt_cuda_t ctx, void *dq, void *dk, void *dv, int str
     unsigned blocks = gpt_elementwise_blocks((size_t)B * NH * T * hs);
     const void *src[3] = {q, k, v};
     for (int i = 0; i < 3; ++i)
-        to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(p.h[i], (const bf16 *)src[i], B, T, NH, hs,
+        heads_kernel<true><<<blocks, 256, 0, ctx->stream>>>(p.h[i], (const bf16 *)src[i], B, T, NH, hs,
                                                          stride);
-    to_heads_kernel<<<blocks, 256, 0, ctx->stream>>>(dy, (const bf16 *)dout, B, T, NH, hs, ostride);
+    heads_kernel<true><<<blocks, 256, 0, ctx->stream>>>(dy, (const bf16 *)dout, B, T, NH, hs, ostride);
     GPT_LAUNCHED(ctx);
     /* datt(T,T) = dy(T,hs) v^T; dv(T,hs) = att^T dy */
     if (gpt_gemm_batched(ctx, false, true, T, T, hs, 1.f, dy, sh, vh, sh, 0.f, p.s, CUDA_R_32F,
@@ -196,7 +184,7 @@ int gpt_attention_backward(gpt_cuda_t ctx, void *dq, void *dk, void *dv, int str
     void *dst[3] = {dq, dk, dv};
     const bf16 *dh[3] = {dqh, dkh, dvh};
     for (int i = 0; i < 3; ++i)
-        from_heads_kernel<<<blocks, 256, 0, ctx->stream>>>((bf16 *)dst[i], dh[i], B, T, NH, hs,
+        heads_kernel<false><<<blocks, 256, 0, ctx->stream>>>((bf16 *)dst[i], dh[i], B, T, NH, hs,
                                                            stride);
     GPT_LAUNCHED(ctx);
     return 0;
