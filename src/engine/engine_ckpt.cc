@@ -514,14 +514,20 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         counters[3] = int_attr("global_samples");
         counters[4] = int_attr("optimizer_steps");
         last_step = int_attr("lr_schedule_last_step");
-        restore_scaler = scaler_->dynamic() && a.value("compute_dtype", std::string()) == "float16";
-        if (restore_scaler) {
+        // A dynamic scaler resumes an fp16 run's state whole. A static one
+        // (fp32, bf16) has only its iteration counter, which counts from the
+        // start of training, as the uninterrupted run's does.
+        const bool fp16_run = a.value("compute_dtype", std::string()) == "float16";
+        restore_scaler = !scaler_->dynamic() || fp16_run;
+        if (scaler_->dynamic() && fp16_run) {
             DSM_REQUIRE(a.contains("loss_scale") && a["loss_scale"].is_number(), DSM_ERR_IO,
                         "checkpoint lacks the attribute loss_scale");
             lss.cur_scale = a["loss_scale"].get<double>();
             lss.cur_iter = int_attr("loss_scale_cur_iter");
             lss.last_overflow_iter = int_attr("loss_scale_last_overflow_iter");
             lss.cur_hysteresis = int_attr("loss_scale_cur_hysteresis");
+        } else if (!scaler_->dynamic()) {
+            lss.cur_iter = int_attr("loss_scale_cur_iter");
         }
     };
     std::vector<unsigned char> blob;
