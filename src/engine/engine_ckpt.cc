@@ -199,7 +199,7 @@ void Engine::finish_save(bool wait) {
     if (world_rank_ == 0) log_done("saved (in the background)", s->dir(), s->tag(), s->seconds());
     snapshot_spare_ = s->take_buffers();
     snapshot_spare_.resize(std::min(snapshot_spare_.size(), static_cast<size_t>(1 + optimizer_->num_states())));
-    if (space_->kind() == device::Kind::HOST) snapshot_spare_.clear(); // live saves own no state copies
+    if (space_->kind() == device::Kind::HOST) snapshot_spare_ = s->take_copies(); // the double buffer
 
 }
 
@@ -297,18 +297,30 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         std::vector<std::unique_ptr<float[]>> frozen32;
         std::vector<std::unique_ptr<device::Staging>> staged;
         ckpt::Content content;
-        // In host memory the asynchronous save writes the live state, which
-        // the next dsm_step waits for the writer to have handed to the file
-        // system (BackgroundSave::wait_captured) before it changes it: no
-        // copy at the step boundary. A device's state is copied to the host.
+        // In host memory the asynchronous save's thread copies the live
+        // state into a double buffer of the engine's (allocated here, kept
+        // from save to save) and writes the file from it: the next dsm_step
+        // waits only for that copy (BackgroundSave::wait_captured) before it
+        // changes the state, and nothing is copied at the step boundary. A
+        // device's state is copied to the host here.
         const bool live = background && space_->kind() == device::Kind::HOST;
+        std::vector<ckpt::BackgroundSave::Region> regions;
+        std::vector<std::unique_ptr<float[]>> copies;
         agree_prepared(world_,
-                       background && !live ? "the copy of the state that the asynchronous save writes"
-                                           : "the fp32 copies of the frozen parameters to save",
+                       background ? "the copy of the state that the asynchronous save writes"
+                                  : "the fp32 copies of the frozen parameters to save",
                        [&] {
                            const std::vector<float *> bases =
                                background && !live ? snapshot_state(frozen32) : host_state(staged);
                            content.tensors = checkpoint_tensors(true, frozen32, nullptr, &bases);
+                           if (!live) return;
+                           const size_t n = layout_.part_size();
+                           for (size_t k = 0; k < bases.size(); ++k) {
+                               regions.push_back({bases[k], n});
+                               if (k < snapshot_spare_.size() && snapshot_spare_[k]) copies.push_back(std::move(snapshot_spare_[k]));
+                               else copies.emplace_back(new float[std::max<size_t>(n, 1)]);
+                           }
+                           snapshot_spare_.clear();
                        });
         const auto &lss = scaler_->state();
         const std::vector<int> shape = mesh_->shape();
@@ -352,7 +364,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
             }
             saver_ = std::make_unique<ckpt::BackgroundSave>(world_, dir, tag, std::move(content), std::move(frozen32),
                                                             std::move(blob), static_cast<size_t>(csize),
-                                                            cfg_.checkpoint.keep_last);
+                                                            cfg_.checkpoint.keep_last, std::move(regions),
+                                                            std::move(copies));
             saves_done_ = false;
             if (world_rank_ == 0)
                 DSM_INFO(ENGINE, "checkpoint save '%s/%s.h5': %s in %.3f s, writing in the background", dir.c_str(),
@@ -514,14 +527,20 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         counters[3] = int_attr("global_samples");
         counters[4] = int_attr("optimizer_steps");
         last_step = int_attr("lr_schedule_last_step");
-        restore_scaler = scaler_->dynamic() && a.value("compute_dtype", std::string()) == "float16";
-        if (restore_scaler) {
+        // A dynamic scaler resumes an fp16 run's state whole. A static one
+        // (fp32, bf16) has only its iteration counter, which counts from the
+        // start of training, as the uninterrupted run's does.
+        const bool fp16_run = a.value("compute_dtype", std::string()) == "float16";
+        restore_scaler = !scaler_->dynamic() || fp16_run;
+        if (scaler_->dynamic() && fp16_run) {
             DSM_REQUIRE(a.contains("loss_scale") && a["loss_scale"].is_number(), DSM_ERR_IO,
                         "checkpoint lacks the attribute loss_scale");
             lss.cur_scale = a["loss_scale"].get<double>();
             lss.cur_iter = int_attr("loss_scale_cur_iter");
             lss.last_overflow_iter = int_attr("loss_scale_last_overflow_iter");
             lss.cur_hysteresis = int_attr("loss_scale_cur_hysteresis");
+        } else if (!scaler_->dynamic()) {
+            lss.cur_iter = int_attr("loss_scale_cur_iter");
         }
     };
     std::vector<unsigned char> blob;

@@ -19,9 +19,24 @@
 #     the step within DSM_COMM_TIMEOUT + 10 s with status 75; dsm-job.sh then
 #     requeues the job, which resumes at exactly the step `latest` named and
 #     completes; one task killed with SIGKILL still ends the step at once,
-#     and a job on 2 tasks (fewer) resumes at exactly latest's step.
+#     and a job on 2 tasks (fewer) resumes at exactly latest's step;
+#  6. the chaos run under Slurm: one job of train_mlp.sbatch on 4 tasks
+#     (--requeue, a checkpoint every 10 steps, DSM_COMM_TIMEOUT=3) gets
+#     DSM_SLURM_CHAOS_ROUNDS faults [2], each on a random task at a random
+#     time after a new checkpoint, SIGKILL and SIGSTOP in turn (the first
+#     drawn by DSM_SLURM_CHAOS_SEED, printed): after SIGSTOP the watchdog
+#     ends the step with status 75 and dsm-job.sh requeues the job; after
+#     SIGKILL the job fails and is requeued with `scontrol requeue`, as an
+#     operator or a node-failure policy would. Each restart must resume at
+#     exactly the step `latest` named when the job ended; the job then
+#     completes, and its final checkpoint must equal an uninterrupted job's
+#     to the same step bit for bit, every attribute included (dsm-ckpt diff
+#     --all), when BUILDDIR/tools/dsm-ckpt exists. Prints per fault kind the
+#     rounds and the seconds from the fault to the restart's resume. The job
+#     trains DSM_SLURM_CHAOS_STEPS steps [200].
 #
-# DSM_SLURM_ONLY=watchdog runs 5 alone.
+# 1 to 5 run by default, 6 as well with DSM_SLURM_CHAOS=1 (about 90 s more);
+# DSM_SLURM_ONLY=watchdog runs 5 alone, DSM_SLURM_ONLY=chaos 6 alone.
 # Every wait has a time limit (DSM_SLURM_JOB_TIMEOUT seconds per job,
 # default 180); on a failure the job's output, scontrol's view of the job
 # and the daemons' logs are printed. DSM_SLURM_KEEP=1 keeps the cluster
@@ -306,10 +321,80 @@ watchdog_test() {
   say "watchdog: job $id (2 tasks): $(grep '^resumed from' "$out")"
 }
 
+chaos_test() {
+  local script=$srcdir/examples/slurm/train_mlp.sbatch dir=$work/chaos ckpt ref out steps=${DSM_SLURM_CHAOS_STEPS:-200}
+  local every=10 limit=3 rounds=${DSM_SLURM_CHAOS_ROUNDS:-2} seed=${DSM_SLURM_CHAOS_SEED:-$((RANDOM))}
+  local round kind before pids victim tag resumed start took restarts=0 chaos_t0=$SECONDS ref_id
+  local -A n_kind sum_kind max_kind
+  RANDOM=$seed
+  mkdir -p "$dir"
+  ckpt=$dir/ckpt
+  ref=$dir/ref
+  local kinds=(sigkill sigstop) first=$((RANDOM % 2))
+  say "chaos: $rounds faults on a job of $steps steps (4 tasks, a checkpoint every $every steps, DSM_COMM_TIMEOUT=$limit, seed $seed)"
+  submit "$dir" "$script" DSM_EXAMPLE="$c_example" DSM_STEPS=$steps DSM_SAVE_EVERY=$every DSM_CKPT_DIR="$ckpt" \
+    DSM_COMM_TIMEOUT=$limit
+  out=$dir/dsm-train-mlp-$id.out
+  for ((round = 1; round <= rounds; round++)); do
+    kind=${kinds[(first + round) % 2]}
+    before=$(cat "$ckpt/latest" 2> /dev/null || true)
+    # A new checkpoint of this run, then the fault 0 to 0.9 s later.
+    wait_for "$id" "$out" "a new checkpoint (round $round)" sh -c "[ -s '$ckpt/latest' ] && [ \"\$(cat '$ckpt/latest')\" != '$before' ]"
+    sleep "0.$((RANDOM % 10))"
+    read -r -a pids < <(pgrep -f "^[^ ]*train_mlp .*--checkpoint $ckpt " | tr '\n' ' ') || true
+    [ "${#pids[@]}" -eq 4 ] || fail "$id" "$out" "round $round: found ${#pids[@]} tasks (${pids[*]}), expected 4: the job ended too soon (raise DSM_SLURM_CHAOS_STEPS)"
+    victim=${pids[RANDOM % 4]}
+    start=$SECONDS
+    if [ "$kind" = sigkill ]; then
+      kill -KILL "$victim"
+      wait_job "$id" "$out" "$restarts"
+      case $state in FAILED*) ;; *) fail "$id" "$out" "round $round: after SIGKILL the job ended as '$state', not FAILED" ;; esac
+      tag=$(cat "$ckpt/latest")
+      scontrol requeue "$id" || fail "$id" "$out" "round $round: scontrol requeue $id was refused"
+    else
+      kill -STOP "$victim"
+      wait_for "$id" "$out" "the requeue after SIGSTOP (round $round)" \
+        sh -c "[ \"\$(grep -c '^dsm-job: .*requeueing job' '$out')\" -ge $((restarts + 1 - ${n_kind[sigkill]:-0})) ]"
+      tag=$(sed -n "s|.*libdsm's watchdog.*last checkpoint: \(global_step[0-9]*\)\$|\1|p" "$out" | tail -n 1)
+    fi
+    restarts=$((restarts + 1))
+    # The restart resumes at exactly latest's step.
+    wait_for "$id" "$out" "the restart's resume (round $round)" sh -c "[ \"\$(grep -c '^resumed from' '$out')\" -ge $round ]"
+    resumed=$(grep '^resumed from' "$out" | sed -n "${round}p")
+    [ "$resumed" = "resumed from $ckpt/latest at step ${tag#global_step}" ] ||
+      fail "$id" "$out" "round $round ($kind): the restart did not resume at ${tag#global_step} ($tag): '$resumed'"
+    took=$((SECONDS - start))
+    n_kind[$kind]=$((${n_kind[$kind]:-0} + 1))
+    sum_kind[$kind]=$((${sum_kind[$kind]:-0} + took))
+    [ "$took" -gt "${max_kind[$kind]:-0}" ] && max_kind[$kind]=$took
+    say "chaos: round $round: $kind of task $victim at $tag; resumed at step ${tag#global_step} ${took}s later (restart $restarts)"
+  done
+  wait_job "$id" "$out" "$restarts"
+  check_ok "$id" "$out"
+  check_ckpt "$id" "$out" "$ckpt" "$steps"
+  for kind in "${kinds[@]}"; do
+    [ "${n_kind[$kind]:-0}" -gt 0 ] &&
+      say "chaos: $kind: ${n_kind[$kind]} rounds, fault to resume mean $((sum_kind[$kind] / n_kind[$kind])) s, max ${max_kind[$kind]} s"
+  done
+  local dsm_ckpt=$builddir/tools/dsm-ckpt
+  if [ ! -x "$dsm_ckpt" ]; then
+    say "chaos: PASS without the bit-for-bit comparison ($dsm_ckpt is not built: HDF5?) in $((SECONDS - chaos_t0)) s"
+    return
+  fi
+  say "chaos: the uninterrupted job to step $steps"
+  submit "$dir" "$script" DSM_EXAMPLE="$c_example" DSM_STEPS=$steps DSM_SAVE_EVERY=$steps DSM_CKPT_DIR="$ref"
+  ref_id=$id
+  wait_job "$ref_id" "$dir/dsm-train-mlp-$ref_id.out"
+  check_ok "$ref_id" "$dir/dsm-train-mlp-$ref_id.out"
+  "$dsm_ckpt" diff "$ckpt/global_step$steps.h5" "$ref/global_step$steps.h5" --all > "$dir/diff.txt" 2>&1 ||
+    fail "$ref_id" "$dir/diff.txt" "the checkpoint after the faults differs from the uninterrupted job's: $(head -n 20 "$dir/diff.txt")"
+  say "chaos: PASS: step $steps after $rounds faults equals the uninterrupted job's bit for bit ($(tail -n 1 "$dir/diff.txt")), $((SECONDS - chaos_t0)) s"
+}
+
 say "cluster: $(sinfo -h -N -o '%N %t cpus=%c') (SLURM_CONF=$SLURM_CONF)"
 say "srun MPI plugins: $(srun --mpi=list 2>&1 | sed -n 's/^[[:space:]]\+//p' | tr '\n' ' ')"
 
-if [ "${DSM_SLURM_ONLY:-}" != watchdog ]; then
+if [ -z "${DSM_SLURM_ONLY:-}" ]; then
   first_and_resume c "$srcdir/examples/slurm/train_mlp.sbatch" "$c_example"
   requeue_test
   if [ -x "$f_example" ]; then
@@ -318,7 +403,14 @@ if [ "${DSM_SLURM_ONLY:-}" != watchdog ]; then
     say "fortran: skipped, $f_example is not built"
   fi
 fi
-watchdog_test
+case ${DSM_SLURM_ONLY:-} in
+  "")
+    watchdog_test
+    if [ "${DSM_SLURM_CHAOS:-0}" = 1 ]; then chaos_test; fi ;;
+  watchdog) watchdog_test ;;
+  chaos) chaos_test ;;
+  *) say "FAIL: DSM_SLURM_ONLY='$DSM_SLURM_ONLY' is neither watchdog nor chaos"; exit 1 ;;
+esac
 
 say "PASS"
 status=0

@@ -127,12 +127,16 @@ void json_differences(const Json &a, const Json &b, const std::string &prefix, s
 // What an attribute is to a training run that loads the checkpoint:
 // "training" (read, and counted by default), "setup" (how the run was laid
 // out: ZeRO stage, mesh, configuration) or "bookkeeping" (the file's own:
-// tag, versions, checksums; the loss scaler's state where the run never
-// reads it).
+// tag, versions, checksums; the loss scaler's scale, overflow and
+// hysteresis where the run never reads them).
 const char *attribute_kind(const std::string &name, const Checkpoint &a, const Checkpoint &b) {
     if (provenance_attribute(name)) return "setup";
-    static const std::set<std::string> training = {"global_steps",     "micro_steps",    "skipped_steps",
-                                                   "global_samples",   "optimizer_steps", "lr_schedule_last_step"};
+    // loss_scale_cur_iter counts the steps from the start of training in
+    // every run, and a resume restores it.
+    static const std::set<std::string> training = {"global_steps",         "micro_steps",
+                                                   "skipped_steps",        "global_samples",
+                                                   "optimizer_steps",      "lr_schedule_last_step",
+                                                   "loss_scale_cur_iter"};
     if (training.count(name)) return "training";
     if (name.rfind("loss_scale", 0) == 0) {
         // The engine restores the loss scaler from a checkpoint of an fp16 run only.
