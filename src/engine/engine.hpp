@@ -46,6 +46,7 @@
 #include "ckpt/background.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "comm/backend.hpp"
+#include "comm/scalars.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
 #include "core/watchdog.hpp"
@@ -315,6 +316,15 @@ private:
     Comm dp_comm_, sp_comm_;
     std::unique_ptr<comm::Backend> dp_, sp_;
     std::unique_ptr<comm::Backend> world_backend_; // nccl: the communicator dp_ and sp_ were split from
+    // The small host values the engine agrees between its ranks (the
+    // gradient norm and non-finite flags, the mean loss, init's broadcasts,
+    // a save's client size: control_, over the engine's ranks) and within
+    // the data-parallel group (Lamb's per-parameter sums, the ranks' nodes:
+    // dp_control_), through comm/scalars.hpp. Always the "mpi" backend: host
+    // memory whatever space the model state lives in, and MPI's reduction
+    // order, so these sums have the same bits whatever DSM_COMM_BACKEND says.
+    // Their bytes are theirs (not in bytes_sent(), the model state's).
+    std::unique_ptr<comm::Backend> control_, dp_control_;
     // hpZ: the secondary partition group (zero_hpz_partition_size consecutive
     // data-parallel ranks; none with hpz_size_ 1).
     Comm hpz_comm_;

@@ -262,8 +262,8 @@ std::string Engine::first_nonfinite(const float *g) {
     for (const optim::Segment &s : segments_)
         if (s.param < first && math_->has_nonfinite(g + s.offset, DSM_FLOAT32, s.count)) first = s.param;
     {
-        const watchdog::WaitScope wait("non-finite gradient check (allreduce)", &world_watch_);
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world_));
+        const watchdog::Context c("non-finite gradient check");
+        first = comm::allreduce_int(*control_, first, comm::Op::MIN);
     }
     if (first == INT_MAX) return std::string();
     return cat(" (first in parameter '", params_[static_cast<size_t>(first)].name, "')");
@@ -356,13 +356,13 @@ void Engine::step(dsm_step_info_t *info) {
             const amp::NormPart np = fused && half
                                          ? math_->inspect(graw, dtype_, layout_.part_size(), static_cast<float>(inv))
                                          : math_->inspect(g, layout_.part_size(), static_cast<float>(inv));
-            double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
+            double tot[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0};
             {
                 // A reduction: its time (mostly the wait for the ranks whose
                 // reduction ended last) counts as the reduction's.
-                const watchdog::WaitScope wait("gradient norm and overflow check (allreduce)", &world_watch_);
+                const watchdog::Context c("gradient norm and overflow check");
                 timers_.reduce -= now();
-                DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
+                comm::allreduce_f64(*control_, tot, 2, comm::Op::SUM);
                 timers_.reduce += now();
             }
             // Every copy of a partition was counted: one partition (stage 0)
@@ -427,9 +427,8 @@ void Engine::step(dsm_step_info_t *info) {
                         // Lamb's per-parameter sums: one slot pair per parameter
                         // on every rank, whatever this rank's partition holds.
                         x.resize(2 * static_cast<size_t>(num_params()), 0.0);
-                        const watchdog::WaitScope wait("Lamb's per-parameter sums (allreduce)", &dp_->watch());
-                        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE,
-                                                    MPI_SUM, dp_comm_.get()));
+                        const watchdog::Context c("Lamb's per-parameter sums");
+                        comm::allreduce_f64(*dp_control_, x.data(), x.size(), comm::Op::SUM);
                     };
                 if (optimizer_->piecewise()) {
                     // The update runs slice by slice inside publish(), each
