@@ -3,12 +3,14 @@
  *
  * The public header: programs include <dsm.h>, which includes the parts of
  * the API, one per subsystem, under dsm/ (dsm/base.h: statuses and errors,
- * version, data types, descriptions; dsm/mesh.h; dsm/config.h;
- * dsm/engine.h; dsm/sp.h: sequence parallelism; dsm/data.h: the sampler),
- * each of which also compiles on its own. C99, usable from C and C++; every
- * name starts with dsm_ or DSM_. Every function returns a dsm_status_t
- * (DSM_SUCCESS = 0) and puts its outputs last, except the few that return a
- * string and say so.
+ * version, data types and their conversion, descriptions; dsm/mesh.h;
+ * dsm/config.h; dsm/engine.h; dsm/checkpoint.h: the engine's checkpoints;
+ * dsm/sp.h: sequence parallelism; dsm/data.h: the sampler), each of which
+ * also compiles on its own. C99, usable from C and C++; every name starts
+ * with dsm_ or DSM_. Every function returns a dsm_status_t (DSM_SUCCESS = 0)
+ * and puts its outputs last, except four that cannot fail:
+ * dsm_status_string(), dsm_last_error() and dsm_dtype_name() return a string
+ * and dsm_free() returns nothing.
  *
  * Collective calls: a function marked "Collective over C" must be called by
  * every rank of C with matching arguments. If any rank's arguments are bad,
@@ -32,6 +34,7 @@
 #include "dsm/mesh.h"
 #include "dsm/config.h"
 #include "dsm/engine.h"
+#include "dsm/checkpoint.h"
 #include "dsm/sp.h"
 #include "dsm/data.h"
 

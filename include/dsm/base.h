@@ -35,8 +35,10 @@ extern "C" {
 
 /**
  * @defgroup dsm_status Status codes and errors
- * Every libdsm function returns a dsm_status_t. The values are pinned: they
- * never change between releases, and new codes are only ever appended.
+ * Every libdsm function returns a dsm_status_t, except four that cannot
+ * fail: dsm_status_string(), dsm_last_error() and dsm_dtype_name() return a
+ * string (never NULL) and dsm_free() returns nothing. The values are pinned:
+ * they never change between releases, and new codes are only ever appended.
  * @{
  */
 
@@ -158,6 +160,22 @@ DSM_API dsm_status_t dsm_dtype_size(dsm_dtype_t dtype, size_t *size);
  * Not collective. Thread safe. Never returns NULL: "invalid" for unknown values.
  */
 DSM_API const char *dsm_dtype_name(dsm_dtype_t dtype);
+
+/**
+ * @brief Convert @p n elements between FLOAT32, FLOAT64, FLOAT16 and
+ * BFLOAT16 (round to nearest even; Inf and NaN kept).
+ *
+ * @p src and @p dst must not overlap, except that @p src == @p dst with the
+ * same dtype is allowed (and does nothing): the conversion runs in blocks
+ * on several threads, so an in-place change of dtype would read elements
+ * another block has already written.
+ *
+ * Not collective. Thread safe. @return DSM_SUCCESS; DSM_ERR_NULL_POINTER;
+ * DSM_ERR_INVALID_ARGUMENT for another dtype, or for @p src and @p dst that
+ * overlap (naming both, with their bytes and dtypes).
+ */
+DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst,
+                                 dsm_dtype_t dst_dtype, size_t n);
 
 /** @} */
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <new>
+#include <string>
 #include <utility>
 
 #include "core/error.hpp"
@@ -14,7 +15,19 @@ namespace dsm::engine {
 class Engine;
 }
 
+namespace dsm::config {
+struct Config;
+}
+namespace dsm {
+class Mesh;
+}
+
 namespace dsm::api {
+// The mesh a configuration describes over comm (mesh_api.cc:
+// dsm_mesh_create_for_config, and dsm_engine_init_comm, which keeps the
+// configuration read in `*read`).
+std::unique_ptr<Mesh> mesh_for_config(MPI_Comm comm, const char *config, dsm_status_t bad, std::string why,
+                                      bool out_ok, config::Config *read = nullptr);
 dsm_status_t report(const char *function, dsm_status_t status, const char *message) noexcept;
 // The engine behind a handle: DSM_ERR_NULL_POINTER for NULL,
 // DSM_ERR_INVALID_ARGUMENT for a handle that is not a live engine.

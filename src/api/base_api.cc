@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "amp/convert.hpp"
 #include "api/api.hpp"
 #include "core/dtype.hpp"
 #include "core/info.hpp"
@@ -66,6 +67,14 @@ DSM_API dsm_status_t dsm_info_describe(dsm_format_t format, char **text) {
     *text = nullptr;
     dsm::api::link_params();
     *text = dsm::to_c_string(dsm::describe_build(format));
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst, dsm_dtype_t dst_dtype,
+                                 size_t n) {
+    DSM_API_BEGIN
+    // Checks the dtypes even when n is 0, and the pointers when n > 0.
+    dsm::amp::convert(src, src_dtype, dst, dst_dtype, n);
     DSM_API_END
 }
 

@@ -107,38 +107,6 @@ void finish(std::unique_ptr<dsm::Mesh> mesh, bool text, const char *config, cons
     *engine = h.release();
 }
 
-// The mesh a configuration describes over comm (dsm_mesh_create_for_config,
-// dsm_engine_init_comm): (data_parallel, sequence_parallel) when it sets
-// sequence_parallel_size > 1, else one "data_parallel" dimension. The
-// configuration is read collectively, once, into `*read` when the caller
-// wants it for the engine; `bad`/`why` is this rank's argument error, agreed
-// with the reading. `out_ok`: false when the caller's output is NULL (agreed
-// inside Mesh::create, so every rank fails together).
-std::unique_ptr<dsm::Mesh> mesh_for_config(MPI_Comm comm, const char *config, dsm_status_t bad,
-                                           std::string why, bool out_ok, dsm::config::Config *read = nullptr) {
-    DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
-    int size = 0;
-    DSM_CHECK_MPI(MPI_Comm_size(comm, &size));
-    if (bad == DSM_SUCCESS && config == nullptr) {
-        bad = DSM_ERR_NULL_POINTER;
-        why = "config is NULL";
-    }
-    dsm::config::ConfigContext ctx;
-    ctx.world_size = size;
-    dsm::config::Config cfg =
-        dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
-    const int sp = static_cast<int>(cfg.sequence_parallel_size);
-    if (read != nullptr) *read = std::move(cfg);
-    if (sp > 1) {
-        const int shape[2] = {size / sp, sp};
-        const char *const names[2] = {"data_parallel", "sequence_parallel"};
-        return dsm::Mesh::create(comm, 2, shape, names, nullptr, out_ok);
-    }
-    const int shape[1] = {size};
-    const char *const names[1] = {"data_parallel"};
-    return dsm::Mesh::create(comm, 1, shape, names, nullptr, out_ok);
-}
-
 // dsm_engine_init_comm's work: the engine on mesh_for_config(comm), with the
 // configuration that read (one read per call).
 void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *params, int nparams,
@@ -151,7 +119,7 @@ void init_over_comm(MPI_Comm comm, const char *config, const dsm_param_desc_t *p
         why = "engine (the output) is NULL";
     }
     dsm::config::Config read;
-    std::unique_ptr<dsm::Mesh> mesh = mesh_for_config(comm, config, bad, why, true, &read);
+    std::unique_ptr<dsm::Mesh> mesh = dsm::api::mesh_for_config(comm, config, bad, why, true, &read);
     finish(std::move(mesh), false, nullptr, &read, params, nparams, options, engine);
 }
 
@@ -219,16 +187,6 @@ DSM_API dsm_status_t dsm_engine_init(dsm_mesh_t mesh, const char *config, const 
                                      int nparams, dsm_engine_t *engine) {
     DSM_API_BEGIN
     init(mesh, true, config, nullptr, params, nparams, nullptr, engine);
-    DSM_API_END
-}
-
-DSM_API dsm_status_t dsm_mesh_create_for_config(MPI_Comm comm, const char *config, dsm_mesh_t *mesh) {
-    DSM_API_BEGIN
-    if (mesh != nullptr) *mesh = nullptr;
-    std::unique_ptr<dsm::Mesh> m = mesh_for_config(comm, config, DSM_SUCCESS, "", mesh != nullptr);
-    auto h = std::make_unique<dsm_mesh_s>();
-    h->mesh = std::move(m);
-    *mesh = h.release();
     DSM_API_END
 }
 
@@ -508,14 +466,6 @@ DSM_API dsm_status_t dsm_engine_load_report(dsm_engine_t engine, dsm_format_t fo
     DSM_API_BEGIN
     engine_text(engine, text, format,
                 [](const dsm::engine::Engine &e, dsm_format_t f) { return e.load_report(f); });
-    DSM_API_END
-}
-
-DSM_API dsm_status_t dsm_convert(const void *src, dsm_dtype_t src_dtype, void *dst, dsm_dtype_t dst_dtype,
-                                 size_t n) {
-    DSM_API_BEGIN
-    // Checks the dtypes even when n is 0, and the pointers when n > 0.
-    dsm::amp::convert(src, src_dtype, dst, dst_dtype, n);
     DSM_API_END
 }
 

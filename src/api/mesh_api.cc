@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "api/api.hpp"
+#include "config/config_load.hpp"
 #include "core/info.hpp"
 #include "mesh/mesh.hpp"
 
@@ -45,6 +46,38 @@ void create(MPI_Comm comm, int ndims, const int shape[], const char *const names
 
 } // namespace
 
+// The mesh a configuration describes over comm (dsm_mesh_create_for_config,
+// dsm_engine_init_comm): (data_parallel, sequence_parallel) when it sets
+// sequence_parallel_size > 1, else one "data_parallel" dimension. The
+// configuration is read collectively, once, into `*read` when the caller
+// wants it for the engine; `bad`/`why` is this rank's argument error, agreed
+// with the reading. `out_ok`: false when the caller's output is NULL (agreed
+// inside Mesh::create, so every rank fails together).
+std::unique_ptr<dsm::Mesh> dsm::api::mesh_for_config(MPI_Comm comm, const char *config, dsm_status_t bad,
+                                                     std::string why, bool out_ok, dsm::config::Config *read) {
+    DSM_REQUIRE(comm != MPI_COMM_NULL, DSM_ERR_INVALID_ARGUMENT, "comm is MPI_COMM_NULL");
+    int size = 0;
+    DSM_CHECK_MPI(MPI_Comm_size(comm, &size));
+    if (bad == DSM_SUCCESS && config == nullptr) {
+        bad = DSM_ERR_NULL_POINTER;
+        why = "config is NULL";
+    }
+    dsm::config::ConfigContext ctx;
+    ctx.world_size = size;
+    dsm::config::Config cfg =
+        dsm::config::load_collective(comm, bad == DSM_SUCCESS ? config : "", ctx, bad, why);
+    const int sp = static_cast<int>(cfg.sequence_parallel_size);
+    if (read != nullptr) *read = std::move(cfg);
+    if (sp > 1) {
+        const int shape[2] = {size / sp, sp};
+        const char *const names[2] = {"data_parallel", "sequence_parallel"};
+        return dsm::Mesh::create(comm, 2, shape, names, nullptr, out_ok);
+    }
+    const int shape[1] = {size};
+    const char *const names[1] = {"data_parallel"};
+    return dsm::Mesh::create(comm, 1, shape, names, nullptr, out_ok);
+}
+
 extern "C" {
 
 DSM_API dsm_status_t dsm_mesh_create_with_options(MPI_Comm comm, int ndims, const int shape[],
@@ -59,6 +92,16 @@ DSM_API dsm_status_t dsm_mesh_create(MPI_Comm comm, int ndims, const int shape[]
                                      const char *const names[], dsm_mesh_t *mesh) {
     DSM_API_BEGIN
     create(comm, ndims, shape, names, nullptr, mesh);
+    DSM_API_END
+}
+
+DSM_API dsm_status_t dsm_mesh_create_for_config(MPI_Comm comm, const char *config, dsm_mesh_t *mesh) {
+    DSM_API_BEGIN
+    if (mesh != nullptr) *mesh = nullptr;
+    std::unique_ptr<dsm::Mesh> m = dsm::api::mesh_for_config(comm, config, DSM_SUCCESS, "", mesh != nullptr);
+    auto h = std::make_unique<dsm_mesh_s>();
+    h->mesh = std::move(m);
+    *mesh = h.release();
     DSM_API_END
 }
 

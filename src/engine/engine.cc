@@ -103,6 +103,10 @@ void Engine::setup(bool text, const char *config, const config::Config *read, co
         sp_comm_ = std::move(roles.sequence_parallel);
         world_ = world_comm_.get();
         world_watch_.describe(world_, "the engine's ranks", "");
+        control_ = comm::create_backend(world_, comm::Kind::MPI);
+        control_->watch().label = "the engine's ranks";
+        dp_control_ = comm::create_backend(dp_comm_.get(), comm::Kind::MPI);
+        dp_control_->watch().label = "data_parallel";
         std::vector<const char *> names;
         std::vector<std::string> keep = mesh_->dim_names();
         for (const std::string &n : keep) names.push_back(n.c_str());
@@ -474,6 +478,8 @@ void Engine::release(bool abandon) {
         if (sp_) sp_->abandon();
         if (dp_) dp_->abandon();
         if (world_backend_) world_backend_->abandon();
+        if (dp_control_) dp_control_->abandon();
+        if (control_) control_->abandon();
     }
     compute_->release();
     if (stage_) stage_->free(); // shared buffers: collective, in reverse order of allocation
@@ -481,6 +487,8 @@ void Engine::release(bool abandon) {
     sp_.reset();
     dp_.reset();
     world_backend_.reset();
+    dp_control_.reset();
+    control_.reset();
     if (abandon) { // MPI_Comm_free is collective too
         (void)hpz_comm_.release();
         (void)sp_comm_.release();

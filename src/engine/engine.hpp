@@ -46,6 +46,7 @@
 #include "ckpt/background.hpp"
 #include "ckpt/checkpoint.hpp"
 #include "comm/backend.hpp"
+#include "comm/scalars.hpp"
 #include "config/config.hpp"
 #include "core/comm.hpp"
 #include "core/watchdog.hpp"
@@ -278,6 +279,28 @@ private:
     void drain_offload(dsm_status_t &status, std::string &why);
     zero::Stage::Before at_point(SyncPoint point, Call call); // drain (FLUSH) and sync before a stage's collective
     float *fp32_grads();
+    // dsm_step's phases, in order (engine_step.cc, doc/engine-internals.md).
+    // What the inspection found, for the phases after it.
+    struct Inspection {
+        double inv = 1.0;          // 1 / (loss scale * gradient_accumulation_steps)
+        bool fused = false;        // the optimizer's fused host step (optim::Fused)
+        bool half = false;         // 16-bit compute dtype
+        const void *raw = nullptr; // the stage's gradient partition (compute dtype)
+        float *g = nullptr;        // its fp32 values (NULL: the fused 16-bit step reads raw)
+        double norm = 0.0;         // the global gradient norm (INFINITY when non-finite)
+        bool nonfinite = false;    // some rank's gradients hold an Inf or NaN
+        bool fp32_nonfinite = false;
+        std::string culprit;       // " (first in parameter 'NAME')" or ""
+    };
+    void enter_step(dsm_step_info_t *info);
+    bool begin_micro_step();
+    void reduce_phase(bool boundary);
+    void mark_step_traffic();
+    Inspection inspect_phase();
+    bool nonfinite_phase(Inspection &in);
+    void skip_phase(const Inspection &in);
+    void update_phase(const Inspection &in);
+    void bookkeeping(double norm);
     std::string first_nonfinite(const float *g);
     void zero_grads();
     void log_step(double norm) const;
@@ -315,6 +338,15 @@ private:
     Comm dp_comm_, sp_comm_;
     std::unique_ptr<comm::Backend> dp_, sp_;
     std::unique_ptr<comm::Backend> world_backend_; // nccl: the communicator dp_ and sp_ were split from
+    // The small host values the engine agrees between its ranks (the
+    // gradient norm and non-finite flags, the mean loss, init's broadcasts,
+    // a save's client size: control_, over the engine's ranks) and within
+    // the data-parallel group (Lamb's per-parameter sums, the ranks' nodes:
+    // dp_control_), through comm/scalars.hpp. Always the "mpi" backend: host
+    // memory whatever space the model state lives in, and MPI's reduction
+    // order, so these sums have the same bits whatever DSM_COMM_BACKEND says.
+    // Their bytes are theirs (not in bytes_sent(), the model state's).
+    std::unique_ptr<comm::Backend> control_, dp_control_;
     // hpZ: the secondary partition group (zero_hpz_partition_size consecutive
     // data-parallel ranks; none with hpz_size_ 1).
     Comm hpz_comm_;

@@ -273,8 +273,8 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
         }
         tag = tag0;
         // The client state is rank 0's.
-        unsigned long long csize = client_size;
-        DSM_CHECK_MPI(MPI_Bcast(&csize, 1, MPI_UNSIGNED_LONG_LONG, 0, world_));
+        uint64_t csize = client_size;
+        comm::bcast_u64(*control_, &csize, 0);
 
         // checkpoint.writer.decoupled: the file is written by a thread of
         // the save while the caller goes on, which needs MPI calls from two
@@ -286,7 +286,7 @@ void Engine::save_checkpoint(const char *dir_arg, const char *tag_arg, const voi
             int level = MPI_THREAD_SINGLE;
             DSM_CHECK_MPI(MPI_Query_thread(&level));
             background = level == MPI_THREAD_MULTIPLE;
-            DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &background, 1, MPI_INT, MPI_MIN, world_));
+            background = comm::allreduce_int(*control_, background, comm::Op::MIN);
             if (!background && !said_sync_fallback_ && world_rank_ == 0)
                 DSM_WARN(ENGINE, "checkpoint.writer.decoupled: MPI was initialized below MPI_THREAD_MULTIPLE on some "
                                  "rank, so checkpoints are saved synchronously (MPI_Init_thread with "
@@ -452,7 +452,7 @@ void Engine::load_weights(const char *path_arg, unsigned flags) {
         DSM_REQUIRE(S_ISREG(st.st_mode), DSM_ERR_IO, "weights file '", path, "' is not a regular file");
         hdf5 = ckpt::hdf5_signature(path);
     });
-    DSM_CHECK_MPI(MPI_Bcast(&hdf5, 1, MPI_INT, 0, world_));
+    comm::bcast_int(*control_, &hdf5, 0);
 
     std::vector<std::unique_ptr<float[]>> staged;
     std::vector<float *> live;

@@ -122,9 +122,8 @@ void Engine::allocate_or_fall_back(int node) {
     int no_room = status == DSM_ERR_OUT_OF_MEMORY && std::strcmp(dp_->name(), "shm") == 0 &&
                           err.find("shared memory: ") != std::string::npos
                       ? 1
-                      : 0,
-        any = 0;
-    DSM_CHECK_MPI(MPI_Allreduce(&no_room, &any, 1, MPI_INT, MPI_MAX, world_));
+                      : 0;
+    const int any = comm::allreduce_int(*control_, no_room, comm::Op::MAX);
     if (any != 0) {
         if (world_rank_ == 0)
             DSM_WARN(ENGINE, "%s: the engine uses the mpi backend (private memory) on every rank instead",
@@ -303,18 +302,6 @@ void Engine::make_backends(const Options &options) {
     if (sp_size_ > 1) sp_ = comm::make_backend(sp_comm_.get(), cs, node, choice);
 }
 
-namespace {
-
-// Collective over `comm`: whether its ranks share one node (`node`: this
-// rank's, from the mesh placement).
-bool one_node(MPI_Comm comm, int node) {
-    int v[2] = {node, -node}, r[2] = {0, 0};
-    DSM_CHECK_MPI(MPI_Allreduce(v, r, 2, MPI_INT, MPI_MAX, comm));
-    return r[0] == -r[1];
-}
-
-} // namespace
-
 // ZeRO++ hpZ: the secondary partition groups, zero_hpz_partition_size
 // consecutive data-parallel ranks each (as DeepSpeed's
 // _create_zero_param_parallel_group makes them), with a backend for the
@@ -323,19 +310,33 @@ bool one_node(MPI_Comm comm, int node) {
 // but its gathers cross the network: a warning says so, once.
 void Engine::make_hpz_group(const Options &options) {
     const int node = mesh_->node();
-    dp_one_node_ = one_node(dp_comm_.get(), node);
-    sp_one_node_ = one_node(sp_comm_.get(), node);
+    int spr = 0;
+    DSM_CHECK_MPI(MPI_Comm_rank(sp_comm_.get(), &spr));
+    // Every rank's node and place (its sequence-parallel and data-parallel
+    // ranks), in one allgather over the engine's ranks: a data-parallel group
+    // is the ranks at one sequence-parallel position, a sequence-parallel
+    // group those at one data-parallel position (make_backends).
+    const int32_t mine[3] = {node, spr, dp_rank_};
+    std::vector<int32_t> all(3 * static_cast<size_t>(world_size_));
+    control_->allgather(mine, all.data(), 3, DSM_INT32);
+    // Whether every rank whose key is this rank's is on this rank's node.
+    const auto one_node = [&](const std::function<int64_t(int, int)> &key) {
+        const int64_t k = key(spr, dp_rank_);
+        for (size_t r = 0; r < all.size(); r += 3)
+            if (key(all[r + 1], all[r + 2]) == k && all[r] != node) return false;
+        return true;
+    };
+    dp_one_node_ = one_node([](int s, int) { return s; });
+    sp_one_node_ = one_node([](int, int d) { return d; });
     hpz_size_ = cfg_.zero.stage == 3 ? static_cast<int>(std::max<int64_t>(cfg_.zero.zero_hpz_partition_size, 1)) : 1;
     if (hpz_size_ <= 1) return;
     const int color = dp_rank_ / hpz_size_;
     hpz_comm_ = Comm::split(dp_comm_.get(), color, dp_rank_);
-    hpz_one_node_ = one_node(hpz_comm_.get(), node);
+    hpz_one_node_ = one_node([this](int s, int d) { return int64_t(s) * (int64_t(INT32_MAX) + 1) + d / hpz_size_; });
 #if DSM_HAVE_NCCL_BACKEND
     if (auto *nccl = dynamic_cast<comm::NcclBackend *>(world_backend_.get())) {
         // One color per group over the engine's ranks: its sequence-parallel
         // position and its block of data-parallel ranks.
-        int spr = 0;
-        DSM_CHECK_MPI(MPI_Comm_rank(sp_comm_.get(), &spr));
         hpz_ = nccl->split(spr * (dp_size_ / hpz_size_) + color, dp_rank_);
     }
 #endif
@@ -344,11 +345,9 @@ void Engine::make_hpz_group(const Options &options) {
         const comm::Space cs = space_->host_addressable() ? comm::Space::HOST : comm::Space::DEVICE;
         hpz_ = comm::make_backend(hpz_comm_.get(), cs, node, backend_choice(options, kind));
     }
-    int spans = hpz_one_node_ ? 0 : 1, fewest = 0;
     const MeshState &m = mesh_->state();
-    int local = m.ranks[static_cast<size_t>(m.rank)].local_size;
-    DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &spans, 1, MPI_INT, MPI_MAX, world_));
-    DSM_CHECK_MPI(MPI_Allreduce(&local, &fewest, 1, MPI_INT, MPI_MIN, world_));
+    const int spans = comm::allreduce_int(*control_, hpz_one_node_ ? 0 : 1, comm::Op::MAX);
+    const int fewest = comm::allreduce_int(*control_, m.ranks[static_cast<size_t>(m.rank)].local_size, comm::Op::MIN);
     if (spans != 0 && world_rank_ == 0)
         DSM_WARN(INIT, "zero_optimization.zero_hpz_partition_size %d: a secondary partition group spans nodes (%d "
                  "consecutive data-parallel ranks; a node holds %d of the engine's ranks), so hpZ's gathers cross "
@@ -381,7 +380,8 @@ void Engine::initialize_values(const dsm_param_desc_t *params) {
     if (world_rank_ == 0)
         for (int i = 0; i < n; ++i)
             mode[static_cast<size_t>(i)] = params[i].init_values ? 1 : params[i].init_fn ? 2 : 0;
-    DSM_CHECK_MPI(MPI_Bcast(mode.data(), n, MPI_INT, 0, world_));
+    static_assert(sizeof(int) == sizeof(int32_t), "mode travels as DSM_INT32");
+    control_->bcast(mode.data(), mode.size(), DSM_INT32, 0);
     agree(world_, [&] {
         for (int i = 0; i < n; ++i)
             DSM_REQUIRE(mode[static_cast<size_t>(i)] != 2 || params[i].init_fn != nullptr,
@@ -403,10 +403,7 @@ void Engine::initialize_values(const dsm_param_desc_t *params) {
             // Broadcast as fp32, then keep what this rank stores.
             std::vector<float> full(p.numel);
             if (world_rank_ == 0) amp::convert(params[i].init_values, params[i].dtype, full.data(), DSM_FLOAT32, p.numel);
-            const size_t chunk = size_t(1) << 28;
-            for (size_t off = 0; off < p.numel; off += chunk)
-                DSM_CHECK_MPI(MPI_Bcast(full.data() + off, static_cast<int>(std::min(chunk, p.numel - off)),
-                                        MPI_FLOAT, 0, world_));
+            control_->bcast(full.data(), p.numel, DSM_FLOAT32, 0);
             if (!p.trainable) {
                 put_frozen(p, full.data());
                 continue;

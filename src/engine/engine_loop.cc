@@ -83,8 +83,8 @@ double Engine::mean_loss(double loss, double weight, bool have_output) {
     // A rank with weight 0 adds nothing, not even a NaN loss.
     double v[2] = {weight == 0 ? 0.0 : loss * weight, weight};
     {
-        const watchdog::WaitScope wait("mean loss (allreduce)", &world_watch_);
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_SUM, world_));
+        const watchdog::Context c("mean loss");
+        comm::allreduce_f64(*control_, v, 2, comm::Op::SUM);
     }
     DSM_REQUIRE(v[1] > 0, DSM_ERR_INVALID_ARGUMENT, "the weights of all ", world_size_,
                 " ranks are 0: there is no loss to average");

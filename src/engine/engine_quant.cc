@@ -50,10 +50,7 @@ void Engine::bind_quantized() {
     });
     agree_same(world_, "the quantization block sizes (DSM_QWZ_BLOCK, DSM_QGZ_BLOCK)",
                std::to_string(qwz_block_) + "," + std::to_string(qgz_block_));
-    int node = mesh_->node();
-    std::vector<int> nodes(static_cast<size_t>(dp_size_));
-    DSM_CHECK_MPI(MPI_Allgather(&node, 1, MPI_INT, nodes.data(), 1, MPI_INT, dp_comm_.get()));
-    stage_->bind_nodes(std::move(nodes));
+    stage_->bind_nodes(comm::allgather_int(*dp_control_, mesh_->node()));
 }
 
 // At the accumulation boundary, with the step's other byte counts.

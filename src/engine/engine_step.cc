@@ -262,13 +262,21 @@ std::string Engine::first_nonfinite(const float *g) {
     for (const optim::Segment &s : segments_)
         if (s.param < first && math_->has_nonfinite(g + s.offset, DSM_FLOAT32, s.count)) first = s.param;
     {
-        const watchdog::WaitScope wait("non-finite gradient check (allreduce)", &world_watch_);
-        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, world_));
+        const watchdog::Context c("non-finite gradient check");
+        first = comm::allreduce_int(*control_, first, comm::Op::MIN);
     }
     if (first == INT_MAX) return std::string();
     return cat(" (first in parameter '", params_[static_cast<size_t>(first)].name, "')");
 }
 
+// dsm_step, top-down (doc/engine-internals.md): the checks and the
+// agreement that every rank is here (enter_step), the micro-step's counters
+// (begin_micro_step), the gradient reduction (reduce_phase); at the
+// accumulation boundary the step's traffic (mark_step_traffic), the
+// unscale/overflow/norm inspection (inspect_phase), the non-finite policy
+// (nonfinite_phase), then either the skip (skip_phase) or the clipped update
+// with its gather of the new parameters (update_phase), and the logs and
+// metrics (bookkeeping). Each phase is a member function below, in that order.
 void Engine::step(dsm_step_info_t *info) {
     check_usable();
     // An asynchronous save of the live state (engine_ckpt.cc): the update
@@ -276,6 +284,32 @@ void Engine::step(dsm_step_info_t *info) {
     if (saver_) saver_->wait_captured();
     watchdog::set_step(global_steps_, micro_steps_);
     const watchdog::Context ctx("dsm_step");
+    enter_step(info);
+    try {
+        const bool boundary = begin_micro_step();
+        reduce_phase(boundary);
+        if (boundary) {
+            mark_step_traffic();
+            Inspection in = inspect_phase();
+            if (nonfinite_phase(in)) skip_phase(in);
+            else update_phase(in);
+            bookkeeping(in.norm);
+        }
+    } catch (...) {
+        broken_ = true;
+        throw;
+    }
+    // The program now works on the next step: a message between two calls
+    // (the program's own MPI calls) names it.
+    watchdog::set_step(global_steps_, micro_steps_);
+    step_info(info);
+}
+
+// Phase 0: this rank's checks (the info struct, nothing still acquired, the
+// offloaded gradients drained) agreed at the STEP point, so that a bad call
+// on one rank fails every rank; then an asynchronous save that has ended on
+// every rank reports its failure here (the step then does nothing else).
+void Engine::enter_step(dsm_step_info_t *info) {
     std::string why;
     dsm_status_t status = DSM_SUCCESS;
     if (info != nullptr && info->size < sizeof(dsm_step_info_t)) {
@@ -294,7 +328,7 @@ void Engine::step(dsm_step_info_t *info) {
     }
     drain_offload(status, why);
     try {
-        // The wait for the ranks still reducing what they released.
+            // The wait for the ranks still reducing what they released.
         timers_.wait -= now();
         sync(SyncPoint::STEP, micro_steps_, why, status);
         timers_.wait += now();
@@ -302,186 +336,209 @@ void Engine::step(dsm_step_info_t *info) {
         broken_ = true;
         throw;
     }
-    // An asynchronous save that has ended on every rank: its failure is
-    // this call's, which then does nothing else (call dsm_step again).
     finish_save(false);
-    try {
-        if (window_start_ == 0.0) {
-            window_start_ = now();
-            window_samples_ = global_samples_;
-        }
-        ++micro_steps_;
-        const bool boundary = micro_steps_ % cfg_.gradient_accumulation_steps == 0;
-        last_boundary_ = boundary;
-        if (boundary && stop_pending_) stop_requested_ = true;
-        last_skipped_ = false;
-        // Prefetched parameters nobody acquired are dropped; the trace rolls over.
-        stage_->new_micro_step(false);
-        // The agreement before the last bucket's reduction is a wait for
-        // the ranks whose earlier reductions ended later, as the opening one.
-        const zero::Stage::Before flush_point = at_point(SyncPoint::FLUSH, Call::STEP);
-        stage_->reduce(boundary, [this, &flush_point](const PointDetail &detail) {
-            const double t0 = now();
-            try {
-                flush_point(detail);
-            } catch (...) {
-                timers_.wait += now() - t0;
-                throw;
-            }
-            timers_.wait += now() - t0;
-        });
-        if (boundary) {
-            // The step's traffic: since the previous step's reduction (its
-            // update's gathers, every micro-step's gathers and reductions);
-            // nothing is in flight after reduce().
-            const uint64_t sent = bytes_sent(), off = bytes_off_node();
-            last_step_sent_ = sent - step_mark_sent_;
-            last_step_off_ = off - step_mark_off_;
-            step_mark_sent_ = sent;
-            step_mark_off_ = off;
-            mark_quant_step();
+}
 
-            // Unscale, check, norm, clip.
-            const double inv = 1.0 / (scaler_->scale() * static_cast<double>(cfg_.gradient_accumulation_steps));
-            // The fused host step (optim::Fused): 16-bit gradients are
-            // inspected and read by the update in place (no fp32 copy), the
-            // update writes the 16-bit parameters and zeroes the gradients it
-            // read, all in one pass per work item.
-            const bool fused = optimizer_->fuses();
-            const bool half = dtype_ != DSM_FLOAT32;
-            const void *graw = stage_->grad_partition();
-            float *g = fused && half ? nullptr : fp32_grads();
-            // Unscale, overflow check and norm in one pass where the
-            // gradients are; one small result comes back to the host.
-            const amp::NormPart np = fused && half
-                                         ? math_->inspect(graw, dtype_, layout_.part_size(), static_cast<float>(inv))
-                                         : math_->inspect(g, layout_.part_size(), static_cast<float>(inv));
-            double v[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0}, tot[2];
-            {
-                // A reduction: its time (mostly the wait for the ranks whose
-                // reduction ended last) counts as the reduction's.
-                const watchdog::WaitScope wait("gradient norm and overflow check (allreduce)", &world_watch_);
-                timers_.reduce -= now();
-                DSM_CHECK_MPI(MPI_Allreduce(v, tot, 2, MPI_DOUBLE, MPI_SUM, world_));
-                timers_.reduce += now();
-            }
-            // Every copy of a partition was counted: one partition (stage 0)
-            // has world_size copies, the others one per SP rank.
-            const double copies = layout_.parts() == 1 ? world_size_ : sp_size_;
-            const bool nonfinite = tot[1] > 0 || !std::isfinite(tot[0]);
-            const double norm = nonfinite ? INFINITY : std::sqrt(tot[0] / copies);
-            grad_norm_ = norm;
-            const bool check = cfg_.fp16.enabled || (cfg_.bf16.enabled && cfg_.bf16.check_grad_overflow);
-            // fp32: fp32_nonfinite_gradients decides. `nonfinite` is the same
-            // on every rank (one allreduce), so all skip, all fail or all go on.
-            const config::NonfiniteGrads policy = cfg_.fp32_nonfinite_gradients;
-            const bool fp32_nonfinite = dtype_ == DSM_FLOAT32 && nonfinite;
-            std::string culprit;
-            if (fp32_nonfinite && (policy != config::NonfiniteGrads::WARN || !warned_nonfinite_))
-                culprit = first_nonfinite(g); // fp32: g is the gradient partition
-            if (fp32_nonfinite && policy == config::NonfiniteGrads::FAIL)
-                DSM_FAIL(DSM_ERR_NUMERIC, "step ", global_steps_ + 1, ": non-finite (Inf or NaN) fp32 gradients",
-                         culprit, "; fp32_nonfinite_gradients is \"fail\" (the step was not applied)");
-            const bool overflow = (check && nonfinite) || (fp32_nonfinite && policy == config::NonfiniteGrads::SKIP);
-            ++global_steps_;
-            global_samples_ += cfg_.train_batch_size;
-            if (fp32_nonfinite && policy == config::NonfiniteGrads::WARN && !warned_nonfinite_) {
-                warned_nonfinite_ = true;
-                if (world_rank_ == 0)
-                    DSM_WARN(ENGINE, "step %lld: non-finite (Inf or NaN) fp32 gradients%s; the step is applied and "
-                             "the weights may become NaN (fp32_nonfinite_gradients \"warn\", said once; \"skip\" or "
-                             "\"fail\" to stop it)", static_cast<long long>(global_steps_), culprit.c_str());
-            }
-            if (overflow) {
-                ++skipped_steps_;
-                last_skipped_ = true;
-                zero_grads();
-                scaler_->update(true);
-                if (fp32_nonfinite)
-                    DSM_INFO(ENGINE, "step %lld: non-finite fp32 gradients%s, skipped (fp32_nonfinite_gradients)",
-                             static_cast<long long>(global_steps_), culprit.c_str());
-                else
-                    DSM_INFO(ENGINE, "step %lld: gradient overflow, skipped; loss scale now %g",
-                             static_cast<long long>(global_steps_), scaler_->scale());
-            } else {
-                double coef = 1.0;
-                if (cfg_.gradient_clipping > 0 && std::isfinite(norm)) {
-                    const double c = cfg_.gradient_clipping / (norm + 1e-6);
-                    if (c < 1.0) coef = c;
-                }
-                optim::StepArgs args;
-                args.step = applied_steps_ + 1;
-                args.lr = current_lr();
-                args.beta1 = optimizer_->hyper().beta1;
-                if (schedule_ && !schedule_pending_) {
-                    const std::vector<double> mom = schedule_->momentum();
-                    if (!mom.empty()) {
-                        args.beta1 = mom.front();
-                        args.beta2 = optim::LrSchedule::kOneCycleBeta2;
-                    }
-                }
-                args.grad_scale = static_cast<float>(inv * coef);
-                optim::SumFn sum;
-                if (layout_.parts() > 1)
-                    sum = [this](std::vector<double> &x) {
-                        // Lamb's per-parameter sums: one slot pair per parameter
-                        // on every rank, whatever this rank's partition holds.
-                        x.resize(2 * static_cast<size_t>(num_params()), 0.0);
-                        const watchdog::WaitScope wait("Lamb's per-parameter sums (allreduce)", &dp_->watch());
-                        DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, x.data(), static_cast<int>(x.size()), MPI_DOUBLE,
-                                                    MPI_SUM, dp_comm_.get()));
-                    };
-                if (optimizer_->piecewise()) {
-                    // The update runs slice by slice inside publish(), each
-                    // slice's allgather leaving while the next is updated
-                    // (overlap_comm), with the bits of one whole step.
-                    size_t updated = 0;
-                    optim::Fused f;
-                    if (half) {
-                        f.grad16 = graw;
-                        f.param16 = stage_->param_partition();
-                        f.dtype = dtype_;
-                    }
-                    f.zero_grads = true;
-                    stage_->set_update_writes_params(fused && half);
-                    try {
-                        publish([&](size_t upto) {
-                            timers_.optimizer -= now();
-                            optimizer_->step_upto(master_, g, segments_, args, &updated, upto, fused ? &f : nullptr);
-                            timers_.optimizer += now();
-                        });
-                    } catch (...) {
-                        stage_->set_update_writes_params(false);
-                        throw;
-                    }
-                    stage_->set_update_writes_params(false);
-                } else {
-                    timers_.optimizer -= now();
-                    optimizer_->step(master_, g, segments_, args, sum);
-                    timers_.optimizer += now();
-                    publish();
-                }
-                if (fused && optimizer_->piecewise()) stage_->zero_grads_outside_partition();
-                else zero_grads();
-                scaler_->update(false);
-                if (schedule_) {
-                    schedule_->step();
-                    schedule_pending_ = false;
-                }
-                ++applied_steps_;
-            }
-            if (world_rank_ == 0 && cfg_.steps_per_print > 0 && global_steps_ % cfg_.steps_per_print == 0)
-                log_step(norm);
-            record_step(norm);
-        }
-    } catch (...) {
-        broken_ = true;
-        throw;
+// Phase 1: the micro-step's counters; whether it ends an accumulation.
+bool Engine::begin_micro_step() {
+    if (window_start_ == 0.0) {
+        window_start_ = now();
+        window_samples_ = global_samples_;
     }
-    // The program now works on the next step: a message between two calls
-    // (the program's own MPI calls) names it.
-    watchdog::set_step(global_steps_, micro_steps_);
-    step_info(info);
+    ++micro_steps_;
+    const bool boundary = micro_steps_ % cfg_.gradient_accumulation_steps == 0;
+    last_boundary_ = boundary;
+    if (boundary && stop_pending_) stop_requested_ = true;
+    last_skipped_ = false;
+    // Prefetched parameters nobody acquired are dropped; the trace rolls over.
+    stage_->new_micro_step(false);
+    return boundary;
+}
+
+// Phase 2: the stage reduces what is left of the gradients (the last
+// bucket; at the boundary everything the step reads). Before its collective
+// the ranks agree at the FLUSH point; that agreement is a wait for the ranks
+// whose earlier reductions ended later, and counts as waiting.
+void Engine::reduce_phase(bool boundary) {
+    const zero::Stage::Before flush_point = at_point(SyncPoint::FLUSH, Call::STEP);
+    stage_->reduce(boundary, [this, &flush_point](const PointDetail &detail) {
+        const double t0 = now();
+        try {
+            flush_point(detail);
+        } catch (...) {
+            timers_.wait += now() - t0;
+            throw;
+        }
+        timers_.wait += now() - t0;
+    });
+}
+
+// The step's traffic: since the previous step's reduction (its update's
+// gathers, every micro-step's gathers and reductions); nothing is in flight
+// after reduce().
+void Engine::mark_step_traffic() {
+    const uint64_t sent = bytes_sent(), off = bytes_off_node();
+    last_step_sent_ = sent - step_mark_sent_;
+    last_step_off_ = off - step_mark_off_;
+    step_mark_sent_ = sent;
+    step_mark_off_ = off;
+    mark_quant_step();
+}
+
+// Phase 3: unscale, overflow check and norm in one pass where the gradients
+// are; one small allreduce over the engine's ranks (comm::allreduce_f64 on
+// control_) brings the sum of squares and the non-finite flag together.
+Engine::Inspection Engine::inspect_phase() {
+    Inspection in;
+    in.inv = 1.0 / (scaler_->scale() * static_cast<double>(cfg_.gradient_accumulation_steps));
+    // The fused host step (optim::Fused): 16-bit gradients are inspected and
+    // read by the update in place (no fp32 copy), the update writes the
+    // 16-bit parameters and zeroes the gradients it read, all in one pass
+    // per work item.
+    in.fused = optimizer_->fuses();
+    in.half = dtype_ != DSM_FLOAT32;
+    in.raw = stage_->grad_partition();
+    in.g = in.fused && in.half ? nullptr : fp32_grads();
+    const amp::NormPart np = in.fused && in.half
+                                 ? math_->inspect(in.raw, dtype_, layout_.part_size(), static_cast<float>(in.inv))
+                                 : math_->inspect(in.g, layout_.part_size(), static_cast<float>(in.inv));
+    double tot[2] = {np.sumsq, np.nonfinite ? 1.0 : 0.0};
+    {
+        // A reduction: its time (mostly the wait for the ranks whose
+        // reduction ended last) counts as the reduction's.
+        const watchdog::Context c("gradient norm and overflow check");
+        timers_.reduce -= now();
+        comm::allreduce_f64(*control_, tot, 2, comm::Op::SUM);
+        timers_.reduce += now();
+    }
+    // Every copy of a partition was counted: one partition (stage 0) has
+    // world_size copies, the others one per SP rank.
+    const double copies = layout_.parts() == 1 ? world_size_ : sp_size_;
+    in.nonfinite = tot[1] > 0 || !std::isfinite(tot[0]);
+    in.norm = in.nonfinite ? INFINITY : std::sqrt(tot[0] / copies);
+    grad_norm_ = in.norm;
+    return in;
+}
+
+// Phase 4: what non-finite gradients do: fp16 (and bf16 with
+// check_grad_overflow) skip the step and lower the loss scale; fp32 follows
+// fp32_nonfinite_gradients (fail, skip, or warn once and apply). The same
+// answer on every rank (the inspection's allreduce). Counts the global step;
+// returns whether it is skipped.
+bool Engine::nonfinite_phase(Inspection &in) {
+    const bool check = cfg_.fp16.enabled || (cfg_.bf16.enabled && cfg_.bf16.check_grad_overflow);
+    const config::NonfiniteGrads policy = cfg_.fp32_nonfinite_gradients;
+    const bool fp32_nonfinite = dtype_ == DSM_FLOAT32 && in.nonfinite;
+    in.fp32_nonfinite = fp32_nonfinite;
+    if (fp32_nonfinite && (policy != config::NonfiniteGrads::WARN || !warned_nonfinite_))
+        in.culprit = first_nonfinite(in.g); // fp32: g is the gradient partition
+    if (fp32_nonfinite && policy == config::NonfiniteGrads::FAIL)
+        DSM_FAIL(DSM_ERR_NUMERIC, "step ", global_steps_ + 1, ": non-finite (Inf or NaN) fp32 gradients",
+                 in.culprit, "; fp32_nonfinite_gradients is \"fail\" (the step was not applied)");
+    const bool overflow = (check && in.nonfinite) || (fp32_nonfinite && policy == config::NonfiniteGrads::SKIP);
+    ++global_steps_;
+    global_samples_ += cfg_.train_batch_size;
+    if (fp32_nonfinite && policy == config::NonfiniteGrads::WARN && !warned_nonfinite_) {
+        warned_nonfinite_ = true;
+        if (world_rank_ == 0)
+            DSM_WARN(ENGINE, "step %lld: non-finite (Inf or NaN) fp32 gradients%s; the step is applied and "
+                     "the weights may become NaN (fp32_nonfinite_gradients \"warn\", said once; \"skip\" or "
+                     "\"fail\" to stop it)", static_cast<long long>(global_steps_), in.culprit.c_str());
+    }
+    return overflow;
+}
+
+// Phase 5a: a skipped step: the gradients are dropped, the loss scale
+// lowered.
+void Engine::skip_phase(const Inspection &in) {
+    ++skipped_steps_;
+    last_skipped_ = true;
+    zero_grads();
+    scaler_->update(true);
+    if (in.fp32_nonfinite)
+        DSM_INFO(ENGINE, "step %lld: non-finite fp32 gradients%s, skipped (fp32_nonfinite_gradients)",
+                 static_cast<long long>(global_steps_), in.culprit.c_str());
+    else
+        DSM_INFO(ENGINE, "step %lld: gradient overflow, skipped; loss scale now %g",
+                 static_cast<long long>(global_steps_), scaler_->scale());
+}
+
+// Phase 5b: clip (the coefficient folded into the unscale), the optimizer's
+// update of the master weights, and the publish: the new values written
+// into the compute-dtype parameters and gathered where the stage keeps them
+// whole. A piecewise optimizer runs inside the publish slice by slice, each
+// slice's allgather leaving while the next is updated (overlap_comm), with
+// the bits of one whole step; the others update first, then publish. Then
+// the gradients are zeroed and the scaler and the schedule advance.
+void Engine::update_phase(const Inspection &in) {
+    double coef = 1.0;
+    if (cfg_.gradient_clipping > 0 && std::isfinite(in.norm)) {
+        const double c = cfg_.gradient_clipping / (in.norm + 1e-6);
+        if (c < 1.0) coef = c;
+    }
+    optim::StepArgs args;
+    args.step = applied_steps_ + 1;
+    args.lr = current_lr();
+    args.beta1 = optimizer_->hyper().beta1;
+    if (schedule_ && !schedule_pending_) {
+        const std::vector<double> mom = schedule_->momentum();
+        if (!mom.empty()) {
+            args.beta1 = mom.front();
+            args.beta2 = optim::LrSchedule::kOneCycleBeta2;
+        }
+    }
+    args.grad_scale = static_cast<float>(in.inv * coef);
+    float *g = in.g;
+    if (optimizer_->piecewise()) {
+        size_t updated = 0;
+        optim::Fused f;
+        if (in.half) {
+            f.grad16 = in.raw;
+            f.param16 = stage_->param_partition();
+            f.dtype = dtype_;
+        }
+        f.zero_grads = true;
+        stage_->set_update_writes_params(in.fused && in.half);
+        try {
+            publish([&](size_t upto) {
+                timers_.optimizer -= now();
+                optimizer_->step_upto(master_, g, segments_, args, &updated, upto, in.fused ? &f : nullptr);
+                timers_.optimizer += now();
+            });
+        } catch (...) {
+            stage_->set_update_writes_params(false);
+            throw;
+        }
+        stage_->set_update_writes_params(false);
+    } else {
+        optim::SumFn sum;
+        if (layout_.parts() > 1)
+            sum = [this](std::vector<double> &x) {
+                // Lamb's per-parameter sums: one slot pair per parameter on
+                // every rank, whatever this rank's partition holds.
+                x.resize(2 * static_cast<size_t>(num_params()), 0.0);
+                const watchdog::Context c("Lamb's per-parameter sums");
+                comm::allreduce_f64(*dp_control_, x.data(), x.size(), comm::Op::SUM);
+            };
+        timers_.optimizer -= now();
+        optimizer_->step(master_, g, segments_, args, sum);
+        timers_.optimizer += now();
+        publish();
+    }
+    if (in.fused && optimizer_->piecewise()) stage_->zero_grads_outside_partition();
+    else zero_grads();
+    scaler_->update(false);
+    if (schedule_) {
+        schedule_->step();
+        schedule_pending_ = false;
+    }
+    ++applied_steps_;
+}
+
+// Phase 6: the log line (rank 0, every steps_per_print) and the metrics.
+void Engine::bookkeeping(double norm) {
+    if (world_rank_ == 0 && cfg_.steps_per_print > 0 && global_steps_ % cfg_.steps_per_print == 0) log_step(norm);
+    record_step(norm);
 }
 
 void Engine::log_step(double norm) const {
