@@ -2,8 +2,10 @@
 // without branches so that the compiler vectorizes it: GCC keeps a branch
 // around a floating-point operation (it might trap), and a loop with a branch
 // is not vectorized. Inner loops over a full chunk of kChunk elements have a
-// constant trip count, which GCC vectorizes even at -O2. fp16 data goes
-// through the F16C instructions when the CPU has them (checked at run time).
+// constant trip count, which GCC vectorizes even at -O2. The 16-bit
+// conversions and the norms go through the kernels of the instruction set
+// that core/simd.hpp picks (convert_kernels.hpp: F16C, AVX2, AVX-512); the
+// generic table, here, is the portable loops.
 // Large buffers are cut into blocks of kBlock elements shared among OpenMP
 // threads; every block is computed the same way whichever thread runs it, so
 // results never depend on the thread count. Every path returns the same bits
@@ -19,220 +21,30 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <cpuid.h>
-#include <immintrin.h>
-#define DSM_AMP_F16C 1
-#endif
-
-#include "core/cpu.hpp"
+#include "amp/convert_body.hpp"
 #include "core/dtype.hpp"
 #include "core/error.hpp"
+#include "core/simd.hpp"
 
 namespace dsm {
 namespace amp {
+
+namespace kernels {
+template <> const Table *table<simd::Isa::generic>() noexcept {
+    static const Table t{"generic",           narrow_portable<F16>, widen_portable<F16>, narrow_portable<BF16>,
+                         widen_portable<BF16>, sumsq_f32,            sumsq_bf16};
+    return &t;
+}
+} // namespace kernels
+
 namespace {
 
-constexpr size_t kChunk = 1024;      // elements per vectorized inner loop
 constexpr size_t kBlock = 32 * 1024; // elements per OpenMP work item and per partial norm
 
-// ---------------------------------------------------------------- elements
+simd::Dispatch<kernels::Table> g_isa{kernels::table<simd::Isa::generic>, kernels::table<simd::Isa::avx2>,
+                                     kernels::table<simd::Isa::avx512>};
 
-// (c ? a : b) as bit masks: no branch for the compiler to keep.
-inline uint32_t select(bool c, uint32_t a, uint32_t b) {
-    const uint32_t m = 0u - static_cast<uint32_t>(c);
-    return (a & m) | (b & ~m);
-}
-
-// fp32_to_fp16 with every case computed and the right one selected.
-inline uint16_t to_fp16(float x) {
-    const uint32_t u = float_bits(x);
-    const uint32_t sign = (u >> 16) & 0x8000u;
-    const uint32_t a = u & 0x7fffffffu;
-    const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
-    const uint32_t sub = float_bits(bits_float(a) + 0.5f) - 0x3f000000u;
-    uint32_t r = select(a < 0x38800000u, sub, normal);
-    r = select(a >= 0x477ff000u, 0x7c00u, r);
-    r = select(a > 0x7f800000u, 0x7e00u, r);
-    return static_cast<uint16_t>(sign | r);
-}
-
-inline float from_fp16(uint16_t h) {
-    const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-    const uint32_t exp = (h >> 10) & 0x1fu;
-    const uint32_t mant = h & 0x3ffu;
-    const uint32_t normal = ((exp + 112u) << 23) | (mant << 13);
-    const uint32_t special = 0x7f800000u | (mant << 13);
-    const uint32_t sub = float_bits(static_cast<float>(static_cast<int32_t>(mant)) * 5.9604644775390625e-08f);
-    uint32_t r = select(exp == 0, sub, normal);
-    r = select(exp == 0x1fu, special, r);
-    return bits_float(sign | r);
-}
-
-inline uint16_t to_bf16(float x) {
-    const uint32_t u = float_bits(x);
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return static_cast<uint16_t>(select((u & 0x7fffffffu) > 0x7f800000u, (u >> 16) | 0x0040u, rounded));
-}
-
-// Element formats: storage type, widening to fp32 and rounding from fp32.
-// FLOAT64 goes through fp32 too (double -> fp16 rounds twice, as PyTorch's
-// Half(float) constructor does); only FLOAT64 -> FLOAT64 is a plain copy.
-struct F32 {
-    using T = float;
-    static float load(T x) { return x; }
-    static T store(float x) { return x; }
-};
-struct F16 {
-    using T = uint16_t;
-    static float load(T x) { return from_fp16(x); }
-    static T store(float x) { return to_fp16(x); }
-};
-struct BF16 {
-    using T = uint16_t;
-    static float load(T x) { return bf16_to_fp32(x); }
-    static T store(float x) { return to_bf16(x); }
-};
-struct F64 {
-    using T = double;
-    static float load(T x) { return static_cast<float>(x); }
-    static T store(float x) { return x; }
-};
-
-// The bf16 conversions' instruction set: 2 AVX-512, 1 AVX2, 0 the portable
-// loops (set_bf16_isa() for tests).
-#ifdef DSM_AMP_F16C
-std::atomic<int> bf16_isa{cpu_has_avx512() ? 2 : cpu_has_avx2() ? 1 : 0};
-#else
-std::atomic<int> bf16_isa{0};
-#endif
-
-// ---------------------------------------------------------------- F16C
-
-// fp32 <-> fp16 with the F16C instructions, 8 at a time. The hardware rounds
-// like fp32_to_fp16 and widens like fp16_to_fp32 except for NaNs: narrowing
-// keeps payload bits where core/half.hpp makes 0x7e00, and widening makes
-// signalling NaNs quiet where core/half.hpp keeps every bit. NaN lanes are
-// patched to the scalar results.
-#ifdef DSM_AMP_F16C
-__attribute__((target("f16c,avx2"))) void f32_to_f16_f16c(const float *s, uint16_t *d, size_t n) {
-    const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
-    const __m128i qnan = _mm_set1_epi16(0x7e00), sign16 = _mm_set1_epi16(static_cast<short>(0x8000));
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(s + i);
-        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
-        const __m256i a = _mm256_and_si256(_mm256_castps_si256(v), abs_mask);
-        const __m256i nan32 = _mm256_cmpgt_epi32(a, inf);
-        if (!_mm256_testz_si256(nan32, nan32)) {
-            const __m128i nan16 = _mm_packs_epi32(_mm256_castsi256_si128(nan32), _mm256_extracti128_si256(nan32, 1));
-            const __m128i fixed = _mm_or_si128(_mm_and_si128(h, sign16), qnan);
-            h = _mm_blendv_epi8(h, fixed, nan16);
-        }
-        _mm_storeu_si128(reinterpret_cast<__m128i *>(d + i), h);
-    }
-    for (; i < n; ++i) d[i] = to_fp16(s[i]);
-}
-
-__attribute__((target("f16c,avx2"))) void f16_to_f32_f16c(const uint16_t *s, float *d, size_t n) {
-    const __m256i exp_mask = _mm256_set1_epi32(0x7c00), mant_mask = _mm256_set1_epi32(0x3ff);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i));
-        __m256 v = _mm256_cvtph_ps(h);
-        const __m256i w = _mm256_cvtepu16_epi32(h);
-        const __m256i is_special = _mm256_cmpeq_epi32(_mm256_and_si256(w, exp_mask), exp_mask);
-        const __m256i has_mant = _mm256_xor_si256(
-            _mm256_cmpeq_epi32(_mm256_and_si256(w, mant_mask), _mm256_setzero_si256()), _mm256_set1_epi32(-1));
-        const __m256i nan = _mm256_and_si256(is_special, has_mant);
-        if (!_mm256_testz_si256(nan, nan)) {
-            // sign | 0x7f800000 | mant << 13, as the scalar conversion.
-            const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x8000)), 16);
-            const __m256i bits = _mm256_or_si256(_mm256_or_si256(sign, _mm256_set1_epi32(0x7f800000)),
-                                                 _mm256_slli_epi32(_mm256_and_si256(w, mant_mask), 13));
-            v = _mm256_blendv_ps(v, _mm256_castsi256_ps(bits), _mm256_castsi256_ps(nan));
-        }
-        _mm256_storeu_ps(d + i, v);
-    }
-    for (; i < n; ++i) d[i] = from_fp16(s[i]);
-}
-
-// fp32 <-> bf16, 16 (AVX-512) or 16 per two registers (AVX2) at a time, with
-// to_bf16's rounding and NaN rule and bf16_to_fp32's widening (a shift):
-// the same bits as the scalar loops, which are not vectorized at -O2.
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized" // GCC bug 105593, as below
-__attribute__((target("avx512f,avx512bw"))) void f32_to_bf16_avx512(const float *s, uint16_t *d, size_t n) {
-    const __m512i abs_mask = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
-    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1), quiet = _mm512_set1_epi32(0x40);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512i u = _mm512_loadu_si512(s + i);
-        const __m512i hi = _mm512_srli_epi32(u, 16);
-        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(hi, one)), 16);
-        const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs_mask), inf);
-        r = _mm512_mask_or_epi32(r, nan, hi, quiet);
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i), _mm512_cvtepi32_epi16(r));
-    }
-    for (; i < n; ++i) d[i] = to_bf16(s[i]);
-}
-
-__attribute__((target("avx512f,avx512bw"))) void bf16_to_f32_avx512(const uint16_t *s, float *d, size_t n) {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + i));
-        _mm512_storeu_si512(d + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    }
-    for (; i < n; ++i) d[i] = bf16_to_fp32(s[i]);
-}
-
-#pragma GCC diagnostic pop
-
-// Eight fp32 at p rounded to bf16, one per 32-bit lane.
-__attribute__((target("avx2"))) inline __m256i round8_bf16_avx2(const float *p) {
-    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(p));
-    const __m256i hi = _mm256_srli_epi32(u, 16);
-    const __m256i r = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), _mm256_and_si256(hi, _mm256_set1_epi32(1))),
-        16);
-    // Signed compare of |u| (< 2^31) against Inf's bits: the NaN lanes.
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
-                                           _mm256_set1_epi32(0x7f800000));
-    return _mm256_blendv_epi8(r, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-}
-
-__attribute__((target("avx2"))) void f32_to_bf16_avx2(const float *s, uint16_t *d, size_t n) {
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        // Each lane is at most 0xffff, so the unsigned saturating pack is exact;
-        // it interleaves 128-bit halves, which the permute puts back in order.
-        const __m256i p = _mm256_packus_epi32(round8_bf16_avx2(s + i), round8_bf16_avx2(s + i + 8));
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i), _mm256_permute4x64_epi64(p, 0xd8));
-    }
-    for (; i < n; ++i) d[i] = to_bf16(s[i]);
-}
-
-__attribute__((target("avx2"))) void bf16_to_f32_avx2(const uint16_t *s, float *d, size_t n) {
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + i));
-        _mm256_storeu_si256(reinterpret_cast<__m256i *>(d + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    }
-    for (; i < n; ++i) d[i] = bf16_to_fp32(s[i]);
-}
-
-
-bool have_f16c() {
-    static const bool yes = [] {
-        // Not every compiler's __builtin_cpu_supports knows "f16c" (clang 14
-        // does not), so that bit comes from CPUID leaf 1 directly; "avx2"
-        // also checks that the OS saves the AVX registers.
-        unsigned a = 0, b = 0, c = 0, d = 0;
-        return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
-    }();
-    return yes;
-}
-#endif
+const kernels::Table &active() noexcept { return g_isa.active(); }
 
 // ---------------------------------------------------------------- chunks
 
@@ -241,42 +53,12 @@ bool have_f16c() {
 // F16C path serves every fp16 operation. Each helper takes m <= kChunk
 // elements; a full chunk runs the constant-trip loop that GCC vectorizes.
 
-template <typename S> void widen_portable(const typename S::T *__restrict s, float *__restrict t, size_t m) {
-    if (m == kChunk)
-        for (size_t j = 0; j < kChunk; ++j) t[j] = S::load(s[j]);
-    else
-        for (size_t j = 0; j < m; ++j) t[j] = S::load(s[j]);
-}
-template <typename D> void narrow_portable(const float *__restrict t, typename D::T *__restrict d, size_t m) {
-    if (m == kChunk)
-        for (size_t j = 0; j < kChunk; ++j) d[j] = D::store(t[j]);
-    else
-        for (size_t j = 0; j < m; ++j) d[j] = D::store(t[j]);
-}
 template <typename S> void widen(const typename S::T *s, float *t, size_t m) { widen_portable<S>(s, t, m); }
 template <typename D> void narrow(const float *t, typename D::T *d, size_t m) { narrow_portable<D>(t, d, m); }
-#ifdef DSM_AMP_F16C
-template <> void widen<F16>(const uint16_t *s, float *t, size_t m) {
-    if (have_f16c()) return f16_to_f32_f16c(s, t, m);
-    widen_portable<F16>(s, t, m);
-}
-template <> void narrow<F16>(const float *t, uint16_t *d, size_t m) {
-    if (have_f16c()) return f32_to_f16_f16c(t, d, m);
-    narrow_portable<F16>(t, d, m);
-}
-template <> void widen<BF16>(const uint16_t *s, float *t, size_t m) {
-    const int isa = bf16_isa.load(std::memory_order_relaxed);
-    if (isa == 2) return bf16_to_f32_avx512(s, t, m);
-    if (isa == 1) return bf16_to_f32_avx2(s, t, m);
-    widen_portable<BF16>(s, t, m);
-}
-template <> void narrow<BF16>(const float *t, uint16_t *d, size_t m) {
-    const int isa = bf16_isa.load(std::memory_order_relaxed);
-    if (isa == 2) return f32_to_bf16_avx512(t, d, m);
-    if (isa == 1) return f32_to_bf16_avx2(t, d, m);
-    narrow_portable<BF16>(t, d, m);
-}
-#endif
+template <> void widen<F16>(const uint16_t *s, float *t, size_t m) { active().f16_to_f32(s, t, m); }
+template <> void narrow<F16>(const float *t, uint16_t *d, size_t m) { active().f32_to_f16(t, d, m); }
+template <> void widen<BF16>(const uint16_t *s, float *t, size_t m) { active().bf16_to_f32(s, t, m); }
+template <> void narrow<BF16>(const float *t, uint16_t *d, size_t m) { active().f32_to_bf16(t, d, m); }
 
 void mul_chunk(float *x, size_t m, float f) {
     if (m == kChunk)
@@ -405,104 +187,10 @@ bool nonfinite_f64(const double *x, size_t n) {
     return std::isnan(sum);
 }
 
-// Sum of (scale * widen(x[i]))^2 over one block: sixteen fp64 lanes in a
-// fixed order (vector registers, with enough independent sums to hide the
-// add latency), then a fixed pairwise combination. The fp64 product of two
-// floats is exact. Inlined into each instruction set's clone below.
-template <class T, class Widen>
-__attribute__((always_inline)) inline double sumsq_lanes(const T *x, size_t n, double scale, Widen widen) {
-    constexpr size_t L = 16;
-    double lane[L] = {};
-    size_t i = 0;
-    for (; i + L <= n; i += L) {
-        for (size_t j = 0; j < L; ++j) {
-            const double v = static_cast<double>(widen(x[i + j])) * scale;
-            lane[j] += v * v;
-        }
-    }
-    for (size_t j = 0; i < n; ++i, ++j) {
-        const double v = static_cast<double>(widen(x[i])) * scale;
-        lane[j] += v * v;
-    }
-    for (size_t w = L / 2; w >= 1; w /= 2)
-        for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
-    return lane[0];
-}
+double sumsq_of(const float *x, size_t n, double scale) { return active().sumsq(x, n, scale); }
 
-// sumsq_lanes() of n fp32 values.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-double sumsq_block(const float *x, size_t n, double scale) {
-    return sumsq_lanes(x, n, scale, [](float v) { return v; });
-}
+double sumsq_of_bf16(const uint16_t *h, size_t n, double scale) { return active().sumsq_bf16(h, n, scale); }
 
-// sumsq_block() of the fp32 widening of n bf16 values, read in place: the
-// same products and additions in the same order (the widening is exact), so
-// the same bits, without a buffer to write and read again.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
-double sumsq_block_bf16(const uint16_t *x, size_t n, double scale) {
-    return sumsq_lanes(x, n, scale, [](uint16_t v) { return bits_float(static_cast<uint32_t>(v) << 16); });
-}
-
-// The same two sums with AVX-512 (the CPU checked by the caller): lanes 0-7
-// and 8-15 of the sixteen in two registers, a product and a sum per lane
-// (no FMA: avx512f alone does not let the compiler contract them), the tail
-// and the pairwise combination as above. Same bits.
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12's AVX-512 intrinsics fill "undefined" operands with `__m512 __Y = __Y`,
-// which -Wmaybe-uninitialized reports at every inlined call (GCC bug 105593).
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) double sumsq_avx512(const float *x, const uint16_t *h, size_t n,
-                                                       double scale) {
-    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
-    const __m512d s = _mm512_set1_pd(scale);
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 f =
-            h != nullptr
-                ? _mm512_castsi512_ps(_mm512_slli_epi32(
-                      _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(h + i))), 16))
-                : _mm512_loadu_ps(x + i);
-        const __m512d lo = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(f)), s);
-        const __m512d hi =
-            _mm512_mul_pd(_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1))), s);
-        a0 = _mm512_add_pd(a0, _mm512_mul_pd(lo, lo));
-        a1 = _mm512_add_pd(a1, _mm512_mul_pd(hi, hi));
-    }
-    double lane[16];
-    _mm512_storeu_pd(lane, a0);
-    _mm512_storeu_pd(lane + 8, a1);
-    for (size_t j = 0; i < n; ++i, ++j) {
-        const float f = h != nullptr ? bits_float(static_cast<uint32_t>(h[i]) << 16) : x[i];
-        const double v = static_cast<double>(f) * scale;
-        lane[j] += v * v;
-    }
-    for (size_t w = 8; w >= 1; w /= 2)
-        for (size_t j = 0; j < w; ++j) lane[j] += lane[j + w];
-    return lane[0];
-}
-#pragma GCC diagnostic pop
-const bool kSumsqAvx512 = cpu_has_avx512();
-#define DSM_AMP_SUMSQ_AVX512 1
-#endif
-
-double sumsq_of(const float *x, size_t n, double scale) {
-#ifdef DSM_AMP_SUMSQ_AVX512
-    if (kSumsqAvx512) return sumsq_avx512(x, nullptr, n, scale);
-#endif
-    return sumsq_block(x, n, scale);
-}
-
-double sumsq_of_bf16(const uint16_t *h, size_t n, double scale) {
-#ifdef DSM_AMP_SUMSQ_AVX512
-    if (kSumsqAvx512) return sumsq_avx512(nullptr, h, n, scale);
-#endif
-    return sumsq_block_bf16(h, n, scale);
-}
 
 // ---------------------------------------------------------------- dispatch
 
@@ -631,16 +319,7 @@ void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype
     to(BF16{});
 }
 
-bool set_bf16_isa(const char *name) {
-    const std::string n = name != nullptr ? name : "";
-    const int isa = n == "avx512" ? 2 : n == "avx2" ? 1 : n == "generic" ? 0 : -1;
-    if (isa < 0 || (isa == 2 && !cpu_has_avx512()) || (isa == 1 && !cpu_has_avx2())) return false;
-#ifndef DSM_AMP_F16C
-    if (isa > 0) return false; // no vector kernels in this build
-#endif
-    bf16_isa.store(isa);
-    return true;
-}
+const char *kernels_isa() noexcept { return active().name; }
 
 void scale_inplace(void *x, dsm_dtype_t dtype, size_t n, double scale) {
     require_float(dtype, "scale_inplace");

@@ -28,10 +28,10 @@ void accumulate(const void *src, dsm_dtype_t src_type, float *dst, size_t n, flo
 // (the bits of convert() to fp32, accumulate() and convert() back).
 void accumulate_into(const void *src, dsm_dtype_t src_type, void *dst, dsm_dtype_t dst_type, size_t n, float scale);
 
-// For tests: the instruction set of the bf16 conversions, "avx512", "avx2" or
-// "generic" (the portable loops; every set gives the same bits). False, and
-// nothing changes, where the build or the CPU lacks it.
-bool set_bf16_isa(const char *name);
+// The instruction set of the 16-bit conversions and the norms in use:
+// "avx512", "avx2" or "generic" (core/simd.hpp picks it, simd::force()
+// forces it; every set gives the same bits).
+const char *kernels_isa() noexcept;
 
 // x[i] *= scale in place (any floating dtype).
 void scale_inplace(void *x, dsm_dtype_t dtype, size_t n, double scale);

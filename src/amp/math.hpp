@@ -1,7 +1,7 @@
 // amp's math on the memory of a space (device/space.hpp), one table per
 // space: the host-addressable one runs convert.hpp's loops through the
 // space's run() (at once on the host, deferred on the simulated device, the
-// same bits either way); the CUDA one runs src/optim/kernels_cuda.cu's kernels on
+// same bits either way); the CUDA one runs src/optim/*_cuda.cu's kernels on
 // the space's stream, bit for bit as the host except inspect's sum (another
 // fixed order). Calls are enqueued in the space's order; inspect() and
 // has_nonfinite() wait and bring one small result back to the host.

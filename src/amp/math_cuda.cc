@@ -1,4 +1,4 @@
-// amp's table for the CUDA space (math.hpp): src/optim/kernels_cuda.cu on the
+// amp's table for the CUDA space (math.hpp): src/optim/*_cuda.cu on the
 // space's stream; inspect's result comes back in one small copy.
 #include "dsm_config.h"
 

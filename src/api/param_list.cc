@@ -12,6 +12,7 @@
     X(log)                                                                                       \
     X(config)                                                                                    \
     X(core_watchdog)                                                                             \
+    X(core_simd)                                                                                 \
     X(mesh)                                                                                      \
     X(topo_threads)                                                                              \
     X(topo_locality)                                                                             \

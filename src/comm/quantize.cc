@@ -10,7 +10,7 @@
 #include <cstring>
 #include <limits>
 
-#include "core/cpu.hpp"
+#include "core/simd.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/param.hpp"
@@ -77,9 +77,9 @@ void check_args(dsm_dtype_t dtype, size_t n, int bits, size_t block, const void 
 
 namespace {
 
-IsaChoice<Kernels> g_isa{generic::kernels, avx2::kernels, avx512::kernels};
+simd::Dispatch<Kernels> g_isa{kernels<simd::Isa::generic>, kernels<simd::Isa::avx2>, kernels<simd::Isa::avx512>};
 
-const Kernels &kernels() noexcept { return g_isa.active(); }
+const Kernels &active() noexcept { return g_isa.active(); }
 
 // One block of 16-bit values in fp32 (the kernels work in fp32).
 float *scratch(size_t n) {
@@ -93,7 +93,7 @@ float *scratch(size_t n) {
 void quantize(const void *src, dsm_dtype_t dtype, size_t n, int bits, size_t block, void *dst) {
     check_args(dtype, n, bits, block, src, dst);
     if (n == 0) return;
-    const Kernels &k = kernels();
+    const Kernels &k = active();
     const size_t blocks = (n + block - 1) / block;
     float *scales = static_cast<float *>(dst);
     uint8_t *data = static_cast<uint8_t *>(dst) + blocks * sizeof(float);
@@ -118,7 +118,7 @@ void dequantize(const void *src, size_t n, int bits, size_t block, void *dst, ds
     DSM_REQUIRE(!accumulate || dtype == DSM_FLOAT32, DSM_ERR_INVALID_ARGUMENT,
                 "dequantization adds into FLOAT32 values only");
     if (n == 0) return;
-    const Kernels &k = kernels();
+    const Kernels &k = active();
     const size_t blocks = (n + block - 1) / block;
     const float *scales = static_cast<const float *>(src);
     const uint8_t *data = static_cast<const uint8_t *>(src) + blocks * sizeof(float);
@@ -149,7 +149,7 @@ void dequantize_part(const void *src, size_t n, int bits, size_t block, size_t f
     const float *scales = static_cast<const float *>(src) + b;
     const uint8_t *data = static_cast<const uint8_t *>(src) + blocks * sizeof(float) + (bits == 8 ? from : from / 2);
     if (dtype == DSM_FLOAT32) {
-        kernels().dequantize(scales, data, count, bits, block, static_cast<float *>(dst), nullptr);
+        active().dequantize(scales, data, count, bits, block, static_cast<float *>(dst), nullptr);
         return;
     }
     // The 16-bit forms a block at a time, as in dequantize().
@@ -157,7 +157,7 @@ void dequantize_part(const void *src, size_t n, int bits, size_t block, size_t f
     float *t = scratch(block);
     for (size_t k = 0; k * block < count; ++k) {
         const size_t b0 = k * block, m = std::min(block, count - b0);
-        kernels().dequantize(scales + k, data + (bits == 8 ? b0 : b0 / 2), m, bits, block, t, nullptr);
+        active().dequantize(scales + k, data + (bits == 8 ? b0 : b0 / 2), m, bits, block, t, nullptr);
         if (dtype == DSM_FLOAT16)
             for (size_t i = 0; i < m; ++i) h[b0 + i] = fp32_to_fp16(t[i]);
         else
@@ -170,15 +170,11 @@ void dequantize_add(const void *src, size_t n, int bits, size_t block, const flo
     DSM_REQUIRE(n == 0 || add != nullptr, DSM_ERR_NULL_POINTER, "dequantization adding a NULL buffer");
     if (n == 0) return;
     const size_t blocks = (n + block - 1) / block;
-    kernels().dequantize(static_cast<const float *>(src), static_cast<const uint8_t *>(src) + blocks * sizeof(float),
+    active().dequantize(static_cast<const float *>(src), static_cast<const uint8_t *>(src) + blocks * sizeof(float),
                          n, bits, block, dst, add);
 }
 
-const char *active_isa() noexcept { return kernels().name; }
-
-std::vector<std::string> available_isas() { return g_isa.available(); }
-
-void set_isa(const std::string &name) { g_isa.set(name); }
+const char *active_isa() noexcept { return active().name; }
 
 #if DSM_HAVE_CUDA_KERNELS
 namespace cuda {

@@ -16,8 +16,8 @@
 //
 // The host kernels are written once over a vector-traits type and compiled
 // per instruction set (quantize_generic.cc, quantize_avx2.cc,
-// quantize_avx512.cc), chosen at run time from the CPU's features as the
-// optimizer's are; they give the same bits on every instruction set.
+// quantize_avx512.cc), the one of simd::isa() chosen at run time
+// (core/simd.hpp); they give the same bits on every instruction set.
 // Dequantization adds into its output where asked (the reduction's
 // accumulate), so that no separate pass copies the values.
 #pragma once
@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "core/simd.hpp"
 #include "dsm.h"
 
 namespace dsm {
@@ -84,12 +85,9 @@ void dequantize_add(const void *src, size_t n, int bits, size_t block, const flo
 // after a round trip (s / 2 and the rounding of x / s).
 float error_bound(float amax, int bits) noexcept;
 
-// The instruction set in use ("avx512", "avx2", "generic"), those this CPU
-// and build can run, and the choice of one ("auto": the best);
-// DSM_ERR_NOT_SUPPORTED for one this CPU cannot run.
+// The instruction set in use ("avx512", "avx2", "generic"; simd::force()
+// forces it).
 const char *active_isa() noexcept;
-std::vector<std::string> available_isas();
-void set_isa(const std::string &name);
 
 // One instruction set's kernels over fp32 segments (quantize_body.hpp).
 struct Kernels {
@@ -100,15 +98,8 @@ struct Kernels {
                        const float *add);
 };
 
-namespace generic {
-const Kernels *kernels() noexcept;
-}
-namespace avx2 {
-const Kernels *kernels() noexcept;
-}
-namespace avx512 {
-const Kernels *kernels() noexcept;
-}
+// One instruction set's table, or nullptr where the build lacks the set.
+template <simd::Isa> const Kernels *kernels() noexcept;
 
 } // namespace quant
 } // namespace comm

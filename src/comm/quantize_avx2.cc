@@ -1,5 +1,5 @@
 // The AVX2 quantization kernels (this file is compiled with -mavx2 -mfma; run
-// only when the CPU has both, see quantize.cc): sixteen values as two
+// only when the CPU has both, see core/simd.hpp): sixteen values as two
 // registers of eight.
 #include "comm/quantize_body.hpp"
 
@@ -180,9 +180,7 @@ struct Avx2 {
 
 } // namespace
 
-namespace avx2 {
-const Kernels *kernels() noexcept { return KernelSet<Avx2>::table("avx2"); }
-} // namespace avx2
+template <> const Kernels *kernels<simd::Isa::avx2>() noexcept { return KernelSet<Avx2>::table("avx2"); }
 } // namespace quant
 } // namespace comm
 } // namespace dsm
@@ -192,9 +190,7 @@ const Kernels *kernels() noexcept { return KernelSet<Avx2>::table("avx2"); }
 namespace dsm {
 namespace comm {
 namespace quant {
-namespace avx2 {
-const Kernels *kernels() noexcept { return nullptr; }
-} // namespace avx2
+template <> const Kernels *kernels<simd::Isa::avx2>() noexcept { return nullptr; }
 } // namespace quant
 } // namespace comm
 } // namespace dsm

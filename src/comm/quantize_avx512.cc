@@ -146,9 +146,7 @@ struct Avx512 {
 
 } // namespace
 
-namespace avx512 {
-const Kernels *kernels() noexcept { return KernelSet<Avx512>::table("avx512"); }
-} // namespace avx512
+template <> const Kernels *kernels<simd::Isa::avx512>() noexcept { return KernelSet<Avx512>::table("avx512"); }
 } // namespace quant
 } // namespace comm
 } // namespace dsm
@@ -158,9 +156,7 @@ const Kernels *kernels() noexcept { return KernelSet<Avx512>::table("avx512"); }
 namespace dsm {
 namespace comm {
 namespace quant {
-namespace avx512 {
-const Kernels *kernels() noexcept { return nullptr; }
-} // namespace avx512
+template <> const Kernels *kernels<simd::Isa::avx512>() noexcept { return nullptr; }
 } // namespace quant
 } // namespace comm
 } // namespace dsm

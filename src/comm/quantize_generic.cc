@@ -5,9 +5,7 @@
 namespace dsm {
 namespace comm {
 namespace quant {
-namespace generic {
-const Kernels *kernels() noexcept { return KernelSet<Scalar16>::table("generic"); }
-} // namespace generic
+template <> const Kernels *kernels<simd::Isa::generic>() noexcept { return KernelSet<Scalar16>::table("generic"); }
 } // namespace quant
 } // namespace comm
 } // namespace dsm

@@ -28,13 +28,10 @@ void check_reduce(dsm_dtype_t dtype, Op op);
 void reduce_sources(void *dst, const void *const *srcs, size_t nsrc, size_t count, dsm_dtype_t dtype,
                     Op op) noexcept;
 
-// The instruction set of the loops in use ("avx512", "avx2", "generic"),
-// those this CPU and build can run (best first), and the choice of one
-// ("auto": the best; DSM_ERR_NOT_SUPPORTED for one this CPU cannot run).
+// The instruction set of the loops in use ("avx512", "avx2", "generic";
+// memops.hpp's tables, core/simd.hpp's choice, simd::force() forces it).
 // Every set gives the same bits; the tests run each.
 const char *reduce_isa() noexcept;
-std::vector<std::string> reduce_isas();
-void set_reduce_isa(const std::string &name);
 
 // inout[i] = in[i] op inout[i] (the form of an MPI user operation).
 void reduce_into(void *inout, const void *in, size_t count, dsm_dtype_t dtype, Op op) noexcept;

@@ -15,10 +15,8 @@
 #ifdef __linux__
 #include <sys/uio.h>
 #endif
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
+#include "comm/memops.hpp"
 #include "comm/shm_backend.hpp"
 #include "core/agree.hpp"
 #include "core/error.hpp"
@@ -93,72 +91,25 @@ size_t round64(size_t b) { return (b + 63) & ~size_t(63); }
 // of every destination line saves a third of the memory traffic.
 constexpr size_t kStreamBytes = size_t(8) << 20;
 
-#if defined(__x86_64__)
-// n bytes from src to dst, the 32-byte aligned middle of dst with streaming stores.
-__attribute__((target("avx2"))) void stream_copy_avx2(char *d, const char *s, size_t n) noexcept {
-    const size_t head = std::min(n, (32 - (reinterpret_cast<uintptr_t>(d) & 31)) & 31);
-    std::memcpy(d, s, head);
-    d += head;
-    s += head;
-    n -= head;
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-        const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s));
-        const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(s + 32));
-        _mm256_stream_si256(reinterpret_cast<__m256i *>(d), a);
-        _mm256_stream_si256(reinterpret_cast<__m256i *>(d + 32), b);
-    }
-    std::memcpy(d, s, n);
-}
-
-// The same with 16-byte stores (every x86-64 has SSE2).
-void stream_copy_sse2(char *d, const char *s, size_t n) noexcept {
-    const size_t head = std::min(n, (16 - (reinterpret_cast<uintptr_t>(d) & 15)) & 15);
-    std::memcpy(d, s, head);
-    d += head;
-    s += head;
-    n -= head;
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-        const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s));
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + 16));
-        const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + 32));
-        const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i *>(s + 48));
-        _mm_stream_si128(reinterpret_cast<__m128i *>(d), a);
-        _mm_stream_si128(reinterpret_cast<__m128i *>(d + 16), b);
-        _mm_stream_si128(reinterpret_cast<__m128i *>(d + 32), c);
-        _mm_stream_si128(reinterpret_cast<__m128i *>(d + 48), e);
-    }
-    std::memcpy(d, s, n);
-}
-#endif
-
 // Copies the pieces of one alltoall_direct call: memcpy, or streaming
 // stores (see kStreamBytes; pieces under 256 bytes, which are mostly partial
 // lines, still with memcpy) followed by a fence before the call's last sync.
 class PieceCopier {
 public:
-    explicit PieceCopier(bool stream) noexcept {
-#if defined(__x86_64__)
-        static const bool avx2 = __builtin_cpu_supports("avx2");
-        fn_ = !stream ? nullptr : avx2 ? stream_copy_avx2 : stream_copy_sse2;
-#else
-        (void)stream;
-#endif
-    }
+    explicit PieceCopier(bool stream) noexcept : k_(stream ? &memops::active() : nullptr) {}
     void operator()(void *to, const void *from, size_t bytes) const noexcept {
-        if (fn_ && bytes >= 256)
-            fn_(static_cast<char *>(to), static_cast<const char *>(from), bytes);
+        if (k_ && bytes >= 256)
+            k_->stream_copy(to, from, bytes);
         else
             std::memcpy(to, from, bytes);
     }
     // Orders the streaming stores before what follows (the sync).
     void fence() const noexcept {
-#if defined(__x86_64__)
-        if (fn_) _mm_sfence();
-#endif
+        if (k_) k_->stream_fence();
     }
 
 private:
-    void (*fn_)(char *, const char *, size_t) noexcept = nullptr;
+    const memops::Kernels *k_; // streaming copies (memops.hpp), or none
 };
 
 #ifdef __linux__

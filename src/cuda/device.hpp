@@ -1,6 +1,8 @@
 // The CUDA runtime layer: whether a device is usable, which device this rank
 // uses, RAII owners of streams and memory, CUDA-aware MPI detection, and the
-// error check that turns a CUDA error into dsm::Error.
+// error check that turns a CUDA error into dsm::Error. Not a memory space
+// (those are src/device/, the CUDA one cuda_space.cc) and no kernels (those
+// are src/optim/*_cuda.cu): see README.md in this folder.
 //
 // No CUDA type appears here, so any file may include this header: a stream
 // is a `CUstream_st *`, which is what cudaStream_t is. Built without CUDA

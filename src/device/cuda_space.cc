@@ -1,5 +1,7 @@
 // The CUDA space (space.hpp): device memory of one GPU and one stream, the
-// engine's own or the user's (dsm_engine_set_stream). Every call enqueues on
+// engine's own or the user's (dsm_engine_set_stream), built on the CUDA
+// runtime layer (src/cuda/device.hpp; README.md in this folder says which
+// folder holds what). Every call enqueues on
 // the stream and returns, except download and synchronize, which wait.
 #include "dsm_config.h"
 

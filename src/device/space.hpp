@@ -17,7 +17,7 @@
 // The math on a space's memory is its subsystem's, one table per space:
 // amp/math.hpp (convert, scale, accumulate, inspect) and the optimizer's
 // update (optim/optimizer.hpp), each with a host-addressable table (the CPU
-// kernels through run()) and a CUDA one (src/optim/kernels_cuda.cu).
+// kernels through run()) and a CUDA one (src/optim/*_cuda.cu).
 //
 // The queue: calls on a space run in the order they were made; download
 // waits for what was enqueued before it; synchronize() waits for

@@ -1,9 +1,8 @@
 // The fused optimizer kernels, written once over a SIMD "vector traits" type
 // and compiled three times: kernels_generic.cc (default flags),
-// kernels_avx2.cc (-mavx2 -mfma) and kernels_avx512.cc (-mavx512*). Each of
-// those defines the same set of functions in its own namespace
-// (dsm::optim::generic, avx2, avx512) and hands them out as a Kernels table;
-// optimizer.cc picks a table at run time from the CPU's features.
+// kernels_avx2.cc and kernels_avx512.cc (core/simd.hpp's pattern: each
+// defines kernels<Isa>(), a Kernels table; optimizer.cc's simd::Dispatch
+// picks the one of simd::isa()).
 //
 // A kernel updates n consecutive elements in one pass over its arrays, all in
 // fp32 (DeepSpeed's order of operations), with constants prepared in double
@@ -24,6 +23,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "core/simd.hpp"
 
 namespace dsm {
 namespace optim {
@@ -91,19 +92,15 @@ struct Kernels {
                   double *sums);
     // Lamb pass 2: p += neg_coef * u, u recomputed from m, v exactly as in pass 1.
     void (*lamb2)(const LambK &k, float neg_coef, float *p, const float *m, const float *v, size_t n);
+    // The 16-bit pass's conversions: bf16 widened to fp32 (exact), fp32
+    // rounded to bf16 as core/half.hpp's fp32_to_bf16.
+    void (*bf16_to_f32)(const uint16_t *h, float *f, size_t n);
+    void (*f32_to_bf16)(const float *f, uint16_t *h, size_t n);
 };
 
-// Each returns its table, or nullptr when the compiler could not build that
-// instruction set (a non-x86 target).
-namespace generic {
-const Kernels *kernels() noexcept;
-}
-namespace avx2 {
-const Kernels *kernels() noexcept;
-}
-namespace avx512 {
-const Kernels *kernels() noexcept;
-}
+// One instruction set's table, or nullptr when the compiler could not build
+// that set (a non-x86 target).
+template <simd::Isa> const Kernels *kernels() noexcept;
 
 } // namespace optim
 } // namespace dsm
@@ -327,6 +324,18 @@ struct Lamb2Body {
     }
 };
 
+struct WidenBody {
+    const uint16_t *h;
+    float *f;
+    template <class V> void at(size_t i) const { V::store(f + i, V::bload(h + i)); }
+};
+
+struct NarrowBody {
+    const float *f;
+    uint16_t *h;
+    template <class V> void at(size_t i) const { V::bstore(h + i, V::load(f + i)); }
+};
+
 // The Kernels table of the traits type V.
 template <class V> struct KernelSet {
     static void adam(const AdamK &k, float *p, const float *g, float *m, float *v, size_t n) {
@@ -362,8 +371,11 @@ template <class V> struct KernelSet {
                       size_t n) {
         sweep<V>(n, Lamb2Body{k, neg_coef, p, m, v});
     }
+    static void bf16_to_f32(const uint16_t *h, float *f, size_t n) { sweep<V>(n, WidenBody{h, f}); }
+    static void f32_to_bf16(const float *f, uint16_t *h, size_t n) { sweep<V>(n, NarrowBody{f, h}); }
     static const Kernels *table(const char *name) noexcept {
-        static const Kernels t{name, adam, adam_zero, adam_bf16, sgd, lion, adagrad, lamb1, lamb2};
+        static const Kernels t{name, adam, adam_zero, adam_bf16, sgd, lion, adagrad, lamb1, lamb2, bf16_to_f32,
+                               f32_to_bf16};
         return &t;
     }
 };

@@ -1,5 +1,5 @@
 // The AVX2 + FMA kernels (this file is compiled with -mavx2 -mfma; run only
-// when the CPU has both, see optimizer.cc). Eight fp32 lanes; Lamb's norms
+// when the CPU has both, see core/simd.hpp). Eight fp32 lanes; Lamb's norms
 // accumulate in two four-lane fp64 registers.
 #define DSM_OPTIM_KERNEL_BODIES
 #include "optim/kernels.hpp"
@@ -63,9 +63,7 @@ struct Avx2 {
 
 } // namespace
 
-namespace avx2 {
-const Kernels *kernels() noexcept { return KernelSet<Avx2>::table("avx2"); }
-} // namespace avx2
+template <> const Kernels *kernels<simd::Isa::avx2>() noexcept { return KernelSet<Avx2>::table("avx2"); }
 } // namespace optim
 } // namespace dsm
 
@@ -73,9 +71,7 @@ const Kernels *kernels() noexcept { return KernelSet<Avx2>::table("avx2"); }
 
 namespace dsm {
 namespace optim {
-namespace avx2 {
-const Kernels *kernels() noexcept { return nullptr; }
-} // namespace avx2
+template <> const Kernels *kernels<simd::Isa::avx2>() noexcept { return nullptr; }
 } // namespace optim
 } // namespace dsm
 

@@ -64,9 +64,7 @@ struct Avx512 {
 
 } // namespace
 
-namespace avx512 {
-const Kernels *kernels() noexcept { return KernelSet<Avx512>::table("avx512"); }
-} // namespace avx512
+template <> const Kernels *kernels<simd::Isa::avx512>() noexcept { return KernelSet<Avx512>::table("avx512"); }
 } // namespace optim
 } // namespace dsm
 
@@ -74,9 +72,7 @@ const Kernels *kernels() noexcept { return KernelSet<Avx512>::table("avx512"); }
 
 namespace dsm {
 namespace optim {
-namespace avx512 {
-const Kernels *kernels() noexcept { return nullptr; }
-} // namespace avx512
+template <> const Kernels *kernels<simd::Isa::avx512>() noexcept { return nullptr; }
 } // namespace optim
 } // namespace dsm
 

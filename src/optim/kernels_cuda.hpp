@@ -1,4 +1,7 @@
-// The CUDA kernels of libdsm (kernels_cuda.cu), for the device side of a step:
+// The CUDA kernels of libdsm, for the device side of a step, one file per
+// concern: optimizer_cuda.cu (the optimizers), reduce_cuda.cu (inspection
+// and Lamb's norms), convert_cuda.cu (conversions and copies), space_cuda.cu
+// (the device space's small kernels):
 //
 // - fused optimizer updates over a flat fp32 partition: Adam/AdamW, SGD,
 //   Lion, Adagrad and Lamb's two passes, each computing exactly what the
@@ -59,7 +62,7 @@ typedef struct CUstream_st *cudaStream_t;
 namespace dsm {
 namespace cuda {
 
-// ---------------------------------------------------------------- shared with kernels_cuda.cu
+// ---------------------------------------------------------------- shared with the *_cuda.cu files
 
 // The fixed shape of the reductions.
 constexpr unsigned kReduceBlocks = 1024;
@@ -83,7 +86,7 @@ struct Reduction {
     unsigned block_nonfinite[kReduceBlocks];
 };
 
-// The launchers of kernels_cuda.cu, without argument checks: use the checked
+// The launchers of the *_cuda.cu files, without argument checks: use the checked
 // functions below. Each returns nullptr when its work was enqueued, else
 // CUDA's description of the error (cudaGetErrorString).
 namespace detail {
@@ -167,7 +170,7 @@ const char *launch_copy_2d(void *dst, size_t dpitch, const void *src, size_t spi
 
 // ---------------------------------------------------------------- the checked API
 // nvcc does not see MPI's headers, which dsm.h (and so core/error.hpp)
-// includes: kernels_cuda.cu sees only the part above.
+// includes: the .cu files see only the part above.
 #ifndef __CUDACC__
 #include <algorithm>
 #include <vector>

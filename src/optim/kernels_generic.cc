@@ -78,10 +78,6 @@ using Generic = Scalar;
 
 namespace dsm {
 namespace optim {
-namespace generic {
-
-const Kernels *kernels() noexcept { return KernelSet<Generic>::table("generic"); }
-
-} // namespace generic
+template <> const Kernels *kernels<simd::Isa::generic>() noexcept { return KernelSet<Generic>::table("generic"); }
 } // namespace optim
 } // namespace dsm

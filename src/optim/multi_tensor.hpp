@@ -8,11 +8,11 @@
 // launch costs the same whatever the number of tensors, a tiny tensor costs
 // one block instead of one launch, and the work of a chunk is what the
 // per-tensor kernel does on the same elements (an element's arithmetic
-// never depends on where its chunk starts: see optim/kernels_cuda.cu).
+// never depends on where its chunk starts: see optim/optimizer_cuda.cu).
 //
 // This header is plain C++ (no CUDA include): the table's planning is
 // unit-tested on the CPU (test/unit/test_multi_tensor.cc), and
-// kernels_cuda.cu reads the same MtSeg layout.
+// optimizer_cuda.cu and space_cuda.cu read the same MtSeg layout.
 #pragma once
 
 #include <cstddef>
@@ -65,7 +65,7 @@ inline MtTable mt_plan(const std::vector<MtEntry> &entries) {
 }
 
 // The chunk c of a table (c < chunks): its segment's index, first element
-// and element count. The device's lookup (kernels_cuda.cu) is this search.
+// and element count. The device's lookup (kernels_cuda_common.cuh's mt_find) is this search.
 struct MtChunk {
     size_t seg;
     uint64_t begin, count;

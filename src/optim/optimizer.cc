@@ -19,7 +19,7 @@
 #include <omp.h>
 #endif
 
-#include "core/cpu.hpp"
+#include "core/simd.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "dsm.h"
@@ -44,40 +44,11 @@ constexpr size_t kChunk = 16384;
 
 // ---------------------------------------------------------------- ISA choice
 
-IsaChoice<Kernels> g_isa{generic::kernels, avx2::kernels, avx512::kernels};
+simd::Dispatch<Kernels> g_isa{kernels<simd::Isa::generic>, kernels<simd::Isa::avx2>, kernels<simd::Isa::avx512>};
 std::atomic<int> g_threads{0};
 
-const Kernels &kernels() noexcept { return g_isa.active(); }
+const Kernels &active() noexcept { return g_isa.active(); }
 
-// ---------------------------------------------------------------- 16-bit
-
-// bf16 <-> fp32 of one work item in the widest vectors the CPU has: the
-// formulas of core/half.hpp (exact widening; round to nearest even, NaN kept
-// quiet) written without branches so that they vectorize.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void bf16_to_f32_n(const uint16_t *__restrict h, float *__restrict f, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-        const uint32_t u = static_cast<uint32_t>(h[i]) << 16;
-        float x;
-        std::memcpy(&x, &u, 4);
-        f[i] = x;
-    }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void f32_to_bf16_n(const float *__restrict f, uint16_t *__restrict h, size_t n) {
-    for (size_t i = 0; i < n; ++i) {
-        uint32_t u;
-        std::memcpy(&u, &f[i], 4);
-        const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        const uint32_t quiet = (u >> 16) | 0x0040u;
-        h[i] = static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-    }
-}
 
 // ---------------------------------------------------------------- work items
 
@@ -299,9 +270,7 @@ const char *state_name(OptimizerType type, int index) {
     }
 }
 
-const char *active_isa() noexcept { return kernels().name; }
-
-void set_isa(const std::string &name) { g_isa.set(name); }
+const char *active_isa() noexcept { return active().name; }
 
 void set_num_threads(int n) {
     DSM_REQUIRE(n >= 0, DSM_ERR_INVALID_ARGUMENT, "optimizer thread count ", n,
@@ -424,7 +393,7 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
     }
     DSM_REQUIRE((f.grad16 == nullptr && f.param16 == nullptr) || f.dtype == DSM_BFLOAT16 || f.dtype == DSM_FLOAT16,
                 DSM_ERR_INTERNAL, "fused step: 16-bit dtype ", f.dtype);
-    const Kernels &kern = kernels();
+    const Kernels &kern = active();
     float *s0 = states_.empty() ? nullptr : state(0); // none: SGD without momentum
     // One work item: the gradient it reads (g's, or grad16's converted into
     // the thread's buffer), the kernel, then the 16-bit parameters and the
@@ -438,7 +407,7 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
             const auto *h = static_cast<const uint16_t *>(f.grad16) + it.begin;
             float *b = buf.data();
             if (bf16)
-                bf16_to_f32_n(h, b, it.count);
+                kern.bf16_to_f32(h, b, it.count);
             else
                 for (size_t i = 0; i < it.count; ++i) b[i] = fp16_to_fp32(h[i]);
             gi = b;
@@ -448,7 +417,7 @@ void Optimizer::host_step(float *p, const float *g, const std::vector<Segment> &
             auto *h = static_cast<uint16_t *>(f.param16) + it.begin;
             const float *x = p + it.begin;
             if (bf16)
-                f32_to_bf16_n(x, h, it.count);
+                kern.f32_to_bf16(x, h, it.count);
             else
                 for (size_t i = 0; i < it.count; ++i) h[i] = fp32_to_fp16(x[i]);
         }
@@ -663,7 +632,7 @@ void adam_update(float *p, const float *g, float *m, float *v, size_t n, const H
     DSM_ARG_NOT_NULL(g);
     DSM_ARG_NOT_NULL(m);
     DSM_ARG_NOT_NULL(v);
-    const Kernels &kern = kernels();
+    const Kernels &kern = active();
     const AdamK k = adam_k(h, a, decay);
     for_items((n + kChunk - 1) / kChunk, [&](size_t c) {
         const size_t b = c * kChunk, count = std::min(n - b, kChunk);

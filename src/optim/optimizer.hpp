@@ -120,12 +120,9 @@ struct Fused {
     bool zero_grads = false;
 };
 
-// Which kernel runs: "avx512", "avx2" or "generic".
+// Which kernel runs: "avx512", "avx2" or "generic" (core/simd.hpp picks it;
+// simd::force() forces it).
 const char *active_isa() noexcept;
-// Force a kernel set (benchmarks, tests): "avx512", "avx2", "generic" or
-// "auto"; DSM_ERR_NOT_SUPPORTED when the CPU lacks it, INVALID_ARGUMENT for
-// another name.
-void set_isa(const std::string &name);
 
 // Threads of the kernels: n > 0 threads, 0 (the initial value) OpenMP's
 // default (omp_get_max_threads()); negative: INVALID_ARGUMENT. Results do not

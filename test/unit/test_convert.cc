@@ -20,6 +20,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/simd.hpp"
 #include "dtype_values.h"
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
@@ -367,21 +368,13 @@ static void test_bf16_patterns_and_ties(void **);
 // kernels and the portable loops give the same bits): every bf16 pattern,
 // ties, specials, the fp32 spread and accumulate_into.
 static void test_bf16_every_isa(void **) {
-    int ran = 0;
-    for (const char *isa : {"generic", "avx2", "avx512"}) {
-        if (!dsm::amp::set_bf16_isa(isa)) {
-            print_message("bf16 conversions: %s not available here\n", isa);
-            continue;
-        }
-        ++ran;
+    for (const std::string &isa : dsm::simd::available()) {
+        dsm::simd::force(isa);
+        assert_string_equal(dsm::amp::kernels_isa(), isa.c_str());
         test_bf16_patterns_and_ties(nullptr);
         test_accumulate_into(nullptr);
     }
-    assert_true(ran >= 1);
-    assert_false(dsm::amp::set_bf16_isa("sse9"));
-    assert_false(dsm::amp::set_bf16_isa(nullptr));
-    // Back to the best: avx512, else avx2, else the loops.
-    if (!dsm::amp::set_bf16_isa("avx512") && !dsm::amp::set_bf16_isa("avx2")) dsm::amp::set_bf16_isa("generic");
+    dsm::simd::force("auto");
 }
 
 static void test_scale_inplace(void **) {

@@ -49,6 +49,7 @@
 #include "optim/kernels_cuda.hpp"
 #include "optim/kernels.hpp"
 #include "optim/optimizer.hpp"
+#include "core/simd.hpp"
 #include "sp/geometry.hpp"
 #endif
 
@@ -177,7 +178,7 @@ bool cpu_kernels_unfused() {
     k.scale = 1.0f;
     k.neg_lr = 1.0f + std::ldexp(1.0f, -12);
     std::vector<float> p(9, -(1.0f + std::ldexp(1.0f, -11))), g(9, 1.0f + std::ldexp(1.0f, -12));
-    dsm::optim::generic::kernels()->sgd(k, p.data(), g.data(), nullptr, p.size());
+    dsm::optim::kernels<dsm::simd::Isa::generic>()->sgd(k, p.data(), g.data(), nullptr, p.size());
     for (float x : p)
         if (x != 0.0f) return false;
     return true;
@@ -397,7 +398,7 @@ void check_update(const Update &u, const std::vector<Case> &cs, int line) {
     }
 }
 
-const dsm::optim::Kernels &cpu() { return *dsm::optim::generic::kernels(); }
+const dsm::optim::Kernels &cpu() { return *dsm::optim::kernels<dsm::simd::Isa::generic>(); }
 
 // AdamK as optimizer.cc's adam_k() makes it.
 dsm::optim::AdamK adam_constants(const dsm::optim::Hyper &h, const dsm::optim::StepArgs &a, bool decay) {
@@ -475,9 +476,9 @@ void test_adam_matches_adam_update(void **state) {
         uploaded();
         dsm::cuda::adam(adam_constants(h, a, true), f, dm.at<float>(off), dv.at<float>(off), g_stream);
         sync();
-        dsm::optim::set_isa("generic");
+        dsm::simd::force("generic");
         dsm::optim::adam_update(p.data(), g.data(), m.data(), v.data(), n, h, a, true);
-        dsm::optim::set_isa("auto");
+        dsm::simd::force("auto");
         const std::string where = mode == 0 ? "adamw" : "adam l2";
         same_floats(get(dp.at<float>(off), n), p, 0, "p", where, __LINE__);
         same_floats(get(dm.at<float>(off), n), m, 0, "m", where, __LINE__);

@@ -18,6 +18,7 @@
 #include "config/config.hpp"
 #include "config/settings.hpp"
 #include "core/error.hpp"
+#include "core/simd.hpp"
 #include "core/half.hpp"
 #include "dsm.h"
 #include "optim/optimizer.hpp"
@@ -280,13 +281,13 @@ std::vector<std::string> available_isas() {
     std::vector<std::string> out;
     for (const char *name : {"generic", "avx2", "avx512"}) {
         try {
-            dsm::optim::set_isa(name);
+            dsm::simd::force(name);
             out.push_back(name);
         } catch (const dsm::Error &e) {
             assert_int_equal(e.status(), DSM_ERR_NOT_SUPPORTED);
         }
     }
-    dsm::optim::set_isa("auto");
+    dsm::simd::force("auto");
     return out;
 }
 
@@ -299,7 +300,7 @@ void check_case(const Case &c, const char *name) {
     for (const Segment &s : c.segs) std::fill(covered.begin() + s.offset, covered.begin() + s.offset + s.count, 1);
     Result generic;
     for (const std::string &isa : available_isas()) {
-        dsm::optim::set_isa(isa);
+        dsm::simd::force(isa);
         Result first;
         for (int threads : {1, 2, 3}) {
             dsm::optim::set_num_threads(threads);
@@ -335,7 +336,7 @@ void check_case(const Case &c, const char *name) {
                     fail_msg("%s: state %zu differs from 1 thread", ctx.c_str(), s);
         }
     }
-    dsm::optim::set_isa("auto");
+    dsm::simd::force("auto");
     dsm::optim::set_num_threads(0);
 }
 
@@ -630,7 +631,7 @@ static void test_optimizer_hyper(void **) {
 }
 
 static void test_isa_and_threads(void **) {
-    expect_error_at([] { dsm::optim::set_isa("bogus"); }, DSM_ERR_INVALID_ARGUMENT, {"\"bogus\""}, __LINE__);
+    expect_error_at([] { dsm::simd::force("bogus"); }, DSM_ERR_INVALID_ARGUMENT, {"\"bogus\""}, __LINE__);
     const std::vector<std::string> isas = available_isas();
     print_message("[          ] instruction sets here:");
     for (const auto &i : isas) print_message(" %s", i.c_str());
@@ -638,13 +639,13 @@ static void test_isa_and_threads(void **) {
     assert_string_equal(dsm::optim::active_isa(), isas.back().c_str()); // auto picks the widest
     for (const char *name : {"avx2", "avx512"}) {
         if (std::find(isas.begin(), isas.end(), name) != isas.end()) continue;
-        expect_error_at([&] { dsm::optim::set_isa(name); }, DSM_ERR_NOT_SUPPORTED, {name}, __LINE__);
+        expect_error_at([&] { dsm::simd::force(name); }, DSM_ERR_NOT_SUPPORTED, {name}, __LINE__);
     }
     for (const auto &i : isas) {
-        dsm::optim::set_isa(i);
+        dsm::simd::force(i);
         assert_string_equal(dsm::optim::active_isa(), i.c_str());
     }
-    dsm::optim::set_isa("auto");
+    dsm::simd::force("auto");
 
     expect_error_at([] { dsm::optim::set_num_threads(-1); }, DSM_ERR_INVALID_ARGUMENT, {"-1"}, __LINE__);
     dsm::optim::set_num_threads(3);
@@ -672,7 +673,7 @@ static void test_piecewise(void **) {
     assert_true(dsm::optim::within(segs, 0, 5).empty());
     for (const OptimizerType t : {OptimizerType::ADAMW, OptimizerType::SGD, OptimizerType::LION, OptimizerType::ADAGRAD}) {
         for (const auto &isa : available_isas()) {
-            dsm::optim::set_isa(isa);
+            dsm::simd::force(isa);
             Optimizer whole(hyper(t), n), parts(hyper(t), n);
             assert_true(whole.piecewise());
             std::vector<float> p1 = random_vec(n, 1), p2 = p1;
@@ -692,7 +693,7 @@ static void test_piecewise(void **) {
                 fail_msg("optimizer %d on %s: an update in pieces differs from the whole", static_cast<int>(t), isa.c_str());
         }
     }
-    dsm::optim::set_isa("auto");
+    dsm::simd::force("auto");
     Optimizer lamb(hyper(OptimizerType::LAMB), 10);
     assert_false(lamb.piecewise());
     std::vector<float> p(10), g(10);
@@ -764,7 +765,7 @@ static void test_fused_host_step(void **) {
     for (size_t i = 0; i < n; ++i) g32[i] = dsm::bf16_to_fp32(g16[i]);
     const Hyper h = hyper(OptimizerType::ADAMW);
     for (const std::string &isa : available_isas()) {
-        dsm::optim::set_isa(isa);
+        dsm::simd::force(isa);
         for (int threads : {1, 2}) {
             dsm::optim::set_num_threads(threads);
             const std::string ctx = "fused isa=" + isa + " threads=" + std::to_string(threads);
@@ -806,7 +807,7 @@ static void test_fused_host_step(void **) {
             assert_true(std::isnan(pr[5]) && std::isnan(pr[33]));
         }
     }
-    dsm::optim::set_isa("auto");
+    dsm::simd::force("auto");
     dsm::optim::set_num_threads(0);
 }
 

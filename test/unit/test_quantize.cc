@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/half.hpp"
+#include "core/simd.hpp"
 
 #if DSM_HAVE_CUDA_KERNELS
 #include <cuda_runtime.h>
@@ -23,7 +24,7 @@
 using namespace dsm::comm;
 
 static void test_round_trip_every_isa(void **) {
-    const std::vector<std::string> isas = quant::available_isas();
+    const std::vector<std::string> isas = dsm::simd::available();
     print_message("[          ] instruction sets here:");
     for (const auto &i : isas) print_message(" %s", i.c_str());
     print_message("\n");
@@ -36,7 +37,7 @@ static void test_round_trip_every_isa(void **) {
                 assert_int_equal(bytes % 4, 0);
                 std::vector<uint8_t> ref;
                 for (const std::string &isa : isas) {
-                    quant::set_isa(isa);
+                    dsm::simd::force(isa);
                     std::vector<uint8_t> q(bytes + 8, 0xAB);
                     quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data());
                     for (size_t i = bytes; i < q.size(); ++i) assert_int_equal(q[i], 0xAB); // no overrun
@@ -59,7 +60,7 @@ static void test_round_trip_every_isa(void **) {
                         if (z[i] != 0.5f + y[i]) fail_msg("%s: accumulate at %zu", ctx.c_str(), i);
                 }
             }
-    quant::set_isa("auto");
+    dsm::simd::force("auto");
 }
 
 static void test_sixteen_bit(void **) {
@@ -87,8 +88,8 @@ static void test_sixteen_bit(void **) {
 }
 
 static void test_overflow_becomes_nan(void **) {
-    for (const std::string &isa : quant::available_isas()) {
-        quant::set_isa(isa);
+    for (const std::string &isa : dsm::simd::available()) {
+        dsm::simd::force(isa);
         for (int bits : {8, 4}) {
             for (float bad : {INFINITY, -INFINITY, NAN}) {
                 std::vector<float> x(64, 1.0f);
@@ -103,7 +104,7 @@ static void test_overflow_becomes_nan(void **) {
             }
         }
     }
-    quant::set_isa("auto");
+    dsm::simd::force("auto");
 }
 
 // Blocks the fast kernels find the largest magnitude of while they quantize
@@ -127,8 +128,8 @@ static void test_special_blocks_every_isa(void **) {
             x[n - 1] = NAN;                           // the short last block
             const size_t bytes = quant::packed_bytes(n, bits, block);
             std::vector<uint8_t> ref;
-            for (const std::string &isa : quant::available_isas()) {
-                quant::set_isa(isa);
+            for (const std::string &isa : dsm::simd::available()) {
+                dsm::simd::force(isa);
                 std::vector<uint8_t> q(bytes + 8, 0xAB);
                 quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data());
                 for (size_t i = bytes; i < q.size(); ++i) assert_int_equal(q[i], 0xAB);
@@ -146,12 +147,12 @@ static void test_special_blocks_every_isa(void **) {
                     fail_msg("%s: the subnormal block has scale %g", ctx.c_str(), s[4]);
                 if (ref.empty()) ref = q;
                 else if (std::memcmp(ref.data(), q.data(), bytes) != 0)
-                    fail_msg("%s: packed bytes differ from %s's", ctx.c_str(), quant::available_isas().front().c_str());
+                    fail_msg("%s: packed bytes differ from %s's", ctx.c_str(), dsm::simd::available().front().c_str());
             }
             // The portable kernel among them.
-            assert_true(quant::available_isas().back() == "generic");
+            assert_true(dsm::simd::available().back() == "generic");
         }
-    quant::set_isa("auto");
+    dsm::simd::force("auto");
 }
 
 // dequantize_add (out = add + x', in one pass) and dequantize_part (a range
@@ -160,8 +161,8 @@ static void test_add_and_part(void **) {
     const size_t n = 5000 + 7, block = 256;
     const std::vector<float> x = sample(n, 11), base = sample(n, 12);
     for (int bits : {8, 4})
-        for (const std::string &isa : quant::available_isas()) {
-            quant::set_isa(isa);
+        for (const std::string &isa : dsm::simd::available()) {
+            dsm::simd::force(isa);
             const std::string ctx = isa + " bits=" + std::to_string(bits);
             std::vector<uint8_t> q(quant::packed_bytes(n, bits, block));
             quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data());
@@ -184,7 +185,7 @@ static void test_add_and_part(void **) {
             if (std::memcmp(h.data() + block, hp.data() + block, (n - block) * 2) != 0)
                 fail_msg("%s: dequantize_part (bf16) differs from dequantize", ctx.c_str());
         }
-    quant::set_isa("auto");
+    dsm::simd::force("auto");
 }
 
 static void test_bad_arguments(void **) {
@@ -211,7 +212,7 @@ static void test_bad_arguments(void **) {
                     __LINE__);
     expect_error_at([&] { quant::dequantize_add(q, 32, 8, 24, x, x); }, DSM_ERR_INVALID_ARGUMENT, {"block size 24"},
                     __LINE__);
-    expect_error_at([] { quant::set_isa("bogus"); }, DSM_ERR_INVALID_ARGUMENT, {"\"bogus\""}, __LINE__);
+    expect_error_at([] { dsm::simd::force("bogus"); }, DSM_ERR_INVALID_ARGUMENT, {"\"bogus\""}, __LINE__);
     // The environment's block sizes.
     setenv("DSM_QWZ_BLOCK", "1000", 1);
     expect_error_at([] { quant::weight_block(); }, DSM_ERR_INVALID_ARGUMENT, {"DSM_QWZ_BLOCK", "1000"}, __LINE__);

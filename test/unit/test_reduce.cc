@@ -8,7 +8,7 @@
 // library's core/half.hpp), and fixed sums whose exact value is a rounding
 // tie must give the 16-bit patterns written out here. The loops have one
 // copy per instruction set: every test runs each one this CPU offers
-// (set_reduce_isa), so the AVX2 copy is tested on an AVX-512 machine too.
+// (dsm::simd::force), so the AVX2 copy is tested on an AVX-512 machine too.
 #include <algorithm>
 #include <cfenv>
 #include <cmath>
@@ -23,6 +23,7 @@
 #include "core/dtype.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
+#include "core/simd.hpp"
 #include "dtype_values.h"
 
 #include "cxx_test.h" // last: CMocka's fail() macro would break the C++ headers
@@ -167,14 +168,14 @@ const Op kOps[] = {Op::SUM, Op::MAX, Op::MIN};
 // Runs body once per instruction set this CPU and build offer, then goes
 // back to the best.
 template <typename F> void each_isa(F &&body) {
-    const std::vector<std::string> isas = dsm::comm::reduce_isas();
+    const std::vector<std::string> isas = dsm::simd::available();
     assert_true(!isas.empty() && isas.back() == "generic");
     for (const std::string &isa : isas) {
-        dsm::comm::set_reduce_isa(isa);
+        dsm::simd::force(isa);
         assert_string_equal(dsm::comm::reduce_isa(), isa.c_str());
         body();
     }
-    dsm::comm::set_reduce_isa("auto");
+    dsm::simd::force("auto");
 }
 
 } // namespace
@@ -287,23 +288,23 @@ static void test_reduce_into(void **) {
 // Only the sets this CPU and build run can be chosen; a bad name is refused.
 static void test_isa_choice(void **) {
     try {
-        dsm::comm::set_reduce_isa("sse9");
+        dsm::simd::force("sse9");
         fail_msg("instruction set sse9 accepted");
     } catch (const dsm::Error &e) {
         assert_int_equal(e.status(), DSM_ERR_INVALID_ARGUMENT);
         assert_non_null(std::strstr(e.what(), "sse9"));
     }
-    const std::vector<std::string> isas = dsm::comm::reduce_isas();
+    const std::vector<std::string> isas = dsm::simd::available();
     for (const char *isa : {"avx512", "avx2"})
         if (std::find(isas.begin(), isas.end(), isa) == isas.end()) {
             try {
-                dsm::comm::set_reduce_isa(isa);
+                dsm::simd::force(isa);
                 fail_msg("instruction set %s accepted on a CPU without it", isa);
             } catch (const dsm::Error &e) {
                 assert_int_equal(e.status(), DSM_ERR_NOT_SUPPORTED);
             }
         }
-    dsm::comm::set_reduce_isa("auto");
+    dsm::simd::force("auto");
     assert_string_equal(dsm::comm::reduce_isa(), isas.front().c_str());
     print_message("[          ] reduction loops run here: %s (of those the build has)\n", isas.front().c_str());
 }

@@ -36,6 +36,7 @@
 #include "amp/math.hpp"
 #include "bench_model.hpp"
 #include "bench_optimizer.hpp"
+#include "core/simd.hpp"
 #include "core/error.hpp"
 #include "device/space.hpp"
 #include "harness.hpp"
@@ -79,7 +80,7 @@ void first_touch(float *a, size_t n, float value, int threads) {
 int set_threads_isa(const Options &o) {
     try {
         optim::set_num_threads(o.threads);
-        optim::set_isa(o.isa);
+        dsm::simd::force(o.isa);
     } catch (const Error &e) {
         std::fprintf(stderr, "dsm-bench optimizer: %s\n", e.what());
         return e.status() == DSM_ERR_INVALID_ARGUMENT ? 2 : 1;
@@ -180,7 +181,7 @@ std::vector<std::string> available_isas() {
     std::vector<std::string> out;
     for (const char *name : {"generic", "avx2", "avx512"}) {
         try {
-            optim::set_isa(name);
+            dsm::simd::force(name);
             out.push_back(name);
         } catch (const Error &) {
         }
@@ -188,8 +189,6 @@ std::vector<std::string> available_isas() {
     return out;
 }
 
-// --threads and --isa given to the optimizer: 0, else the exit status after
-// the message (2 for a bad value, 1 for an instruction set this CPU lacks).
 
 // torch.optim.Adam on n parameters, default and foreach, best of iters
 // steps after one untimed step; one JSON line on stdout.
@@ -562,14 +561,14 @@ int run_cpu(const Harness &h, const Options &o) {
         const double b = seconds_of(bound);
         if (round > 0) bound_s = round == 1 ? b : std::min(bound_s, b);
         for (size_t k = 0; k < isas.size(); ++k) {
-            optim::set_isa(isas[k]);
+            dsm::simd::force(isas[k]);
             const double s = seconds_of(adam);
             if (round > 0) best[k] = round == 1 ? s : std::min(best[k], s);
         }
     }
     std::vector<Measured> runs;
     for (size_t k = 0; k < isas.size(); ++k) runs.push_back({isas[k], best[k]});
-    optim::set_isa(selected);
+    dsm::simd::force(selected);
 
     std::string why = "--no-torch";
     nlohmann::json torch = o.torch ? run_torch(o.params, o.iters, threads, why) : nlohmann::json(nullptr);

@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include "bench_quantize.hpp"
+#include "core/simd.hpp"
 #include "comm/quantize.hpp"
 #include "core/error.hpp"
 
@@ -143,7 +144,7 @@ int run_quantize(int argc, char **argv) {
     for (size_t i = 0; i < n; ++i) x[i] = 1e-3f * static_cast<float>(static_cast<int>(i % 2001) - 1000);
     std::fill(y.begin(), y.end(), 0.0f);
     std::fill(b.begin(), b.end(), 3);
-    const std::vector<std::string> isas = comm::quant::available_isas();
+    const std::vector<std::string> isas = dsm::simd::available();
     std::vector<QuantRow> rows;
     for (int bits : {8, 4}) {
         const size_t block = block_of(o.block, bits);
@@ -172,12 +173,12 @@ int run_quantize(int argc, char **argv) {
                 const double t = seconds_of(op.bound);
                 if (r > 0) bound = std::min(bound, t);
                 for (size_t k = 0; k < isas.size(); ++k) {
-                    comm::quant::set_isa(isas[k]);
+                    dsm::simd::force(isas[k]);
                     const double s = seconds_of(op.kernel);
                     if (r > 0) best[k] = std::min(best[k], s);
                 }
             }
-            comm::quant::set_isa("auto");
+            dsm::simd::force("auto");
             for (size_t k = 0; k < isas.size(); ++k)
                 rows.push_back(QuantRow{op.what.name, isas[k], bits, block, best[k], bound, op.what.bytes});
         }
