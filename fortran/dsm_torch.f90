@@ -6,14 +6,19 @@
 !>
 !> Conventions are module dsm's: handles are bind(C) types wrapping a c_ptr,
 !> strings go in as Fortran strings, every procedure takes an optional
-!> trailing ierr (without it, a failure stops the program with the message).
+!> trailing ierr: present, it receives the status; absent, a failure prints
+!> the status and dsm_last_error() on standard error and stops the program
+!> with MPI_Abort(MPI_COMM_WORLD, status) while MPI is initialized (else
+!> error stop status), as module dsm does.
 !> Arrays are column-major: dsm_torch_tensor(x) describes x with its Fortran
 !> shape and column_major = 1, so the model sees the dimensions reversed
 !> over the same memory: x(features, batch) is the tensor [batch, features].
 !> Link with -ldsm_torchf -ldsm_torch -ldsmf -ldsm (pkg-config dsm-torch).
 module dsm_torch
   use, intrinsic :: iso_c_binding
-  use dsm, only: dsm_mesh_t, dsm_engine_t, dsm_step_info_t, dsm_last_error, DSM_SUCCESS, &
+  use, intrinsic :: iso_fortran_env, only: error_unit
+  use mpi, only: MPI_COMM_WORLD, MPI_Abort, MPI_Initialized, MPI_Finalized, MPI_Comm_rank
+  use dsm, only: dsm_mesh_t, dsm_engine_t, dsm_step_info_t, dsm_last_error, dsm_status_string, DSM_SUCCESS, &
        DSM_FLOAT32, DSM_FLOAT64, DSM_INT32, DSM_INT64
   implicit none
   private
@@ -69,6 +74,7 @@ module dsm_torch
   public :: dsm_torch_tensor, dsm_torch_model_create, dsm_torch_model_free, dsm_torch_model_borrow_engine
   public :: dsm_torch_train_step, dsm_torch_inference, dsm_torch_save_checkpoint, dsm_torch_load_checkpoint
   public :: dsm_torch_export_safetensors, dsm_torch_export_torchscript
+  public :: dsm_torch_model_describe, dsm_torch_version
 
   interface
      function c_model_create(mesh, model_path, config, options, model) &
@@ -137,24 +143,83 @@ module dsm_torch
        character(kind=c_char), dimension(*), intent(in) :: path
        integer(c_int) :: st
      end function c_export_torchscript
+     function c_model_describe(model, format, text) bind(C, name='dsm_torch_model_describe') result(st)
+       import :: c_ptr, c_int
+       type(c_ptr), value :: model
+       integer(c_int), value :: format
+       type(c_ptr), intent(out) :: text
+       integer(c_int) :: st
+     end function c_model_describe
+     function c_version(libtorch_version, cuda) bind(C, name='dsm_torch_version') result(st)
+       import :: c_ptr, c_int
+       type(c_ptr), intent(out) :: libtorch_version
+       integer(c_int), intent(out) :: cuda
+       integer(c_int) :: st
+     end function c_version
+     subroutine c_free(p) bind(C, name='dsm_free')
+       import :: c_ptr
+       type(c_ptr), value :: p
+     end subroutine c_free
+     function c_strlen(s) bind(C, name='strlen') result(n)
+       import :: c_ptr, c_size_t
+       type(c_ptr), value :: s
+       integer(c_size_t) :: n
+     end function c_strlen
   end interface
 
 contains
 
-  ! Into ierr when present; else a failure stops the program with the message.
+  ! Report a status as module dsm does: into ierr when present, else a
+  ! failure prints "where failed (status)" and dsm_last_error() on standard
+  ! error and stops the program: MPI_Abort(MPI_COMM_WORLD, status) while MPI
+  ! is initialized and not finalized, else error stop status.
   subroutine finish(status, where, ierr)
     integer(c_int), intent(in) :: status
     character(len=*), intent(in) :: where
     integer, intent(out), optional :: ierr
+    logical :: initialized, finalized
+    integer :: mpierr, rank
 
     if (present(ierr)) then
        ierr = int(status)
        return
     end if
     if (status == DSM_SUCCESS) return
-    write (0, '(a, a, a)') where, ' failed: ', dsm_last_error()
-    error stop 1
+    call MPI_Initialized(initialized, mpierr)
+    call MPI_Finalized(finalized, mpierr)
+    rank = -1
+    if (initialized .and. .not. finalized) call MPI_Comm_rank(MPI_COMM_WORLD, rank, mpierr)
+    if (rank >= 0) then
+       write (error_unit, '(a,i0,5a)') 'libdsm: rank ', rank, ': ', where, ' failed (', &
+            dsm_status_string(int(status)), ')'
+       write (error_unit, '(a,i0,2a)') 'libdsm: rank ', rank, ': ', dsm_last_error()
+    else
+       write (error_unit, '(5a)') 'libdsm: ', where, ' failed (', dsm_status_string(int(status)), ')'
+       write (error_unit, '(2a)') 'libdsm: ', dsm_last_error()
+    end if
+    flush (error_unit)
+    if (initialized .and. .not. finalized) call MPI_Abort(MPI_COMM_WORLD, int(status), mpierr)
+    error stop int(status)
   end subroutine finish
+
+  ! A C string (NUL-terminated; NULL: '') as a Fortran string of its length.
+  function c_string(p) result(s)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: s
+    character(kind=c_char), dimension(:), pointer :: chars
+    integer :: i, n
+
+    if (.not. c_associated(p)) then
+       s = ''
+       return
+    end if
+    n = int(c_strlen(p))
+    call c_f_pointer(p, chars, [n])
+    allocate (character(len=n) :: s)
+    do i = 1, n
+       s(i:i) = chars(i)
+    end do
+  end function c_string
 
   function tensor_f32(a) result(t)
     real(c_float), dimension(..), intent(in), target, contiguous :: a
@@ -318,5 +383,40 @@ contains
     integer, intent(out), optional :: ierr
     call finish(c_export_torchscript(model%ptr, trim(path)//c_null_char), 'dsm_torch_export_torchscript', ierr)
   end subroutine dsm_torch_export_torchscript
+
+  !> The model as text (dsm_torch_model_describe(3)): format DSM_FORMAT_TEXT
+  !> or DSM_FORMAT_JSON of module dsm; the ZeRO-3 mode and why, the
+  !> parameters, the step timers. Not collective.
+  subroutine dsm_torch_model_describe(model, format, text, ierr)
+    type(dsm_torch_model_t), intent(in) :: model
+    integer, intent(in) :: format
+    character(len=:), allocatable, intent(out) :: text
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: st
+
+    p = c_null_ptr
+    st = c_model_describe(model%ptr, int(format, c_int), p)
+    text = c_string(p)
+    call c_free(p)
+    call finish(st, 'dsm_torch_model_describe', ierr)
+  end subroutine dsm_torch_model_describe
+
+  !> The LibTorch version the bridge was built against ("1.13.0") and whether
+  !> it is a CUDA build (dsm_torch_version(3)). Not collective.
+  subroutine dsm_torch_version(libtorch_version, cuda, ierr)
+    character(len=:), allocatable, intent(out) :: libtorch_version
+    logical, intent(out) :: cuda
+    integer, intent(out), optional :: ierr
+    type(c_ptr) :: p
+    integer(c_int) :: c, st
+
+    p = c_null_ptr
+    c = 0
+    st = c_version(p, c)
+    libtorch_version = c_string(p)
+    cuda = c /= 0
+    call finish(st, 'dsm_torch_version', ierr)
+  end subroutine dsm_torch_version
 
 end module dsm_torch

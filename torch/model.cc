@@ -13,12 +13,16 @@
 #include "bridge.hpp"
 
 #include <dsm/torch.hpp>
+#include <dsm_torch_ops.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include <nlohmann/json.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -58,8 +62,10 @@ struct dsm_torch_model_s {
     // calls during them (acquire, release, dsm_step).
     int64_t steps = 0;
     double step_seconds = 0.0, libdsm_seconds = 0.0;
+    bool ops_set = false;         // dsm_torch_ops_set_mesh() was called for this model
 
     ~dsm_torch_model_s() {
+        if (ops_set) dsm_torch_ops_clear();
         if (engine) dsm_engine_free(&engine);
         if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
     }
@@ -104,6 +110,19 @@ std::string torch_message(const std::exception &e) {
     std::string out;
     for (size_t i = 0; i < lines.size() && i < 6; ++i) out += (i ? " | " : "") + lines[i];
     return out;
+}
+
+// The status of an error a model's forward or backward threw: the Ulysses
+// operators of libdsm_torch_ops (torch.ops.dsm.*) throw c10::Error with a
+// message that starts with the operator's name and names the bad value; a
+// missing group is a state error, anything else the operator rejected is
+// a bad argument (a wrong input, or an input that differs between ranks).
+dsm_status_t status_of(const std::exception &e, dsm_status_t otherwise) {
+    const std::string m = e.what();
+    if (m.find("dsm::seq_to_head") == std::string::npos && m.find("dsm::head_to_seq") == std::string::npos)
+        return otherwise;
+    if (m.find("no sequence-parallel group is set") != std::string::npos) return DSM_ERR_STATE;
+    return DSM_ERR_INVALID_ARGUMENT;
 }
 
 at::ScalarType to_scalar(dsm_dtype_t d) {
@@ -188,6 +207,17 @@ class Held {
         grads_.push_back({i, buf});
         p.tensor.mutable_grad() = buf;
     }
+    // Hand back the gradient of parameter i now, if held (collective under
+    // ZeRO-2/3 as release_grads()).
+    void release_grad(int i) {
+        for (size_t k = 0; k < grads_.size(); ++k)
+            if (grads_[k].first == i) {
+                const auto g = grads_[k];
+                grads_.erase(grads_.begin() + static_cast<std::ptrdiff_t>(k));
+                drop_grad(g, true);
+                return;
+            }
+    }
     // Hand back the gradients (collective under ZeRO-2/3: every rank in the same order).
     void release_grads() {
         while (!grads_.empty()) {
@@ -224,6 +254,45 @@ class Held {
     Model &m_;
     std::vector<int> params_;
     std::vector<std::pair<int, at::Tensor>> grads_;
+};
+
+// Each trainable parameter's gradient handed back to the engine as soon as
+// autograd has added into it (a post hook on the parameter's
+// AccumulateGrad node, where DistributedDataParallel hooks its reducer
+// too), not after the whole backward: the engine starts a bucket's
+// reduction when its last gradient comes back (overlap_comm), so the
+// reduction of the last layers runs while the backward of the first ones
+// goes on. Every rank runs the same graph, so the releases come in the
+// same order on every rank. The hooks are removed when this goes.
+class ReleaseOnAccumulate {
+  public:
+    ReleaseOnAccumulate(Model &m, Held &held) {
+        for (size_t i = 0; i < m.params.size(); ++i) {
+            if (!m.params[i].trainable) continue;
+            std::shared_ptr<torch::autograd::Node> acc = torch::autograd::impl::try_get_grad_accumulator(m.params[i].tensor);
+            if (!acc) continue; // not in this graph: released with the others
+            const uintptr_t key = acc->add_post_hook(std::make_unique<Hook>(held, static_cast<int>(i)));
+            hooks_.emplace_back(std::move(acc), key);
+        }
+    }
+    ~ReleaseOnAccumulate() {
+        for (auto &h : hooks_) h.first->del_post_hook(h.second);
+    }
+    ReleaseOnAccumulate(const ReleaseOnAccumulate &) = delete;
+    ReleaseOnAccumulate &operator=(const ReleaseOnAccumulate &) = delete;
+
+  private:
+    struct Hook : torch::autograd::FunctionPostHook {
+        Hook(Held &held, int index) : held_(held), index_(index) {}
+        torch::autograd::variable_list operator()(const torch::autograd::variable_list &outputs,
+                                                  const torch::autograd::variable_list &) override {
+            held_.release_grad(index_);
+            return outputs;
+        }
+        Held &held_;
+        int index_;
+    };
+    std::vector<std::pair<std::shared_ptr<torch::autograd::Node>, uintptr_t>> hooks_;
 };
 
 // ---------------------------------------------------------------- tensors of the caller
@@ -368,7 +437,7 @@ double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_
             st = e.status();
             msg = e.what();
         } catch (const std::exception &e) {
-            st = DSM_ERR_INVALID_ARGUMENT;
+            st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
             std::string in;
             for (size_t i = 0; i < raw_inputs.size(); ++i)
                 in += (i ? ", " : "") + std::string("inputs[") + std::to_string(i) + "] " + tensor_str(raw_inputs[i]);
@@ -377,7 +446,16 @@ double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_
         agree(m, st, msg);
         loss_value = loss.detach().to(at::kDouble).item<double>();
         for (int i : all_params(m)) held.grad(i);
-        if (loss.requires_grad()) loss.backward(at::full_like(loss, scale));
+        if (loss.requires_grad()) {
+            ReleaseOnAccumulate early(m, held);
+            try {
+                loss.backward(at::full_like(loss, scale));
+            } catch (const Error &) {
+                throw;
+            } catch (const std::exception &e) { // every rank of an operator's group throws alike
+                fail(status_of(e, DSM_ERR_INTERNAL), "the model's backward failed: " + torch_message(e));
+            }
+        }
         held.release_grads();
         held.release_params();
     } else {
@@ -394,7 +472,7 @@ double train_step_(Model &m, const char *fn, const std::vector<at::Tensor> &raw_
                 at::NoGradGuard no_grad;
                 x = m.module->forward_block(b, x);
             } catch (const std::exception &e) {
-                st = DSM_ERR_INVALID_ARGUMENT;
+                st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
                 msg = "the model rejected inputs[0] " + tensor_str(raw_inputs[0]) + " in block " + std::to_string(b) +
                       ": " + torch_message(e);
             }
@@ -469,7 +547,7 @@ at::Tensor inference(Model &m, const std::vector<at::Tensor> &raw_inputs) {
             try {
                 x = m.module->forward_block(b, x);
             } catch (const std::exception &e) {
-                st = DSM_ERR_INVALID_ARGUMENT;
+                st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
                 msg = "the model rejected inputs[0] " + tensor_str(raw_inputs[0]) + " in block " + std::to_string(b) +
                       ": " + torch_message(e);
             }
@@ -483,7 +561,7 @@ at::Tensor inference(Model &m, const std::vector<at::Tensor> &raw_inputs) {
         try {
             out = m.module->forward(inputs).clone();
         } catch (const std::exception &e) {
-            st = DSM_ERR_INVALID_ARGUMENT;
+            st = status_of(e, DSM_ERR_INVALID_ARGUMENT);
             std::string in;
             for (size_t i = 0; i < raw_inputs.size(); ++i)
                 in += (i ? ", " : "") + std::string("inputs[") + std::to_string(i) + "] " + tensor_str(raw_inputs[i]);
@@ -658,6 +736,10 @@ void create(Model &m, dsm_mesh_t mesh, const std::function<std::unique_ptr<dsm_t
     if (!at::hasCUDA()) eopts.device = DSM_DEVICE_HOST;
     check(dsm_engine_init_with_options(mesh, tc.engine_config.c_str(), descs.data(), static_cast<int>(descs.size()),
                                        opts.engine_options ? opts.engine_options : &eopts, &m.engine));
+    // The Ulysses operators a model's attention calls (torch.ops.dsm.*) work
+    // on the mesh's "sequence_parallel" group (none: the identity).
+    check(dsm_torch_ops_set_mesh(mesh, nullptr));
+    m.ops_set = true;
     values.clear();
     for (size_t i = 0; i < m.params.size(); ++i) {
         check(dsm_engine_param_index(m.engine, m.params[i].name.c_str(), &m.params[i].index));
@@ -1037,9 +1119,15 @@ DSM_API dsm_status_t dsm_torch_model_free(dsm_torch_model_t *model) {
     const char *fn = "dsm_torch_model_free";
     if (!model || !*model) return DSM_SUCCESS;
     dsm_status_t st = DSM_SUCCESS;
-    if ((*model)->engine) {
-        st = dsm_engine_free(&(*model)->engine);
+    if ((*model)->ops_set) {
+        (*model)->ops_set = false;
+        st = dsm_torch_ops_clear();
         if (st != DSM_SUCCESS) dsm_report_error(st, fn, dsm_last_error());
+    }
+    if ((*model)->engine) {
+        const dsm_status_t est = dsm_engine_free(&(*model)->engine);
+        if (est != DSM_SUCCESS) dsm_report_error(est, fn, dsm_last_error());
+        if (st == DSM_SUCCESS) st = est;
     }
     delete *model;
     *model = nullptr;
@@ -1150,7 +1238,9 @@ DSM_API dsm_status_t dsm_torch_model_describe(dsm_torch_model_t model, dsm_forma
     DSM_TORCH_NOT_NULL(text);
     *text = nullptr;
     if (format != DSM_FORMAT_TEXT && format != DSM_FORMAT_JSON)
-        return dsm_report_error(DSM_ERR_INVALID_ARGUMENT, fn, "unknown format");
+        return dsm_report_error(DSM_ERR_INVALID_ARGUMENT, fn,
+                                ("format is " + std::to_string(static_cast<int>(format)) +
+                                 ", must be DSM_FORMAT_TEXT or DSM_FORMAT_JSON").c_str());
     return guarded(fn, [&] {
         const std::string s = describe(*model, format);
         // dsm_free() frees it: the C allocator.

@@ -1,13 +1,16 @@
 /*
  * The PyTorch bridge's step time and memory (test/torch/bench_torch.sh).
  *
- *   bench_torch --model M --width H --micro B --steps S --stage Z [--prefetch N] [--bucket N] [--whole] [--memory]
+ *   bench_torch --model M --width H --micro B --steps S --stage Z [--prefetch N] [--bucket N] [--overlap]
+ *               [--whole] [--memory]
  *
  * ZeRO-3 runs with stage3_param_persistence_threshold 0 (every parameter
  * partitioned), stage3_max_reuse_distance 0 (a released parameter is freed)
  * and stage3_prefetch_bucket_size N elements (0: no prefetch), so that the
  * gathered memory is what the model's order needs; --bucket N sets
- * reduce_bucket_size (gradients wait for their bucket's reduction).
+ * reduce_bucket_size (gradients wait for their bucket's reduction);
+ * --overlap sets overlap_comm (a bucket is reduced while the backward goes
+ * on, as DistributedDataParallel does).
  * Trains M (an nn.Sequential taking and giving [B, H]) on random data with
  * AdamW and mse, and prints on rank 0, after 5 warm-up steps:
  *   dsm_step_ms X libdsm_share Y      the median step over the ranks' slowest,
@@ -38,11 +41,12 @@ int main(int argc, char **argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     const char *model_path = NULL;
-    int width = 512, micro = 64, steps = 50, stage = 0, memory = 0, prefetch = 0, whole = 0;
+    int width = 512, micro = 64, steps = 50, stage = 0, memory = 0, prefetch = 0, whole = 0, overlap = 0;
     char bucket[96] = "";
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--memory")) { memory = 1; continue; }
         if (!strcmp(argv[i], "--whole")) { whole = 1; continue; }
+        if (!strcmp(argv[i], "--overlap")) { overlap = 1; continue; }
         if (i + 1 >= argc) { fprintf(stderr, "%s needs a value\n", argv[i]); return 2; }
         if (!strcmp(argv[i], "--model")) model_path = argv[++i];
         else if (!strcmp(argv[i], "--width")) width = atoi(argv[++i]);
@@ -59,8 +63,8 @@ int main(int argc, char **argv) {
              "{\"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": 1,"
              " \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.001}},"
              " \"zero_optimization\": {\"stage\": %d, \"stage3_param_persistence_threshold\": 0,"
-             " \"stage3_max_reuse_distance\": 0, \"stage3_prefetch_bucket_size\": %d%s}}",
-             micro, stage, prefetch, bucket);
+             " \"stage3_max_reuse_distance\": 0, \"stage3_prefetch_bucket_size\": %d%s%s}}",
+             micro, stage, prefetch, overlap ? ", \"overlap_comm\": true" : "", bucket);
     dsm_mesh_t mesh;
     dsm_mesh_create(MPI_COMM_WORLD, 1, (int[]){world}, (const char *[]){"data_parallel"}, &mesh);
     dsm_torch_model_t model;

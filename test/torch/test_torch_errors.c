@@ -1,12 +1,14 @@
 /*
  * Bad input to the PyTorch bridge (dsm/torch.h): every rank returns the
  * error, with a message naming the bad thing, no rank crashes or hangs, and
- * the model stays usable after a bad step. The files come from
+ * the model stays usable after a bad step; a model sets the Ulysses
+ * operators' group from its mesh and clears it when freed. The files come from
  * test/torch/torch_reference.py models DIR.
  *
  *   test_torch_errors DIR
  */
 #include <dsm/torch.h>
+#include <dsm_torch_ops.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -159,6 +161,27 @@ int main(int argc, char **argv) {
         expect("export to a directory that does not exist", st, DSM_ERR_IO, "/no/such/dir/x.pt", NULL);
         st = dsm_torch_model_free(&model);
         expect("free", st, DSM_SUCCESS, NULL);
+    }
+    /* The Ulysses operators (libdsm_torch_ops) work on the mesh's
+     * "sequence_parallel" group from the model's creation to its free. */
+    if (world > 1) {
+        dsm_mesh_t sp_mesh;
+        dsm_mesh_create(MPI_COMM_WORLD, 2, (int[]){1, world}, (const char *[]){"data_parallel", "sequence_parallel"},
+                        &sp_mesh);
+        int before = 0, during = 0, after = 0;
+        dsm_torch_ops_group_size(&before);
+        st = dsm_torch_model_create(sp_mesh, path("mlp.pt"), config(0), NULL, &model);
+        expect("create on a sequence-parallel mesh", st, DSM_SUCCESS, NULL);
+        dsm_torch_ops_group_size(&during);
+        st = dsm_torch_model_free(&model);
+        expect("free on a sequence-parallel mesh", st, DSM_SUCCESS, NULL);
+        dsm_torch_ops_group_size(&after);
+        if (before != 1 || during != world || after != 1) {
+            fprintf(stderr, "rank %d: the operators' group size is %d before the model, %d with it, %d after it "
+                            "(want 1, %d, 1)\n", rank, before, during, after, world);
+            ++failures;
+        }
+        dsm_mesh_free(&sp_mesh);
     }
     dsm_mesh_free(&mesh);
     int any = 0;

@@ -4,8 +4,8 @@
 ! [N, 8] and [N, 4], so the model sees [batch, 8] through
 ! dsm_torch_tensor), and compares every rank's loss of every step with
 ! PyTorch's DistributedDataParallel training (ref_wW_g1.bin) within 1e-5
-! relative. Then a checkpoint, inference into a Fortran array, and bad
-! input with ierr.
+! relative. Then a checkpoint, inference into a Fortran array, bad input
+! with ierr, the model's description and the LibTorch version.
 !   test_torch_fortran MODEL DATA REF STEPS CKPT_DIR
 program test_torch_fortran
   use, intrinsic :: iso_c_binding
@@ -25,6 +25,8 @@ program test_torch_fortran
   type(dsm_step_info_t) :: info
   real(c_double) :: loss, rel, worst
   integer :: rank, world, ierr, steps, s, row, u, failures, any_failed
+  character(len=:), allocatable :: text, version
+  logical :: cuda
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -79,6 +81,22 @@ program test_torch_fortran
   end if
   call dsm_torch_save_checkpoint(model, ckpt_dir, ierr=ierr)
   if (ierr /= DSM_SUCCESS) failures = failures + 1
+  ! The description (JSON: the step count) and the LibTorch version, as C gives them.
+  call dsm_torch_model_describe(model, DSM_FORMAT_JSON, text)
+  if (index(text, '"steps"') == 0 .or. index(text, '"libtorch"') == 0) then
+     print '(2a)', 'dsm_torch_model_describe: ', text(1:min(len(text), 200))
+     failures = failures + 1
+  end if
+  call dsm_torch_model_describe(model, 99, text, ierr)
+  if (ierr /= DSM_ERR_INVALID_ARGUMENT .or. index(dsm_last_error(), '99') == 0) then
+     print '(a, i0, 2a)', 'dsm_torch_model_describe(format 99): ierr ', ierr, ': ', dsm_last_error()
+     failures = failures + 1
+  end if
+  call dsm_torch_version(version, cuda)
+  if (len(version) < 4 .or. scan(version, '.') == 0) then
+     print '(3a)', 'dsm_torch_version: "', version, '"'
+     failures = failures + 1
+  end if
   call dsm_torch_model_free(model)
   opts%loss = DSM_TORCH_LOSS_CROSS_ENTROPY
   call dsm_mesh_create(MPI_COMM_WORLD, [world], ['data_parallel'], mesh)
