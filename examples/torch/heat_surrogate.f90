@@ -57,57 +57,7 @@
 ! mean loss of the last 20 steps is not below a tenth of the first 20 steps'
 ! (only checked in a run that trained both); 1 on an error, on every rank.
 !
-! The calls to libdsm_torch go through its Fortran module dsm_torch (module
-! torch_describe below adds the C call of dsm_torch_model_describe).
-
-! ------------------------------------------------------------------ describe
-! dsm_torch_model_describe of dsm/torch.h (the ZeRO-3 mode the bridge chose
-! and why), which module dsm_torch does not wrap: its C call.
-module torch_describe
-  use, intrinsic :: iso_c_binding, only: c_int, c_ptr, c_char, c_null_char, c_associated, c_f_pointer
-  use dsm, only: dsm_free, DSM_FORMAT_TEXT
-  use dsm_torch, only: dsm_torch_model_t
-  implicit none
-  private
-  public :: model_describe
-
-  interface
-     function c_describe(model, format, text) bind(C, name='dsm_torch_model_describe') result(st)
-       import :: c_ptr, c_int
-       type(c_ptr), value :: model
-       integer(c_int), value :: format
-       type(c_ptr), intent(out) :: text
-       integer(c_int) :: st
-     end function c_describe
-  end interface
-
-contains
-
-  ! The model's description as text ('' on an error).
-  function model_describe(model) result(s)
-    type(dsm_torch_model_t), intent(in) :: model
-    character(len=:), allocatable :: s
-    character(kind=c_char), pointer :: chars(:)
-    type(c_ptr) :: text
-    integer :: n
-
-    if (c_describe(model%ptr, int(DSM_FORMAT_TEXT, c_int), text) /= 0) then
-       s = ''
-       return
-    end if
-    call c_f_pointer(text, chars, [huge(0)])
-    n = 0
-    do while (chars(n + 1) /= c_null_char)
-       n = n + 1
-    end do
-    allocate (character(len=n) :: s)
-    do n = 1, len(s)
-       s(n:n) = chars(n)
-    end do
-    call dsm_free(text)
-  end function model_describe
-
-end module torch_describe
+! The calls to libdsm_torch go through its Fortran module dsm_torch.
 
 ! ------------------------------------------------------------------ the solver
 module heat_solver
@@ -231,9 +181,8 @@ program heat_surrogate
   use mpi_f08
   use dsm, only: dsm_mesh_t, dsm_mesh_create_dp_sp, dsm_mesh_free, dsm_step_info_t, dsm_engine_t, &
        dsm_engine_step_info, dsm_config_t, dsm_config_load_for_mesh, dsm_config_batch, dsm_config_free, &
-       dsm_last_error
+       dsm_last_error, DSM_FORMAT_TEXT
   use dsm_torch
-  use torch_describe
   use heat_solver
   implicit none
 
@@ -249,6 +198,7 @@ program heat_surrogate
   type(dsm_torch_model_t) :: model
   type(dsm_torch_tensor_t) :: xin(1), ylab, yout
   character(len=:), allocatable :: config, model_path, ckpt_dir, log_path, export_path, ts_path, pair_path
+  character(len=:), allocatable :: described
   character(len=4096) :: arg, value
   character(len=64) :: tag
   integer :: a, nargs, st, provided, tiles, k, i0, j0, exit_code, logu
@@ -371,7 +321,9 @@ program heat_surrogate
     if (g%rank == 0) then
        write (output_unit, '(a,i0,a,i0,a,i0,a,i0,a,i0,a)') 'heat_surrogate: ', nx, ' x ', ny, ' grid on ', &
             g%size, ' ranks, ', tiles, ' tiles of ', t, ' x ' // itoa(t) // ' per rank and step'
-       write (output_unit, '(a)') model_describe(model)
+       ! The ZeRO-3 mode the bridge chose and why (printed when it can say).
+       call dsm_torch_model_describe(model, DSM_FORMAT_TEXT, described, st)
+       if (st == 0) write (output_unit, '(a)') described
     end if
 
     ! ----------------------------------------------------- start or resume
