@@ -125,8 +125,14 @@ for ((round = 1; round <= rounds; round++)); do
             fail "round $round: resumed at step $r after the $prev_kind fault at step $fault_step (lost $lost, bound $bound)"
         [ "$lost" -gt "${max_lost[$prev_kind]}" ] && max_lost[$prev_kind]=$lost
     fi
-    # The fault at a random time: 0.5 to 3 s into training (after a new checkpoint for corrupt).
+    # The fault at a random time: 0 to 2.5 s into training, once a checkpoint
+    # exists (the first round's job starts fresh: a fault before its first
+    # save leaves nothing to restart from, which is not what this run tests),
+    # and after a new checkpoint for corrupt.
     sleep "$((RANDOM % 6 / 2)).$((RANDOM % 2 * 5))"
+    tries=0
+    while [ ! -e "$ckpt/latest" ] && [ $tries -lt 300 ] && kill -0 $job 2>/dev/null; do sleep 0.1; tries=$((tries + 1)); done
+    [ -e "$ckpt/latest" ] || { kill $job 2>/dev/null; wait $job; fail "round $round: no checkpoint within 30 s of the start: $(tail -n 20 "$log")"; }
     if [ "$kind" = corrupt ]; then
         base=$(latest_step)
         tries=0
