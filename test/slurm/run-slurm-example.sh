@@ -33,7 +33,7 @@
 #     to the same step bit for bit, every attribute included (dsm-ckpt diff
 #     --all), when BUILDDIR/tools/dsm-ckpt exists. Prints per fault kind the
 #     rounds and the seconds from the fault to the restart's resume. The job
-#     trains DSM_SLURM_CHAOS_STEPS steps [200].
+#     trains DSM_SLURM_CHAOS_STEPS steps [400 a round and 200 more].
 #
 # 1 to 5 run by default, 6 as well with DSM_SLURM_CHAOS=1 (about 90 s more);
 # DSM_SLURM_ONLY=watchdog runs 5 alone, DSM_SLURM_ONLY=chaos 6 alone.
@@ -322,8 +322,12 @@ watchdog_test() {
 }
 
 chaos_test() {
-  local script=$srcdir/examples/slurm/train_mlp.sbatch dir=$work/chaos ckpt ref out steps=${DSM_SLURM_CHAOS_STEPS:-200}
+  local script=$srcdir/examples/slurm/train_mlp.sbatch dir=$work/chaos ckpt ref out
   local every=10 limit=3 rounds=${DSM_SLURM_CHAOS_ROUNDS:-2} seed=${DSM_SLURM_CHAOS_SEED:-$((RANDOM))}
+  # Each round lets the job go on up to a new checkpoint and 0.9 s more
+  # (up to about 250 steps of this job on an idle core): 400 steps a round
+  # and 200 to spare keep the job running until the last fault.
+  local steps=${DSM_SLURM_CHAOS_STEPS:-$((rounds * 400 + 200))}
   local round kind before pids victim tag resumed start took restarts=0 chaos_t0=$SECONDS ref_id
   local -A n_kind sum_kind max_kind
   RANDOM=$seed
