@@ -7,6 +7,10 @@
 #include "core/log.hpp"
 #include "core/param.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace dsm {
 namespace simd {
 
@@ -53,8 +57,11 @@ const char *name(Isa isa) noexcept { return kNames[static_cast<int>(isa)]; }
 Isa cpu() noexcept {
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
     static const Isa best = [] {
-        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+        // F16C through CPUID (leaf 1, ECX): clang's __builtin_cpu_supports
+        // does not know "f16c" (GCC's does).
+        unsigned a = 0, b = 0, c = 0, d = 0;
+        const bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+        const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
         const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
                             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq");
         return avx512 ? Isa::avx512 : avx2 ? Isa::avx2 : Isa::generic;
