@@ -38,11 +38,11 @@
 
 #include <mpi.h>
 
+#include "api_engine.hpp"
 #include "bench_model.hpp"
 #include "core/error.hpp"
 #include "cuda/device.hpp"
 #include "device/space.hpp"
-#include "engine/engine.hpp"
 #if DSM_HAVE_CUDA_KERNELS
 #include "optim/kernels_cuda.hpp"
 #endif
@@ -511,13 +511,13 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
                                 " \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": ", stage,
                                 "}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4,"
                                 " \"weight_decay\": 0.1}}", prec, "}");
-    auto mesh = data_parallel_mesh(world);
-    engine::Options eo;
-    eo.device = device == "cuda" ? DSM_DEVICE_CUDA : device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
-    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), d.data(), static_cast<int>(d.size()), true, eo);
+    const dsm_device_t dev =
+        device == "cuda" ? DSM_DEVICE_CUDA : device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
+    ApiEngine engine(world, cfg, d.data(), static_cast<int>(d.size()), dev);
+    ApiEngine *eng = &engine;
     const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
     // The elements this rank's optimizer updates: its share of the flat layout.
-    const auto desc0 = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
+    const auto desc0 = eng->describe();
     const size_t trainable = desc0["trainable_elements"].get<size_t>();
     const size_t elements = stage == 0 ? trainable : desc0["partition_elements"].get<size_t>();
     // ZeRO-1 keeps every gradient whole and zeroes them all at the step.
@@ -535,7 +535,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
         for (size_t i = 0; i < d.size(); ++i) {
             grads[i] = eng->grad_acquire(static_cast<int>(i));
             const size_t bytes = static_cast<size_t>(list.tensors[i].numel()) * esize;
-            if (eo.device == DSM_DEVICE_CUDA) {
+            if (dev == DSM_DEVICE_CUDA) {
                 host_grad.assign(bytes, 0x11);
                 cuda::copy_bytes(grads[i], host_grad.data(), bytes);
             } else {
@@ -543,14 +543,14 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
             }
         }
         eng->synchronize();
-        const engine::Timers before = eng->timers();
+        const StepTimers before = eng->timers();
         MPI_Barrier(world);
         const double t0 = now_seconds();
         for (size_t i = 0; i < d.size(); ++i) eng->grad_release(static_cast<int>(i));
-        eng->step(nullptr);
+        eng->step();
         eng->synchronize();
         const double t = now_seconds() - t0;
-        const engine::Timers after = eng->timers();
+        const StepTimers after = eng->timers();
         const double tb = bound ? bound->run(world) : dbound ? dbound->run(world) : -1.0;
         if (s == 0) continue;
         bounds.push_back(tb);
@@ -568,7 +568,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, world);
     r.step = v[0];
     r.update = v[1];
-    const auto j = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
+    const auto j = eng->describe();
     r.elements = elements;
     r.outside = outside;
     r.peak_host = j["memory"]["rank_bytes_peak"]["host"].get<size_t>() + j["memory"]["rank_bytes_peak"]["shared"].get<size_t>();
