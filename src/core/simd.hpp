@@ -1,6 +1,7 @@
 // The one place that picks the SIMD instruction set of every CPU kernel
 // family (optim's fused optimizers, comm's quantization and reductions, the
-// shm backend's streaming copies, amp's conversions and norms).
+// shm backend's streaming copies, amp's conversions and norms, ckpt's
+// checksum; dsm-bench's bounds too, at the CPU's widest set).
 //
 // The pattern, the same for every family:
 //   - the family's kernels are a table (a struct of function pointers with a
@@ -60,8 +61,12 @@ public:
 
     constexpr Dispatch(Getter generic, Getter avx2, Getter avx512) noexcept : get_{generic, avx2, avx512} {}
 
-    const Table &active() noexcept {
-        const int i = static_cast<int>(isa());
+    const Table &active() noexcept { return at(isa()); }
+
+    // The table of `set`, or of the widest narrower set the build has (a
+    // benchmark's bound: at(cpu()), whatever DSM_SIMD says).
+    const Table &at(Isa set) noexcept {
+        const int i = static_cast<int>(set);
         const Table *t = cache_[i].load(std::memory_order_acquire);
         if (t == nullptr) {
             for (int j = i; j >= 0 && t == nullptr; --j) t = get_[j]();

@@ -30,7 +30,8 @@
 //   watchdog            the bookkeeping of one wait and a backend allreduce,
 //                       the watchdog switched on and off in one process
 // and the baselines beside every figure (bandwidth bounds, raw MPI, PyTorch)
-// are their own code.
+// are their own code; the bounds' kernels are a kernel family on libdsm's one
+// SIMD dispatch (bounds.hpp), run on the CPU's widest set.
 #include "harness.hpp"
 
 int main(int argc, char **argv) { return dsm::bench::main(argc, argv); }
