@@ -40,10 +40,16 @@ const char *name(Isa isa) noexcept;
 // state before it reports AVX2 or AVX-512).
 Isa cpu() noexcept;
 
-// The set in use: force()'s, else the narrower of cpu() and DSM_SIMD's.
-// A DSM_SIMD value that is not a set's name is reported (logged) once and
-// ignored.
+// The set in use: force()'s, else the narrower of cpu() and DSM_SIMD's (a
+// set wider than the CPU runs gives the CPU's widest: DSM_SIMD caps the
+// choice). A DSM_SIMD value that is not a set's name is reported (logged)
+// once here and ignored; check_environment() makes it an error.
 Isa isa() noexcept;
+
+// DSM_ERR_INVALID_ARGUMENT when DSM_SIMD is not one of auto, avx512, avx2,
+// generic (case-insensitive), naming the value and those accepted. Engine
+// creation calls it, agreed over the engine's ranks.
+void check_environment();
 
 // Run every family on `name` ("auto": drop the forcing, back to isa()'s
 // rule). DSM_ERR_INVALID_ARGUMENT for a name that is not avx512, avx2,
