@@ -3,6 +3,8 @@
 
 #include "ckpt/format.hpp"
 
+#include "ckpt/checksum.hpp"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,38 +39,24 @@ std::string escape_name(const std::string &name) {
     return out;
 }
 
-// The checksum loop is 64-bit multiplies and shifts: AVX-512 (8 lanes with
-// vpmullq) is about 4.5 times the scalar loop, which is what bounds a save
-// otherwise. GCC and Clang build one clone per target and pick at load time.
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__INTEL_COMPILER)
-#define DSM_CKSUM_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
-#else
-#define DSM_CKSUM_CLONES
-#endif
-
+namespace cksum {
 namespace {
-DSM_CKSUM_CLONES
-uint64_t checksum_range(const float *data, uint64_t first, size_t count) noexcept {
-    uint64_t sum = 0;
-#pragma omp simd reduction(+ : sum)
-    for (size_t i = 0; i < count; ++i) {
-        uint32_t b;
-        std::memcpy(&b, data + i, sizeof b);
-        sum += splitmix64((first + i) * 0x9E3779B97F4A7C15ull + b);
-    }
-    return sum;
-}
+simd::Dispatch<Kernels> g_isa{kernels<simd::Isa::generic>, kernels<simd::Isa::avx2>, kernels<simd::Isa::avx512>};
 } // namespace
+
+const Kernels &active() noexcept { return g_isa.active(); }
+} // namespace cksum
 
 uint64_t checksum(const float *data, size_t offset, size_t count) noexcept {
     constexpr size_t kBlock = 1 << 16; // floats per OpenMP chunk
-    if (count <= kBlock) return checksum_range(data, offset, count);
+    const auto range = cksum::active().range;
+    if (count <= kBlock) return range(data, offset, count);
     const long blocks = static_cast<long>((count + kBlock - 1) / kBlock);
     uint64_t sum = 0;
 #pragma omp parallel for reduction(+ : sum) schedule(static)
     for (long k = 0; k < blocks; ++k) {
         const size_t b = static_cast<size_t>(k) * kBlock;
-        sum += checksum_range(data + b, offset + b, count - b < kBlock ? count - b : kBlock);
+        sum += range(data + b, offset + b, count - b < kBlock ? count - b : kBlock);
     }
     return sum;
 }

@@ -44,8 +44,8 @@ constexpr uint64_t splitmix64(uint64_t z) noexcept {
 // The checksum terms of elements [offset, offset + count) of a tensor:
 // sum of splitmix64(i * 0x9E3779B97F4A7C15 + bits(x_i)) mod 2^64. A sum, so
 // pieces add up to the whole in any order, on any rank. Vectorized (the
-// widest instruction set the CPU has, chosen at load time) and threaded
-// with OpenMP for large pieces; the value never depends on either.
+// instruction set simd::isa() picks: checksum.hpp) and threaded with OpenMP
+// for large pieces; the value never depends on either.
 uint64_t checksum(const float *data, size_t offset, size_t count) noexcept;
 
 // The same over bytes (b_i: the byte's value), from byte `offset` on.

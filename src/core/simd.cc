@@ -16,10 +16,11 @@ namespace simd {
 
 DSM_PARAM(topo, SIMD, param::Choice({"auto", "avx512", "avx2", "generic"}), "auto",
           "The widest SIMD instruction set of libdsm's CPU kernels (optimizers, conversions, norms, "
-          "reductions, quantization, copies): auto (the widest this CPU runs), avx512, avx2 or generic. A set "
-          "wider than the CPU runs gives the CPU's widest. Conversions, norms, reductions and quantization "
-          "give the same bits on every set; the optimizer updates differ by rounding (the wide sets fuse "
-          "multiply-adds). Read once, at the first kernel call.");
+          "reductions, quantization, copies, checkpoint checksums): auto (the widest this CPU runs), avx512, "
+          "avx2 or generic. A set wider than the CPU runs gives the CPU's widest. Conversions, norms, "
+          "reductions, quantization and checksums give the same bits on every set; the optimizer updates "
+          "differ by rounding (the wide sets fuse multiply-adds). Read once, at the first kernel call; checked at "
+          "each engine creation, which fails for any other value.");
 
 namespace {
 
@@ -89,6 +90,8 @@ void force(const std::string &n) {
                 "\" is not supported by this CPU (widest here: ", name(cpu()), ")");
     g_forced.store(i, std::memory_order_release);
 }
+
+void check_environment() { (void)param_SIMD().value(); }
 
 std::vector<std::string> available() {
     std::vector<std::string> v;

@@ -1,6 +1,7 @@
 // The one place that picks the SIMD instruction set of every CPU kernel
 // family (optim's fused optimizers, comm's quantization and reductions, the
-// shm backend's streaming copies, amp's conversions and norms).
+// shm backend's streaming copies, amp's conversions and norms, ckpt's
+// checksum; dsm-bench's bounds too, at the CPU's widest set).
 //
 // The pattern, the same for every family:
 //   - the family's kernels are a table (a struct of function pointers with a
@@ -39,10 +40,16 @@ const char *name(Isa isa) noexcept;
 // state before it reports AVX2 or AVX-512).
 Isa cpu() noexcept;
 
-// The set in use: force()'s, else the narrower of cpu() and DSM_SIMD's.
-// A DSM_SIMD value that is not a set's name is reported (logged) once and
-// ignored.
+// The set in use: force()'s, else the narrower of cpu() and DSM_SIMD's (a
+// set wider than the CPU runs gives the CPU's widest: DSM_SIMD caps the
+// choice). A DSM_SIMD value that is not a set's name is reported (logged)
+// once here and ignored; check_environment() makes it an error.
 Isa isa() noexcept;
+
+// DSM_ERR_INVALID_ARGUMENT when DSM_SIMD is not one of auto, avx512, avx2,
+// generic (case-insensitive), naming the value and those accepted. Engine
+// creation calls it, agreed over the engine's ranks.
+void check_environment();
 
 // Run every family on `name` ("auto": drop the forcing, back to isa()'s
 // rule). DSM_ERR_INVALID_ARGUMENT for a name that is not avx512, avx2,
@@ -60,8 +67,12 @@ public:
 
     constexpr Dispatch(Getter generic, Getter avx2, Getter avx512) noexcept : get_{generic, avx2, avx512} {}
 
-    const Table &active() noexcept {
-        const int i = static_cast<int>(isa());
+    const Table &active() noexcept { return at(isa()); }
+
+    // The table of `set`, or of the widest narrower set the build has (a
+    // benchmark's bound: at(cpu()), whatever DSM_SIMD says).
+    const Table &at(Isa set) noexcept {
+        const int i = static_cast<int>(set);
         const Table *t = cache_[i].load(std::memory_order_acquire);
         if (t == nullptr) {
             for (int j = i; j >= 0 && t == nullptr; --j) t = get_[j]();

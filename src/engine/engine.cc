@@ -26,6 +26,7 @@
 #include "core/log.hpp"
 #include "core/memstat.hpp"
 #include "core/param.hpp"
+#include "core/simd.hpp"
 #include "cuda/device.hpp"
 #include "optim/optimizer.hpp"
 #include "topo/threads.hpp"
@@ -128,6 +129,7 @@ void Engine::setup(bool text, const char *config, const config::Config *read, co
             DSM_REQUIRE(read != nullptr, DSM_ERR_NULL_POINTER, "config is NULL");
         check_params(params, nparams);
         env_stop = param_STOP_SIGNAL().value();
+        simd::check_environment(); // a bad DSM_SIMD fails here, not only warned at the first kernel
     } catch (const Error &e) {
         bad = e.status();
         why = e.message();

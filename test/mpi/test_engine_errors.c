@@ -122,6 +122,20 @@ static void test_bad_arguments(void **state) {
     ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e));
     ASSERT_OK(dsm_engine_free(&e));
     unsetenv("DSM_NUM_THREADS");
+    /* A bad DSM_SIMD, on every rank or on the last one only: every rank fails, naming the value and the
+     * accepted ones. A set this CPU may lack is no error (DSM_SIMD caps the choice), nor is the case. */
+    for (int k = 0; k < 2; ++k) {
+        if (k == 0 || test_rank == test_size - 1) setenv("DSM_SIMD", "sse9", 1);
+        ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e), DSM_ERR_INVALID_ARGUMENT,
+                     "DSM_SIMD=\"sse9\"");
+        assert_non_null(strstr(dsm_last_error(), "one of auto, avx512, avx2, generic"));
+        assert_null(e);
+        unsetenv("DSM_SIMD");
+    }
+    setenv("DSM_SIMD", "AVX512", 1);
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, 3, &e));
+    ASSERT_OK(dsm_engine_free(&e));
+    unsetenv("DSM_SIMD");
     /* only the last rank passes a bad count: all fail */
     ASSERT_FAILS(dsm_engine_init_comm(MPI_COMM_WORLD, CFG0, d, test_rank == test_size - 1 ? -3 : 3, &e),
                  DSM_ERR_INVALID_ARGUMENT, "nparams is -3");

@@ -17,6 +17,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$bin" | grep -q "DSM_MESH_PLACEMENT" || fail "no parameters in the text output"
 "$bin" --env | grep -q "^environment parameters:" || fail "--env"
 "$bin" --env | grep -q "DSM_COMM_BACKEND" || fail "--env lacks DSM_COMM_BACKEND"
+# A value that engine creation refuses (DSM_SIMD) is still listed, as set.
+DSM_SIMD=sse9 "$bin" --env > "$tmp/env" || fail "dsm-info --env with DSM_SIMD=sse9 exited $?"
+grep -q 'DSM_SIMD = "sse9" (set' "$tmp/env" || fail "--env does not report DSM_SIMD=sse9"
 "$bin" --json > "$tmp/info.json" || fail "dsm-info --json exited $?"
 python3 - "$tmp/info.json" "$top_srcdir/doc/environment.md" <<'PY' || fail "dsm-info --json content"
 import json, re, sys

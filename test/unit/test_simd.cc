@@ -1,6 +1,7 @@
 // The one SIMD dispatch (core/simd.hpp): simd::force() moves every CPU
 // kernel family at once (optim, comm's quantization and reductions and
-// streaming copies, amp's conversions and norms), and each instruction set
+// streaming copies, amp's conversions and norms, the checkpoint checksum),
+// and each instruction set
 // this CPU runs gives the generic set's bits, on inputs with specials
 // (NaN, infinities, subnormals, ties) and lengths that leave vector tails.
 #include "dsm_config.h"
@@ -15,6 +16,8 @@
 #include <vector>
 
 #include "amp/convert.hpp"
+#include "ckpt/checksum.hpp"
+#include "ckpt/format.hpp"
 #include "comm/memops.hpp"
 #include "comm/quantize.hpp"
 #include "comm/reduce.hpp"
@@ -105,6 +108,11 @@ std::vector<std::vector<uint8_t>> run_all() {
     dsm::comm::memops::active().stream_copy(dst.data() + 3, src.data(), src.size() - 5);
     dsm::comm::memops::active().stream_fence();
     out.push_back(dst);
+    // ckpt: the checkpoint checksum, threaded (over its 64K-element blocks),
+    // short at an odd offset, and one thread's kernel with a vector tail.
+    const std::vector<uint64_t> sums{dsm::ckpt::checksum(x.data(), 0, kN), dsm::ckpt::checksum(x.data() + 5, 12345, 999),
+                                     dsm::ckpt::cksum::active().range(x.data() + 3, 7, 4099)};
+    out.push_back(bytes_of(sums));
     return out;
 }
 
@@ -112,7 +120,7 @@ const char *const kFamily[] = {"amp fp16", "amp bf16",    "amp fp16->fp32", "amp
                                "amp norms", "reduce sum f32", "reduce sum f16", "reduce sum bf16", "reduce max f32",
                                "reduce max f16", "reduce max bf16", "reduce min f32", "reduce min f16",
                                "reduce min bf16", "quantize 8", "dequantize 8", "quantize 4", "dequantize 4",
-                               "stream copy"};
+                               "stream copy", "ckpt checksum"};
 
 } // namespace
 
@@ -131,6 +139,7 @@ static void test_force_moves_every_family(void **) {
         assert_string_equal(dsm::comm::reduce_isa(), isa.c_str());
         assert_string_equal(dsm::comm::memops::active().name, isa.c_str());
         assert_string_equal(dsm::amp::kernels_isa(), isa.c_str());
+        assert_string_equal(dsm::ckpt::cksum::active().name, isa.c_str());
     }
     expect_error_at([] { dsm::simd::force("sse9"); }, DSM_ERR_INVALID_ARGUMENT, {"\"sse9\""}, __LINE__);
     for (const char *wide : {"avx2", "avx512"})
@@ -191,11 +200,29 @@ static void test_optimizer_tables(void **) {
     }
 }
 
+// The checkpoint checksum on every set: test_ckpt_format's values (from
+// doc/checkpoint.md's formula by an independent implementation), so that
+// checkpoints saved on any set verify on any other.
+static void test_checksum_pinned_on_every_isa(void **) {
+    const float small[] = {1.0f, -2.5f, 0.0f, 3.25f};
+    std::vector<float> big(200003); // several OpenMP blocks and a ragged tail
+    for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(i % 97) * 0.5f - 20.0f;
+    for (const std::string &isa : dsm::simd::available()) {
+        dsm::simd::force(isa);
+        if (dsm::ckpt::checksum(small, 0, 4) != 0xd7ce45eb737743d1ull ||
+            dsm::ckpt::checksum(small, 1000, 4) != 0xc65213d5fd0408b7ull ||
+            dsm::ckpt::checksum(big.data(), 0, big.size()) != 0xa59e416f96916715ull)
+            fail_msg("%s: the checkpoint checksum differs from the pinned values", isa.c_str());
+    }
+    dsm::simd::force("auto");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_force_moves_every_family),
         cmocka_unit_test(test_same_bits_on_every_isa),
         cmocka_unit_test(test_optimizer_tables),
+        cmocka_unit_test(test_checksum_pinned_on_every_isa),
     };
     return cmocka_run_group_tests(tests, nullptr, nullptr);
 }

@@ -18,10 +18,9 @@
 
 #include <mpi.h>
 
+#include "api_engine.hpp"
 #include "harness.hpp"
 #include "core/error.hpp"
-#include "engine/engine.hpp"
-#include "mesh/mesh.hpp"
 
 namespace dsm {
 namespace bench {
@@ -253,12 +252,12 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
     const std::string cfg = cat("{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
                                 " \"gradient_clipping\": 0, \"zero_optimization\": {\"stage\": ", o.stage,
                                 ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}");
-    auto eng = engine::Engine::create(data_parallel_mesh(world), cfg.c_str(), &d, 1, true);
+    ApiEngine engine(world, cfg, &d, 1);
     const std::string async_cfg = cfg.substr(0, cfg.size() - 1) + ", \"checkpoint\": {\"writer\": {\"decoupled\": true}}}";
-    auto async_eng = engine::Engine::create(data_parallel_mesh(world), async_cfg.c_str(), &d,
-                                            1, true);
+    ApiEngine async_engine(world, async_cfg, &d, 1);
+    ApiEngine *eng = &engine, *async_eng = &async_engine;
     // One step, so that the optimizer state exists (and is not all zeros).
-    for (engine::Engine *e : {eng.get(), async_eng.get()}) {
+    for (ApiEngine *e : {eng, async_eng}) {
         for (int pass = 0; pass < 2; ++pass) {
             (void)e->param_acquire(0);
             e->param_release(0);
@@ -266,7 +265,7 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
         float *g = static_cast<float *>(e->grad_acquire(0));
         for (long long i = 0; i < o.params; ++i) g[i] = 1e-3f * static_cast<float>(1 + (i & 7));
         e->grad_release(0);
-        e->step(nullptr);
+        e->step();
     }
     int level = MPI_THREAD_SINGLE;
     MPI_Query_thread(&level);
@@ -285,14 +284,14 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
     for (int it = 0; it < o.iters && ok; ++it) {
         MPI_Barrier(world);
         double t0 = now_seconds();
-        eng->save_checkpoint(dir.c_str(), kTag, nullptr, 0);
+        eng->save_checkpoint(dir, kTag);
         save.push_back(slowest(now_seconds() - t0));
 
         // The asynchronous save: what the step boundary waits for, then the
         // whole save (the wait returns when the file is complete).
         MPI_Barrier(world);
         t0 = now_seconds();
-        async_eng->save_checkpoint(dir.c_str(), kAsyncTag, nullptr, 0);
+        async_eng->save_checkpoint(dir, kAsyncTag);
         const double blocked = now_seconds() - t0;
         async_eng->checkpoint_captured_wait();
         const double captured = now_seconds() - t0;
@@ -322,7 +321,7 @@ bool measure(const Harness &h, MPI_Comm world, int rank, const Options &o, const
         if (rank == 0) drop_cache(plain);
         MPI_Barrier(world);
         t0 = now_seconds();
-        eng->load_checkpoint(dir.c_str(), kTag, 0, nullptr);
+        eng->load_checkpoint(dir, kTag);
         load.push_back(slowest(now_seconds() - t0));
 
         drop_cache(file);

@@ -38,11 +38,12 @@
 
 #include <mpi.h>
 
+#include "api_engine.hpp"
 #include "bench_model.hpp"
+#include "bounds.hpp"
 #include "core/error.hpp"
 #include "cuda/device.hpp"
 #include "device/space.hpp"
-#include "engine/engine.hpp"
 #if DSM_HAVE_CUDA_KERNELS
 #include "optim/kernels_cuda.hpp"
 #endif
@@ -62,154 +63,7 @@ double median_of(std::vector<double> v) {
 
 // ---------------------------------------------------------------- the bound
 
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-float sum_chunk32(const float *__restrict g, size_t b, size_t e) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = b; i < e; ++i) s += g[i] * g[i];
-    return s;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-float sum_chunk16(const uint16_t *__restrict g, size_t b, size_t e) {
-    float s = 0;
-#pragma omp simd reduction(+ : s)
-    for (size_t i = b; i < e; ++i) {
-        uint32_t u = static_cast<uint32_t>(g[i]) << 16;
-        float f;
-        std::memcpy(&f, &u, 4);
-        s += f * f;
-    }
-    return s;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void update_chunk32(float *__restrict g, float *__restrict p, float *__restrict m, float *__restrict v, size_t b,
-                    size_t e) {
-#pragma omp simd
-    for (size_t i = b; i < e; ++i) {
-        const float gi = g[i];
-        p[i] += 1e-6f * gi;
-        m[i] = 0.9f * m[i] + gi;
-        v[i] = 0.9f * v[i] + gi * gi;
-        g[i] = 0.0f;
-    }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void update_chunk16(uint16_t *__restrict g, float *__restrict p, float *__restrict m, float *__restrict v,
-                    uint16_t *__restrict p16, size_t b, size_t e) {
-#pragma omp simd
-    for (size_t i = b; i < e; ++i) {
-        uint32_t u = static_cast<uint32_t>(g[i]) << 16;
-        float gi;
-        std::memcpy(&gi, &u, 4);
-        const float pi = p[i] + 1e-6f * gi;
-        p[i] = pi;
-        m[i] = 0.9f * m[i] + gi;
-        v[i] = 0.9f * v[i] + gi * gi;
-        uint32_t w;
-        std::memcpy(&w, &pi, 4);
-        p16[i] = static_cast<uint16_t>(w >> 16);
-        g[i] = 0;
-    }
-}
-
-// The same two passes with a software prefetch `ahead` elements ahead of
-// every array, one cache line per array per 16 elements (the library's
-// kernels prefetch the same way): what the out-of-order window alone does
-// not reach on some machines.
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-float sum_chunk32_pf(const float *__restrict g, size_t b, size_t e, size_t ahead) {
-    float s = 0;
-    for (size_t i = b; i < e; i += 16) {
-        __builtin_prefetch(g + i + ahead, 0, 3);
-        const size_t end = std::min(e, i + 16);
-#pragma omp simd reduction(+ : s)
-        for (size_t j = i; j < end; ++j) s += g[j] * g[j];
-    }
-    return s;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void update_chunk32_pf(float *__restrict g, float *__restrict p, float *__restrict m, float *__restrict v, size_t b,
-                       size_t e, size_t ahead) {
-    for (size_t i = b; i < e; i += 16) {
-        __builtin_prefetch(g + i + ahead, 1, 3);
-        __builtin_prefetch(p + i + ahead, 1, 3);
-        __builtin_prefetch(m + i + ahead, 1, 3);
-        __builtin_prefetch(v + i + ahead, 1, 3);
-        const size_t end = std::min(e, i + 16);
-#pragma omp simd
-        for (size_t j = i; j < end; ++j) {
-            const float gj = g[j];
-            p[j] += 1e-6f * gj;
-            m[j] = 0.9f * m[j] + gj;
-            v[j] = 0.9f * v[j] + gj * gj;
-            g[j] = 0.0f;
-        }
-    }
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-float sum_chunk16_pf(const uint16_t *__restrict g, size_t b, size_t e, size_t ahead) {
-    float s = 0;
-    for (size_t i = b; i < e; i += 32) {
-        __builtin_prefetch(g + i + ahead, 0, 3);
-        const size_t end = std::min(e, i + 32);
-#pragma omp simd reduction(+ : s)
-        for (size_t j = i; j < end; ++j) {
-            uint32_t u = static_cast<uint32_t>(g[j]) << 16;
-            float f;
-            std::memcpy(&f, &u, 4);
-            s += f * f;
-        }
-    }
-    return s;
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void update_chunk16_pf(uint16_t *__restrict g, float *__restrict p, float *__restrict m, float *__restrict v,
-                       uint16_t *__restrict p16, size_t b, size_t e, size_t ahead) {
-    for (size_t i = b; i < e; i += 16) {
-        __builtin_prefetch(g + i + ahead, 1, 3);
-        __builtin_prefetch(p + i + ahead, 1, 3);
-        __builtin_prefetch(m + i + ahead, 1, 3);
-        __builtin_prefetch(v + i + ahead, 1, 3);
-        __builtin_prefetch(p16 + i + ahead, 1, 3);
-        const size_t end = std::min(e, i + 16);
-#pragma omp simd
-        for (size_t j = i; j < end; ++j) {
-            uint32_t u = static_cast<uint32_t>(g[j]) << 16;
-            float gj;
-            std::memcpy(&gj, &u, 4);
-            const float pj = p[j] + 1e-6f * gj;
-            p[j] = pj;
-            m[j] = 0.9f * m[j] + gj;
-            v[j] = 0.9f * v[j] + gj * gj;
-            uint32_t w;
-            std::memcpy(&w, &pj, 4);
-            p16[j] = static_cast<uint16_t>(w >> 16);
-            g[j] = 0;
-        }
-    }
-}
+// The passes themselves: bounds.hpp (sum*, update*), the widest set the CPU runs.
 
 void *aligned(size_t bytes) {
     void *p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
@@ -252,34 +106,35 @@ double HostBound::run_variant(int k) {
     const int threads = threads_;
     const long long chunks = static_cast<long long>((n + kChunk - 1) / kChunk);
     void *g = g_.get(), *p = p_.get(), *m = m_.get(), *v = v_.get(), *p16 = p16_.get();
+    const BoundKernels &bk = bounds();
     const double t0 = MPI_Wtime();
     float total = 0;
 #pragma omp parallel for schedule(static) num_threads(threads) reduction(+ : total)
     for (long long c = 0; c < chunks; ++c) {
         const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
         if (ahead == 0)
-            total += half ? sum_chunk16(static_cast<const uint16_t *>(g), b, e)
-                          : sum_chunk32(static_cast<const float *>(g), b, e);
+            total += half ? bk.sum16(static_cast<const uint16_t *>(g), b, e)
+                          : bk.sum32(static_cast<const float *>(g), b, e);
         else
-            total += half ? sum_chunk16_pf(static_cast<const uint16_t *>(g), b, e, ahead)
-                          : sum_chunk32_pf(static_cast<const float *>(g), b, e, ahead);
+            total += half ? bk.sum16_pf(static_cast<const uint16_t *>(g), b, e, ahead)
+                          : bk.sum32_pf(static_cast<const float *>(g), b, e, ahead);
     }
     sink_ += total;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (long long c = 0; c < chunks; ++c) {
         const size_t b = static_cast<size_t>(c) * kChunk, e = std::min(n, b + kChunk);
         if (half && ahead == 0)
-            update_chunk16(static_cast<uint16_t *>(g), static_cast<float *>(p), static_cast<float *>(m),
-                           static_cast<float *>(v), static_cast<uint16_t *>(p16), b, e);
+            bk.update16(static_cast<uint16_t *>(g), static_cast<float *>(p), static_cast<float *>(m),
+                        static_cast<float *>(v), static_cast<uint16_t *>(p16), b, e);
         else if (half)
-            update_chunk16_pf(static_cast<uint16_t *>(g), static_cast<float *>(p), static_cast<float *>(m),
-                              static_cast<float *>(v), static_cast<uint16_t *>(p16), b, e, ahead);
+            bk.update16_pf(static_cast<uint16_t *>(g), static_cast<float *>(p), static_cast<float *>(m),
+                           static_cast<float *>(v), static_cast<uint16_t *>(p16), b, e, ahead);
         else if (ahead == 0)
-            update_chunk32(static_cast<float *>(g), static_cast<float *>(p), static_cast<float *>(m),
-                           static_cast<float *>(v), b, e);
+            bk.update32(static_cast<float *>(g), static_cast<float *>(p), static_cast<float *>(m),
+                        static_cast<float *>(v), b, e);
         else
-            update_chunk32_pf(static_cast<float *>(g), static_cast<float *>(p), static_cast<float *>(m),
-                              static_cast<float *>(v), b, e, ahead);
+            bk.update32_pf(static_cast<float *>(g), static_cast<float *>(p), static_cast<float *>(m),
+                           static_cast<float *>(v), b, e, ahead);
     }
     zero_outside();
     return MPI_Wtime() - t0;
@@ -511,13 +366,13 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
                                 " \"gradient_clipping\": 1.0, \"zero_optimization\": {\"stage\": ", stage,
                                 "}, \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4,"
                                 " \"weight_decay\": 0.1}}", prec, "}");
-    auto mesh = data_parallel_mesh(world);
-    engine::Options eo;
-    eo.device = device == "cuda" ? DSM_DEVICE_CUDA : device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
-    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), d.data(), static_cast<int>(d.size()), true, eo);
+    const dsm_device_t dev =
+        device == "cuda" ? DSM_DEVICE_CUDA : device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
+    ApiEngine engine(world, cfg, d.data(), static_cast<int>(d.size()), dev);
+    ApiEngine *eng = &engine;
     const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
     // The elements this rank's optimizer updates: its share of the flat layout.
-    const auto desc0 = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
+    const auto desc0 = eng->describe();
     const size_t trainable = desc0["trainable_elements"].get<size_t>();
     const size_t elements = stage == 0 ? trainable : desc0["partition_elements"].get<size_t>();
     // ZeRO-1 keeps every gradient whole and zeroes them all at the step.
@@ -535,7 +390,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
         for (size_t i = 0; i < d.size(); ++i) {
             grads[i] = eng->grad_acquire(static_cast<int>(i));
             const size_t bytes = static_cast<size_t>(list.tensors[i].numel()) * esize;
-            if (eo.device == DSM_DEVICE_CUDA) {
+            if (dev == DSM_DEVICE_CUDA) {
                 host_grad.assign(bytes, 0x11);
                 cuda::copy_bytes(grads[i], host_grad.data(), bytes);
             } else {
@@ -543,14 +398,14 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
             }
         }
         eng->synchronize();
-        const engine::Timers before = eng->timers();
+        const StepTimers before = eng->timers();
         MPI_Barrier(world);
         const double t0 = now_seconds();
         for (size_t i = 0; i < d.size(); ++i) eng->grad_release(static_cast<int>(i));
-        eng->step(nullptr);
+        eng->step();
         eng->synchronize();
         const double t = now_seconds() - t0;
-        const engine::Timers after = eng->timers();
+        const StepTimers after = eng->timers();
         const double tb = bound ? bound->run(world) : dbound ? dbound->run(world) : -1.0;
         if (s == 0) continue;
         bounds.push_back(tb);
@@ -568,7 +423,7 @@ ModelStage run_model_stage(MPI_Comm world, int stage, const std::string &dtype, 
     MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, world);
     r.step = v[0];
     r.update = v[1];
-    const auto j = nlohmann::json::parse(eng->describe(DSM_FORMAT_JSON));
+    const auto j = eng->describe();
     r.elements = elements;
     r.outside = outside;
     r.peak_host = j["memory"]["rank_bytes_peak"]["host"].get<size_t>() + j["memory"]["rank_bytes_peak"]["shared"].get<size_t>();

@@ -36,6 +36,7 @@
 #include "amp/math.hpp"
 #include "bench_model.hpp"
 #include "bench_optimizer.hpp"
+#include "bounds.hpp"
 #include "core/simd.hpp"
 #include "core/error.hpp"
 #include "device/space.hpp"
@@ -146,28 +147,15 @@ Array alloc(size_t n) {
 }
 
 
-// The bound: Adam's memory traffic with almost none of its arithmetic, in
-// the widest vectors this CPU has (the clones) so that it is not slower than
-// the Adam kernels themselves.
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-void bandwidth_chunk(float *__restrict p, const float *__restrict g, float *__restrict m, float *__restrict v,
-                     size_t b, size_t e) {
-#pragma omp simd
-    for (size_t i = b; i < e; ++i) {
-        const float gi = g[i];
-        p[i] += 1e-6f * gi;
-        m[i] = 0.9f * m[i] + gi;
-        v[i] = 0.9f * v[i] + gi * gi;
-    }
-}
-
+// The bound: Adam's memory traffic with almost none of its arithmetic
+// (bounds.hpp's adam), in the widest vectors this CPU has so that it is not
+// slower than the Adam kernels themselves.
 void bandwidth_kernel(float *p, const float *g, float *m, float *v, size_t n, int threads) {
+    const BoundKernels &k = bounds();
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (long long c = 0; c < chunks_of(n); ++c) {
         const size_t b = static_cast<size_t>(c) * kChunk;
-        bandwidth_chunk(p, g, m, v, b, std::min(n, b + kChunk));
+        k.adam(p, g, m, v, b, std::min(n, b + kChunk));
     }
 }
 

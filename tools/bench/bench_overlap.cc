@@ -17,16 +17,16 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <mpi.h>
 
+#include "api_engine.hpp"
 #include "harness.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
-#include "engine/engine.hpp"
-#include "mesh/mesh.hpp"
 
 namespace dsm {
 namespace bench {
@@ -78,7 +78,7 @@ struct Model {
     Model(const Options &opt, long long work_) : o(opt), w(work_), scratch(static_cast<size_t>(opt.params)),
                                                  local(static_cast<size_t>(opt.params), 0.01f) {}
     // One step; eng null: the compute alone.
-    void step(engine::Engine *eng) {
+    void step(ApiEngine *eng) {
         const size_t n = static_cast<size_t>(o.params);
         const int L = static_cast<int>(o.layers);
         for (int l = 0; l < L; ++l) {
@@ -96,11 +96,11 @@ struct Model {
                 eng->param_release(l);
             }
         }
-        if (eng) eng->step(nullptr);
+        if (eng) eng->step();
     }
 };
 
-std::unique_ptr<engine::Engine> make_engine(MPI_Comm world, int stage, bool overlap, const Options &o) {
+std::unique_ptr<ApiEngine> make_engine(MPI_Comm world, int stage, bool overlap, const Options &o) {
     std::vector<std::string> names(static_cast<size_t>(o.layers));
     std::vector<dsm_param_desc_t> d(static_cast<size_t>(o.layers));
     const int64_t shape[1] = {o.params};
@@ -121,19 +121,19 @@ std::unique_ptr<engine::Engine> make_engine(MPI_Comm world, int stage, bool over
             ", \"reduce_bucket_size\": ", bucket, ", \"allgather_bucket_size\": ", ag,
             ", \"stage3_prefetch_bucket_size\": ", pf,
             ", \"stage3_param_persistence_threshold\": 0}, \"optimizer\": {\"type\": \"AdamW\"}}");
-    return engine::Engine::create(data_parallel_mesh(world), cfg.c_str(), d.data(), static_cast<int>(d.size()), true);
+    return std::make_unique<ApiEngine>(world, cfg, d.data(), static_cast<int>(d.size()));
 }
 
 // One step on every rank, timed (slowest rank); eng null: the compute alone.
-double timed_step(const Harness &h, Model &m, engine::Engine *eng) {
+double timed_step(const Harness &h, Model &m, ApiEngine *eng) {
     return h.time_once([&] { m.step(eng); });
 }
 
 // A hash of the engine's parameters.
-unsigned long long param_hash(engine::Engine &eng) {
+unsigned long long param_hash(ApiEngine &eng) {
     uint64_t h = dsm::kFnv1aOffset;
     for (int l = 0; l < eng.num_params(); ++l) {
-        h = dsm::fnv1a(eng.param_acquire(l), eng.numel(l) * 4, h);
+        h = dsm::fnv1a(eng.param_acquire(l), static_cast<size_t>(eng.numel(l)) * 4, h);
         eng.param_release(l);
     }
     return h;

@@ -18,9 +18,8 @@
 #include <string>
 #include <vector>
 
-#include <immintrin.h>
-
 #include "bench_quantize.hpp"
+#include "bounds.hpp"
 #include "core/simd.hpp"
 #include "comm/quantize.hpp"
 #include "core/error.hpp"
@@ -54,38 +53,10 @@ double seconds_of(const std::function<void()> &f) {
 // The bounds: the kernels' traffic with no arithmetic but an xor, in the
 // widest vectors this CPU has (n a multiple of 64): each reads its inputs
 // and writes its output once, with full-width loads and stores.
-#if defined(__x86_64__) && defined(__GNUC__)
-// GCC 12's AVX-512 intrinsics fill "undefined" operands with `__Y = __Y`,
-// which -Wmaybe-uninitialized reports at every inlined call (GCC bug 105593).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define DSM_AVX512 __attribute__((target("avx512f,avx512bw")))
-DSM_AVX512 void bound_in4_out(const float *x, uint8_t *o, size_t n, int bits) {
-    // 64 values: 256 bytes in, 64 (int8) or 32 (int4) bytes out.
-    for (size_t i = 0; i < n; i += 64) {
-        __m512i a = _mm512_xor_si512(_mm512_loadu_si512(x + i), _mm512_loadu_si512(x + i + 16));
-        a = _mm512_xor_si512(a, _mm512_xor_si512(_mm512_loadu_si512(x + i + 32), _mm512_loadu_si512(x + i + 48)));
-        if (bits == 8) _mm512_storeu_si512(o + i, a);
-        else _mm256_storeu_si256(reinterpret_cast<__m256i *>(o + i / 2), _mm512_castsi512_si256(a));
-    }
-}
-DSM_AVX512 void bound_out4(const uint8_t *q, float *o, size_t n, int bits, bool accumulate) {
-    // 64 values: 64 (int8) or 32 (int4) bytes in (and 256 with accumulate), 256 bytes out.
-    for (size_t i = 0; i < n; i += 64) {
-        const __m512i a = bits == 8 ? _mm512_loadu_si512(q + i)
-                                    : _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(q + i / 2)));
-        for (int k = 0; k < 4; ++k) {
-            __m512i v = a;
-            if (accumulate) v = _mm512_xor_si512(v, _mm512_loadu_si512(o + i + 16 * k));
-            _mm512_storeu_si512(o + i + 16 * k, v);
-        }
-    }
-}
-bool bounds_usable() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"); }
-#else
-void bound_in4_out(const float *, uint8_t *, size_t, int) {}
-void bound_out4(const uint8_t *, float *, size_t, int, bool) {}
-bool bounds_usable() { return false; }
-#endif
+// The bounds: the kernels' traffic with no arithmetic but an xor
+// (bounds.hpp's quant_in, quant_out), with full-width AVX-512 loads and
+// stores: measured where this CPU has AVX-512.
+bool bounds_usable() { return bounds().quant_in != nullptr; }
 
 } // namespace
 
@@ -156,13 +127,13 @@ int run_quantize(int argc, char **argv) {
         };
         std::vector<Op> ops = {
             {what[0],
-             [&] { bound_in4_out(x.data(), b.data(), n, bits); },
+             [&] { bounds().quant_in(x.data(), b.data(), n, bits); },
              [&] { comm::quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data()); }},
             {what[1],
-             [&] { bound_out4(b.data(), y.data(), n, bits, false); },
+             [&] { bounds().quant_out(b.data(), y.data(), n, bits, false); },
              [&] { comm::quant::dequantize(q.data(), n, bits, block, y.data(), DSM_FLOAT32, false); }},
             {what[2],
-             [&] { bound_out4(b.data(), y.data(), n, bits, true); },
+             [&] { bounds().quant_out(b.data(), y.data(), n, bits, true); },
              [&] { comm::quant::dequantize(q.data(), n, bits, block, y.data(), DSM_FLOAT32, true); }},
         };
         comm::quant::quantize(x.data(), DSM_FLOAT32, n, bits, block, q.data());

@@ -17,11 +17,11 @@
 #include <dlfcn.h>
 #include <mpi.h>
 
+#include "api_engine.hpp"
 #include "harness.hpp"
 #include "comm/backend.hpp"
 #include "core/error.hpp"
 #include "core/watchdog.hpp"
-#include "engine/engine.hpp"
 
 namespace dsm {
 namespace bench {
@@ -151,16 +151,15 @@ int run(Harness &h, const Options &o) {
     d.trainable = 1;
     const char *cfg = "{\"train_micro_batch_size_per_gpu\": 1, \"steps_per_print\": 1000000000,"
                       " \"zero_optimization\": {\"stage\": 2}, \"optimizer\": {\"type\": \"AdamW\"}}";
-    engine::Options eo;
-    eo.device = DSM_DEVICE_HOST;
-    auto eng = engine::Engine::create(data_parallel_mesh(MPI_COMM_WORLD), cfg, &d, 1, true, eo);
+    ApiEngine engine(MPI_COMM_WORLD, cfg, &d, 1, DSM_DEVICE_HOST);
+    ApiEngine *eng = &engine;
     const size_t bytes = static_cast<size_t>(o.params) * sizeof(float);
     const Pair p = alternate(h, o.steps, [&] {
         (void)eng->param_acquire(0);
         eng->param_release(0);
         std::memset(eng->grad_acquire(0), 0x11, bytes);
         eng->grad_release(0);
-        eng->step(nullptr);
+        eng->step();
     });
     row("zero step (stage 2)", "s", median(p.off), median(p.on));
     eng->close();

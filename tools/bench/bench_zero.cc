@@ -14,12 +14,11 @@
 
 #include <mpi.h>
 
+#include "api_engine.hpp"
 #include "bench_model.hpp"
 #include "harness.hpp"
 #include "core/error.hpp"
 #include "cuda/device.hpp"
-#include "engine/engine.hpp"
-#include "mesh/mesh.hpp"
 
 namespace dsm {
 namespace bench {
@@ -194,18 +193,18 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
                                 o.reuse >= 0 ? cat(", \"stage3_max_reuse_distance\": ", o.reuse) : std::string(),
                                 "}, \"optimizer\": {\"type\": \"AdamW\"}", prec, "}");
     const size_t rss0 = current_rss();
-    auto mesh = data_parallel_mesh(world);
-    engine::Options eo;
-    eo.device = o.device == "cuda" ? DSM_DEVICE_CUDA : o.device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
-    auto eng = engine::Engine::create(std::move(mesh), cfg.c_str(), &d, 1, true, eo);
+    const dsm_device_t device =
+        o.device == "cuda" ? DSM_DEVICE_CUDA : o.device == "sim" ? DSM_DEVICE_SIMULATED : DSM_DEVICE_HOST;
+    ApiEngine engine(world, cfg, &d, 1, device);
+    ApiEngine *eng = &engine;
     const size_t esize = eng->dtype() == DSM_FLOAT32 ? 4 : 2;
     // The gradient the "backward" writes: a small positive value in every dtype.
     const size_t gbytes = static_cast<size_t>(o.params) * esize;
-    std::vector<unsigned char> grad_host(eo.device == DSM_DEVICE_CUDA ? gbytes : 0, 0x11);
+    std::vector<unsigned char> grad_host(device == DSM_DEVICE_CUDA ? gbytes : 0, 0x11);
     std::vector<double> total, red, opt, gat;
     uint64_t bytes0 = 0;
     for (int s = 0; s <= o.steps; ++s) {
-        engine::Timers before = eng->timers();
+        const StepTimers before = eng->timers();
         bytes0 = eng->bytes_sent();
         MPI_Barrier(world);
         // Forward and backward each read the parameter (ZeRO-3 gathers it
@@ -218,14 +217,14 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
         }
         const double ta = now_seconds();
         void *g = eng->grad_acquire(0);
-        if (eo.device == DSM_DEVICE_CUDA) cuda::copy_bytes(g, grad_host.data(), gbytes);
+        if (device == DSM_DEVICE_CUDA) cuda::copy_bytes(g, grad_host.data(), gbytes);
         else std::memset(g, 0x11, gbytes);
         const double tb = now_seconds();
         eng->grad_release(0);
-        eng->step(nullptr);
+        eng->step();
         eng->synchronize(); // a device-resident step is done when its queue is
         const double t1 = now_seconds();
-        engine::Timers after = eng->timers();
+        const StepTimers after = eng->timers();
         if (s == 0) continue; // warm-up
         total.push_back((ta - t0) + (t1 - tb));
         red.push_back(after.reduce - before.reduce);
@@ -248,9 +247,12 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     r.optimizer = median(opt);
     r.gather = median(gat);
     r.bytes_ratio = static_cast<double>(bytes_step) / (static_cast<double>(o.params) * esize);
-    r.off_ratio = static_cast<double>(eng->last_step_bytes_off_node()) / (static_cast<double>(o.params) * esize);
-    r.state_per_param = static_cast<double>(eng->model_state_bytes()) / static_cast<double>(o.params);
-    r.formula = eng->zero_formula_bytes_per_param();
+    const nlohmann::json desc = eng->describe();
+    r.off_ratio = static_cast<double>(desc["communication"]["last_step"]["bytes_off_node"].get<uint64_t>()) /
+                  (static_cast<double>(o.params) * esize);
+    r.state_per_param =
+        static_cast<double>(desc["memory"]["model_state_bytes"].get<size_t>()) / static_cast<double>(o.params);
+    r.formula = desc["memory"]["zero_formula_bytes_per_parameter"].get<double>();
     r.peak = peak_rss();
     const size_t rss1 = current_rss();
     r.rss_per_param = rss1 > rss0 ? static_cast<double>(rss1 - rss0) / static_cast<double>(o.params) : 0.0;
