@@ -114,7 +114,11 @@ DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char 
  * buffer released. The file's parameters must be exactly the engine's (names
  * and shapes); every tensor's checksum is verified. On any error every rank
  * returns it and the engine is unchanged. Loading at the sizes it was saved
- * at continues fp32 training bit for bit.
+ * at continues fp32 training bit for bit. Any gradient_accumulation_steps
+ * may load it: the step counters, loss scaler and LR schedule count
+ * optimizer steps and are restored as saved; at an accumulation other than
+ * the file's, the micro-step counter becomes global_steps x the engine's,
+ * so that the next accumulation window is whole.
  *
  * @param engine  the engine
  * @param dir     the checkpoint directory
@@ -129,7 +133,8 @@ DSM_API dsm_status_t dsm_engine_save_checkpoint(dsm_engine_t engine, const char 
  * tag or flags); DSM_ERR_STATE; DSM_ERR_IO (missing file or `latest`, not
  * HDF5, truncated, wrong format or version, checksum mismatch);
  * DSM_ERR_MISMATCH (tensors that differ from the engine's parameters, all
- * listed, the message saying what differs); DSM_ERR_HDF5;
+ * listed, the message saying what differs; a file saved off an accumulation
+ * boundary, loaded at another accumulation: naming both); DSM_ERR_HDF5;
  * DSM_ERR_NOT_SUPPORTED; DSM_ERR_OUT_OF_MEMORY; DSM_ERR_MPI. Every rank
  * returns the same status. DSM_ERR_MISMATCH because the ranks are in
  * different engine calls (one loads while another steps) leaves the engine

@@ -120,7 +120,10 @@ DSM_API dsm_status_t dsm_sampler_locate(dsm_sampler_t sampler, int64_t micro_ste
  * micro-batch (its padding or dropped tail included). Store it with the
  * checkpoint (its client state) at the micro-batch the checkpoint follows.
  * dsm_sampler_locate() on a restored micro_steps is right only at the same
- * data-parallel size and micro-batch.
+ * global batch (train_batch_size), and, where the micro-batch or the
+ * data-parallel size changed, when num_samples is a multiple of micro-batch
+ * x replicas at both sizes (a load at another gradient accumulation makes
+ * micro_steps global_steps x the new accumulation: doc/checkpoint.md).
  * @return DSM_SUCCESS; DSM_ERR_NULL_POINTER; DSM_ERR_INVALID_ARGUMENT
  * (epoch < 0, batch outside the epoch's micro-batches, an epoch whose
  * position an int64_t cannot count: naming the value).

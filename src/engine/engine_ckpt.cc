@@ -31,6 +31,31 @@ namespace engine {
 
 namespace {
 
+// The micro-step counter a load resumes from (doc/checkpoint.md, "Resuming
+// at another accumulation"). A checkpoint saved at an optimizer-step
+// boundary of its own gradient_accumulation_steps (the only point a save
+// accepts) resumes at any accumulation: the counter becomes global_steps x
+// the engine's accumulation, so that the next window is whole and ends at
+// a boundary, as after DeepSpeed's load (which starts micro_steps over).
+// Under the same accumulation the saved counter is kept. A file off a
+// boundary (written by other means) resumes only under its own
+// accumulation: a mismatch naming both values. A config without the value
+// (a file not written by libdsm) keeps the saved counter.
+int64_t resumed_micro_steps(const ckpt::Attributes &a, const std::string &file, int64_t global, int64_t micro,
+                            int64_t accumulation) {
+    const nlohmann::json cfg = nlohmann::json::parse(a["config"].get<std::string>(), nullptr, false);
+    const char *key = "gradient_accumulation_steps";
+    if (!cfg.is_object() || !cfg.contains(key) || !cfg[key].is_number_integer() || cfg[key].get<int64_t>() < 1)
+        return micro;
+    const int64_t saved = cfg[key].get<int64_t>();
+    if (saved == accumulation) return micro;
+    DSM_REQUIRE(micro % saved == 0, DSM_ERR_MISMATCH, "checkpoint '", file, "' was saved at micro-step ", micro,
+                ", inside an accumulation window of its gradient_accumulation_steps ", saved,
+                " (not at an optimizer-step boundary): it resumes only with gradient_accumulation_steps ", saved,
+                ", not ", accumulation);
+    return global * accumulation;
+}
+
 // The fp32 values of `tensors` in MB (the whole tensors, every rank's pieces).
 double tensor_megabytes(const std::vector<ckpt::Tensor> &tensors) {
     double bytes = 0;
@@ -526,6 +551,8 @@ std::string Engine::load_checkpoint(const char *dir_arg, const char *tag_arg, un
         counters[2] = int_attr("skipped_steps");
         counters[3] = int_attr("global_samples");
         counters[4] = int_attr("optimizer_steps");
+        counters[1] = resumed_micro_steps(a, cat(dir, "/", trying, ".h5"), counters[0], counters[1],
+                                          cfg_.gradient_accumulation_steps);
         last_step = int_attr("lr_schedule_last_step");
         // A dynamic scaler resumes an fp16 run's state whole. A static one
         // (fp32, bf16) has only its iteration counter, which counts from the

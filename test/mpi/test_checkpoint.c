@@ -1,6 +1,7 @@
 /*
  * Checkpoints: round trips at every ZeRO stage and precision continue bit for
- * bit; loads reshard across rank counts, stages and a sequence-parallel mesh;
+ * bit; loads reshard across rank counts, stages and a sequence-parallel mesh,
+ * and resume at another gradient accumulation (the global batch kept);
  * `latest`, client state and load flags; every bad file, argument and
  * injected fault fails every rank with a clear message and changes nothing.
  */
@@ -573,6 +574,205 @@ static void test_hostile_files(void **state) {
     ASSERT_OK(dsm_engine_free(&a));
 }
 
+/*
+ * Resuming at another gradient accumulation (the global batch kept: micro
+ * batch x accumulation x data-parallel ranks = 4). A checkpoint saved at
+ * step 3 by 2 ranks x accumulation 2 (micro-step 6; 1 rank x 2 x micro
+ * batch 2 on one rank) resumes at 1 rank x 4, 1 rank x 1 (micro batch 4),
+ * 2 ranks x 1 and 4 ranks x 1: step 3, micro-step 3 x the new accumulation,
+ * the next window ends at a boundary, and training goes on bit for bit as
+ * the run that never stopped: the gradients are sums of small dyadic
+ * numbers (exact in any order) of the samples dsm_sampler_locate() finds at
+ * the engine's micro-step, the same global batches at every layout when
+ * the global batch divides the dataset. In fp16 a step skipped on overflow
+ * before the save checks the loss scale and skipped_steps too. A file saved
+ * off a boundary resumes only at its own accumulation: a mismatch naming
+ * both.
+ */
+struct acc_layout {
+    int ranks, accumulation, micro_batch;
+};
+
+static dsm_engine_t engine_acc(MPI_Comm comm, int stage, const char *precision, struct acc_layout l) {
+    char cfg[1024];
+    snprintf(cfg, sizeof cfg,
+             "{\"train_batch_size\": 4, \"train_micro_batch_size_per_gpu\": %d, \"gradient_accumulation_steps\": %d,"
+             " \"steps_per_print\": 1000000, \"zero_optimization\": {\"stage\": %d, \"reduce_bucket_size\": 16,"
+             " \"stage3_param_persistence_threshold\": 4}, \"optimizer\": %s,"
+             " \"scheduler\": {\"type\": \"WarmupLR\", \"params\": {\"warmup_num_steps\": 5,"
+             " \"warmup_min_lr\": 0.001, \"warmup_max_lr\": 0.01}}%s}",
+             l.micro_batch, l.accumulation, stage, ADAMW, precision);
+    float bias = 0.0f;
+    dsm_param_desc_t d[NP];
+    params(d, &bias);
+    dsm_engine_t e = NULL;
+    ASSERT_OK(dsm_engine_init_comm(comm, cfg, d, NP, &e));
+    return e;
+}
+
+/* `steps` optimizer steps of layout `l`, the data from `smp` (16 samples,
+   shuffled: an epoch is 4 steps) at the engine's micro-step: sample `id`
+   of step `t` adds c(id, t, i, k) to element k of parameter i, a micro-step
+   the mean over its micro-batch. With `overflow`, step 1's first micro-step
+   on rank 0 adds an Inf. Every micro-step but the window's last is off a
+   boundary. */
+static void train_acc(dsm_engine_t e, dsm_sampler_t smp, int rank, struct acc_layout l, int steps, int overflow) {
+    for (int s = 0; s < steps; ++s)
+        for (int m = 0; m < l.accumulation; ++m) {
+            dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+            ASSERT_OK(dsm_engine_step_info(e, &info));
+            const int64_t t = info.global_steps;
+            int64_t epoch, batch, ids[4], count;
+            ASSERT_OK(dsm_sampler_locate(smp, info.micro_steps, &epoch, &batch));
+            ASSERT_OK(dsm_sampler_batch(smp, epoch, batch, ids, 4, &count));
+            assert_int_equal(count, l.micro_batch);
+            double scale = 1;
+            ASSERT_OK(dsm_engine_loss_scale(e, &scale));
+            for (int i = 2; i >= 0; --i) {
+                const void *v;
+                void *g;
+                float grad[35];
+                ASSERT_OK(dsm_engine_param_acquire(e, i, &v));
+                ASSERT_OK(dsm_engine_grad_acquire(e, i, &g));
+                engine_read_f32(e, g, grad, (size_t)numel[i]);
+                for (int k = 0; k < numel[i]; ++k) {
+                    float sum = 0.0f;
+                    for (int j = 0; j < l.micro_batch; ++j)
+                        sum += (float)((ids[j] * 7 + t * 5 + i * 11 + k * 3) % 17 - 8) / 16.0f;
+                    grad[k] += (float)scale * sum / (float)l.micro_batch;
+                }
+                if (overflow && t == 1 && m == 0 && rank == 0 && i == 0) grad[0] = INFINITY;
+                engine_write_f32(e, g, grad, (size_t)numel[i]);
+                ASSERT_OK(dsm_engine_grad_release(e, i));
+                ASSERT_OK(dsm_engine_param_release(e, i));
+            }
+            ASSERT_OK(dsm_step(e, &info));
+            if (info.boundary != (m == l.accumulation - 1))
+                fail_msg("%d ranks x accumulation %d: micro-step %d of step %lld: boundary %d", l.ranks,
+                         l.accumulation, m, (long long)t, info.boundary);
+        }
+}
+
+static dsm_sampler_t sampler_acc(dsm_engine_t e) {
+    dsm_sampler_options_t o = DSM_SAMPLER_OPTIONS_INITIALIZER;
+    o.shuffle = 1, o.seed = 7;
+    dsm_sampler_t smp = NULL;
+    ASSERT_OK(dsm_sampler_create_for_engine(e, 16, &o, &smp));
+    return smp;
+}
+
+/* The ranks [0, n) of the world; MPI_COMM_NULL on the others. */
+static MPI_Comm first_ranks(int n) {
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_split(MPI_COMM_WORLD, test_rank < n ? 0 : MPI_UNDEFINED, test_rank, &c);
+    return c;
+}
+
+static void test_resume_accumulation(void **state) {
+    (void)state;
+    const struct acc_layout save = test_size >= 2 ? (struct acc_layout){2, 2, 1} : (struct acc_layout){1, 2, 2};
+    const struct acc_layout resume[4] = {{1, 4, 1}, {1, 1, 4}, {2, 1, 2}, {4, 1, 1}};
+    const char *precisions[2] = {FP32, FP16};
+    for (int p = 0; p < 2; ++p) {
+        /* The run that never stops: 3 steps, the save, 2 more. */
+        float want[TOTAL];
+        dsm_step_info_t saved = DSM_STEP_INFO_INITIALIZER, end = DSM_STEP_INFO_INITIALIZER;
+        MPI_Comm sc = first_ranks(save.ranks);
+        if (sc != MPI_COMM_NULL) {
+            int rank;
+            MPI_Comm_rank(sc, &rank);
+            dsm_engine_t a = engine_acc(sc, 2, precisions[p], save);
+            dsm_sampler_t smp = sampler_acc(a);
+            train_acc(a, smp, rank, save, 3, p == 1);
+            ASSERT_OK(dsm_engine_save_checkpoint(a, dir, "acc", NULL, 0));
+            ASSERT_OK(dsm_engine_step_info(a, &saved));
+            assert_int_equal(saved.micro_steps, 6);
+            assert_int_equal(saved.skipped_steps, p == 1 ? 1 : 0);
+            train_acc(a, smp, rank, save, 2, 0);
+            ASSERT_OK(dsm_engine_step_info(a, &end));
+            snapshot(a, want);
+            ASSERT_OK(dsm_sampler_free(&smp));
+            ASSERT_OK(dsm_engine_free(&a));
+            MPI_Comm_free(&sc);
+        }
+        MPI_Bcast(want, TOTAL, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MPI_Bcast(&saved, sizeof saved, MPI_BYTE, 0, MPI_COMM_WORLD);
+        MPI_Bcast(&end, sizeof end, MPI_BYTE, 0, MPI_COMM_WORLD);
+        for (int r = 0; r < 4; ++r) {
+            const struct acc_layout l = resume[r];
+            if (l.ranks > test_size) continue;
+            MPI_Comm c = first_ranks(l.ranks);
+            if (c != MPI_COMM_NULL) {
+                dsm_engine_t b = engine_acc(c, 1 + 2 * (r % 2), precisions[p], l);
+                ASSERT_OK(dsm_engine_load_checkpoint(b, dir, "acc", 0, NULL, NULL));
+                dsm_step_info_t ib = DSM_STEP_INFO_INITIALIZER;
+                ASSERT_OK(dsm_engine_step_info(b, &ib));
+                if (ib.global_steps != 3 || ib.micro_steps != 3 * l.accumulation ||
+                    ib.global_samples != saved.global_samples || ib.skipped_steps != saved.skipped_steps ||
+                    ib.lr != saved.lr || ib.loss_scale != saved.loss_scale)
+                    fail_msg("precision %d, %d ranks x accumulation %d: resumed at step %lld, micro-step %lld, "
+                             "samples %lld, skipped %lld, lr %g, loss scale %g; expected 3, %d, %lld, %lld, %g, %g",
+                             p, l.ranks, l.accumulation, (long long)ib.global_steps, (long long)ib.micro_steps,
+                             (long long)ib.global_samples, (long long)ib.skipped_steps, ib.lr, ib.loss_scale,
+                             3 * l.accumulation, (long long)saved.global_samples, (long long)saved.skipped_steps,
+                             saved.lr, saved.loss_scale);
+                int rank;
+                MPI_Comm_rank(c, &rank);
+                dsm_sampler_t smp = sampler_acc(b);
+                train_acc(b, smp, rank, l, 2, 0);
+                ASSERT_OK(dsm_sampler_free(&smp));
+                float got[TOTAL];
+                snapshot(b, got);
+                ASSERT_OK(dsm_engine_step_info(b, &ib));
+                if (ib.global_steps != end.global_steps || ib.micro_steps != 5 * l.accumulation ||
+                    ib.global_samples != end.global_samples || ib.lr != end.lr || ib.loss_scale != end.loss_scale)
+                    fail_msg("precision %d, %d ranks x accumulation %d: 2 steps after the resume: step %lld, "
+                             "micro-step %lld, samples %lld, lr %g, loss scale %g; expected %lld, %d, %lld, %g, %g",
+                             p, l.ranks, l.accumulation, (long long)ib.global_steps, (long long)ib.micro_steps,
+                             (long long)ib.global_samples, ib.lr, ib.loss_scale, (long long)end.global_steps,
+                             5 * l.accumulation, (long long)end.global_samples, end.lr, end.loss_scale);
+                if (memcmp(got, want, sizeof got) != 0)
+                    fail_msg("precision %d, %d ranks x accumulation %d: training after the resume differs from "
+                             "the run that never stopped", p, l.ranks, l.accumulation);
+                ASSERT_OK(dsm_engine_free(&b));
+                MPI_Comm_free(&c);
+            }
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+    }
+    /* Off a boundary (micro-step 7 of accumulation 2, a file edited as format
+       version 1, without the attributes' checksum): refused at accumulation
+       4, the engine unchanged; loaded at accumulation 2, the counter kept. */
+    if (test_rank == 0) {
+        char good[600], path[600];
+        snprintf(good, sizeof good, "%s/acc.h5", dir);
+        snprintf(path, sizeof path, "%s/acc_off.h5", dir);
+        copy_prefix(good, path, file_size(good));
+        hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+        set_i64(f, "/", "micro_steps", 7);
+        set_i64(f, "/", "format_version", 1);
+        H5Adelete(f, "attrs_checksum");
+        H5Fclose(f);
+        strip_integrity_record(path);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Comm one = first_ranks(1);
+    if (one != MPI_COMM_NULL) {
+        dsm_engine_t e = engine_acc(one, 1, FP32, (struct acc_layout){1, 4, 1});
+        expect_bad_load(e, dir, "acc_off", DSM_ERR_MISMATCH, "gradient_accumulation_steps 2, not 4");
+        ASSERT_FAILS(dsm_engine_load_checkpoint(e, dir, "acc_off", 0, NULL, NULL), DSM_ERR_MISMATCH, "micro-step 7");
+        ASSERT_OK(dsm_engine_free(&e));
+        e = engine_acc(one, 1, FP32, (struct acc_layout){1, 2, 2});
+        ASSERT_OK(dsm_engine_load_checkpoint(e, dir, "acc_off", 0, NULL, NULL));
+        dsm_step_info_t info = DSM_STEP_INFO_INITIALIZER;
+        ASSERT_OK(dsm_engine_step_info(e, &info));
+        assert_int_equal(info.micro_steps, 7);
+        ASSERT_OK(dsm_engine_free(&e));
+        MPI_Comm_free(&one);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
 static void test_bad_arguments(void **state) {
     (void)state;
     dsm_engine_t e = engine_on(MPI_COMM_WORLD, 1, FP32, ", \"gradient_accumulation_steps\": 2", 0.0f);
@@ -685,6 +885,7 @@ int main(int argc, char **argv) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reshard, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_resume_accumulation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_latest_and_client_state, setup, teardown),
         cmocka_unit_test_setup_teardown(test_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sgd_without_momentum, setup, teardown),
