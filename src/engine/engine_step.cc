@@ -228,11 +228,24 @@ zero::Stage::Before Engine::at_point(SyncPoint point, Call call) {
 // ---------------------------------------------------------------- publish
 
 // After the master weights changed: write them into the compute-dtype
-// parameters of this partition and gather what the stage keeps whole.
-void Engine::publish(const zero::Stage::Update &update) {
+// parameters of this partition and gather what the stage keeps whole, in
+// the stage's pieces (zero/stage.hpp). With `update` (a piecewise
+// optimizer) the master weights change here: the optimizer brings each
+// piece up to date before the stage converts it and sends its slice, so
+// that the update of one piece overlaps the allgather of the one before.
+void Engine::publish(PieceUpdate *update) {
     const double t0 = now(), opt0 = timers_.optimizer;
     compute_->invalidate();
-    stage_->publish(master_, update);
+    const std::vector<size_t> &ends = stage_->begin_publish();
+    for (size_t k = 0; k < ends.size(); ++k) {
+        if (update != nullptr && ends[k] > (k > 0 ? ends[k - 1] : 0)) {
+            timers_.optimizer -= now();
+            optimizer_->step_upto(master_, update->g, segments_, update->args, &update->updated, ends[k],
+                                  update->fused);
+            timers_.optimizer += now();
+        }
+        stage_->publish_piece(master_, k);
+    }
     compute_->refresh(); // ZeRO-Offload: the kept parameters' device copies, while the user goes on
     timers_.gather += now() - t0 - (timers_.optimizer - opt0);
 }
@@ -466,9 +479,9 @@ void Engine::skip_phase(const Inspection &in) {
 // Phase 5b: clip (the coefficient folded into the unscale), the optimizer's
 // update of the master weights, and the publish: the new values written
 // into the compute-dtype parameters and gathered where the stage keeps them
-// whole. A piecewise optimizer runs inside the publish slice by slice, each
-// slice's allgather leaving while the next is updated (overlap_comm), with
-// the bits of one whole step; the others update first, then publish. Then
+// whole. A piecewise optimizer runs in the publish's pieces, each piece's
+// allgather leaving while the next is updated (overlap_comm), with the bits
+// of one whole step; the others update first, then publish. Then
 // the gradients are zeroed and the scaler and the schedule advance.
 void Engine::update_phase(const Inspection &in) {
     double coef = 1.0;
@@ -490,7 +503,6 @@ void Engine::update_phase(const Inspection &in) {
     args.grad_scale = static_cast<float>(in.inv * coef);
     float *g = in.g;
     if (optimizer_->piecewise()) {
-        size_t updated = 0;
         optim::Fused f;
         if (in.half) {
             f.grad16 = in.raw;
@@ -498,13 +510,13 @@ void Engine::update_phase(const Inspection &in) {
             f.dtype = dtype_;
         }
         f.zero_grads = true;
+        PieceUpdate update;
+        update.args = args;
+        update.g = g;
+        update.fused = in.fused ? &f : nullptr;
         stage_->set_update_writes_params(in.fused && in.half);
         try {
-            publish([&](size_t upto) {
-                timers_.optimizer -= now();
-                optimizer_->step_upto(master_, g, segments_, args, &updated, upto, in.fused ? &f : nullptr);
-                timers_.optimizer += now();
-            });
+            publish(&update);
         } catch (...) {
             stage_->set_update_writes_params(false);
             throw;

@@ -50,6 +50,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "amp/math.hpp"
@@ -172,18 +173,34 @@ public:
     // then the allgather) when it is not held.
     virtual const void *acquire_param(int index, const Before &before) = 0;
     virtual void release_param(int index) = 0;
-    // The optimizer's update of `master`, run by publish() in pieces: on
-    // return the partition's elements [0, upto) are updated. Called with
-    // increasing `upto`, the last time with P; it may update more than asked.
-    using Update = std::function<void(size_t upto)>;
     // After the optimizer (or a load) wrote `master` (fp32, P elements):
     // convert it into the partition and gather what the stage holds whole.
-    // With `update`, the optimizer has not run yet: publish() runs it slice
-    // by slice, each slice converted and its allgather started (overlap_comm)
-    // before the next slice's update, so that the update of one slice
-    // overlaps the gather of the one before; the values are those of one
-    // update followed by publish(). Collective.
-    virtual void publish(const float *master, const Update &update = Update()) = 0;
+    // The engine drives it in pieces, so that it can run the optimizer's
+    // update piece by piece in between (a piecewise optimizer):
+    //
+    //   const std::vector<size_t> &ends = stage.begin_publish();
+    //   for (size_t k = 0; k < ends.size(); ++k) {
+    //       // the optimizer brings master's elements [0, ends[k]) up to date
+    //       stage.publish_piece(master, k);
+    //   }
+    //
+    // begin_publish() waits for the collectives in flight that read the
+    // partition and returns the ends of the pieces (partition elements,
+    // non-decreasing, the last one P). publish_piece() converts master's
+    // elements up to ends[k] into the compute dtype (unless
+    // set_update_writes_params) and starts the allgather of what is complete:
+    // with overlap_comm at stages 1 to 3 one slice of allgather_bucket_size
+    // elements per piece (the last piece sends nothing), so that the update
+    // of one piece overlaps the gather of the one before; else one piece and
+    // one allgather. The values are those of one whole update followed by
+    // the publish. Collective.
+    virtual const std::vector<size_t> &begin_publish() = 0;
+    virtual void publish_piece(const float *master, size_t k) = 0;
+    // Every piece, with `master` already up to date (a whole update, a load).
+    void publish(const float *master) {
+        const size_t n = begin_publish().size();
+        for (size_t k = 0; k < n; ++k) publish_piece(master, k);
+    }
     // A new micro-step: prefetched parameters nobody acquired are dropped
     // (`forget`: the traces of acquisitions too, after a load).
     virtual void new_micro_step(bool forget) = 0;
@@ -202,8 +219,8 @@ public:
     // zeroed item by item (optim::Fused): nothing where the stage holds the
     // partition alone (stages 2/3), the other ranks' parts at stages 0/1.
     virtual void zero_grads_outside_partition() = 0;
-    // publish() with an update that writes the partition's compute-dtype
-    // parameters itself (the fused host step): no conversion after it.
+    // A publish whose update writes the partition's compute-dtype
+    // parameters itself (the fused host step): publish_piece() converts nothing.
     void set_update_writes_params(bool on) noexcept { update_writes_ = on; }
 
     // Element ranges [offset, offset + count) of a trainable parameter
@@ -239,10 +256,13 @@ public:
 protected:
     explicit Stage(const StageSettings &s);
     size_t esize() const noexcept { return esize_; }
-    // publish(): bring the partition `part` up to element `upto` (at most P)
-    // from `*done`: the update of [*done, upto), then its conversion from
-    // `master` into the compute dtype.
-    void advance(const float *master, void *part, const Update &update, size_t *done, size_t upto);
+    // begin_publish(): the pieces, one per slice of the flat elements
+    // [0, end) of allgather_bucket_size elements (with `sliced`; slices_) and
+    // a last one that ends at P.
+    const std::vector<size_t> &plan_publish(bool sliced, size_t end);
+    // publish_piece(): convert master's elements [converted_, upto) (at most
+    // P) into the partition's compute dtype.
+    void convert_upto(const float *master, size_t upto);
 
     StageSettings s_;
     size_t esize_ = 4, csize_ = 4; // bytes per compute and per communication element
@@ -261,6 +281,12 @@ protected:
     // The collectives in flight (overlap_comm; INLINE runs them at once).
     std::unique_ptr<comm::Pipeline> pipe_;
     bool boundary_ = true;
+    // The publish under way: its pieces' ends, its slices ([begin, end) of
+    // the flat elements; empty: one allgather after the last piece), and the
+    // partition's elements converted so far.
+    std::vector<size_t> ends_;
+    std::vector<std::pair<size_t, size_t>> slices_;
+    size_t converted_ = 0;
 };
 
 } // namespace zero

@@ -343,16 +343,26 @@ void Partitioned::wait_published(size_t end) {
         }
 }
 
-void Partitioned::publish(const float *master, const Update &update) {
+// The pieces: with overlap_comm, one per slice of allgather_bucket_size
+// elements of what the stage holds whole (stage 2: every parameter; stage
+// 3: the persistent region), each sent in place as soon as this rank's
+// share of it is up to date and waited for by the first acquisition that
+// reads it; then the rest of the partition (stage 3: the partitioned
+// parameters). Blocking: one piece, then one allgather.
+const std::vector<size_t> &Partitioned::begin_publish() {
     pipe_->wait_all(); // gathers in flight read the partition
     published_.clear();
     // hpZ: the secondary copies hold the values before this update.
     std::fill(secondary_ok_.begin(), secondary_ok_.end(), 0);
+    return plan_publish(pipe_->mode() != comm::Pipeline::Mode::INLINE,
+                        s_.stage == 2 ? layout_->total() : persist_end_);
+}
+
+void Partitioned::publish_piece(const float *master, size_t k) {
+    convert_upto(master, ends_[k]);
     void *part = param_partition();
     const size_t P = layout_->part_size();
-    size_t done = 0;
     if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
-        advance(master, part, update, &done, P);
         const watchdog::Context ctx("parameter allgather after the update");
         if (s_.stage == 2) {
             dp_->allgather(part, param_flat_.data(), P, s_.dtype, queue());
@@ -362,30 +372,21 @@ void Partitioned::publish(const float *master, const Update &update) {
         }
         return;
     }
-    // Overlapped: slices of allgather_bucket_size elements, in place, each
-    // waited for by the first acquisition that reads it, each leaving as
-    // soon as this rank's share of it is updated (the update of the next
-    // share overlaps it). This rank's block of a slice starts in its
-    // partition (stage 2: in place in the flat parameters; stage 3: the
-    // partition's own buffer).
-    const size_t end = s_.stage == 2 ? layout_->total() : persist_end_;
-    char *flat = static_cast<char *>(param_flat_.data());
-    const char *mine = static_cast<const char *>(part);
+    if (k >= slices_.size()) return; // the last piece: stage 3's partitioned parameters
+    // This rank's block of a slice starts in its partition (stage 2: in
+    // place in the flat parameters; stage 3: the partition's own buffer).
+    const size_t a = slices_[k].first, b = slices_[k].second;
     const size_t my_begin = layout_->part_begin(part_);
-    for (const auto &r : flat_regions(end, s_.allgather_bucket_size)) {
-        const size_t a = r.first, b = r.second;
-        advance(master, part, update, &done, b > my_begin ? b - my_begin : 0);
-        const char *send = mine + (std::max(a, my_begin) - my_begin) * esize_;
-        const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, flat, send] {
-            const double t0 = MPI_Wtime();
-            const std::vector<size_t> counts = layout_->counts(a, b);
-            const watchdog::Context ctx("parameter allgather after the update", "from element", static_cast<int64_t>(a));
-            dp_->allgatherv(send, flat + a * esize_, counts, s_.dtype, queue());
-            timers_->gather += MPI_Wtime() - t0;
-        });
-        published_.emplace_back(b, t);
-    }
-    advance(master, part, update, &done, P); // stage 3: the partitioned parameters
+    char *flat = static_cast<char *>(param_flat_.data());
+    const char *send = static_cast<const char *>(part) + (std::max(a, my_begin) - my_begin) * esize_;
+    const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, flat, send] {
+        const double t0 = MPI_Wtime();
+        const std::vector<size_t> counts = layout_->counts(a, b);
+        const watchdog::Context ctx("parameter allgather after the update", "from element", static_cast<int64_t>(a));
+        dp_->allgatherv(send, flat + a * esize_, counts, s_.dtype, queue());
+        timers_->gather += MPI_Wtime() - t0;
+    });
+    published_.emplace_back(b, t);
 }
 
 void Partitioned::new_micro_step(bool forget) {

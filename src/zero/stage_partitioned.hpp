@@ -109,7 +109,8 @@ public:
         if (arena_ == Arena::PARAM && arena_param_ == index) set_arena(Arena::FREE, -1);
         pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
     }
-    void publish(const float *master, const Update &update) override;
+    const std::vector<size_t> &begin_publish() override;
+    void publish_piece(const float *master, size_t k) override;
     void new_micro_step(bool forget) override;
 
     void *acquire_grad(int index) override {

@@ -70,36 +70,34 @@ public:
         return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
     }
     void release_param(int) override {}
-    void publish(const float *master, const Update &update) override {
+    // Stage 1 with overlap_comm: one piece per slice of allgather_bucket_size
+    // elements, each slice's allgather leaving as soon as this rank's share
+    // of it is up to date (the update of the next share overlaps it); else
+    // one piece (and at stage 1 one allgather).
+    const std::vector<size_t> &begin_publish() override {
         pipe_->wait_all();
         published_.clear();
-        void *part = param_partition();
-        const size_t P = layout_->part_size();
-        size_t done = 0;
-        if (s_.stage != 1 || pipe_->mode() == comm::Pipeline::Mode::INLINE) {
-            advance(master, part, update, &done, P);
-            if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), P, s_.dtype, queue());
+        return plan_publish(sliced(), layout_->total());
+    }
+    void publish_piece(const float *master, size_t k) override {
+        convert_upto(master, ends_[k]);
+        if (!sliced()) {
+            if (s_.stage == 1) dp_->allgather(param_partition(), param_flat_.data(), layout_->part_size(), s_.dtype, queue());
             return;
         }
-        // Each slice's allgather leaves as soon as this rank's share of it
-        // is updated; the update of the next share overlaps it.
+        if (k >= slices_.size()) return;
         char *flat = static_cast<char *>(param_flat_.data());
-        const size_t my_begin = layout_->part_begin(part_);
-        for (const auto &r : flat_regions(layout_->total(), s_.allgather_bucket_size)) {
-            const size_t a = r.first, b = r.second;
-            advance(master, part, update, &done, b > my_begin ? b - my_begin : 0);
-            published_.emplace_back(b, pipe_->submit([this, a, b, flat] {
-                const double t0 = MPI_Wtime();
-                const std::vector<size_t> counts = layout_->counts(a, b);
-                size_t mine = 0;
-                for (int q = 0; q < part_; ++q) mine += counts[static_cast<size_t>(q)];
-                const watchdog::Context ctx("parameter allgather after the update", "from element",
-                                            static_cast<int64_t>(a));
-                dp_->allgatherv(flat + (a + mine) * esize_, flat + a * esize_, counts, s_.dtype, queue());
-                timers_->gather += MPI_Wtime() - t0;
-            }));
-        }
-        advance(master, part, update, &done, P);
+        const size_t a = slices_[k].first, b = slices_[k].second;
+        published_.emplace_back(b, pipe_->submit([this, a, b, flat] {
+            const double t0 = MPI_Wtime();
+            const std::vector<size_t> counts = layout_->counts(a, b);
+            size_t mine = 0;
+            for (int q = 0; q < part_; ++q) mine += counts[static_cast<size_t>(q)];
+            const watchdog::Context ctx("parameter allgather after the update", "from element",
+                                        static_cast<int64_t>(a));
+            dp_->allgatherv(flat + (a + mine) * esize_, flat + a * esize_, counts, s_.dtype, queue());
+            timers_->gather += MPI_Wtime() - t0;
+        }));
     }
     void new_micro_step(bool forget) override {
         if (forget) { // a load: the boundary micro-step under way starts over
@@ -218,6 +216,8 @@ private:
                         "once per boundary micro-step, or set overlap_comm false)");
     }
 
+    // Whether publish() goes in slices (stage 1 with overlap_comm).
+    bool sliced() const noexcept { return s_.stage == 1 && pipe_->mode() != comm::Pipeline::Mode::INLINE; }
     // overlap_comm's reductions during the boundary micro-step's backward.
     bool early() const noexcept { return boundary_ && pipe_->mode() != comm::Pipeline::Mode::INLINE; }
     // The regions and the elements of released gradients each still waits
