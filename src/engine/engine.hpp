@@ -285,7 +285,11 @@ private:
     // A parameter's index and name for messages: "3 ('w1')".
     std::string param_text(int64_t index) const;
     void drain_offload(dsm_status_t &status, std::string &why);
-    zero::Stage::Before at_point(SyncPoint point, Call call); // drain (FLUSH) and sync before a stage's collective
+    // The collectives the stage stopped before in the call just made to it
+    // (zero/stage.hpp), each made once the ranks agreed at `point` (at a
+    // bucket flush the offloaded gradients are added in first); `wait`
+    // adds the agreements' time.
+    void stage_collectives(SyncPoint point, Call call, double *wait = nullptr);
     float *fp32_grads();
     // dsm_step's phases, in order (engine_step.cc, doc/engine-internals.md).
     // What the inspection found, for the phases after it.

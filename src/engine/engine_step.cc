@@ -213,16 +213,33 @@ void Engine::drain_offload(dsm_status_t &status, std::string &why) {
     }
 }
 
-// What runs on every rank before a stage's collective at `point`: at a
-// bucket flush, the offload's gradients are added in first (its failure
-// becomes this rank's error); then the agreement that every rank is there.
-zero::Stage::Before Engine::at_point(SyncPoint point, Call call) {
-    return [this, point, call](const PointDetail &detail) {
-        std::string why;
-        dsm_status_t status = DSM_SUCCESS;
-        if (point == SyncPoint::FLUSH) drain_offload(status, why);
-        sync(point, detail, why, status, call);
-    };
+// The protocol's collective points (zero/stage.hpp): the call just made to
+// the stage did its local work and stopped before its first collective.
+// Before each, on every rank: at a bucket flush the offload's gradients are
+// added in (its failure becomes this rank's error), then the agreement that
+// every rank is there with the same parameter, range or bucket; then the
+// stage makes it and stops before the next, if any. An error drops the
+// point the stage stopped at.
+void Engine::stage_collectives(SyncPoint point, Call call, double *wait) {
+    try {
+        while (const PointDetail *at = stage_->next_collective()) {
+            const double t0 = wait != nullptr ? now() : 0.0;
+            try {
+                std::string why;
+                dsm_status_t status = DSM_SUCCESS;
+                if (point == SyncPoint::FLUSH) drain_offload(status, why);
+                sync(point, *at, why, status, call);
+            } catch (...) {
+                if (wait != nullptr) *wait += now() - t0;
+                throw;
+            }
+            if (wait != nullptr) *wait += now() - t0;
+            stage_->proceed();
+        }
+    } catch (...) {
+        stage_->cancel();
+        throw;
+    }
 }
 
 // ---------------------------------------------------------------- publish
@@ -373,17 +390,8 @@ bool Engine::begin_micro_step() {
 // the ranks agree at the FLUSH point; that agreement is a wait for the ranks
 // whose earlier reductions ended later, and counts as waiting.
 void Engine::reduce_phase(bool boundary) {
-    const zero::Stage::Before flush_point = at_point(SyncPoint::FLUSH, Call::STEP);
-    stage_->reduce(boundary, [this, &flush_point](const PointDetail &detail) {
-        const double t0 = now();
-        try {
-            flush_point(detail);
-        } catch (...) {
-            timers_.wait += now() - t0;
-            throw;
-        }
-        timers_.wait += now() - t0;
-    });
+    stage_->reduce(boundary);
+    stage_collectives(SyncPoint::FLUSH, Call::STEP, &timers_.wait);
 }
 
 // The step's traffic: since the previous step's reduction (its update's

@@ -33,6 +33,18 @@ void Stage::bind(const Layout *layout, int part, comm::Backend *dp, comm::Backen
     timers_ = timers;
 }
 
+void Stage::stop_before(PointDetail detail, Then then) {
+    DSM_REQUIRE(!point_, DSM_ERR_INTERNAL, "the stage stops before a collective while another is pending");
+    point_ = Point{std::move(detail), std::move(then)};
+}
+
+void Stage::proceed() {
+    DSM_REQUIRE(point_, DSM_ERR_INTERNAL, "the stage has no collective pending");
+    Point p = std::move(*point_);
+    point_.reset();
+    p.then(p.detail);
+}
+
 const std::vector<size_t> &Stage::plan_publish(bool sliced, size_t end) {
     const size_t P = layout_->part_size(), my_begin = layout_->part_begin(part_);
     converted_ = 0;

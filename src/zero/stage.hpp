@@ -40,16 +40,16 @@
 // reduce() (everything: the step reads the gradients), new_micro_step()
 // (prefetches write gathered buffers), settle() (checkpoints, free).
 //
-// Collective calls take a `before` callback that the stage runs on every
-// rank before its first collective at that point (the engine's agreement
-// that all ranks are there, and the offload drain); stages that move nothing
-// at that point do not call it.
+// The protocol with the engine goes one way: the engine calls the stage,
+// the stage never calls the engine (Stage below says how, in the order the
+// engine makes the calls).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -122,12 +122,37 @@ struct StageMemory {
     size_t secondary = 0; // hpZ: this rank's slice of the secondary partition
 };
 
+// The engine and the stage, top-down (one direction: the engine calls, the
+// stage answers; it keeps no pointer to the engine and takes no callback):
+//
+// 1. Collective points. Before each of the stage's collectives the ranks
+//    must agree that they are all there, on the same parameter, range or
+//    bucket (core/agree.hpp), so that a rank that diverged fails every rank
+//    instead of hanging them. A call that may make collectives
+//    (acquire_param, acquire_param_range, release_grad, release_grad_range,
+//    reduce) does its local work and stops before its first collective;
+//    next_collective() then describes that point. The engine runs the
+//    agreement and calls proceed(), which makes the collective and stops
+//    before the next one, if any (a ZeRO-3 gather and then its prefetch;
+//    several buckets of one release). When next_collective() is null the
+//    call is complete; the acquisitions then read their values:
+//
+//      stage.acquire_param(i);
+//      while (const PointDetail *at = stage.next_collective()) {
+//          agree(*at);         // the engine's agreement of the ranks
+//          stage.proceed();    // the gather
+//      }
+//      const void *values = stage.param_values(i);
+//
+//    If the agreement fails, cancel() drops the point: nothing was sent.
+//
+// 2. The update. The engine owns the master weights and the optimizer; the
+//    stage owns the compute-dtype parameters and their gathers. The stage
+//    gives the pieces of its partition (begin_publish()); the engine brings
+//    each piece's master weights up to date and hands it to publish_piece(),
+//    which converts it and sends what is complete (below).
 class Stage {
 public:
-    // Called on every rank before a collective, with what the ranks must
-    // agree on there (core/agree.hpp: the parameter, the range, the bucket).
-    using Before = std::function<void(const PointDetail &detail)>;
-
     // The stage of `s.stage` (0..3).
     static std::unique_ptr<Stage> create(const StageSettings &s);
     virtual ~Stage() = default;
@@ -169,9 +194,12 @@ public:
     virtual void *param_partition() = 0;
     // The parameters held whole (for page-locking): pointer and bytes.
     virtual void *whole_params(size_t *bytes) = 0;
-    // A trainable parameter's whole values; gathers (collective: `before`
-    // then the allgather) when it is not held.
-    virtual const void *acquire_param(int index, const Before &before) = 0;
+    // A trainable parameter's whole values: acquire_param() (it stops before
+    // the gather, and with overlap_comm before the prefetch after it, where
+    // the parameter is not held), then param_values() (the values, once its
+    // gather is done).
+    virtual void acquire_param(int index) = 0;
+    virtual const void *param_values(int index) = 0;
     virtual void release_param(int index) = 0;
     // After the optimizer (or a load) wrote `master` (fp32, P elements):
     // convert it into the partition and gather what the stage holds whole.
@@ -206,12 +234,14 @@ public:
     virtual void new_micro_step(bool forget) = 0;
 
     // The buffer to add a trainable parameter's gradient into (zeroed at
-    // the start), and its release (collective when it fills a bucket).
+    // the start), and its release (it stops before a reduction when it
+    // fills a bucket).
     virtual void *acquire_grad(int index) = 0;
-    virtual void release_grad(int index, const Before &before) = 0;
+    virtual void release_grad(int index) = 0;
     // At dsm_step: reduce what is still to be reduced (`boundary`: the
-    // gradients are read next). Collective.
-    virtual void reduce(bool boundary, const Before &before) = 0;
+    // gradients are read next). Collective; it stops before each bucket's
+    // reduction.
+    virtual void reduce(bool boundary) = 0;
     // This rank's partition of the reduced gradients (compute dtype, P).
     virtual const void *grad_partition() const = 0;
     virtual void zero_grads() = 0;
@@ -228,16 +258,26 @@ public:
     // range, and releases each acquired range once with the same offset and
     // count). The values of a parameter held whole are a pointer into it
     // (local); a partitioned one's range is gathered alone (ZeRO-3:
-    // collective, `before` first with a detail that names the range), into a
-    // buffer of `count` elements that its release gives back. A gradient
+    // acquire_param_range() stops before the gather, at a point that names
+    // the range), into a buffer of `count` elements that its release gives
+    // back; param_range_values() reads it once gathered. A gradient
     // range is a pointer into the whole gradient (stages 0/1, reduced at
     // dsm_step) or a zeroed buffer of `count` elements (stages 2/3) that the
     // release puts into the bucket as a released gradient, so that a stacked
     // tensor is reduced slice by slice.
-    virtual const void *acquire_param_range(int index, size_t offset, size_t count, const Before &before) = 0;
+    virtual void acquire_param_range(int index, size_t offset, size_t count) = 0;
+    virtual const void *param_range_values(int index, size_t offset, size_t count) = 0;
     virtual void release_param_range(int index, size_t offset, size_t count) = 0;
     virtual void *acquire_grad_range(int index, size_t offset, size_t count) = 0;
-    virtual void release_grad_range(int index, size_t offset, size_t count, const Before &before) = 0;
+    virtual void release_grad_range(int index, size_t offset, size_t count) = 0;
+
+    // The collective point the last call stopped before (what the ranks
+    // must agree on there), or null: the call is complete.
+    const PointDetail *next_collective() const noexcept { return point_ ? &point_->detail : nullptr; }
+    // The ranks agreed: make that collective, and stop before the next one.
+    void proceed();
+    // The agreement failed: drop the point; its collective is not made.
+    void cancel() noexcept { point_.reset(); }
 
     virtual StageMemory memory() const = 0;
 
@@ -256,6 +296,10 @@ public:
 protected:
     explicit Stage(const StageSettings &s);
     size_t esize() const noexcept { return esize_; }
+    // Stop before a collective at the point `detail`; proceed() runs `then`
+    // (which makes it and may stop before the next one).
+    using Then = std::function<void(const PointDetail &detail)>;
+    void stop_before(PointDetail detail, Then then);
     // begin_publish(): the pieces, one per slice of the flat elements
     // [0, end) of allgather_bucket_size elements (with `sliced`; slices_) and
     // a last one that ends at P.
@@ -287,6 +331,14 @@ protected:
     std::vector<size_t> ends_;
     std::vector<std::pair<size_t, size_t>> slices_;
     size_t converted_ = 0;
+
+private:
+    // The collective point the stage stopped before, and what proceed() runs.
+    struct Point {
+        PointDetail detail;
+        Then then;
+    };
+    std::optional<Point> point_;
 };
 
 } // namespace zero
