@@ -389,7 +389,9 @@ const void *Engine::param_acquire(int index) {
     const watchdog::Context ctx("dsm_engine_param_acquire", "parameter", index);
     if (p.trainable) {
         try {
-            values = stage_->acquire_param(index, at_point(SyncPoint::GATHER, Call::PARAM_ACQUIRE));
+            stage_->acquire_param(index);
+            stage_collectives(SyncPoint::GATHER, Call::PARAM_ACQUIRE);
+            values = stage_->param_values(index);
         } catch (...) {
             broken_ = true;
             throw;
@@ -430,7 +432,8 @@ void Engine::grad_release(int index) {
     stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     const watchdog::Context ctx("dsm_engine_grad_release", "parameter", index);
     try {
-        stage_->release_grad(index, at_point(SyncPoint::FLUSH, Call::GRAD_RELEASE));
+        stage_->release_grad(index);
+        stage_collectives(SyncPoint::FLUSH, Call::GRAD_RELEASE);
     } catch (...) {
         broken_ = true;
         throw;

@@ -242,9 +242,17 @@ private:
     // A frozen parameter's values from / to fp32 host memory.
     void put_frozen(Param &p, const float *fp32);
     void get_frozen(const Param &p, float *fp32);
-    // master -> compute params (+ gathers); with `update`, the optimizer's
-    // step runs inside, slice by slice (zero::Stage::publish).
-    void publish(const zero::Stage::Update &update = zero::Stage::Update());
+    // A piecewise optimizer's update, run by publish() piece by piece.
+    struct PieceUpdate {
+        optim::StepArgs args;
+        float *g = nullptr;                   // the fp32 gradients (NULL: the fused step reads fused->grad16)
+        const optim::Fused *fused = nullptr;  // the fused host step, or NULL
+        size_t updated = 0;                   // master's elements updated so far
+    };
+    // master -> compute params (+ gathers), in the stage's pieces; with
+    // `update`, the optimizer has not run yet and brings each piece up to
+    // date before the stage publishes it (zero::Stage::begin_publish).
+    void publish(PieceUpdate *update = nullptr);
     double current_lr() const;
     Param &param(int index);
     void check_index(int index) const;
@@ -277,7 +285,11 @@ private:
     // A parameter's index and name for messages: "3 ('w1')".
     std::string param_text(int64_t index) const;
     void drain_offload(dsm_status_t &status, std::string &why);
-    zero::Stage::Before at_point(SyncPoint point, Call call); // drain (FLUSH) and sync before a stage's collective
+    // The collectives the stage stopped before in the call just made to it
+    // (zero/stage.hpp), each made once the ranks agreed at `point` (at a
+    // bucket flush the offloaded gradients are added in first); `wait`
+    // adds the agreements' time.
+    void stage_collectives(SyncPoint point, Call call, double *wait = nullptr);
     float *fp32_grads();
     // dsm_step's phases, in order (engine_step.cc, doc/engine-internals.md).
     // What the inspection found, for the phases after it.

@@ -72,11 +72,17 @@ const void *Engine::param_acquire_range(int index, int64_t offset, int64_t count
     bool agreed = false;
     const void *values = nullptr;
     try {
-        values = stage_->acquire_param_range(index, use.first, use.second, [&](const PointDetail &detail) {
-            sync(SyncPoint::GATHER_RANGE, detail, why, status, Call::PARAM_ACQUIRE_RANGE); // throws every rank's agreed error
+        // The stage stops before the gather of a partitioned range
+        // (zero/stage.hpp); the agreement there carries this rank's error.
+        stage_->acquire_param_range(index, use.first, use.second);
+        while (const PointDetail *at = stage_->next_collective()) {
+            sync(SyncPoint::GATHER_RANGE, *at, why, status, Call::PARAM_ACQUIRE_RANGE); // throws every rank's agreed error
             agreed = true;
-        });
+            stage_->proceed();
+        }
+        values = stage_->param_range_values(index, use.first, use.second);
     } catch (...) {
+        stage_->cancel();
         if (agreed) broken_ = true; // a gather failed: the ranks' states are unknown
         throw;
     }
@@ -125,7 +131,8 @@ void Engine::grad_release_range(int index, int64_t offset, int64_t count) {
     p.grad_ranges.erase(it);
     stage_->set_boundary((micro_steps_ + 1) % cfg_.gradient_accumulation_steps == 0);
     try {
-        stage_->release_grad_range(index, r.first, r.second, at_point(SyncPoint::FLUSH, Call::GRAD_RELEASE_RANGE));
+        stage_->release_grad_range(index, r.first, r.second);
+        stage_collectives(SyncPoint::FLUSH, Call::GRAD_RELEASE_RANGE);
     } catch (...) {
         broken_ = true;
         throw;

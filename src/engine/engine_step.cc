@@ -213,26 +213,56 @@ void Engine::drain_offload(dsm_status_t &status, std::string &why) {
     }
 }
 
-// What runs on every rank before a stage's collective at `point`: at a
-// bucket flush, the offload's gradients are added in first (its failure
-// becomes this rank's error); then the agreement that every rank is there.
-zero::Stage::Before Engine::at_point(SyncPoint point, Call call) {
-    return [this, point, call](const PointDetail &detail) {
-        std::string why;
-        dsm_status_t status = DSM_SUCCESS;
-        if (point == SyncPoint::FLUSH) drain_offload(status, why);
-        sync(point, detail, why, status, call);
-    };
+// The protocol's collective points (zero/stage.hpp): the call just made to
+// the stage did its local work and stopped before its first collective.
+// Before each, on every rank: at a bucket flush the offload's gradients are
+// added in (its failure becomes this rank's error), then the agreement that
+// every rank is there with the same parameter, range or bucket; then the
+// stage makes it and stops before the next, if any. An error drops the
+// point the stage stopped at.
+void Engine::stage_collectives(SyncPoint point, Call call, double *wait) {
+    try {
+        while (const PointDetail *at = stage_->next_collective()) {
+            const double t0 = wait != nullptr ? now() : 0.0;
+            try {
+                std::string why;
+                dsm_status_t status = DSM_SUCCESS;
+                if (point == SyncPoint::FLUSH) drain_offload(status, why);
+                sync(point, *at, why, status, call);
+            } catch (...) {
+                if (wait != nullptr) *wait += now() - t0;
+                throw;
+            }
+            if (wait != nullptr) *wait += now() - t0;
+            stage_->proceed();
+        }
+    } catch (...) {
+        stage_->cancel();
+        throw;
+    }
 }
 
 // ---------------------------------------------------------------- publish
 
 // After the master weights changed: write them into the compute-dtype
-// parameters of this partition and gather what the stage keeps whole.
-void Engine::publish(const zero::Stage::Update &update) {
+// parameters of this partition and gather what the stage keeps whole, in
+// the stage's pieces (zero/stage.hpp). With `update` (a piecewise
+// optimizer) the master weights change here: the optimizer brings each
+// piece up to date before the stage converts it and sends its slice, so
+// that the update of one piece overlaps the allgather of the one before.
+void Engine::publish(PieceUpdate *update) {
     const double t0 = now(), opt0 = timers_.optimizer;
     compute_->invalidate();
-    stage_->publish(master_, update);
+    const std::vector<size_t> &ends = stage_->begin_publish();
+    for (size_t k = 0; k < ends.size(); ++k) {
+        if (update != nullptr && ends[k] > (k > 0 ? ends[k - 1] : 0)) {
+            timers_.optimizer -= now();
+            optimizer_->step_upto(master_, update->g, segments_, update->args, &update->updated, ends[k],
+                                  update->fused);
+            timers_.optimizer += now();
+        }
+        stage_->publish_piece(master_, k);
+    }
     compute_->refresh(); // ZeRO-Offload: the kept parameters' device copies, while the user goes on
     timers_.gather += now() - t0 - (timers_.optimizer - opt0);
 }
@@ -360,17 +390,8 @@ bool Engine::begin_micro_step() {
 // the ranks agree at the FLUSH point; that agreement is a wait for the ranks
 // whose earlier reductions ended later, and counts as waiting.
 void Engine::reduce_phase(bool boundary) {
-    const zero::Stage::Before flush_point = at_point(SyncPoint::FLUSH, Call::STEP);
-    stage_->reduce(boundary, [this, &flush_point](const PointDetail &detail) {
-        const double t0 = now();
-        try {
-            flush_point(detail);
-        } catch (...) {
-            timers_.wait += now() - t0;
-            throw;
-        }
-        timers_.wait += now() - t0;
-    });
+    stage_->reduce(boundary);
+    stage_collectives(SyncPoint::FLUSH, Call::STEP, &timers_.wait);
 }
 
 // The step's traffic: since the previous step's reduction (its update's
@@ -466,9 +487,9 @@ void Engine::skip_phase(const Inspection &in) {
 // Phase 5b: clip (the coefficient folded into the unscale), the optimizer's
 // update of the master weights, and the publish: the new values written
 // into the compute-dtype parameters and gathered where the stage keeps them
-// whole. A piecewise optimizer runs inside the publish slice by slice, each
-// slice's allgather leaving while the next is updated (overlap_comm), with
-// the bits of one whole step; the others update first, then publish. Then
+// whole. A piecewise optimizer runs in the publish's pieces, each piece's
+// allgather leaving while the next is updated (overlap_comm), with the bits
+// of one whole step; the others update first, then publish. Then
 // the gradients are zeroed and the scaler and the schedule advance.
 void Engine::update_phase(const Inspection &in) {
     double coef = 1.0;
@@ -490,7 +511,6 @@ void Engine::update_phase(const Inspection &in) {
     args.grad_scale = static_cast<float>(in.inv * coef);
     float *g = in.g;
     if (optimizer_->piecewise()) {
-        size_t updated = 0;
         optim::Fused f;
         if (in.half) {
             f.grad16 = in.raw;
@@ -498,13 +518,13 @@ void Engine::update_phase(const Inspection &in) {
             f.dtype = dtype_;
         }
         f.zero_grads = true;
+        PieceUpdate update;
+        update.args = args;
+        update.g = g;
+        update.fused = in.fused ? &f : nullptr;
         stage_->set_update_writes_params(in.fused && in.half);
         try {
-            publish([&](size_t upto) {
-                timers_.optimizer -= now();
-                optimizer_->step_upto(master_, g, segments_, args, &updated, upto, in.fused ? &f : nullptr);
-                timers_.optimizer += now();
-            });
+            publish(&update);
         } catch (...) {
             stage_->set_update_writes_params(false);
             throw;

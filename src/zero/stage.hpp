@@ -40,16 +40,17 @@
 // reduce() (everything: the step reads the gradients), new_micro_step()
 // (prefetches write gathered buffers), settle() (checkpoints, free).
 //
-// Collective calls take a `before` callback that the stage runs on every
-// rank before its first collective at that point (the engine's agreement
-// that all ranks are there, and the offload drain); stages that move nothing
-// at that point do not call it.
+// The protocol with the engine goes one way: the engine calls the stage,
+// the stage never calls the engine (Stage below says how, in the order the
+// engine makes the calls).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "amp/math.hpp"
@@ -121,12 +122,37 @@ struct StageMemory {
     size_t secondary = 0; // hpZ: this rank's slice of the secondary partition
 };
 
+// The engine and the stage, top-down (one direction: the engine calls, the
+// stage answers; it keeps no pointer to the engine and takes no callback):
+//
+// 1. Collective points. Before each of the stage's collectives the ranks
+//    must agree that they are all there, on the same parameter, range or
+//    bucket (core/agree.hpp), so that a rank that diverged fails every rank
+//    instead of hanging them. A call that may make collectives
+//    (acquire_param, acquire_param_range, release_grad, release_grad_range,
+//    reduce) does its local work and stops before its first collective;
+//    next_collective() then describes that point. The engine runs the
+//    agreement and calls proceed(), which makes the collective and stops
+//    before the next one, if any (a ZeRO-3 gather and then its prefetch;
+//    several buckets of one release). When next_collective() is null the
+//    call is complete; the acquisitions then read their values:
+//
+//      stage.acquire_param(i);
+//      while (const PointDetail *at = stage.next_collective()) {
+//          agree(*at);         // the engine's agreement of the ranks
+//          stage.proceed();    // the gather
+//      }
+//      const void *values = stage.param_values(i);
+//
+//    If the agreement fails, cancel() drops the point: nothing was sent.
+//
+// 2. The update. The engine owns the master weights and the optimizer; the
+//    stage owns the compute-dtype parameters and their gathers. The stage
+//    gives the pieces of its partition (begin_publish()); the engine brings
+//    each piece's master weights up to date and hands it to publish_piece(),
+//    which converts it and sends what is complete (below).
 class Stage {
 public:
-    // Called on every rank before a collective, with what the ranks must
-    // agree on there (core/agree.hpp: the parameter, the range, the bucket).
-    using Before = std::function<void(const PointDetail &detail)>;
-
     // The stage of `s.stage` (0..3).
     static std::unique_ptr<Stage> create(const StageSettings &s);
     virtual ~Stage() = default;
@@ -168,33 +194,54 @@ public:
     virtual void *param_partition() = 0;
     // The parameters held whole (for page-locking): pointer and bytes.
     virtual void *whole_params(size_t *bytes) = 0;
-    // A trainable parameter's whole values; gathers (collective: `before`
-    // then the allgather) when it is not held.
-    virtual const void *acquire_param(int index, const Before &before) = 0;
+    // A trainable parameter's whole values: acquire_param() (it stops before
+    // the gather, and with overlap_comm before the prefetch after it, where
+    // the parameter is not held), then param_values() (the values, once its
+    // gather is done).
+    virtual void acquire_param(int index) = 0;
+    virtual const void *param_values(int index) = 0;
     virtual void release_param(int index) = 0;
-    // The optimizer's update of `master`, run by publish() in pieces: on
-    // return the partition's elements [0, upto) are updated. Called with
-    // increasing `upto`, the last time with P; it may update more than asked.
-    using Update = std::function<void(size_t upto)>;
     // After the optimizer (or a load) wrote `master` (fp32, P elements):
     // convert it into the partition and gather what the stage holds whole.
-    // With `update`, the optimizer has not run yet: publish() runs it slice
-    // by slice, each slice converted and its allgather started (overlap_comm)
-    // before the next slice's update, so that the update of one slice
-    // overlaps the gather of the one before; the values are those of one
-    // update followed by publish(). Collective.
-    virtual void publish(const float *master, const Update &update = Update()) = 0;
+    // The engine drives it in pieces, so that it can run the optimizer's
+    // update piece by piece in between (a piecewise optimizer):
+    //
+    //   const std::vector<size_t> &ends = stage.begin_publish();
+    //   for (size_t k = 0; k < ends.size(); ++k) {
+    //       // the optimizer brings master's elements [0, ends[k]) up to date
+    //       stage.publish_piece(master, k);
+    //   }
+    //
+    // begin_publish() waits for the collectives in flight that read the
+    // partition and returns the ends of the pieces (partition elements,
+    // non-decreasing, the last one P). publish_piece() converts master's
+    // elements up to ends[k] into the compute dtype (unless
+    // set_update_writes_params) and starts the allgather of what is complete:
+    // with overlap_comm at stages 1 to 3 one slice of allgather_bucket_size
+    // elements per piece (the last piece sends nothing), so that the update
+    // of one piece overlaps the gather of the one before; else one piece and
+    // one allgather. The values are those of one whole update followed by
+    // the publish. Collective.
+    virtual const std::vector<size_t> &begin_publish() = 0;
+    virtual void publish_piece(const float *master, size_t k) = 0;
+    // Every piece, with `master` already up to date (a whole update, a load).
+    void publish(const float *master) {
+        const size_t n = begin_publish().size();
+        for (size_t k = 0; k < n; ++k) publish_piece(master, k);
+    }
     // A new micro-step: prefetched parameters nobody acquired are dropped
     // (`forget`: the traces of acquisitions too, after a load).
     virtual void new_micro_step(bool forget) = 0;
 
     // The buffer to add a trainable parameter's gradient into (zeroed at
-    // the start), and its release (collective when it fills a bucket).
+    // the start), and its release (it stops before a reduction when it
+    // fills a bucket).
     virtual void *acquire_grad(int index) = 0;
-    virtual void release_grad(int index, const Before &before) = 0;
+    virtual void release_grad(int index) = 0;
     // At dsm_step: reduce what is still to be reduced (`boundary`: the
-    // gradients are read next). Collective.
-    virtual void reduce(bool boundary, const Before &before) = 0;
+    // gradients are read next). Collective; it stops before each bucket's
+    // reduction.
+    virtual void reduce(bool boundary) = 0;
     // This rank's partition of the reduced gradients (compute dtype, P).
     virtual const void *grad_partition() const = 0;
     virtual void zero_grads() = 0;
@@ -202,8 +249,8 @@ public:
     // zeroed item by item (optim::Fused): nothing where the stage holds the
     // partition alone (stages 2/3), the other ranks' parts at stages 0/1.
     virtual void zero_grads_outside_partition() = 0;
-    // publish() with an update that writes the partition's compute-dtype
-    // parameters itself (the fused host step): no conversion after it.
+    // A publish whose update writes the partition's compute-dtype
+    // parameters itself (the fused host step): publish_piece() converts nothing.
     void set_update_writes_params(bool on) noexcept { update_writes_ = on; }
 
     // Element ranges [offset, offset + count) of a trainable parameter
@@ -211,16 +258,26 @@ public:
     // range, and releases each acquired range once with the same offset and
     // count). The values of a parameter held whole are a pointer into it
     // (local); a partitioned one's range is gathered alone (ZeRO-3:
-    // collective, `before` first with a detail that names the range), into a
-    // buffer of `count` elements that its release gives back. A gradient
+    // acquire_param_range() stops before the gather, at a point that names
+    // the range), into a buffer of `count` elements that its release gives
+    // back; param_range_values() reads it once gathered. A gradient
     // range is a pointer into the whole gradient (stages 0/1, reduced at
     // dsm_step) or a zeroed buffer of `count` elements (stages 2/3) that the
     // release puts into the bucket as a released gradient, so that a stacked
     // tensor is reduced slice by slice.
-    virtual const void *acquire_param_range(int index, size_t offset, size_t count, const Before &before) = 0;
+    virtual void acquire_param_range(int index, size_t offset, size_t count) = 0;
+    virtual const void *param_range_values(int index, size_t offset, size_t count) = 0;
     virtual void release_param_range(int index, size_t offset, size_t count) = 0;
     virtual void *acquire_grad_range(int index, size_t offset, size_t count) = 0;
-    virtual void release_grad_range(int index, size_t offset, size_t count, const Before &before) = 0;
+    virtual void release_grad_range(int index, size_t offset, size_t count) = 0;
+
+    // The collective point the last call stopped before (what the ranks
+    // must agree on there), or null: the call is complete.
+    const PointDetail *next_collective() const noexcept { return point_ ? &point_->detail : nullptr; }
+    // The ranks agreed: make that collective, and stop before the next one.
+    void proceed();
+    // The agreement failed: drop the point; its collective is not made.
+    void cancel() noexcept { point_.reset(); }
 
     virtual StageMemory memory() const = 0;
 
@@ -239,10 +296,17 @@ public:
 protected:
     explicit Stage(const StageSettings &s);
     size_t esize() const noexcept { return esize_; }
-    // publish(): bring the partition `part` up to element `upto` (at most P)
-    // from `*done`: the update of [*done, upto), then its conversion from
-    // `master` into the compute dtype.
-    void advance(const float *master, void *part, const Update &update, size_t *done, size_t upto);
+    // Stop before a collective at the point `detail`; proceed() runs `then`
+    // (which makes it and may stop before the next one).
+    using Then = std::function<void(const PointDetail &detail)>;
+    void stop_before(PointDetail detail, Then then);
+    // begin_publish(): the pieces, one per slice of the flat elements
+    // [0, end) of allgather_bucket_size elements (with `sliced`; slices_) and
+    // a last one that ends at P.
+    const std::vector<size_t> &plan_publish(bool sliced, size_t end);
+    // publish_piece(): convert master's elements [converted_, upto) (at most
+    // P) into the partition's compute dtype.
+    void convert_upto(const float *master, size_t upto);
 
     StageSettings s_;
     size_t esize_ = 4, csize_ = 4; // bytes per compute and per communication element
@@ -261,6 +325,20 @@ protected:
     // The collectives in flight (overlap_comm; INLINE runs them at once).
     std::unique_ptr<comm::Pipeline> pipe_;
     bool boundary_ = true;
+    // The publish under way: its pieces' ends, its slices ([begin, end) of
+    // the flat elements; empty: one allgather after the last piece), and the
+    // partition's elements converted so far.
+    std::vector<size_t> ends_;
+    std::vector<std::pair<size_t, size_t>> slices_;
+    size_t converted_ = 0;
+
+private:
+    // The collective point the stage stopped before, and what proceed() runs.
+    struct Point {
+        PointDetail detail;
+        Then then;
+    };
+    std::optional<Point> point_;
 };
 
 } // namespace zero

@@ -118,32 +118,43 @@ StageMemory Partitioned::memory() const {
     return m;
 }
 
-const void *Partitioned::acquire_param(int index, const Before &before) {
+// A parameter held whole, or read in place (direct_), is there:
+// param_values() points into it. Else it stops before its gather unless
+// it is gathered (prefetched) already.
+void Partitioned::acquire_param(int index) {
+    if (direct_ || persistent(numel_of(index))) return;
+    // Where this acquisition is in the recorded order (the end: not there).
+    size_t at = trace_pos_;
+    while (at < last_trace_.size() && last_trace_[at] != index) ++at;
+    if (gathered(index)) return after_gather(index, at);
+    // Blocking: this parameter and the next ones of the trace in one
+    // gather, up to stage3_prefetch_bucket_size elements, no more than
+    // stage3_max_live_parameters gathered at once. Overlapped: this one
+    // alone (the least to wait for); prefetch_ahead() sends the rest.
+    const bool overlap = pipe_->mode() != comm::Pipeline::Mode::INLINE;
+    const int64_t room = std::max<int64_t>(0, s_.max_live_parameters - static_cast<int64_t>(live_elems()));
+    const size_t budget = overlap ? 0 : static_cast<size_t>(std::min(std::max<int64_t>(s_.prefetch_bucket_size, 0), room));
+    const std::vector<int> list = prefetch_list(
+        last_trace_, trace_pos_, index, budget, [this](int j) { return numel_of(j); },
+        [this](int j) { return gathered(j); });
+    stop_before(PointDetail("parameter index", list.front()), [this, list, index, at](const PointDetail &) {
+        gather(list);
+        after_gather(index, at);
+    });
+}
+
+void Partitioned::after_gather(int index, size_t at) {
+    if (at < last_trace_.size()) trace_pos_ = at + 1; // reused_soon() looks ahead from here
+    if (pipe_->mode() != comm::Pipeline::Mode::INLINE) prefetch_ahead(at, index);
+}
+
+const void *Partitioned::param_values(int index) {
     const zero::Slot *s = layout_->slot_of(index);
     if (direct_ && !persistent(s->numel)) return static_cast<const char *>(param_part_.data()) + s->offset * esize_;
     if (persistent(s->numel)) {
         wait_published(s->offset + s->numel);
         return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
     }
-    // Where this acquisition is in the recorded order (the end: not there).
-    size_t at = trace_pos_;
-    while (at < last_trace_.size() && last_trace_[at] != index) ++at;
-    const bool overlap = pipe_->mode() != comm::Pipeline::Mode::INLINE;
-    if (!gathered(index)) {
-        // Blocking: this parameter and the next ones of the trace in one
-        // gather, up to stage3_prefetch_bucket_size elements, no more than
-        // stage3_max_live_parameters gathered at once. Overlapped: this one
-        // alone (the least to wait for); prefetch_ahead() sends the rest.
-        const int64_t room = std::max<int64_t>(0, s_.max_live_parameters - static_cast<int64_t>(live_elems()));
-        const size_t budget = overlap ? 0 : static_cast<size_t>(std::min(std::max<int64_t>(s_.prefetch_bucket_size, 0), room));
-        const std::vector<int> list = prefetch_list(
-            last_trace_, trace_pos_, index, budget, [this](int j) { return numel_of(j); },
-            [this](int j) { return gathered(j); });
-        before(PointDetail("parameter index", list.front()));
-        gather(list);
-    }
-    if (at < last_trace_.size()) trace_pos_ = at + 1; // reused_soon() looks ahead from here
-    if (overlap) prefetch_ahead(at, index, before);
     pipe_->wait(gather_ticket_[static_cast<size_t>(index)]);
     trace_.push_back(index);
     if (arena_ == Arena::PARAM && arena_param_ == index) return bucket_send_.data();
@@ -153,7 +164,28 @@ const void *Partitioned::acquire_param(int index, const Before &before) {
 // A range of a parameter: held whole, a pointer into it; else gathered
 // alone from the primary partitions (hpZ's secondary copies keep whole
 // parameters only) into a buffer of its own.
-const void *Partitioned::acquire_param_range(int index, size_t offset, size_t count, const Before &before) {
+void Partitioned::acquire_param_range(int index, size_t offset, size_t count) {
+    if (direct_ || persistent(numel_of(index))) return;
+    PointDetail range("parameter index", index);
+    range.add("offset", static_cast<int64_t>(offset)).add("count", static_cast<int64_t>(count));
+    stop_before(std::move(range), [this, index, offset, count](const PointDetail &) {
+        const size_t a = layout_->slot_of(index)->offset + offset, b = a + count;
+        Buffer &buf = range_params_[RangeKey{index, offset, count}];
+        buf = pool_.take(count * esize_, false, memstat::Use::GATHERED);
+        char *to = static_cast<char *>(buf.data());
+        Source src = primary();
+        range_ticket_ = pipe_->submit([this, a, b, src, to] {
+            const double t0 = MPI_Wtime();
+            const std::vector<size_t> counts = src.layout->counts(a, b);
+            const size_t lo = std::max(a, src.layout->part_begin(src.part));
+            const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
+            src.group->allgatherv(mine, to, counts, s_.dtype, queue());
+            timers_->gather += MPI_Wtime() - t0;
+        });
+    });
+}
+
+const void *Partitioned::param_range_values(int index, size_t offset, size_t count) {
     const zero::Slot *s = layout_->slot_of(index);
     const size_t a = s->offset + offset, b = a + count;
     if (persistent(s->numel)) {
@@ -161,23 +193,8 @@ const void *Partitioned::acquire_param_range(int index, size_t offset, size_t co
         return static_cast<const char *>(param_flat_.data()) + a * esize_;
     }
     if (direct_) return static_cast<const char *>(param_part_.data()) + a * esize_;
-    before(PointDetail("parameter index", index)
-               .add("offset", static_cast<int64_t>(offset))
-               .add("count", static_cast<int64_t>(count)));
-    Buffer &buf = range_params_[RangeKey{index, offset, count}];
-    buf = pool_.take(count * esize_, false, memstat::Use::GATHERED);
-    char *to = static_cast<char *>(buf.data());
-    Source src = primary();
-    const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, src, to] {
-        const double t0 = MPI_Wtime();
-        const std::vector<size_t> counts = src.layout->counts(a, b);
-        const size_t lo = std::max(a, src.layout->part_begin(src.part));
-        const char *mine = counts[static_cast<size_t>(src.part)] ? src.base + (lo - src.begin) * esize_ : src.base;
-        src.group->allgatherv(mine, to, counts, s_.dtype, queue());
-        timers_->gather += MPI_Wtime() - t0;
-    });
-    pipe_->wait(t);
-    return to;
+    pipe_->wait(range_ticket_);
+    return range_params_.at(RangeKey{index, offset, count}).data();
 }
 
 // Gather whole parameters: with hpZ, those whose secondary slices are
@@ -291,7 +308,7 @@ comm::Pipeline::Ticket Partitioned::gather_from(const std::vector<int> &list, co
 // stage3_max_live_parameters elements gathered at once. Every rank decides
 // alike (the same trace, the same acquisitions), so the gather is a
 // collective point like any other.
-void Partitioned::prefetch_ahead(size_t p, int index, const Before &before) {
+void Partitioned::prefetch_ahead(size_t p, int index) {
     if (p >= last_trace_.size()) return;
     const size_t window = static_cast<size_t>(std::max<int64_t>(s_.prefetch_bucket_size, 0));
     const int64_t room = s_.max_live_parameters - static_cast<int64_t>(live_elems());
@@ -308,8 +325,7 @@ void Partitioned::prefetch_ahead(size_t p, int index, const Before &before) {
         list.push_back(j);
     }
     if (list.empty()) return;
-    before(PointDetail("parameter index", list.front()));
-    gather(list);
+    stop_before(PointDetail("parameter index", list.front()), [this, list](const PointDetail &) { gather(list); });
 }
 
 // stage3_max_reuse_distance: whether the trace acquires `index` again within
@@ -343,16 +359,26 @@ void Partitioned::wait_published(size_t end) {
         }
 }
 
-void Partitioned::publish(const float *master, const Update &update) {
+// The pieces: with overlap_comm, one per slice of allgather_bucket_size
+// elements of what the stage holds whole (stage 2: every parameter; stage
+// 3: the persistent region), each sent in place as soon as this rank's
+// share of it is up to date and waited for by the first acquisition that
+// reads it; then the rest of the partition (stage 3: the partitioned
+// parameters). Blocking: one piece, then one allgather.
+const std::vector<size_t> &Partitioned::begin_publish() {
     pipe_->wait_all(); // gathers in flight read the partition
     published_.clear();
     // hpZ: the secondary copies hold the values before this update.
     std::fill(secondary_ok_.begin(), secondary_ok_.end(), 0);
+    return plan_publish(pipe_->mode() != comm::Pipeline::Mode::INLINE,
+                        s_.stage == 2 ? layout_->total() : persist_end_);
+}
+
+void Partitioned::publish_piece(const float *master, size_t k) {
+    convert_upto(master, ends_[k]);
     void *part = param_partition();
     const size_t P = layout_->part_size();
-    size_t done = 0;
     if (pipe_->mode() == comm::Pipeline::Mode::INLINE) {
-        advance(master, part, update, &done, P);
         const watchdog::Context ctx("parameter allgather after the update");
         if (s_.stage == 2) {
             dp_->allgather(part, param_flat_.data(), P, s_.dtype, queue());
@@ -362,30 +388,21 @@ void Partitioned::publish(const float *master, const Update &update) {
         }
         return;
     }
-    // Overlapped: slices of allgather_bucket_size elements, in place, each
-    // waited for by the first acquisition that reads it, each leaving as
-    // soon as this rank's share of it is updated (the update of the next
-    // share overlaps it). This rank's block of a slice starts in its
-    // partition (stage 2: in place in the flat parameters; stage 3: the
-    // partition's own buffer).
-    const size_t end = s_.stage == 2 ? layout_->total() : persist_end_;
-    char *flat = static_cast<char *>(param_flat_.data());
-    const char *mine = static_cast<const char *>(part);
+    if (k >= slices_.size()) return; // the last piece: stage 3's partitioned parameters
+    // This rank's block of a slice starts in its partition (stage 2: in
+    // place in the flat parameters; stage 3: the partition's own buffer).
+    const size_t a = slices_[k].first, b = slices_[k].second;
     const size_t my_begin = layout_->part_begin(part_);
-    for (const auto &r : flat_regions(end, s_.allgather_bucket_size)) {
-        const size_t a = r.first, b = r.second;
-        advance(master, part, update, &done, b > my_begin ? b - my_begin : 0);
-        const char *send = mine + (std::max(a, my_begin) - my_begin) * esize_;
-        const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, flat, send] {
-            const double t0 = MPI_Wtime();
-            const std::vector<size_t> counts = layout_->counts(a, b);
-            const watchdog::Context ctx("parameter allgather after the update", "from element", static_cast<int64_t>(a));
-            dp_->allgatherv(send, flat + a * esize_, counts, s_.dtype, queue());
-            timers_->gather += MPI_Wtime() - t0;
-        });
-        published_.emplace_back(b, t);
-    }
-    advance(master, part, update, &done, P); // stage 3: the partitioned parameters
+    char *flat = static_cast<char *>(param_flat_.data());
+    const char *send = static_cast<const char *>(part) + (std::max(a, my_begin) - my_begin) * esize_;
+    const comm::Pipeline::Ticket t = pipe_->submit([this, a, b, flat, send] {
+        const double t0 = MPI_Wtime();
+        const std::vector<size_t> counts = layout_->counts(a, b);
+        const watchdog::Context ctx("parameter allgather after the update", "from element", static_cast<int64_t>(a));
+        dp_->allgatherv(send, flat + a * esize_, counts, s_.dtype, queue());
+        timers_->gather += MPI_Wtime() - t0;
+    });
+    published_.emplace_back(b, t);
 }
 
 void Partitioned::new_micro_step(bool forget) {
@@ -404,13 +421,23 @@ void Partitioned::new_micro_step(bool forget) {
 // partition; every round packs up to bucket_cap_ elements, grouped by owner,
 // reduce-scatters them over the data-parallel group and adds this rank's
 // share into its gradient partition.
-void Partitioned::flush(const Before &before) {
+void Partitioned::flush(bool settle) {
     // The bucket's parameters, in order, must be the same on every rank.
     PointDetail bucket;
     bucket.bucket = static_cast<int64_t>(flush_index_++);
     for (const auto &p : pending_)
         bucket.list.push_back(PointDetail::Entry{p.param, static_cast<int64_t>(p.offset), static_cast<int64_t>(p.count)});
-    before(bucket);
+    stop_before(std::move(bucket), [this, settle](const PointDetail &agreed) {
+        reduce_bucket(agreed);
+        if (!settle) return;
+        pipe_->wait_all();
+        flushes_.clear();
+    });
+}
+
+// The flush's reduction, submitted (overlap_comm: it runs while the caller
+// goes on).
+void Partitioned::reduce_bucket(const PointDetail &bucket) {
     if (pending_.empty()) return;
     auto job = std::make_shared<std::vector<Pending>>(std::move(pending_));
     pending_.clear();

@@ -103,13 +103,15 @@ public:
         *bytes = param_flat_.bytes();
         return param_flat_.data();
     }
-    const void *acquire_param(int index, const Before &before) override;
+    void acquire_param(int index) override;
+    const void *param_values(int index) override;
     void release_param(int index) override {
         if (direct_ || held_whole(index) || reused_soon(index)) return;
         if (arena_ == Arena::PARAM && arena_param_ == index) set_arena(Arena::FREE, -1);
         pool_.give(std::move(gathered_[static_cast<size_t>(index)]));
     }
-    void publish(const float *master, const Update &update) override;
+    const std::vector<size_t> &begin_publish() override;
+    void publish_piece(const float *master, size_t k) override;
     void new_micro_step(bool forget) override;
 
     void *acquire_grad(int index) override {
@@ -124,15 +126,16 @@ public:
         b = pool_.take(n * esize_, true, memstat::Use::GRADIENTS);
         return b.data();
     }
-    void release_grad(int index, const Before &before) override {
+    void release_grad(int index) override {
         Buffer &b = staging_[static_cast<size_t>(index)];
         const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
         bucket_elems_ += layout_->slot_of(index)->numel;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
         pending_.push_back(Pending{index, std::move(b), data, in_bucket, 0, layout_->slot_of(index)->numel});
-        if (bucket_elems_ >= bucket_cap_) flush(before);
+        if (bucket_elems_ >= bucket_cap_) flush(false);
     }
-    const void *acquire_param_range(int index, size_t offset, size_t count, const Before &before) override;
+    void acquire_param_range(int index, size_t offset, size_t count) override;
+    const void *param_range_values(int index, size_t offset, size_t count) override;
     void release_param_range(int index, size_t offset, size_t count) override {
         if (direct_) return;
         auto it = range_params_.find(RangeKey{index, offset, count});
@@ -145,7 +148,7 @@ public:
         b = pool_.take(count * esize_, true, memstat::Use::GRADIENTS);
         return b.data();
     }
-    void release_grad_range(int index, size_t offset, size_t count, const Before &before) override {
+    void release_grad_range(int index, size_t offset, size_t count) override {
         auto it = range_grads_.find(RangeKey{index, offset, count});
         DSM_REQUIRE(it != range_grads_.end(), DSM_ERR_INTERNAL, "no gradient range of parameter ", index, " at ",
                     offset, "+", count);
@@ -154,13 +157,9 @@ public:
         char *data = static_cast<char *>(b.data());
         bucket_elems_ += count;
         pending_.push_back(Pending{index, std::move(b), data, false, offset, count});
-        if (bucket_elems_ >= bucket_cap_) flush(before);
+        if (bucket_elems_ >= bucket_cap_) flush(false);
     }
-    void reduce(bool, const Before &before) override {
-        flush(before);
-        pipe_->wait_all();
-        flushes_.clear();
-    }
+    void reduce(bool) override { flush(true); }
     const void *grad_partition() const override { return grad_part_.data(); }
     void zero_grads() override { space_->zero(grad_part_.data(), layout_->part_size() * esize_); }
     void zero_grads_outside_partition() override {} // the stage holds its partition alone
@@ -178,7 +177,10 @@ private:
         return arena_ == Arena::FREE && s_.comm_dtype == s_.dtype && n > 0 && n <= bucket_cap_ &&
                pipe_->done(bucket_ticket_);
     }
-    void flush(const Before &before);
+    // Stop before the reduction of the released gradients (the bucket; then,
+    // with `settle`, wait for every reduction in flight).
+    void flush(bool settle);
+    void reduce_bucket(const PointDetail &bucket);
     struct Pending;
     void reduce_pending(std::vector<Pending> &pending, int resident, bool user_holds);
     void gather(const std::vector<int> &list);
@@ -222,7 +224,9 @@ private:
     // hpZ: this rank's slice of parameter `j` from its whole values.
     void keep_secondary(int j, const char *whole);
     bool hpz_on() const noexcept { return s_.stage == 3 && s_.hpz > 1 && hpz_ != nullptr; }
-    void prefetch_ahead(size_t p, int index, const Before &before);
+    // acquire_param() after the gather of `index` (at `at` in the trace).
+    void after_gather(int index, size_t at);
+    void prefetch_ahead(size_t p, int index);
     bool reused_soon(int index) const;
     size_t live_elems() const;
     size_t numel_of(int j) const { return layout_->slot_of(j)->numel; }
@@ -284,6 +288,7 @@ private:
     // (ZeRO-3, partitioned parameters) and gradient buffers.
     using RangeKey = std::tuple<int, size_t, size_t>;
     std::map<RangeKey, Buffer> range_params_, range_grads_;
+    comm::Pipeline::Ticket range_ticket_ = 0; // the gather of the range being acquired
     std::vector<Pending> pending_;
     size_t bucket_elems_ = 0;
     BufferPool pool_;

@@ -60,7 +60,8 @@ public:
         *bytes = param_flat_.bytes();
         return param_flat_.data();
     }
-    const void *acquire_param(int index, const Before &) override {
+    void acquire_param(int) override {} // held whole: no collective
+    const void *param_values(int index) override {
         const Slot *s = layout_->slot_of(index);
         for (const auto &sl : published_)
             if (sl.first >= s->offset + s->numel) {
@@ -70,36 +71,34 @@ public:
         return static_cast<const char *>(param_flat_.data()) + s->offset * esize_;
     }
     void release_param(int) override {}
-    void publish(const float *master, const Update &update) override {
+    // Stage 1 with overlap_comm: one piece per slice of allgather_bucket_size
+    // elements, each slice's allgather leaving as soon as this rank's share
+    // of it is up to date (the update of the next share overlaps it); else
+    // one piece (and at stage 1 one allgather).
+    const std::vector<size_t> &begin_publish() override {
         pipe_->wait_all();
         published_.clear();
-        void *part = param_partition();
-        const size_t P = layout_->part_size();
-        size_t done = 0;
-        if (s_.stage != 1 || pipe_->mode() == comm::Pipeline::Mode::INLINE) {
-            advance(master, part, update, &done, P);
-            if (s_.stage == 1) dp_->allgather(part, param_flat_.data(), P, s_.dtype, queue());
+        return plan_publish(sliced(), layout_->total());
+    }
+    void publish_piece(const float *master, size_t k) override {
+        convert_upto(master, ends_[k]);
+        if (!sliced()) {
+            if (s_.stage == 1) dp_->allgather(param_partition(), param_flat_.data(), layout_->part_size(), s_.dtype, queue());
             return;
         }
-        // Each slice's allgather leaves as soon as this rank's share of it
-        // is updated; the update of the next share overlaps it.
+        if (k >= slices_.size()) return;
         char *flat = static_cast<char *>(param_flat_.data());
-        const size_t my_begin = layout_->part_begin(part_);
-        for (const auto &r : flat_regions(layout_->total(), s_.allgather_bucket_size)) {
-            const size_t a = r.first, b = r.second;
-            advance(master, part, update, &done, b > my_begin ? b - my_begin : 0);
-            published_.emplace_back(b, pipe_->submit([this, a, b, flat] {
-                const double t0 = MPI_Wtime();
-                const std::vector<size_t> counts = layout_->counts(a, b);
-                size_t mine = 0;
-                for (int q = 0; q < part_; ++q) mine += counts[static_cast<size_t>(q)];
-                const watchdog::Context ctx("parameter allgather after the update", "from element",
-                                            static_cast<int64_t>(a));
-                dp_->allgatherv(flat + (a + mine) * esize_, flat + a * esize_, counts, s_.dtype, queue());
-                timers_->gather += MPI_Wtime() - t0;
-            }));
-        }
-        advance(master, part, update, &done, P);
+        const size_t a = slices_[k].first, b = slices_[k].second;
+        published_.emplace_back(b, pipe_->submit([this, a, b, flat] {
+            const double t0 = MPI_Wtime();
+            const std::vector<size_t> counts = layout_->counts(a, b);
+            size_t mine = 0;
+            for (int q = 0; q < part_; ++q) mine += counts[static_cast<size_t>(q)];
+            const watchdog::Context ctx("parameter allgather after the update", "from element",
+                                        static_cast<int64_t>(a));
+            dp_->allgatherv(flat + (a + mine) * esize_, flat + a * esize_, counts, s_.dtype, queue());
+            timers_->gather += MPI_Wtime() - t0;
+        }));
     }
     void new_micro_step(bool forget) override {
         if (forget) { // a load: the boundary micro-step under way starts over
@@ -116,8 +115,9 @@ public:
     // Ranges: pointers into the whole buffers. A range's release starts no
     // region early (a region waits for whole releases): what ranges wrote is
     // reduced at dsm_step with the regions their parameters lie in.
-    const void *acquire_param_range(int index, size_t offset, size_t, const Before &before) override {
-        return static_cast<const char *>(acquire_param(index, before)) + offset * esize_;
+    void acquire_param_range(int, size_t, size_t) override {}
+    const void *param_range_values(int index, size_t offset, size_t) override {
+        return static_cast<const char *>(param_values(index)) + offset * esize_;
     }
     void release_param_range(int, size_t, size_t) override {}
     void *acquire_grad_range(int index, size_t offset, size_t count) override {
@@ -125,29 +125,31 @@ public:
         check_not_started(index, s->offset + offset, s->offset + offset + count);
         return static_cast<char *>(grad_flat_.data()) + (s->offset + offset) * esize_;
     }
-    void release_grad_range(int, size_t, size_t, const Before &) override {}
-    void release_grad(int index, const Before &before) override {
+    void release_grad_range(int, size_t, size_t) override {}
+    void release_grad(int index) override {
         if (!early()) return;
         prepare_regions();
         if (released_[static_cast<size_t>(index)]) return;
         released_[static_cast<size_t>(index)] = 1;
         const Slot *s = layout_->slot_of(index);
+        std::vector<size_t> complete; // the regions this release completes
         for (size_t k = region_of(s->offset); k < regions_.size() && regions_[k].first < s->offset + s->numel; ++k) {
             const size_t a = std::max(regions_[k].first, s->offset),
                          b = std::min(regions_[k].second, s->offset + s->numel);
             left_[k] -= b - a;
-            if (left_[k] == 0) start_region(k, before);
+            if (left_[k] == 0) complete.push_back(k);
         }
+        start_regions(complete, 0, false);
     }
-    void reduce(bool boundary, const Before &before) override {
+    void reduce(bool boundary) override {
         pipe_->wait_all(); // the allgather after the last step reads the partition the optimizer writes next
         if (!boundary) return;
         if (early()) {
             prepare_regions();
+            std::vector<size_t> rest;
             for (size_t k = 0; k < regions_.size(); ++k)
-                if (!started_[k]) start_region(k, before);
-            pipe_->wait_all();
-            regions_.clear();
+                if (!started_[k]) rest.push_back(k);
+            start_regions(rest, 0, true);
             return;
         }
         const double t0 = MPI_Wtime();
@@ -218,6 +220,8 @@ private:
                         "once per boundary micro-step, or set overlap_comm false)");
     }
 
+    // Whether publish() goes in slices (stage 1 with overlap_comm).
+    bool sliced() const noexcept { return s_.stage == 1 && pipe_->mode() != comm::Pipeline::Mode::INLINE; }
     // overlap_comm's reductions during the boundary micro-step's backward.
     bool early() const noexcept { return boundary_ && pipe_->mode() != comm::Pipeline::Mode::INLINE; }
     // The regions and the elements of released gradients each still waits
@@ -239,18 +243,30 @@ private:
         const size_t bucket = regions_.empty() ? 1 : regions_.front().second - regions_.front().first;
         return offset / std::max<size_t>(bucket, 1);
     }
-    // A region's reduction, agreed (`before`: every rank is at the same
-    // release) and submitted.
-    void start_region(size_t k, const Before &before) {
+    // The reductions of the regions ks[i], ks[i + 1], ..., each submitted
+    // once the ranks agreed that they are all at it (every rank is at the
+    // same release): stop before the first; its proceed() submits it and
+    // stops before the next. Then, with `settle`, wait for all of them.
+    void start_regions(const std::vector<size_t> &ks, size_t i, bool settle) {
+        if (i == ks.size()) {
+            if (settle) {
+                pipe_->wait_all();
+                regions_.clear();
+            }
+            return;
+        }
+        const size_t k = ks[i];
         started_[k] = 1;
         PointDetail region("bucket index", static_cast<int64_t>(k));
         region.bucket = static_cast<int64_t>(k);
-        before(region);
-        const size_t a = regions_[k].first, b = regions_[k].second;
-        pipe_->submit([this, a, b] {
-            const double t0 = MPI_Wtime();
-            reduce_region(a, b);
-            timers_->reduce += MPI_Wtime() - t0;
+        stop_before(std::move(region), [this, ks, i, settle](const PointDetail &) {
+            const size_t a = regions_[ks[i]].first, b = regions_[ks[i]].second;
+            pipe_->submit([this, a, b] {
+                const double t0 = MPI_Wtime();
+                reduce_region(a, b);
+                timers_->reduce += MPI_Wtime() - t0;
+            });
+            start_regions(ks, i + 1, settle);
         });
     }
 
