@@ -87,16 +87,16 @@ nlohmann::json ApiEngine::describe() const {
 }
 
 StepTimers ApiEngine::timers() const {
-    const nlohmann::json t = describe()["timers_seconds"];
+    const nlohmann::json d = describe();
+    const nlohmann::json &t = d["timers_seconds"];
     StepTimers r;
     r.reduce = t["reduce"].get<double>();
     r.optimizer = t["optimizer"].get<double>();
     r.gather = t["gather"].get<double>();
     r.wait = t["wait"].get<double>();
+    r.bytes_sent = d["communication"]["bytes_sent"].get<uint64_t>();
     return r;
 }
-
-uint64_t ApiEngine::bytes_sent() const { return describe()["communication"]["bytes_sent"].get<uint64_t>(); }
 
 void ApiEngine::save_checkpoint(const std::string &dir, const char *tag) {
     check(dsm_engine_save_checkpoint(engine_, dir.c_str(), tag, nullptr, 0));

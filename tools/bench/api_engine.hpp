@@ -31,6 +31,7 @@ void check(dsm_status_t status);
 // agreements took so far (dsm_engine_describe's timers_seconds).
 struct StepTimers {
     double reduce = 0, optimizer = 0, gather = 0, wait = 0;
+    uint64_t bytes_sent = 0; // the engine's bytes sent so far (the same description)
 };
 
 class ApiEngine {
@@ -60,7 +61,6 @@ public:
     // dsm_engine_describe, parsed.
     nlohmann::json describe() const;
     StepTimers timers() const;
-    uint64_t bytes_sent() const;
 
     void save_checkpoint(const std::string &dir, const char *tag);
     void load_checkpoint(const std::string &dir, const char *tag);

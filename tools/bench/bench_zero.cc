@@ -202,10 +202,10 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
     const size_t gbytes = static_cast<size_t>(o.params) * esize;
     std::vector<unsigned char> grad_host(device == DSM_DEVICE_CUDA ? gbytes : 0, 0x11);
     std::vector<double> total, red, opt, gat;
-    uint64_t bytes0 = 0;
+    uint64_t bytes0 = 0, bytes1 = 0;
     for (int s = 0; s <= o.steps; ++s) {
         const StepTimers before = eng->timers();
-        bytes0 = eng->bytes_sent();
+        bytes0 = before.bytes_sent;
         MPI_Barrier(world);
         // Forward and backward each read the parameter (ZeRO-3 gathers it
         // twice, as DeepSpeed does), then backward writes the gradient
@@ -225,13 +225,14 @@ Result run_stage(MPI_Comm world, int stage, const Options &o) {
         eng->synchronize(); // a device-resident step is done when its queue is
         const double t1 = now_seconds();
         const StepTimers after = eng->timers();
+        bytes1 = after.bytes_sent;
         if (s == 0) continue; // warm-up
         total.push_back((ta - t0) + (t1 - tb));
         red.push_back(after.reduce - before.reduce);
         opt.push_back(after.optimizer - before.optimizer);
         gat.push_back(after.gather - before.gather);
     }
-    const uint64_t bytes_step = eng->bytes_sent() - bytes0;
+    const uint64_t bytes_step = bytes1 - bytes0;
     auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
         return v.empty() ? 0.0 : v[v.size() / 2];
