@@ -195,7 +195,8 @@ for ((round = 1; round <= rounds; round++)); do
 done
 
 # On to the final step (a multiple of the interval past the last fault), then
-# the uninterrupted run to the same step; the weights must be the same bits.
+# the uninterrupted run to the same step, which saves only there (saves must
+# not change the training either); the weights must be the same bits.
 final=$(((fault_step / every + 2) * every))
 flog=$logs/final.log
 MN_TIMEOUT=300 "$mn/run.sh" 2 2 "$prog" "$ckpt" --rows "$rows" --resume --fallback --until "$final" \
@@ -208,7 +209,7 @@ bound=$every
 [ "$lost" -gt "${max_lost[$prev_kind]}" ] && max_lost[$prev_kind]=$lost
 grep -q "final step $final" "$flog" || fail "the final run did not reach step $final: $(tail -n 5 "$flog")"
 rlog=$logs/reference.log
-MN_TIMEOUT=600 "$mn/run.sh" 2 2 "$prog" "$ref" --rows "$rows" --until "$final" --save-every "$every" >"$rlog" 2>&1 ||
+MN_TIMEOUT=600 "$mn/run.sh" 2 2 "$prog" "$ref" --rows "$rows" --until "$final" --save-every "$final" >"$rlog" 2>&1 ||
     fail "the uninterrupted run failed: $(tail -n 20 "$rlog")"
 # Every tensor (weights, master weights, optimizer moments) the same bits,
 # and every attribute (the counters, the loss scaler's state, the schedule)

@@ -114,6 +114,7 @@ static inline int test_deadlines(void) {
 static MPI_Comm mpi_test_comm = MPI_COMM_NULL;
 static const struct CMUnitTest *mpi_test_current; /* the test running, as the caller wrote it */
 static int mpi_test_finished, mpi_test_skipped;
+static double mpi_test_start; /* MPI_Wtime at the test's setup: rank 0 prints each test's time */
 
 /* skip() ends a test as a failure does; the wrapper must tell them apart. */
 #undef skip
@@ -164,6 +165,7 @@ static int mpi_test_setup(void **state) {
     mpi_test_abort_if_pending(); /* the previous test's */
     mpi_test_current = (const struct CMUnitTest *)*state;
     mpi_test_finished = mpi_test_skipped = 0;
+    mpi_test_start = MPI_Wtime();
     *state = mpi_test_current->initial_state;
     if (!mpi_test_current->setup_func) return 0;
     const int rc = mpi_test_current->setup_func(state);
@@ -187,6 +189,7 @@ static int mpi_test_teardown(void **state) {
         print_error("rank %d failed this test\n", lowest);
         rc = 1;
     }
+    if (test_rank == 0) printf("[ TIME     ] %s: %.2f s\n", mpi_test_current->name, MPI_Wtime() - mpi_test_start);
     return rc;
 }
 
@@ -206,16 +209,46 @@ static inline int run_mpi_group(const char *name, const struct CMUnitTest *tests
     MPI_Comm_dup(MPI_COMM_WORLD, &mpi_test_comm);
     test_find_nodes();
     struct CMUnitTest *wrapped = (struct CMUnitTest *)malloc(n * sizeof *wrapped);
-    for (size_t i = 0; i < n; ++i) {
-        wrapped[i] = tests[i];
-        wrapped[i].test_func = mpi_test_body;
-        wrapped[i].setup_func = mpi_test_setup;
-        wrapped[i].teardown_func = mpi_test_teardown;
-        wrapped[i].initial_state = (void *)&tests[i];
+    /* DSM_TEST_ONLY: the names of the tests to run (separated by spaces or
+       commas; all when unset). A name that is not a test of this program
+       fails the run, so that a typo cannot pass by running nothing. */
+    const char *only = getenv("DSM_TEST_ONLY");
+    size_t kept = 0;
+    int bad_only = 0;
+    if (only && *only) {
+        char list[4096];
+        snprintf(list, sizeof list, "%s", only);
+        for (char *save = NULL, *w = strtok_r(list, " ,", &save); w; w = strtok_r(NULL, " ,", &save)) {
+            size_t i = 0;
+            while (i < n && strcmp(tests[i].name, w) != 0) ++i;
+            if (i == n) {
+                if (test_rank == 0)
+                    fprintf(stderr, "%s: DSM_TEST_ONLY names '%s', which is not one of its tests\n", name, w);
+                bad_only = 1;
+            }
+        }
     }
+    for (size_t i = 0; i < n; ++i) {
+        if (only && *only) {
+            char list[4096];
+            int hit = 0;
+            snprintf(list, sizeof list, "%s", only);
+            for (char *save = NULL, *w = strtok_r(list, " ,", &save); w && !hit; w = strtok_r(NULL, " ,", &save))
+                hit = strcmp(tests[i].name, w) == 0;
+            if (!hit) continue;
+        }
+        wrapped[kept] = tests[i];
+        wrapped[kept].test_func = mpi_test_body;
+        wrapped[kept].setup_func = mpi_test_setup;
+        wrapped[kept].teardown_func = mpi_test_teardown;
+        wrapped[kept].initial_state = (void *)&tests[i];
+        ++kept;
+    }
+    if (only && *only && test_rank == 0)
+        printf("DSM_TEST_ONLY: %zu of the %zu tests of %s run\n", kept, n, name);
     char group[128];
     snprintf(group, sizeof group, "%s[np=%d rank=%d]", name, test_size, test_rank);
-    int failed = _cmocka_run_group_tests(group, wrapped, n, NULL, NULL);
+    int failed = bad_only || kept == 0 ? 1 : _cmocka_run_group_tests(group, wrapped, kept, NULL, NULL);
     mpi_test_abort_if_pending(); /* the last test's */
     free(wrapped);
     /* Every rank learns whether any rank failed (a failed setup or teardown
