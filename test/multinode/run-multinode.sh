@@ -13,8 +13,8 @@
 # (about a minute each per layout) only in HEAVY_LAYOUTS: 2x2-rr (nodes not
 # contiguous in rank order) and 1+2+1, which has both the nodes of one rank
 # of 4x1 and the uneven nodes of 3+1 (MN_TESTS naming them runs them in
-# every layout); test_engine outside 2x2 runs only its tests whose
-# collectives cross the nodes (ENGINE_NODE_CASES). Then ckpt_node_local: a checkpoint into a
+# every layout); test_engine runs only its tests whose collectives cross
+# the nodes (ENGINE_NODE_CASES). Then ckpt_node_local: a checkpoint into a
 # node-local TMPDIR at 2 nodes x 1 fails on every rank with the reason; and
 # link_down: at 2x2, node1's link set down during training (ip link set mn0
 # down in its namespace) ends the job within DSM_COMM_TIMEOUT + 10 s with the
@@ -48,10 +48,10 @@ NODE_TESTS="test_comm test_mesh test_mesh_placement test_mesh_roles test_engine 
 LAYOUTS=${MN_LAYOUTS:-"2x2 2x2-rr 4x1 3+1 1+2+1"}
 HEAVY_TESTS="test_comm test_engine"
 HEAVY_LAYOUTS="2x2 2x2-rr 1+2+1"
-# test_engine outside 2x2 (DSM_TEST_ONLY): its tests whose collectives cross
+# test_engine across nodes (DSM_TEST_ONLY): its tests whose collectives cross
 # the nodes (every ZeRO stage, the mesh, init, overlap's progress thread);
 # its optimizer, precision, offload and device tests do the same work on any
-# layout and run at 2x2 and in `make check`.
+# layout and run in `make check` (MN_TESTS naming test_engine runs them all).
 ENGINE_NODE_CASES="test_stages test_allreduce_semantics test_counters test_init_paths test_dp_sp_mesh test_describe test_overlap_bits test_overlap_reacquire"
 
 skip() {
@@ -122,7 +122,7 @@ for l in $LAYOUTS; do
         log=$out/$l/$name.log
         t0=$(date +%s)
         only=
-        [ "$name" = test_engine ] && [ "$l" != 2x2 ] && [ -z "${MN_TESTS:-}" ] && only=$ENGINE_NODE_CASES
+        [ "$name" = test_engine ] && [ -z "${MN_TESTS:-}" ] && only=$ENGINE_NODE_CASES
         DSM_TEST_ONLY=$only MN_MAP=$map "$mn/run.sh" "$n" "$rpn" "$build/$prog" >"$log" 2>&1
         rc=$?
         took=$(($(date +%s) - t0))
