@@ -60,8 +60,8 @@ struct Content {
 };
 
 // Testing: a failure, or a SIGKILL, at a point of the save
-// (DSM_CKPT_FAULT=POINT:RANK or kill:POINT:RANK; POINT is write, data,
-// rename or latest). Returns normally when no fault is set for here; a
+// (DSM_CKPT_FAULT=POINT:RANK or kill:POINT:RANK; POINT is create, write,
+// data, rename or latest). Returns normally when no fault is set for here; a
 // malformed DSM_CKPT_FAULT is DSM_ERR_INVALID_ARGUMENT.
 void fault_point(const char *point, int world_rank);
 
@@ -69,10 +69,11 @@ void fault_point(const char *point, int world_rank);
 // (doc/checkpoint.md); the client bytes go to /client_state (none when size
 // is 0). Before any collective open, every rank must see the directory
 // rank 0 creates (a token file), and the file system must have room for
-// the file; leftovers of earlier failed saves are removed. Each rank writes
-// its pieces independently and the ranks agree after every tensor, so a
-// write that fails on one rank (a full disk) stops all of them at the same
-// point. On any failure every rank throws the same error; a failure before
+// the file; leftovers of earlier failed saves are removed. Rank 0 alone
+// creates the file's metadata (HDF5's POSIX driver) and sends the datasets'
+// offsets; each rank writes its pieces there independently (pwrite), one
+// rank per node flushes them, and every step is agreed, so a failure on
+// one rank (rank 0's create, a full disk) stops all of them. On any failure every rank throws the same error; a failure before
 // the rename leaves no file under the final name, one after it (flushing
 // the directory, writing `latest`) leaves the complete new file and
 // `latest` on the previous tag.

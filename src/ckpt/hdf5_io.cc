@@ -38,6 +38,18 @@ void h5ok(herr_t rc, const std::string &what) {
 
 Id plist(hid_t cls) { return Id(h5(H5Pcreate(cls), "H5Pcreate"), H5Pclose); }
 
+namespace {
+
+// Datasets of 64 KiB and more aligned to the file system's block of `dir`.
+void set_alignment(hid_t fapl, const std::string &dir) {
+    struct statvfs vfs;
+    hsize_t block = 4096;
+    if (statvfs(dir.c_str(), &vfs) == 0 && vfs.f_bsize > block) block = vfs.f_bsize;
+    h5ok(H5Pset_alignment(fapl, 64 * 1024, block), "H5Pset_alignment");
+}
+
+} // namespace
+
 // File access through MPI-IO with collective metadata, datasets aligned to
 // the file system's block.
 Id mpio_fapl(MPI_Comm comm, const std::string &dir) {
@@ -45,10 +57,20 @@ Id mpio_fapl(MPI_Comm comm, const std::string &dir) {
     h5ok(H5Pset_fapl_mpio(fapl.get(), comm, MPI_INFO_NULL), "H5Pset_fapl_mpio");
     h5ok(H5Pset_all_coll_metadata_ops(fapl.get(), 1), "H5Pset_all_coll_metadata_ops");
     h5ok(H5Pset_coll_metadata_write(fapl.get(), 1), "H5Pset_coll_metadata_write");
-    struct statvfs vfs;
-    hsize_t block = 4096;
-    if (statvfs(dir.c_str(), &vfs) == 0 && vfs.f_bsize > block) block = vfs.f_bsize;
-    h5ok(H5Pset_alignment(fapl.get(), 64 * 1024, block), "H5Pset_alignment");
+    set_alignment(fapl.get(), dir);
+    return fapl;
+}
+
+// One process's file access (HDF5's POSIX driver), the same alignment.
+Id posix_fapl(const std::string &dir) {
+    Id fapl = plist(H5P_FILE_ACCESS);
+    h5ok(H5Pset_fapl_sec2(fapl.get()), "H5Pset_fapl_sec2");
+#if H5_VERSION_GE(1, 12, 1) || (H5_VERSION_GE(1, 10, 7) && !H5_VERSION_GE(1, 11, 0))
+    // The other ranks write the data through descriptors of their own, and
+    // some parallel file systems refuse flock(): no lock.
+    h5ok(H5Pset_file_locking(fapl.get(), 0, 1), "H5Pset_file_locking");
+#endif
+    set_alignment(fapl.get(), dir);
     return fapl;
 }
 

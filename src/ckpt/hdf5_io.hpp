@@ -29,6 +29,9 @@ Id plist(hid_t cls);
 // File access through MPI-IO with collective metadata, datasets aligned to
 // the file system's block of `dir`.
 Id mpio_fapl(MPI_Comm comm, const std::string &dir);
+// File access by one process (HDF5's POSIX driver, no file lock), the
+// same alignment: the checkpoint's metadata, created by rank 0 alone.
+Id posix_fapl(const std::string &dir);
 // Collective data transfer.
 Id collective_xfer();
 

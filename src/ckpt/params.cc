@@ -27,7 +27,8 @@ DSM_PARAM(ckpt, CKPT_PRECHECK_TIMEOUT, param::Int(0, INT_MAX, "a number of secon
           "corrupt; 0 waits for ever.");
 DSM_PARAM(ckpt, CKPT_FAULT, param::Text(), "",
           "Testing: make a checkpoint save fail at a point on one rank: POINT:RANK, or kill:POINT:RANK to "
-          "kill that rank with SIGKILL there. POINT is write (that rank, in the middle of writing its data), "
+          "kill that rank with SIGKILL there. POINT is create (rank 0, after creating the file's metadata), "
+          "write (that rank, in the middle of writing its data), "
           "data (after writing), rename (rank 0, before the rename) or latest (rank 0, before rewriting "
           "latest); RANK defaults to 0. A malformed value fails the save on every rank.");
 

@@ -91,7 +91,7 @@ FaultSpec fault_spec() {
     }
     const size_t colon = rest.find(':');
     f.point = rest.substr(0, colon);
-    bool ok = f.point == "write" || f.point == "data" || f.point == "rename" || f.point == "latest";
+    bool ok = f.point == "create" || f.point == "write" || f.point == "data" || f.point == "rename" || f.point == "latest";
     if (ok && colon != std::string::npos) {
         const std::string r = rest.substr(colon + 1);
         ok = !r.empty() && r.size() <= 9 && r.find_first_not_of("0123456789") == std::string::npos;
@@ -99,7 +99,8 @@ FaultSpec fault_spec() {
     }
     if (!ok)
         DSM_FAIL(DSM_ERR_INVALID_ARGUMENT, "DSM_CKPT_FAULT=", spec,
-                 " is malformed: expected POINT, POINT:RANK or kill:POINT:RANK with POINT write, data, rename or latest "
+                 " is malformed: expected POINT, POINT:RANK or kill:POINT:RANK with POINT create, write, data, rename or "
+                 "latest "
                  "and RANK a rank number");
     f.set = true;
     return f;

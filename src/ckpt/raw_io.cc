@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 namespace dsm {
 namespace ckpt {
@@ -47,6 +48,22 @@ std::string RawFile::write(const void *src, size_t bytes, uint64_t at) {
 #endif
         at += piece;
         bytes -= piece;
+    }
+    return "";
+}
+
+std::string RawFile::write_floats(const float *src, size_t count, uint64_t at) {
+    if (kRawFloatIo) return write(src, count * sizeof(float), at);
+    std::vector<uint32_t> le(std::min(count, kPiece / sizeof(float)));
+    while (count > 0) {
+        const size_t k = std::min(count, le.size());
+        std::memcpy(le.data(), src, k * sizeof(float));
+        for (uint32_t &w : le) w = __builtin_bswap32(w);
+        const std::string why = write(le.data(), k * sizeof(float), at);
+        if (!why.empty()) return why;
+        src += k;
+        count -= k;
+        at += k * sizeof(float);
     }
     return "";
 }

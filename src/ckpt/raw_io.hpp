@@ -60,6 +60,9 @@ public:
     // kPiece bytes whose writeback starts as soon as each is written.
     // Returns "" or the reason (strerror).
     std::string write(const void *src, size_t bytes, uint64_t at);
+    // `count` floats as little-endian fp32 at `at` (converted in pieces on
+    // a big-endian machine). "" or the reason.
+    std::string write_floats(const float *src, size_t count, uint64_t at);
     // fdatasync: "" or the reason.
     std::string sync();
     void close() noexcept;

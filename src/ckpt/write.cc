@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <future>
+#include <optional>
 
 #include <hdf5.h>
 
@@ -26,6 +27,24 @@ namespace dsm {
 namespace ckpt {
 
 using namespace files; // file names, durable writes, directory checks (files.cc)
+
+namespace {
+
+constexpr uint64_t kNoOffset = ~uint64_t(0); // a dataset without storage (no elements)
+
+// Collective: whether this rank flushes the data its node's ranks wrote:
+// the lowest rank of each node (MPI_COMM_TYPE_SHARED), except on rank 0's
+// node, which rank 0's fsync of the whole file at the commit flushes.
+bool flushes_for_node(MPI_Comm comm, int rank) {
+    MPI_Comm node = MPI_COMM_NULL;
+    DSM_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node));
+    int node_rank = 0;
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_free(&node);
+    return node_rank == 0 && rank != 0;
+}
+
+} // namespace
 
 void save_prepare(MPI_Comm comm, const std::string &dir, const std::string &tag, const Content &content,
                   size_t client_size) {
@@ -97,46 +116,42 @@ void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, c
             sums[n] = checksum_bytes(static_cast<const unsigned char *>(client), 0, client_size);
     });
 
-    // Every rank makes the same HDF5 calls in the same order. Each rank
-    // writes its own pieces independently (a failed write, such as a full
-    // disk, stays on its rank), and after each step the ranks agree whether
-    // any failed: then all stop making collective calls at the same point
-    // and close the file together. The outcome is agreed after the close.
+    // Rank 0 alone creates the file and its metadata with HDF5's POSIX
+    // driver (no MPI-IO: one process writes a few KiB), every dataset
+    // contiguous and allocated at creation, and sends every rank the
+    // datasets' offsets; each rank then writes its own pieces there with
+    // pwrite() (raw_io.hpp), independently. Every step is agreed (Steps), so
+    // that a failure on any rank, rank 0's creation included, stops every
+    // rank; the outcome is agreed after rank 0 closed the file.
     Steps steps(comm, tmp);
+    auto attempt = [&](const std::function<void()> &fn) { return steps.run(fn); };
     struct statvfs vfs;
     const uint64_t userblock =
         userblock_size(n + 1, ::statvfs(dir.c_str(), &vfs) == 0 ? static_cast<uint64_t>(vfs.f_bsize) : 4096);
     std::vector<Extent> extents;
-    // The data: each rank's pieces written by itself at the datasets'
-    // offsets (raw_io.hpp); HDF5 writes the metadata.
-    RawFile raw;
-    auto attempt = [&](const std::function<void()> &fn) { return steps.run(fn); };
+    std::vector<uint64_t> where(n, kNoOffset); // each tensor's data in the file
+    const bool node_flusher = flushes_for_node(comm, rank);
+    std::optional<RawFile> node_sync; // the node flusher's descriptor, until it synced
     {
         QuietHdf5 quiet;
-        Id file, lcpl, dcpl;
+        Id file; // rank 0's
         std::vector<Id> dsets;
-        dsets.reserve(n + 1);
         attempt([&] {
-            Id fapl = mpio_fapl(comm, dir);
+            if (rank != 0) return;
+            Id fapl = posix_fapl(dir);
             Id fcpl = plist(H5P_FILE_CREATE);
             h5ok(H5Pset_userblock(fcpl.get(), userblock), "H5Pset_userblock");
             file = Id(h5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), cat("creating '", tmp, "'")),
                       H5Fclose);
             write_json_attrs(file.get(), attrs);
             write_attr(file.get(), "attrs_checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &root_sum);
-            lcpl = plist(H5P_LINK_CREATE);
+            Id lcpl = plist(H5P_LINK_CREATE);
             h5ok(H5Pset_create_intermediate_group(lcpl.get(), 1), "H5Pset_create_intermediate_group");
-            if (kRawFloatIo) {
-                raw = RawFile(tmp);
-                if (raw.fd() < 0) DSM_FAIL(DSM_ERR_IO, "cannot open '", tmp, "' to write its data: ", raw.error());
-            }
-            dcpl = plist(H5P_DATASET_CREATE);
+            Id dcpl = plist(H5P_DATASET_CREATE);
             h5ok(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), "H5Pset_fill_time");
             h5ok(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), "H5Pset_alloc_time");
-        });
-        Progress progress(rank, "save", final_path, content.tensors);
-        for (size_t i = 0; i < n && !steps.stopped(); ++i, progress.done(content.tensors[i - 1])) {
-            attempt([&] {
+            dsets.reserve(n + 1);
+            for (size_t i = 0; i < n; ++i) {
                 const Tensor &t = content.tensors[i];
                 const std::string path = dataset_path(t);
                 Id space = make_space(hdims(t.shape));
@@ -148,49 +163,65 @@ void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, c
                 write_string_attr(dset, "name", t.name);
                 write_string_attr(dset, "group", t.group);
                 write_int_attr(dset, "trainable", t.trainable ? 1 : 0);
-                if (i == n / 2) fault_point("write", world_rank);
-                // Contiguous and allocated at creation: the piece's bytes
-                // start at the dataset's offset plus the piece's.
-                const haddr_t at = t.count ? H5Dget_offset(dset) : HADDR_UNDEF;
-                if (t.count && raw.fd() >= 0 && at != HADDR_UNDEF) {
-                    const std::string why = raw.write(t.data, t.count * sizeof(float), at + t.offset * sizeof(float));
-                    if (!why.empty())
-                        DSM_FAIL(DSM_ERR_IO, "writing ", path, " to '", tmp, "': ", why, space_hint(dir));
-                    return;
-                }
-                Selection sel = selection(t);
-                if (t.count && H5Dwrite(dset, H5T_NATIVE_FLOAT, sel.mem.get(), sel.file.get(), H5P_DEFAULT,
-                                        buffer_of(t)) < 0)
-                    DSM_FAIL(DSM_ERR_IO, "writing ", path, " to '", tmp, "': ", hdf5_reason(), space_hint(dir));
-            });
-        }
-        if (client_size && !steps.stopped()) {
-            attempt([&] {
+                // Contiguous and allocated at creation: the elements lie in
+                // one range from here (none for an empty tensor).
+                const haddr_t at = H5Dget_offset(dset);
+                if (at != HADDR_UNDEF) where[i] = static_cast<uint64_t>(at);
+            }
+            if (client_size) {
                 const hsize_t len = client_size;
                 Id space(h5(H5Screate_simple(1, &len, nullptr), "creating a dataspace"), H5Sclose);
                 dsets.emplace_back(h5(H5Dcreate2(file.get(), "/client_state", H5T_STD_U8LE, space.get(), H5P_DEFAULT,
                                                  dcpl.get(), H5P_DEFAULT),
                                       "creating /client_state"),
                                    H5Dclose);
-                if (rank == 0)
-                    h5ok(H5Dwrite(dsets.back().get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, client),
-                         cat("writing /client_state to '", tmp, "'"));
+                h5ok(H5Dwrite(dsets.back().get(), H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, client),
+                     cat("writing /client_state to '", tmp, "'"));
+            }
+            fault_point("create", world_rank);
+        });
+        // The data: each rank's pieces at the offsets rank 0 sent, through
+        // a descriptor of its own. No collective call between the pieces:
+        // a rank whose write fails (a full disk) stops writing, and the
+        // agreement after the data stops every rank.
+        if (!steps.stopped()) {
+            DSM_CHECK_MPI(MPI_Bcast(where.data(), static_cast<int>(n), MPI_UINT64_T, 0, comm));
+            Progress progress(rank, "save", final_path, content.tensors);
+            attempt([&] {
+                RawFile raw(tmp);
+                if (raw.fd() < 0) DSM_FAIL(DSM_ERR_IO, "cannot open '", tmp, "' to write its data: ", raw.error());
+                for (size_t i = 0; i < n; progress.done(content.tensors[i]), ++i) {
+                    const Tensor &t = content.tensors[i];
+                    if (i == n / 2) fault_point("write", world_rank);
+                    if (t.count == 0) continue;
+                    if (where[i] == kNoOffset)
+                        DSM_FAIL(DSM_ERR_INTERNAL, "'", tmp, "': ", dataset_path(t), " has no storage for its data");
+                    const std::string why = raw.write_floats(t.data, t.count, where[i] + t.offset * sizeof(float));
+                    if (!why.empty())
+                        DSM_FAIL(DSM_ERR_IO, "writing ", dataset_path(t), " to '", tmp, "': ", why, space_hint(dir));
+                }
+                // Every node's data on its disk before the commit: the
+                // pages a node's ranks wrote are that node's (its page
+                // cache, or its client of a parallel file system), and one
+                // fdatasync flushes them all, so one rank per node syncs,
+                // after every rank of the node wrote (the agreement below).
+                // Rank 0's node is flushed by the commit's fsync.
+                if (node_flusher) node_sync.emplace(std::move(raw));
             });
         }
         local_sums.get();
         if (captured) captured(); // the data is in the file system's hands and summed
-        // Every rank's data on the disk before the commit (its own
-        // descriptor: on a parallel file system each client holds its own).
-        if (!steps.stopped() && raw.fd() >= 0)
+        if (!steps.stopped() && node_sync)
             attempt([&] {
-                const std::string why = raw.sync();
-                raw.close();
+                const std::string why = node_sync->sync();
+                node_sync.reset();
                 if (!why.empty()) DSM_FAIL(DSM_ERR_IO, "flushing the data of '", tmp, "': ", why, space_hint(dir));
             });
-        raw.close();
+        node_sync.reset();
         if (!steps.stopped()) {
             DSM_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, sums.data(), static_cast<int>(n + 1), MPI_UINT64_T, MPI_SUM, comm));
             attempt([&] {
+                if (rank != 0) return;
                 for (size_t i = 0; i < dsets.size(); ++i)
                     write_attr(dsets[i].get(), "checksum", H5T_NATIVE_UINT64, H5T_STD_U64LE, &sums[i < n ? i : n]);
                 // Where the data lies, for the integrity record.
@@ -200,7 +231,8 @@ void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, c
                 }
                 dsets.clear();
                 free_reserve();
-                h5ok(H5Fflush(file.get(), H5F_SCOPE_GLOBAL), cat("flushing '", tmp, "'"));
+                const hid_t id = file.release();
+                h5ok(H5Fclose(id), cat("closing '", tmp, "'"));
             });
         }
         if (steps.stopped() && rank == 0) {

@@ -826,10 +826,11 @@ static void test_faults(void **state) {
     train(e, MPI_COMM_WORLD, 1);
     ASSERT_OK(dsm_engine_save_checkpoint(e, fdir, "before", "old", 3));
     train(e, MPI_COMM_WORLD, 1);
-    const char *points[3] = {"data", "rename", "latest"};
-    for (int k = 0; k < 3; ++k) {
+    /* create: rank 0 alone creates the metadata; its failure reaches every rank. */
+    const char *points[4] = {"create", "data", "rename", "latest"};
+    for (int k = 0; k < 4; ++k) {
         char spec[64], tag[32];
-        snprintf(spec, sizeof spec, "%s:%d", points[k], k == 0 ? test_size - 1 : 0);
+        snprintf(spec, sizeof spec, "%s:%d", points[k], k == 1 ? test_size - 1 : 0);
         snprintf(tag, sizeof tag, "fault_%s", points[k]);
         setenv("DSM_CKPT_FAULT", spec, 1);
         ASSERT_FAILS(dsm_engine_save_checkpoint(e, fdir, tag, NULL, 0), DSM_ERR_IO, "injected fault");
@@ -837,7 +838,7 @@ static void test_faults(void **state) {
         snprintf(path, sizeof path, "%s/%s.h5", fdir, tag);
         /* Before the rename nothing is under the final name; after it the
            file is complete, but latest was not moved. */
-        assert_int_equal(file_exists(path), k == 2);
+        assert_int_equal(file_exists(path), k == 3);
         snprintf(path, sizeof path, "%s/.%s.h5.tmp", fdir, tag);
         assert_false(file_exists(path));
         read_latest(fdir, latest, sizeof latest);
