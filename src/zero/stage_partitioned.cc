@@ -75,6 +75,7 @@ void Partitioned::allocate() {
     if (s_.qwz_block > 0 && space_->kind() != device::Kind::HOST) qkernels_ = comm::quant::make_space_kernels(*space_);
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
+    bucket_holder_ = -1;
     gathered_.resize(static_cast<size_t>(max_param + 1));
     staging_.resize(static_cast<size_t>(max_param + 1));
     gather_ticket_.assign(static_cast<size_t>(max_param + 1), 0);
@@ -101,6 +102,7 @@ void Partitioned::free() noexcept {
     grad_part_ = Buffer();
     secondary_ = Buffer();
     set_arena(Arena::FREE, -1);
+    bucket_holder_ = -1;
 }
 
 StageMemory Partitioned::memory() const {

@@ -119,6 +119,7 @@ public:
         if (arena_fits(n)) {
             pipe_->wait(bucket_ticket_); // done: only rethrows a task's error
             set_arena(Arena::GRAD, index);
+            bucket_holder_ = index;
             space_->zero(bucket_send_.data(), n * esize_);
             return bucket_send_.data();
         }
@@ -128,7 +129,11 @@ public:
     }
     void release_grad(int index) override {
         Buffer &b = staging_[static_cast<size_t>(index)];
-        const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
+        // This acquisition's buffer is the bucket only if it was given the
+        // bucket: the bucket may still hold an earlier, released copy of the
+        // same gradient (pending) while this one is a pool buffer.
+        const bool in_bucket = bucket_holder_ == index;
+        bucket_holder_ = -1;
         bucket_elems_ += layout_->slot_of(index)->numel;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
         pending_.push_back(Pending{index, std::move(b), data, in_bucket, 0, layout_->slot_of(index)->numel});
@@ -259,6 +264,9 @@ private:
     enum class Arena { FREE, GRAD, PARAM };
     Arena arena_ = Arena::FREE;
     int arena_param_ = -1;
+    // The parameter whose gradient acquisition holds the bucket now (acquired,
+    // not yet released), or -1.
+    int bucket_holder_ = -1;
     // Moves the bucket between its uses; a parameter gathered or a gradient
     // acquired into it counts as such (core/memstat.hpp) while it is there.
     void set_arena(Arena a, int param) noexcept {
