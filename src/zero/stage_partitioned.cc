@@ -46,6 +46,7 @@ void Partitioned::allocate() {
     }
     direct_ = dp_->size() == 1 && layout_->parts() == 1 && (sp_ == nullptr || sp_->size() == 1) && s_.pre == 1.0 &&
               s_.post == 1.0 && s_.comm_dtype == s_.dtype && !hpz_on() && s_.direct;
+    direct_grads_ = direct_ && space_->kind() == device::Kind::HOST && s_.qgz_block == 0;
     bucket_cap_ = bucket_capacity(s_.reduce_bucket_size, layout_->used());
     bucket_send_ = SharedBuffer(dp_, *space_, bucket_cap_ * csize_);
     grad_part_ = Buffer(*space_, P * esize_);
@@ -75,8 +76,12 @@ void Partitioned::allocate() {
     if (s_.qwz_block > 0 && space_->kind() != device::Kind::HOST) qkernels_ = comm::quant::make_space_kernels(*space_);
     pool_.set_space(*space_);
     arena_ = Arena::FREE;
+    bucket_holder_ = -1;
     gathered_.resize(static_cast<size_t>(max_param + 1));
     staging_.resize(static_cast<size_t>(max_param + 1));
+    touched_.assign(static_cast<size_t>(max_param + 1), {});
+    direct_out_.assign(static_cast<size_t>(max_param + 1), 0);
+    direct_ranges_.clear();
     gather_ticket_.assign(static_cast<size_t>(max_param + 1), 0);
     // Idle buffers kept for reuse: twice the largest staging or gather need
     // (one parameter, or a ZeRO-3 prefetch group).
@@ -94,6 +99,9 @@ void Partitioned::free() noexcept {
     pool_.clear();
     for (auto &b : gathered_) b = Buffer();
     for (auto &b : staging_) b = Buffer();
+    for (auto &t : touched_) t.clear();
+    std::fill(direct_out_.begin(), direct_out_.end(), 0);
+    direct_ranges_.clear();
     // In reverse order of allocation.
     bucket_send_.reset();
     param_part_.reset();
@@ -101,6 +109,7 @@ void Partitioned::free() noexcept {
     grad_part_ = Buffer();
     secondary_ = Buffer();
     set_arena(Arena::FREE, -1);
+    bucket_holder_ = -1;
 }
 
 StageMemory Partitioned::memory() const {

@@ -28,12 +28,21 @@
 // so a ZeRO-3 acquire reads the parameter partition in place: no gather, no
 // copy. Only without sequence parallelism, pre- and post-scaling or another
 // communication dtype, without hpZ, and without ZeRO-Offload
-// (StageSettings::direct). Gradients still go through the buckets: handing
-// out the partition's own elements changed the rounding of a gradient
-// acquired twice in a micro-step, which must match every other path bit for
-// bit (test_engine, test_offload). On a CUDA device a flush then adds its
-// gradients into the partition from where they were released, in one
-// multi-tensor launch (amp::Math::accumulate_pieces), with the same bits.
+// (StageSettings::direct). On the host (direct_grads_) a gradient acquired
+// (whole or by a range) whose elements nobody acquired since the partition
+// was zeroed gets the partition's own elements, which are zero as a
+// buffer must start, and its release moves nothing: the bucket would have
+// added the user's buffer into zeros, which is the buffer itself (in fp32
+// and in 16 bits alike: one rounding of an exact value; only the sign of a
+// zero the user wrote as -0 is kept, as at stages 0/1). Every later
+// acquisition of those elements in the window (a second one in the
+// micro-step, the next micro-steps of an accumulation) gets a zeroed buffer
+// that goes through the buckets: the user's arithmetic starts from zero and
+// its result is added into the window's sum once, as with more ranks (an
+// fmaf, or several terms per acquisition, into the window's sum would round
+// otherwise). On a CUDA device a flush adds its gradients into the
+// partition from where they were released, in one multi-tensor launch
+// (amp::Math::accumulate_pieces), with the same bits.
 //
 // hpZ (stage.hpp): the secondary partition is the flat layout split into
 // StageSettings::hpz parts (secondary_layout_: the same slots and offsets);
@@ -64,6 +73,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "comm/qgz_device.hpp"
@@ -116,9 +126,14 @@ public:
 
     void *acquire_grad(int index) override {
         const size_t n = layout_->slot_of(index)->numel;
+        if (give_direct(index, 0, n)) {
+            direct_out_[static_cast<size_t>(index)] = 1;
+            return static_cast<char *>(grad_part_.data()) + layout_->slot_of(index)->offset * esize_;
+        }
         if (arena_fits(n)) {
             pipe_->wait(bucket_ticket_); // done: only rethrows a task's error
             set_arena(Arena::GRAD, index);
+            bucket_holder_ = index;
             space_->zero(bucket_send_.data(), n * esize_);
             return bucket_send_.data();
         }
@@ -127,8 +142,16 @@ public:
         return b.data();
     }
     void release_grad(int index) override {
+        if (direct_out_[static_cast<size_t>(index)]) { // the partition's own elements: in place already
+            direct_out_[static_cast<size_t>(index)] = 0;
+            return;
+        }
         Buffer &b = staging_[static_cast<size_t>(index)];
-        const bool in_bucket = arena_ == Arena::GRAD && arena_param_ == index;
+        // This acquisition's buffer is the bucket only if it was given the
+        // bucket: the bucket may still hold an earlier, released copy of the
+        // same gradient (pending) while this one is a pool buffer.
+        const bool in_bucket = bucket_holder_ == index;
+        bucket_holder_ = -1;
         bucket_elems_ += layout_->slot_of(index)->numel;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
         pending_.push_back(Pending{index, std::move(b), data, in_bucket, 0, layout_->slot_of(index)->numel});
@@ -144,11 +167,16 @@ public:
         range_params_.erase(it);
     }
     void *acquire_grad_range(int index, size_t offset, size_t count) override {
+        if (give_direct(index, offset, count)) {
+            direct_ranges_.emplace(index, offset, count);
+            return static_cast<char *>(grad_part_.data()) + (layout_->slot_of(index)->offset + offset) * esize_;
+        }
         Buffer &b = range_grads_[RangeKey{index, offset, count}];
         b = pool_.take(count * esize_, true, memstat::Use::GRADIENTS);
         return b.data();
     }
     void release_grad_range(int index, size_t offset, size_t count) override {
+        if (direct_ranges_.erase(RangeKey{index, offset, count}) > 0) return; // the partition's own elements
         auto it = range_grads_.find(RangeKey{index, offset, count});
         DSM_REQUIRE(it != range_grads_.end(), DSM_ERR_INTERNAL, "no gradient range of parameter ", index, " at ",
                     offset, "+", count);
@@ -161,8 +189,15 @@ public:
     }
     void reduce(bool) override { flush(true); }
     const void *grad_partition() const override { return grad_part_.data(); }
-    void zero_grads() override { space_->zero(grad_part_.data(), layout_->part_size() * esize_); }
-    void zero_grads_outside_partition() override {} // the stage holds its partition alone
+    void zero_grads() override {
+        space_->zero(grad_part_.data(), layout_->part_size() * esize_);
+        for (auto &t : touched_) t.clear();
+    }
+    // Nothing to zero: the stage holds its partition alone, which the fused
+    // step zeroed (all of it: every element it holds is a parameter's).
+    void zero_grads_outside_partition() override {
+        for (auto &t : touched_) t.clear();
+    }
 
     StageMemory memory() const override;
     QuantStats quant_bytes() const override { return QuantStats{qwz_bytes_, qgz_bytes_}; }
@@ -259,6 +294,9 @@ private:
     enum class Arena { FREE, GRAD, PARAM };
     Arena arena_ = Arena::FREE;
     int arena_param_ = -1;
+    // The parameter whose gradient acquisition holds the bucket now (acquired,
+    // not yet released), or -1.
+    int bucket_holder_ = -1;
     // Moves the bucket between its uses; a parameter gathered or a gradient
     // acquired into it counts as such (core/memstat.hpp) while it is there.
     void set_arena(Arena a, int param) noexcept {
@@ -271,6 +309,26 @@ private:
     size_t bucket_cap_ = 0;    // elements per reduction round
     size_t persist_end_ = 0;   // stage 3: flat elements [0, persist_end_) are held whole
     bool direct_ = false;      // one data-parallel rank: ZeRO-3 reads the partition in place (above)
+    // direct_ on the host: a gradient's elements untouched in the window go
+    // out as the partition's own (above).
+    bool direct_grads_ = false;
+    // Per parameter: the element ranges [offset, offset + count) whose
+    // gradient was acquired since the partition was zeroed (by either path).
+    std::vector<std::vector<std::pair<size_t, size_t>>> touched_;
+    // The gradients out now as the partition's own elements: whole, ranges.
+    std::vector<char> direct_out_;
+    std::set<std::tuple<int, size_t, size_t>> direct_ranges_;
+    // Whether elements [offset, offset + count) of parameter `index` may go
+    // out as the partition's own: direct_grads_, and untouched since the
+    // zeroing (so zero). Records them as touched either way.
+    bool give_direct(int index, size_t offset, size_t count) {
+        auto &t = touched_[static_cast<size_t>(index)];
+        bool untouched = true;
+        for (const auto &r : t)
+            if (offset < r.first + r.second && r.first < offset + count) untouched = false;
+        t.emplace_back(offset, count);
+        return direct_grads_ && untouched;
+    }
 
     // Per parameter index: the gathered copy (stage 3, while acquired or
     // prefetched) and the gradient buffer while acquired.

@@ -616,6 +616,82 @@ static void test_grad_in_place(void **state) {
 }
 
 /*
+ * Gradients acquired twice in a row per micro-step (the first copy still
+ * pending, in the bucket where it fits), whole and by ranges (two disjoint
+ * ranges of W1 before its whole gradient), accumulation 3, each rank alone
+ * (MPI_COMM_SELF), at ZeRO-2 and 3, whose gradients go through the buckets
+ * (or, on the host, the partition's own elements while they are zero in the
+ * window). One term added per element and acquisition: stages 2 and 3 end
+ * with stage 0's bits (stage 0 adds each term into the window's sum; a bucket
+ * adds its one term into it). Two terms per acquisition, the second with
+ * fmaf (the bucket rounds their sum before adding it into the window's): the
+ * host ends with the bits of the simulated device, whose gradients all go
+ * through the buckets.
+ */
+static void one_rank_add(dsm_engine_t e, void *g, size_t n, int terms, unsigned seed) {
+    float *x = malloc(n * sizeof *x);
+    engine_read_f32(e, g, x, n);
+    for (size_t i = 0; i < n; ++i) {
+        x[i] += test_hashf(seed, (unsigned)i);
+        if (terms > 1) x[i] = fmaf(1.0f + test_hashf(seed + 1u, (unsigned)i), test_hashf(seed + 2u, (unsigned)i), x[i]);
+    }
+    engine_write_f32(e, g, x, n);
+    free(x);
+}
+
+static void one_rank_train(const char *device, int stage, int terms, float *out) {
+    run_t r = {stage, 3, 1, 1, ADAMW, "", 1};
+    char cfg[2048];
+    make_config(cfg, sizeof cfg, &r, 1);
+    dsm_param_desc_t d[NPARAMS];
+    describe_params(d, NULL);
+    dsm_engine_t e;
+    setenv("DSM_ENGINE_DEVICE", device, 1);
+    ASSERT_OK(dsm_engine_init_comm(MPI_COMM_SELF, cfg, d, NPARAMS, &e));
+    unsetenv("DSM_ENGINE_DEVICE");
+    for (unsigned m = 0; m < 6; ++m) {
+        const int64_t cut[3] = {0, 2 * NH, 5 * NH};
+        for (int c = 0; c < 2; ++c) {
+            void *g;
+            ASSERT_OK(dsm_engine_grad_acquire_range(e, W1, cut[c], cut[c + 1] - cut[c], &g));
+            one_rank_add(e, g, (size_t)(cut[c + 1] - cut[c]), terms, 40u * m + 30u + (unsigned)c);
+            ASSERT_OK(dsm_engine_grad_release_range(e, W1, cut[c], cut[c + 1] - cut[c]));
+        }
+        for (int i = S; i >= W1; --i)
+            for (unsigned k = 0; k < 2; ++k) {
+                void *g;
+                ASSERT_OK(dsm_engine_grad_acquire(e, i, &g));
+                one_rank_add(e, g, numel[i], terms, 40u * m + 10u * k + (unsigned)i);
+                ASSERT_OK(dsm_engine_grad_release(e, i));
+            }
+        ASSERT_OK(dsm_step(e, NULL));
+    }
+    read_all(e, out);
+    ASSERT_OK(dsm_engine_free(&e));
+}
+
+static void test_one_rank_grads(void **state) {
+    (void)state;
+    float want[TOTAL], got[TOTAL];
+    one_rank_train("host", 0, 1, want);
+    for (int stage = 2; stage <= 3; ++stage) {
+        one_rank_train("host", stage, 1, got);
+        for (int i = 0; i < TOTAL; ++i)
+            if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+                fail_msg("one rank, one term per acquisition: stage %d's element %d is %.9g, stage 0's %.9g", stage, i,
+                         got[i], want[i]);
+    }
+    for (int stage = 2; stage <= 3; ++stage) {
+        one_rank_train("sim", stage, 2, want);
+        one_rank_train("host", stage, 2, got);
+        for (int i = 0; i < TOTAL; ++i)
+            if (memcmp(&got[i], &want[i], sizeof got[i]) != 0)
+                fail_msg("one rank, two terms per acquisition: stage %d's element %d is %.9g on the host, %.9g "
+                         "through the buckets (simulated device)", stage, i, got[i], want[i]);
+    }
+}
+
+/*
  * ZeRO-Offload with the device simulated in host memory
  * (DSM_SIM_DEVICE_MEMORY=1): the parameters the model reads and the
  * gradients it writes are separate copies, refreshed after every step and
@@ -1026,7 +1102,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_schedule_resumed), cmocka_unit_test(test_f32_helpers),
         cmocka_unit_test(test_init_paths),   cmocka_unit_test(test_dp_sp_mesh),
         cmocka_unit_test(test_describe),     cmocka_unit_test(test_offload),
-        cmocka_unit_test(test_grad_in_place),
+        cmocka_unit_test(test_grad_in_place), cmocka_unit_test(test_one_rank_grads),
         cmocka_unit_test(test_device_bit_exact), cmocka_unit_test(test_device_checkpoint),
         cmocka_unit_test(test_device_cuda),  cmocka_unit_test(test_overlap_bits),
         cmocka_unit_test(test_overlap_reacquire), cmocka_unit_test(test_overlap_bad_config),
