@@ -44,7 +44,8 @@ else
     cases="1:0 1:3 2:1 2:2 2:3 4:0 4:3"
 fi
 # tol W S: the tolerance of ZeRO-S on W ranks (see above)
-tol() { case $1:$2 in 1:3 | 4:3) echo 1e-5 ;; *) echo 1e-6 ;; esac; }
+# (ZeRO-2 on 4 ranks, in the full set only, is not yet measured with torch_adam).
+tol() { case $1:$2 in 1:3 | 4:2 | 4:3) echo 1e-5 ;; *) echo 1e-6 ;; esac; }
 for c in $cases; do
     w=${c%:*} s=${c#*:}
     train "$w" "$s" 2 --ref "$tmp/ref_w${w}_g2.bin" --tol "$(tol "$w" "$s")"
