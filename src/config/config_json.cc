@@ -50,7 +50,6 @@ const char *const kNoEffect[] = {
     "zero_optimization.memory_efficient_linear",
     "zero_optimization.override_module_apply",
     "zero_optimization.legacy_form",
-    "optimizer.params.torch_adam",
     "checkpoint.load_universal",
     "data_types.grad_accum_dtype",
 };

@@ -57,6 +57,7 @@ optim::Hyper optimizer_hyper(const OptimizerConfig &cfg) {
     h.eps = cfg.eps;
     h.weight_decay = cfg.weight_decay;
     h.adam_w_mode = cfg.type == OptimizerType::ADAMW || cfg.adam_w_mode;
+    h.torch_adam = cfg.torch_adam;
     h.bias_correction = cfg.bias_correction;
     h.momentum = cfg.momentum;
     h.dampening = cfg.dampening;

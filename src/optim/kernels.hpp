@@ -5,8 +5,9 @@
 // picks the one of simd::isa()).
 //
 // A kernel updates n consecutive elements in one pass over its arrays, all in
-// fp32 (DeepSpeed's order of operations), with constants prepared in double
-// by optimizer.cc and rounded once to float. Weight decay is switched off
+// fp32 (DeepSpeed's order of operations; Adam also in PyTorch's, see
+// adam_torch_at), with constants prepared in double by optimizer.cc and
+// rounded once to float. Weight decay is switched off
 // per call by zero coefficients: x + 0 * p is x exactly, and the extra
 // multiply-add costs nothing next to the memory traffic.
 //
@@ -14,6 +15,9 @@
 //   R                      the register type; W lanes of fp32
 //   load(const float *), store(float *, R)  unaligned
 //   set(float), add, mul, div, sqrt, fma(a, b, c) = a * b + c
+//   fused(a, b, c)         a * b + c rounded once (a true FMA on every set)
+//   apart(x)               x, opaque to the compiler: a product passed
+//                          through it is never contracted into an FMA
 //   sign(x)                -1, 0 or +1 per lane
 //   D, dzero(), dacc(D, R) (adds x^2 in fp64), dsum(D)  Lamb's norms
 //   bload(const uint16_t *)  W bf16 values widened to fp32 (exact)
@@ -38,6 +42,12 @@ struct AdamK {
     float l2;                 // wd when L2 mode (g += wd p), else 0
     float decay;              // -lr wd when adam_w_mode (p += decay p), else 0
     float scale;              // grad_scale
+    // PyTorch's order (Hyper::torch_adam): torch != 0 selects it; keep is
+    // 1 - lr wd (AdamW's p.mul_) or 1, bc2s = sqrt(bc2); step, l2 and the
+    // rest as above, decay and ibc2 unused.
+    int torch;
+    float keep;
+    float bc2s;
 };
 
 struct SgdK {
@@ -131,6 +141,18 @@ struct Scalar {
     static R div(R a, R b) { return a / b; }
     static R sqrt(R a) { return __builtin_sqrtf(a); }
     static R fma(R a, R b, R c) { return a * b + c; }
+    static R fused(R a, R b, R c) { return __builtin_fmaf(a, b, c); }
+    static R apart(R x) {
+#if defined(__x86_64__) || defined(__i386__)
+        __asm__("" : "+x"(x));
+#elif defined(__aarch64__)
+        __asm__("" : "+w"(x));
+#else
+        volatile float y = x;
+        x = y;
+#endif
+        return x;
+    }
     static R sign(R x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
     static D dzero() { return 0.0; }
     static D dacc(D acc, R x) { return acc + static_cast<double>(x) * static_cast<double>(x); }
@@ -176,6 +198,32 @@ inline typename V::R adam_at(const AdamK &k, float *p, typename V::R graw, float
     return pr;
 }
 
+// Adam in the order of torch.optim.Adam/AdamW (the single-tensor path that
+// PyTorch takes on the CPU, 1.13, whose AVX2 kernels fuse the multiply-adds
+// marked F):
+//   AdamW: p.mul_(1 - lr wd)                       p = p * keep
+//   Adam:  grad = grad.add(p, alpha=wd)            g = F(p, wd, g)
+//   exp_avg.mul_(b1).add_(g, alpha=1-b1)           m = F(1-b1, g, b1 m)
+//   exp_avg_sq.mul_(b2).addcmul_(g, g, value=1-b2) v = F((1-b2) g, g, b2 v)
+//   denom = (v.sqrt() / sqrt(bc2)).add_(eps)       den = sqrt(v) / bc2s + eps
+//   p.addcdiv_(m, denom, value=-lr/bc1)            p = p + (step m) / den
+// Every other operation is rounded on its own; apart() keeps the compiler
+// from fusing p * keep into the last add.
+template <class V>
+inline typename V::R adam_torch_at(const AdamK &k, float *p, typename V::R graw, float *m, float *v, size_t i) {
+    using R = typename V::R;
+    const R p0 = V::load(p + i);
+    R gr = V::mul(graw, V::set(k.scale));
+    gr = V::fused(p0, V::set(k.l2), gr);
+    const R mr = V::fused(V::set(k.omb1), gr, V::mul(V::set(k.b1), V::load(m + i)));
+    const R vr = V::fused(V::mul(V::set(k.omb2), gr), gr, V::mul(V::set(k.b2), V::load(v + i)));
+    const R den = V::add(V::div(V::sqrt(vr), V::set(k.bc2s)), V::set(k.eps));
+    const R pk = V::apart(V::mul(p0, V::set(k.keep)));
+    V::store(m + i, mr);
+    V::store(v + i, vr);
+    return V::add(pk, V::div(V::mul(V::set(k.step), mr), den));
+}
+
 // The bodies hold copies of the constants: stores through p, m, v cannot
 // alias a local copy, so the compiler keeps them in registers.
 // Adam's division and square root keep the core busy long enough that the
@@ -187,7 +235,7 @@ template <class V> inline void ahead(const void *x, size_t bytes_per_elem, size_
     if (V::W > 1) __builtin_prefetch(static_cast<const char *>(x) + (i + kAhead) * bytes_per_elem, 1, 3);
 }
 
-template <bool ZeroG> struct AdamBody {
+template <bool ZeroG, bool Torch> struct AdamBody {
     const AdamK k;
     float *p;
     const float *g;
@@ -197,12 +245,13 @@ template <bool ZeroG> struct AdamBody {
         ahead<V>(g, 4, i);
         ahead<V>(m, 4, i);
         ahead<V>(v, 4, i);
-        V::store(p + i, adam_at<V>(k, p, V::load(g + i), m, v, i));
+        V::store(p + i, Torch ? adam_torch_at<V>(k, p, V::load(g + i), m, v, i)
+                              : adam_at<V>(k, p, V::load(g + i), m, v, i));
         if (ZeroG) V::store(const_cast<float *>(g) + i, V::set(0.0f));
     }
 };
 
-template <bool ZeroG> struct AdamBf16Body {
+template <bool ZeroG, bool Torch> struct AdamBf16Body {
     const AdamK k;
     float *p;
     uint16_t *g;
@@ -214,7 +263,8 @@ template <bool ZeroG> struct AdamBf16Body {
         ahead<V>(m, 4, i);
         ahead<V>(v, 4, i);
         ahead<V>(p16, 2, i);
-        const auto pr = adam_at<V>(k, p, V::bload(g + i), m, v, i);
+        const auto pr = Torch ? adam_torch_at<V>(k, p, V::bload(g + i), m, v, i)
+                              : adam_at<V>(k, p, V::bload(g + i), m, v, i);
         V::store(p + i, pr);
         V::bstore(p16 + i, pr);
         if (ZeroG) V::bstore(g + i, V::set(0.0f));
@@ -339,15 +389,19 @@ struct NarrowBody {
 // The Kernels table of the traits type V.
 template <class V> struct KernelSet {
     static void adam(const AdamK &k, float *p, const float *g, float *m, float *v, size_t n) {
-        sweep<V>(n, AdamBody<false>{k, p, g, m, v});
+        if (k.torch) sweep<V>(n, AdamBody<false, true>{k, p, g, m, v});
+        else sweep<V>(n, AdamBody<false, false>{k, p, g, m, v});
     }
     static void adam_zero(const AdamK &k, float *p, float *g, float *m, float *v, size_t n) {
-        sweep<V>(n, AdamBody<true>{k, p, g, m, v});
+        if (k.torch) sweep<V>(n, AdamBody<true, true>{k, p, g, m, v});
+        else sweep<V>(n, AdamBody<true, false>{k, p, g, m, v});
     }
     static void adam_bf16(const AdamK &k, float *p, uint16_t *g, float *m, float *v, uint16_t *p16, size_t n,
                           bool zero_g) {
-        if (zero_g) sweep<V>(n, AdamBf16Body<true>{k, p, g, m, v, p16});
-        else sweep<V>(n, AdamBf16Body<false>{k, p, g, m, v, p16});
+        if (k.torch && zero_g) sweep<V>(n, AdamBf16Body<true, true>{k, p, g, m, v, p16});
+        else if (k.torch) sweep<V>(n, AdamBf16Body<false, true>{k, p, g, m, v, p16});
+        else if (zero_g) sweep<V>(n, AdamBf16Body<true, false>{k, p, g, m, v, p16});
+        else sweep<V>(n, AdamBf16Body<false, false>{k, p, g, m, v, p16});
     }
     static void sgd(const SgdK &k, float *p, const float *g, float *buf, size_t n) {
         if (k.mode == 0)

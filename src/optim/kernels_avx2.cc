@@ -22,6 +22,11 @@ struct Avx2 {
     static R div(R a, R b) { return _mm256_div_ps(a, b); }
     static R sqrt(R a) { return _mm256_sqrt_ps(a); }
     static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+    static R fused(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+    static R apart(R x) {
+        __asm__("" : "+x"(x));
+        return x;
+    }
     static R sign(R x) {
         const R zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
         const R pos = _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), one);

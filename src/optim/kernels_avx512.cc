@@ -26,6 +26,11 @@ struct Avx512 {
     static R div(R a, R b) { return _mm512_div_ps(a, b); }
     static R sqrt(R a) { return _mm512_sqrt_ps(a); }
     static R fma(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+    static R fused(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }
+    static R apart(R x) {
+        __asm__("" : "+v"(x));
+        return x;
+    }
     static R sign(R x) {
         const R zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
         const R pos = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), one);

@@ -41,6 +41,8 @@ __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b);
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 // V::fma of the portable kernels: a * b + c with two roundings.
 __device__ __forceinline__ float mad(float a, float b, float c) { return __fadd_rn(__fmul_rn(a, b), c); }
+// V::fused: a * b + c rounded once (PyTorch's order, AdamOp with k.torch).
+__device__ __forceinline__ float fused(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 __device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
 __device__ __forceinline__ float root(float a) { return __fsqrt_rn(a); }
 // -1, 0 or +1; 0 for NaN (as the CPU's compare-and-mask).

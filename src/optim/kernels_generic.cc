@@ -12,7 +12,8 @@ namespace dsm {
 namespace optim {
 namespace {
 
-// No FMA in SSE2: fma(a, b, c) rounds twice.
+// No FMA in SSE2: fma(a, b, c) rounds twice; fused() rounds once, lane by
+// lane through fmaf (PyTorch's order only).
 struct Sse2 {
     using R = __m128;
     static constexpr size_t W = 4;
@@ -24,6 +25,18 @@ struct Sse2 {
     static R div(R a, R b) { return _mm_div_ps(a, b); }
     static R sqrt(R a) { return _mm_sqrt_ps(a); }
     static R fma(R a, R b, R c) { return _mm_add_ps(_mm_mul_ps(a, b), c); }
+    static R fused(R a, R b, R c) {
+        float x[4], y[4], z[4];
+        _mm_storeu_ps(x, a);
+        _mm_storeu_ps(y, b);
+        _mm_storeu_ps(z, c);
+        for (int l = 0; l < 4; ++l) x[l] = __builtin_fmaf(x[l], y[l], z[l]);
+        return _mm_loadu_ps(x);
+    }
+    static R apart(R x) {
+        __asm__("" : "+x"(x)); // no FMA in SSE2, but the flags may add one
+        return x;
+    }
     static R sign(R x) {
         const R zero = _mm_setzero_ps(), one = _mm_set1_ps(1.0f);
         return _mm_sub_ps(_mm_and_ps(_mm_cmpgt_ps(x, zero), one), _mm_and_ps(_mm_cmplt_ps(x, zero), one));

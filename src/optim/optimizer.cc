@@ -135,6 +135,12 @@ AdamK adam_k(const Hyper &h, const StepArgs &a, bool decay) {
     k.l2 = h.adam_w_mode ? 0.0f : f32(wd);
     k.decay = h.adam_w_mode ? f32(-a.lr * wd) : 0.0f;
     k.scale = a.grad_scale;
+    // PyTorch: p.mul_(1 - lr * weight_decay), step_size = lr / bc1,
+    // bias_correction2_sqrt = sqrt(bc2), each a Python float (double) that
+    // the tensor operation rounds to float.
+    k.torch = h.torch_adam ? 1 : 0;
+    k.keep = h.adam_w_mode ? f32(1.0 - a.lr * wd) : 1.0f;
+    k.bc2s = f32(std::sqrt(bc2));
     return k;
 }
 

@@ -16,6 +16,9 @@
 //   Adam (DeepSpeed cpu_adam): m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //     adam_w_mode: p -= lr * (m/bc1 / (sqrt(v/bc2) + eps) + wd p)  (decoupled)
 //     else: g += wd p first (L2), then the same without the wd term.
+//   Adam with torch_adam (torch.optim.Adam/AdamW, PyTorch's order and
+//     roundings, optim/kernels.hpp adam_torch_at): AdamW p *= 1 - lr wd
+//     first; m and v as above; p += -lr/bc1 m / (sqrt(v)/sqrt(bc2) + eps).
 //   SGD (torch.optim.SGD): g += wd p; buf = momentum buf + (1-dampening) g
 //     (buf = g on the first step); nesterov: g += momentum buf, else g = buf;
 //     p -= lr g. No momentum: no buffer update, p -= lr g.
@@ -52,6 +55,7 @@ struct Hyper {
     double eps = 1e-8;
     double weight_decay = 0.0;
     bool adam_w_mode = true;
+    bool torch_adam = false;  // Adam/AdamW in PyTorch's order of operations
     bool bias_correction = true;
     double momentum = 0.0, dampening = 0.0;  // SGD
     bool nesterov = false;

@@ -18,6 +18,10 @@ struct AdamOp {
     static constexpr int kStates = 2;
     optim::AdamK k;
     __device__ void operator()(float &p, float g, float &m, float &v) const {
+        if (k.torch) {
+            torch_order(p, g, m, v);
+            return;
+        }
         float gr = mul(g, k.scale);
         gr = mad(k.l2, p, gr);
         const float mr = mad(k.omb1, gr, mul(k.b1, m));
@@ -26,6 +30,18 @@ struct AdamOp {
         float pr = mad(k.decay, p, p);
         pr = mad(k.step, div(mr, den), pr);
         p = pr;
+        m = mr;
+        v = vr;
+    }
+    // adam_torch_at: PyTorch's order (the intrinsics are never contracted,
+    // so p * keep is rounded before the add without more ado).
+    __device__ void torch_order(float &p, float g, float &m, float &v) const {
+        float gr = mul(g, k.scale);
+        gr = fused(p, k.l2, gr);
+        const float mr = fused(k.omb1, gr, mul(k.b1, m));
+        const float vr = fused(mul(k.omb2, gr), gr, mul(k.b2, v));
+        const float den = add(div(root(vr), k.bc2s), k.eps);
+        p = add(mul(p, k.keep), div(mul(k.step, mr), den));
         m = mr;
         v = vr;
     }

@@ -2,13 +2,19 @@
 # The PyTorch bridge against PyTorch's own training: the same TorchScript
 # model (test/torch/torch_reference.py: 12 blocks of Linear+Tanh in an
 # nn.Sequential), the same data, initial weights and optimizer (AdamW, lr
-# 1e-2, weight decay 0.01, gradient clipping 0.5), trained for 50 steps with
-# 2 accumulation steps under DistributedDataParallel (gloo) and by
+# 1e-2, weight decay 0.01, gradient clipping 0.5; "torch_adam": true, so
+# that the update rounds as torch.optim.AdamW does), trained for 50 steps
+# with 2 accumulation steps under DistributedDataParallel (gloo) and by
 # test_torch_train on the bridge: every rank's loss of every micro-step and
-# every final parameter within 1e-5 relative (measured: losses within 1.5e-6,
-# parameters within 4.2e-6 after 50 steps; the first steps agree to 1e-7,
-# then the two optimizers' roundings drift apart). Then a resume across rank
-# counts and stages, and a resume at the same ones that is bit for bit.
+# every final parameter within 1e-6 relative, except ZeRO-3 on 1 and 4
+# ranks, within 1e-5. Without clipping, ZeRO 0 on 1 rank and ZeRO-3 on 1
+# rank with the whole backward are PyTorch's bits; what remains is the
+# clipping coefficient (the norm summed in fp64, PyTorch's in fp32), the
+# order of the ranks' sums, and ZeRO-3's block-by-block backward, which sums
+# a block's gradients in another order than the whole graph's (measured:
+# ZeRO 0-2 and ZeRO-3 on 2 ranks within 6.3e-7, ZeRO-3 on 1 rank 1.65e-6,
+# on 4 ranks 3e-6). Then a resume across rank counts and stages, and a
+# resume at the same ones that is bit for bit.
 # ZeRO-3 partitions every parameter (stage3_param_persistence_threshold 0).
 #   torch_parity.sh          (make check) ZeRO 0-3 spread over 1, 2 and 4 ranks,
 #                            ZeRO-3 both block by block and whole
@@ -22,7 +28,7 @@ cfg() { # stage gas world
     echo "{\"train_batch_size\": $((4 * $2 * $3)), \"train_micro_batch_size_per_gpu\": 4,
       \"gradient_accumulation_steps\": $2, \"gradient_clipping\": 0.5,
       \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 0.01, \"betas\": [0.9, 0.999], \"eps\": 1e-8,
-      \"weight_decay\": 0.01}}, \"zero_optimization\": {\"stage\": $1, \"stage3_param_persistence_threshold\": 0}}"
+      \"weight_decay\": 0.01, \"torch_adam\": true}}, \"zero_optimization\": {\"stage\": $1, \"stage3_param_persistence_threshold\": 0}}"
 }
 train() { # ranks stage gas [options...]
     w=$1 s=$2 g=$3
@@ -37,9 +43,12 @@ if [ "${1:-}" = full ]; then
 else
     cases="1:0 1:3 2:1 2:2 2:3 4:0 4:3"
 fi
+# tol W S: the tolerance of ZeRO-S on W ranks (see above)
+# (ZeRO-2 on 4 ranks, in the full set only, is not yet measured with torch_adam).
+tol() { case $1:$2 in 1:3 | 4:2 | 4:3) echo 1e-5 ;; *) echo 1e-6 ;; esac; }
 for c in $cases; do
     w=${c%:*} s=${c#*:}
-    train "$w" "$s" 2 --ref "$tmp/ref_w${w}_g2.bin" --tol 1e-5
+    train "$w" "$s" 2 --ref "$tmp/ref_w${w}_g2.bin" --tol "$(tol "$w" "$s")"
 done
 # ZeRO-3 on 4 ranks: the block-by-block path and the whole path, each
 # against PyTorch, and against each other (within 1e-6: the backward of a
@@ -59,9 +68,9 @@ sys.exit(0 if a.size == b.size and rel <= 1e-6 else 1)' "$tmp/blocks.bin" "$tmp/
 # result against PyTorch's 4-rank training.
 ddp 4 1
 train 2 1 2 --steps 25 --save-at 25 --ckpt "$tmp/ckpt"
-train 4 3 1 --resume "$tmp/ckpt" --ref "$tmp/ref_w4_g1.bin" --tol 1e-5
+train 4 3 1 --resume "$tmp/ckpt" --ref "$tmp/ref_w4_g1.bin" --tol 1e-6
 # At the same rank count and stage the resumed run is bit for bit the straight one.
 train 4 3 1 --save-at 25 --ckpt "$tmp/ckpt2" --dump "$tmp/straight.bin"
 train 4 3 1 --resume "$tmp/ckpt2" --dump "$tmp/resumed.bin"
 cmp -s "$tmp/straight.bin" "$tmp/resumed.bin" || fail "the resumed run differs from the straight one"
-echo "ok: equal to PyTorch DDP within 1e-5; resume across rank counts and stages within 1e-5, at the same ones bit for bit"
+echo "ok: equal to PyTorch DDP within 1e-6 (ZeRO-3 on 1 and 4 ranks within 1e-5); resume across rank counts and stages within 1e-6, at the same ones bit for bit"

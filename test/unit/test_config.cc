@@ -788,7 +788,7 @@ static void test_to_json(void **) {
         if (std::find(none.begin(), none.end(), k) == none.end()) fail_msg("%s is not in resolved.no_effect", k);
     for (const std::string &k : none) assert_true(dsm::config::key_has_no_effect(k));
     for (const char *k : {"zero_optimization.stage", "gradient_clipping", "bf16.enabled", "optimizer.type",
-                          "zero_optimization.overlap_comm", "checkpoint.tag_validation"}) {
+                          "zero_optimization.overlap_comm", "checkpoint.tag_validation", "optimizer.params.torch_adam"}) {
         assert_false(dsm::config::key_has_no_effect(k));
         if (std::find(none.begin(), none.end(), k) != none.end()) fail_msg("%s is in resolved.no_effect", k);
     }

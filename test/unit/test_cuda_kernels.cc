@@ -417,6 +417,9 @@ dsm::optim::AdamK adam_constants(const dsm::optim::Hyper &h, const dsm::optim::S
     k.l2 = h.adam_w_mode ? 0.0f : static_cast<float>(wd);
     k.decay = h.adam_w_mode ? static_cast<float>(-a.lr * wd) : 0.0f;
     k.scale = a.grad_scale;
+    k.torch = h.torch_adam ? 1 : 0;
+    k.keep = h.adam_w_mode ? static_cast<float>(1.0 - a.lr * wd) : 1.0f;
+    k.bc2s = static_cast<float>(std::sqrt(bc2));
     return k;
 }
 
@@ -427,7 +430,8 @@ Update adam_update_of(const dsm::optim::AdamK &k) {
 }
 
 // AdamW (decoupled decay, bias correction) and Adam with L2 decay and no
-// bias correction: every constant of AdamK at work.
+// bias correction, each in DeepSpeed's and in PyTorch's order (torch_adam):
+// every constant of AdamK at work.
 void test_adam(void **state) {
     (void)state;
     NEED_DEVICE();
@@ -439,11 +443,15 @@ void test_adam(void **state) {
     a.step = 3;
     a.lr = 1e-3;
     a.grad_scale = 1.0f / 1024.0f;
-    h.adam_w_mode = true;
-    check_update(adam_update_of(adam_constants(h, a, true)), cases(true), __LINE__);
-    h.adam_w_mode = false;
-    h.bias_correction = false;
-    check_update(adam_update_of(adam_constants(h, a, true)), cases(false), __LINE__);
+    for (bool torch : {false, true}) {
+        h.torch_adam = torch;
+        h.adam_w_mode = true;
+        h.bias_correction = true;
+        check_update(adam_update_of(adam_constants(h, a, true)), cases(true), __LINE__);
+        h.adam_w_mode = false;
+        h.bias_correction = false;
+        check_update(adam_update_of(adam_constants(h, a, true)), cases(false), __LINE__);
+    }
 }
 
 // End to end: the GPU with the constants above against optim::adam_update

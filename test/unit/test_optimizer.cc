@@ -399,6 +399,110 @@ static void test_adam_update_matches_step(void **) {
     assert_memory_equal(v.data(), opt.state(1), n * sizeof(float));
 }
 
+// torch_adam: torch.optim.Adam/AdamW's order of operations and roundings,
+// the bits of this scalar reference written in that order (PyTorch 1.13's
+// single-tensor path on the CPU; F is one rounding, as its AVX2 kernels):
+//   AdamW: p.mul_(1 - lr wd); Adam: g = g.add(p, alpha=wd)    (F)
+//   m.mul_(b1).add_(g, alpha=1-b1)                            (F)
+//   v.mul_(b2).addcmul_(g, g, value=1-b2)                     (F: ((1-b2) g) g + b2 v)
+//   den = (v.sqrt() / sqrt(bc2)).add_(eps)
+//   p.addcdiv_(m, den, value=-lr/bc1)                         p + ((-lr/bc1) m) / den
+float apart(float x) {
+    volatile float y = x; // never fused into the add that follows
+    return y;
+}
+
+void ref_adam_torch(const Hyper &h, const StepArgs &a, const std::vector<Segment> &segs,
+                    const std::vector<float> &g, std::vector<float> &p, std::vector<float> &m, std::vector<float> &v) {
+    const double bc1 = bias(a.beta1, a.step, h.bias_correction), bc2 = bias(b2(h, a), a.step, h.bias_correction);
+    const float b1f = (float)a.beta1, omb1 = (float)(1 - a.beta1), b2f = (float)b2(h, a), omb2 = (float)(1 - b2(h, a));
+    const float step_size = (float)(-(a.lr / bc1)), bc2s = (float)std::sqrt(bc2), eps = (float)h.eps;
+    for (const Segment &s : segs) {
+        const double wd = s.decay ? h.weight_decay : 0.0;
+        const float keep = h.adam_w_mode ? (float)(1 - a.lr * wd) : 1.0f, l2 = h.adam_w_mode ? 0.0f : (float)wd;
+        for (size_t i = s.offset; i < s.offset + s.count; ++i) {
+            float gi = g[i] * a.grad_scale;
+            gi = std::fma(p[i], l2, gi);
+            const float pk = apart(p[i] * keep);
+            m[i] = std::fma(omb1, gi, b1f * m[i]);
+            v[i] = std::fma(omb2 * gi, gi, b2f * v[i]);
+            const float den = std::sqrt(v[i]) / bc2s + eps;
+            p[i] = pk + (step_size * m[i]) / den;
+        }
+    }
+}
+
+// Adam and AdamW with torch_adam against ref_adam_torch, bit for bit, on
+// every ISA with 1 and 2 threads: the plain step, the fused fp32 step
+// (zeroing g) and the fused bf16 step; three steps with changing lr, betas
+// and grad_scale, segments with and without decay, tails of every vector
+// width. DeepSpeed's order (the default) gives other bits.
+static void test_adam_torch_order(void **) {
+    const size_t n = 2 * Optimizer::grain() + 16 * 7 + 13;
+    const std::vector<Segment> segs = {seg(0, 20011, 0, true), seg(20016, n - 20016 - 3, 1, false)};
+    const std::vector<StepArgs> steps = three_steps();
+    std::vector<std::vector<float>> grads;
+    std::vector<std::vector<uint16_t>> grads16;
+    for (size_t s = 0; s < steps.size(); ++s) {
+        std::vector<float> gs = random_vec(n, 11 + s, 0.5f);
+        grads16.emplace_back(n);
+        for (size_t i = 0; i < n; ++i) {
+            grads16[s][i] = dsm::fp32_to_bf16(gs[i]);
+            gs[i] = dsm::bf16_to_fp32(grads16[s][i]); // bf16 values: the bf16 pass sees the same gradients
+        }
+        grads.push_back(std::move(gs));
+    }
+    const std::vector<float> p0 = random_vec(n, 5);
+    for (bool w_mode : {false, true}) {
+        Hyper h = hyper(w_mode ? OptimizerType::ADAMW : OptimizerType::ADAM);
+        h.adam_w_mode = w_mode;
+        h.torch_adam = true;
+        std::vector<float> rp = p0, rm(n, 0.0f), rv(n, 0.0f);
+        for (size_t s = 0; s < steps.size(); ++s) ref_adam_torch(h, steps[s], segs, grads[s], rp, rm, rv);
+        for (const std::string &isa : available_isas()) {
+            dsm::simd::force(isa);
+            for (int threads : {1, 2}) {
+                dsm::optim::set_num_threads(threads);
+                const std::string ctx = std::string(w_mode ? "adamw" : "adam L2") + " torch_adam isa=" + isa +
+                                        " threads=" + std::to_string(threads);
+                Optimizer plain(h, n), f32(h, n), bf(h, n), deepspeed(hyper(h.type), n);
+                std::vector<float> pp = p0, pf = p0, pb = p0, pd = p0;
+                for (size_t s = 0; s < steps.size(); ++s) {
+                    plain.step(pp.data(), grads[s].data(), segs, steps[s]);
+                    std::vector<float> gf = grads[s];
+                    dsm::optim::Fused ff;
+                    ff.zero_grads = true;
+                    f32.step(pf.data(), gf.data(), segs, steps[s], {}, &ff);
+                    std::vector<uint16_t> gb = grads16[s], pb16(n);
+                    dsm::optim::Fused fb;
+                    fb.grad16 = gb.data();
+                    fb.param16 = pb16.data();
+                    fb.dtype = DSM_BFLOAT16;
+                    fb.zero_grads = true;
+                    bf.step(pb.data(), nullptr, segs, steps[s], {}, &fb);
+                    deepspeed.step(pd.data(), grads[s].data(), segs, steps[s]);
+                }
+                const std::pair<const char *, const Optimizer *> opts[] = {{"plain", &plain}, {"fp32", &f32}, {"bf16", &bf}};
+                const std::vector<float> *ps[] = {&pp, &pf, &pb};
+                for (int o = 0; o < 3; ++o) {
+                    for (size_t i = 0; i < n; ++i) {
+                        const float got[3] = {(*ps[o])[i], opts[o].second->state(0)[i], opts[o].second->state(1)[i]};
+                        const float want[3] = {rp[i], rm[i], rv[i]};
+                        for (int k = 0; k < 3; ++k)
+                            if (std::memcmp(&got[k], &want[k], 4) != 0)
+                                fail_msg("%s %s: %s[%zu] = %.9g, PyTorch's order gives %.9g", ctx.c_str(), opts[o].first,
+                                         k == 0 ? "p" : k == 1 ? "exp_avg" : "exp_avg_sq", i, (double)got[k],
+                                         (double)want[k]);
+                    }
+                }
+                if (same_bits(pd, rp)) fail_msg("%s: DeepSpeed's order gives PyTorch's bits", ctx.c_str());
+            }
+        }
+    }
+    dsm::simd::force("auto");
+    dsm::optim::set_num_threads(0);
+}
+
 // ---------------------------------------------------------------- SGD
 
 static void test_sgd_plain(void **) {
@@ -609,8 +713,11 @@ static void test_optimizer_hyper(void **) {
     Hyper h = dsm::config::optimizer_hyper(cfg);
     assert_true(h.type == OptimizerType::ADAMW && h.adam_w_mode && !h.bias_correction);
     ALL_NEAR((std::vector<double>{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay}), {3e-4, 0.8, 0.95, 1e-6, 0.1});
+    assert_false(h.torch_adam); // DeepSpeed's order unless torch_adam
     cfg.type = OptimizerType::ADAM;
     assert_false(dsm::config::optimizer_hyper(cfg).adam_w_mode);
+    cfg.torch_adam = true;
+    assert_true(dsm::config::optimizer_hyper(cfg).torch_adam);
     cfg.type = OptimizerType::SGD;
     cfg.momentum = 0.9;
     cfg.dampening = 0.1;
@@ -817,6 +924,7 @@ int main(void) {
         cmocka_unit_test(test_adamw),
         cmocka_unit_test(test_adamw_no_bias_correction),
         cmocka_unit_test(test_adam_update_matches_step),
+        cmocka_unit_test(test_adam_torch_order),
         cmocka_unit_test(test_sgd_plain),
         cmocka_unit_test(test_sgd_momentum_dampening),
         cmocka_unit_test(test_sgd_nesterov),
