@@ -150,8 +150,10 @@ public:
         // This acquisition's buffer is the bucket only if it was given the
         // bucket: the bucket may still hold an earlier, released copy of the
         // same gradient (pending) while this one is a pool buffer.
+        // Several gradients may be out at once (the PyTorch bridge acquires a
+        // block's before its backward): only the holder's release frees it.
         const bool in_bucket = bucket_holder_ == index;
-        bucket_holder_ = -1;
+        if (in_bucket) bucket_holder_ = -1;
         bucket_elems_ += layout_->slot_of(index)->numel;
         char *data = static_cast<char *>(in_bucket ? bucket_send_.data() : b.data());
         pending_.push_back(Pending{index, std::move(b), data, in_bucket, 0, layout_->slot_of(index)->numel});

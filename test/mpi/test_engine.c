@@ -626,7 +626,8 @@ static void test_grad_in_place(void **state) {
  * adds its one term into it). Two terms per acquisition, the second with
  * fmaf (the bucket rounds their sum before adding it into the window's): the
  * host ends with the bits of the simulated device, whose gradients all go
- * through the buckets.
+ * through the buckets. Each micro-step ends with two gradients out at once,
+ * released in the other order.
  */
 static void one_rank_add(dsm_engine_t e, void *g, size_t n, int terms, unsigned seed) {
     float *x = malloc(n * sizeof *x);
@@ -664,6 +665,16 @@ static void one_rank_train(const char *device, int stage, int terms, float *out)
                 one_rank_add(e, g, numel[i], terms, 40u * m + 10u * k + (unsigned)i);
                 ASSERT_OK(dsm_engine_grad_release(e, i));
             }
+        /* Two gradients out at once, released in the other order (as the
+           PyTorch bridge does with a block's): the first may hold the bucket
+           while the second's release comes. */
+        void *g1, *g2;
+        ASSERT_OK(dsm_engine_grad_acquire(e, S, &g1));
+        ASSERT_OK(dsm_engine_grad_acquire(e, B1, &g2));
+        one_rank_add(e, g1, numel[S], terms, 40u * m + 7u);
+        one_rank_add(e, g2, numel[B1], terms, 40u * m + 9u);
+        ASSERT_OK(dsm_engine_grad_release(e, B1));
+        ASSERT_OK(dsm_engine_grad_release(e, S));
         ASSERT_OK(dsm_step(e, NULL));
     }
     read_all(e, out);
