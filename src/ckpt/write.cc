@@ -211,8 +211,10 @@ void save_write(MPI_Comm comm, const std::string &dir, const std::string &tag, c
         }
         local_sums.get();
         if (captured) captured(); // the data is in the file system's hands and summed
-        if (!steps.stopped() && node_sync)
+        // Every rank takes part (attempt() agrees), the node flushers sync.
+        if (!steps.stopped())
             attempt([&] {
+                if (!node_sync) return;
                 const std::string why = node_sync->sync();
                 node_sync.reset();
                 if (!why.empty()) DSM_FAIL(DSM_ERR_IO, "flushing the data of '", tmp, "': ", why, space_hint(dir));
